@@ -1,0 +1,141 @@
+// Package database opens the Postgres pool, creates the database when it is
+// missing and applies the embedded migrations of package schemas. It never
+// holds business rules: those live in pkg/order.
+package database
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"orderpipe/schemas"
+)
+
+// DefaultURL is the local server's orderpipe database.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/orderpipe?sslmode=disable"
+
+// Open connects a pool and checks the server answers.
+func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parsing database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening database: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pinging database %s: %w", Redact(dsn), err)
+	}
+	return pool, nil
+}
+
+// EnsureDatabase creates the database named in dsn if it does not exist, by
+// connecting to the server's maintenance database.
+func EnsureDatabase(ctx context.Context, dsn string) error {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return fmt.Errorf("parsing database url: %w", err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	if name == "" {
+		return errors.New("database url names no database")
+	}
+	admin := *u
+	admin.Path = "/postgres"
+	conn, err := pgx.Connect(ctx, admin.String())
+	if err != nil {
+		return fmt.Errorf("connecting to maintenance database: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("looking up database %q: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // created concurrently
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating database %q: %w", name, err)
+	}
+	return nil
+}
+
+// Migrate applies every embedded migration not yet recorded, each in its own
+// transaction, serialized across processes by an advisory lock.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) (applied []string, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquiring connection: %w", err)
+	}
+	defer conn.Release()
+	const lockKey = 7_402_311 // arbitrary, fixed: "orderpipe migrations"
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, lockKey); err != nil {
+		return nil, fmt.Errorf("taking migration lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lockKey) //nolint:errcheck
+
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return nil, fmt.Errorf("creating schema_migrations: %w", err)
+	}
+	names, err := fs.Glob(schemas.Migrations, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		var done bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, name).Scan(&done); err != nil {
+			return applied, fmt.Errorf("reading schema_migrations: %w", err)
+		}
+		if done {
+			continue
+		}
+		body, err := fs.ReadFile(schemas.Migrations, name)
+		if err != nil {
+			return applied, err
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, name)
+			return err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("applying migration %s: %w", name, err)
+		}
+		applied = append(applied, name)
+	}
+	return applied, nil
+}
+
+// Redact hides the password of a database url for logs.
+func Redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable database url)"
+	}
+	return u.Redacted()
+}

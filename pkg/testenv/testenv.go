@@ -1,0 +1,169 @@
+// Package testenv gives tests real dependencies: a fresh, migrated Postgres
+// database, a Redis client with a unique key prefix, and a Kafka-protocol
+// broker (an in-process kfake cluster unless TEST_KAFKA_BROKERS is set).
+// Everything it creates is removed when the test ends. Only tests import it.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"orderpipe/pkg/database"
+)
+
+// DatabaseURL is the server tests create their databases on.
+func DatabaseURL() string {
+	if v := os.Getenv("TEST_DATABASE_URL"); v != "" {
+		return v
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// RedisAddr is the Redis tests use.
+func RedisAddr() string {
+	if v := os.Getenv("TEST_REDIS_ADDR"); v != "" {
+		return v
+	}
+	return "127.0.0.1:6379"
+}
+
+// UniqueName returns a short random lowercase name with the given prefix.
+func UniqueName(prefix string) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Database is a fresh database with every migration applied.
+type Database struct {
+	Pool *pgxpool.Pool
+	URL  string
+}
+
+// MustDatabase creates and migrates a fresh database, dropped at cleanup.
+func MustDatabase(tb testing.TB) Database {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base, err := url.Parse(DatabaseURL())
+	if err != nil {
+		tb.Fatalf("parsing TEST_DATABASE_URL: %v", err)
+	}
+	name := UniqueName("orderpipe_test_")
+	admin, err := pgx.Connect(ctx, base.String())
+	if err != nil {
+		tb.Fatalf("connecting to test postgres: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		tb.Fatalf("creating database: %v", err)
+	}
+	u := *base
+	u.Path = "/" + name
+	dsn := u.String()
+	pool, err := database.Open(ctx, dsn, 20)
+	if err != nil {
+		tb.Fatalf("opening test database: %v", err)
+	}
+	tb.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base.String())
+		if err != nil {
+			tb.Errorf("dropping test database: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			tb.Errorf("dropping test database: %v", err)
+		}
+	})
+	if _, err := database.Migrate(ctx, pool); err != nil {
+		tb.Fatalf("migrating test database: %v", err)
+	}
+	return Database{Pool: pool, URL: dsn}
+}
+
+// Redis is a client plus the key prefix the test owns.
+type Redis struct {
+	Client *redis.Client
+	Prefix string
+}
+
+// MustRedis connects to the test Redis and deletes every key under the
+// returned prefix at cleanup.
+func MustRedis(tb testing.TB) Redis {
+	tb.Helper()
+	client := redis.NewClient(&redis.Options{Addr: RedisAddr(), PoolSize: 64})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		tb.Fatalf("connecting to test redis %s: %v", RedisAddr(), err)
+	}
+	prefix := UniqueName("t") + ":"
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		DeleteKeys(ctx, client, prefix)
+		client.Close()
+	})
+	return Redis{Client: client, Prefix: prefix}
+}
+
+// DeleteKeys removes every key starting with prefix.
+func DeleteKeys(ctx context.Context, client *redis.Client, prefix string) {
+	iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		client.Del(ctx, iter.Val())
+	}
+}
+
+// Keys lists the keys under prefix (sorted by the caller if needed).
+func Keys(tb testing.TB, client *redis.Client, prefix string) []string {
+	tb.Helper()
+	var keys []string
+	iter := client.Scan(context.Background(), 0, prefix+"*", 1000).Iterator()
+	for iter.Next(context.Background()) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		tb.Fatalf("scanning redis keys: %v", err)
+	}
+	return keys
+}
+
+// Kafka is a Kafka-protocol endpoint for one test.
+type Kafka struct {
+	Brokers []string
+	// Cluster is the in-process broker, nil when TEST_KAFKA_BROKERS is set.
+	Cluster *kfake.Cluster
+}
+
+// MustKafka returns TEST_KAFKA_BROKERS if set, otherwise an in-process kfake
+// cluster closed at cleanup. Tests use unique topic names either way.
+func MustKafka(tb testing.TB) Kafka {
+	tb.Helper()
+	if v := os.Getenv("TEST_KAFKA_BROKERS"); v != "" {
+		return Kafka{Brokers: strings.Split(v, ",")}
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		tb.Fatalf("starting kfake: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	return Kafka{Brokers: c.ListenAddrs(), Cluster: c}
+}
