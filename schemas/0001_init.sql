@@ -51,8 +51,11 @@ CREATE TABLE processed_requests (
     outcome      text        NOT NULL CHECK (outcome IN ('CREATED', 'REJECTED')),
     reason       text,
     order_no     text        NOT NULL,
+    user_id      bigint      NOT NULL,
     activity_id  bigint      NOT NULL,
     item_id      bigint      NOT NULL,
+    quantity     integer     NOT NULL,
+    reserved_at  timestamptz NOT NULL,
     processed_at timestamptz NOT NULL DEFAULT now(),
     CHECK ((outcome = 'REJECTED') = (reason IS NOT NULL))
 );

@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+)
+
+// admin guards a handler with the bearer token, compared in constant time.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	want := []byte("Bearer " + s.cfg.AdminToken)
+	return func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", "admin API needs Authorization: Bearer <ADMIN_TOKEN>")
+			return
+		}
+		h(w, r)
+	}
+}
+
+type activityBody struct {
+	Name         string     `json:"name"`
+	StartsAt     time.Time  `json:"startsAt"`
+	EndsAt       time.Time  `json:"endsAt"`
+	PerUserLimit int        `json:"perUserLimit"`
+	Items        []itemBody `json:"items"`
+}
+
+type itemBody struct {
+	ItemID       int64 `json:"itemId"`
+	Stock        int64 `json:"stock"`
+}
+
+func pathID(r *http.Request, name string) (int64, *apiError) {
+	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, invalid("%s must be a positive integer", name)
+	}
+	return id, nil
+}
+
+func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
+	id, apiErr := pathID(r, "activityId")
+	if apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
+	var body activityBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		apiErr := jsonError(err)
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
+	if body.PerUserLimit == 0 {
+		body.PerUserLimit = 1
+	}
+	if apiErr := validActivity(body); apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
+	a := order.Activity{ID: id, Name: body.Name, StartsAt: body.StartsAt, EndsAt: body.EndsAt, PerUserLimit: body.PerUserLimit}
+	for _, it := range body.Items {
+		a.Items = append(a.Items, order.ItemStock{ActivityID: id, ItemID: it.ItemID, InitialStock: it.Stock})
+	}
+	err := s.deps.Orders.UpsertActivity(r.Context(), a)
+	if errors.Is(err, order.ErrStockBelowSold) {
+		writeError(w, http.StatusConflict, "STOCK_BELOW_SOLD", err.Error())
+		return
+	}
+	if err != nil {
+		s.deps.Log.Error("upserting activity", "activity_id", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return
+	}
+	s.writeActivity(w, r, id)
+}
+
+func validActivity(b activityBody) *apiError {
+	switch {
+	case strings.TrimSpace(b.Name) == "" || len(b.Name) > 200:
+		return invalid("name must be 1-200 characters")
+	case b.StartsAt.IsZero() || b.EndsAt.IsZero():
+		return invalid("startsAt and endsAt are required (RFC 3339)")
+	case !b.EndsAt.After(b.StartsAt):
+		return invalid("endsAt must be after startsAt")
+	case b.PerUserLimit < 1 || b.PerUserLimit > 100:
+		return invalid("perUserLimit must be between 1 and 100")
+	case len(b.Items) == 0 || len(b.Items) > 1000:
+		return invalid("items must hold 1-1000 items")
+	}
+	seen := map[int64]bool{}
+	for _, it := range b.Items {
+		if it.ItemID <= 0 {
+			return invalid("items[].itemId must be a positive integer")
+		}
+		if it.Stock < 0 || it.Stock > 1_000_000_000 {
+			return invalid("items[].stock must be between 0 and 1000000000")
+		}
+		if seen[it.ItemID] {
+			return invalid("items[].itemId %d appears twice", it.ItemID)
+		}
+		seen[it.ItemID] = true
+	}
+	return nil
+}
+
+type activityView struct {
+	ID           int64      `json:"activityId"`
+	Name         string     `json:"name"`
+	StartsAt     time.Time  `json:"startsAt"`
+	EndsAt       time.Time  `json:"endsAt"`
+	PerUserLimit int        `json:"perUserLimit"`
+	Items        []itemView `json:"items"`
+}
+
+type itemView struct {
+	ItemID       int64 `json:"itemId"`
+	InitialStock int64 `json:"initialStock"`
+	Stock        int64 `json:"stock"`
+	Loaded       *bool `json:"loaded,omitempty"`
+}
+
+func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, id int64) {
+	a, err := s.deps.Orders.GetActivity(r.Context(), id)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return
+	}
+	writeJSON(w, http.StatusOK, viewOfActivity(a))
+}
+
+func viewOfActivity(a order.Activity) activityView {
+	v := activityView{ID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit, Items: []itemView{}}
+	for _, it := range a.Items {
+		v.Items = append(v.Items, itemView{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock})
+	}
+	return v
+}
+
+// preheat loads each item's Postgres stock into Redis unless already loaded.
+func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
+	id, apiErr := pathID(r, "activityId")
+	if apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
+	a, err := s.deps.Orders.GetActivity(r.Context(), id)
+	if errors.Is(err, order.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "ACTIVITY_NOT_FOUND", "no such activity")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return
+	}
+	v := viewOfActivity(a)
+	for i, it := range a.Items {
+		loaded, err := s.deps.Stock.Preheat(r.Context(), stock.Sale{
+			Item:  stock.Item{ActivityID: id, ItemID: it.ItemID},
+			Stock: it.Stock, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: a.PerUserLimit,
+		})
+		if errors.Is(err, stock.ErrSaleOver) {
+			writeError(w, http.StatusConflict, "SALE_ENDED", "the activity has ended")
+			return
+		}
+		if err != nil {
+			s.deps.Log.Error("preheating", "activity_id", id, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
+			return
+		}
+		v.Items[i].Loaded = &loaded
+	}
+	writeJSON(w, http.StatusOK, v)
+}

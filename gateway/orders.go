@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+)
+
+type orderAccepted struct {
+	RequestID string `json:"requestId"`
+	OrderNo   string `json:"orderNo"`
+	Status    string `json:"status"`
+	Remaining int64  `json:"remaining"`
+	Replayed  bool   `json:"replayed,omitempty"`
+}
+
+func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes+1)
+	req, apiErr := parseOrderRequest(r.Header.Get("Content-Type"), r.Body)
+	if apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
+	now := s.deps.NowFunc()
+	item := stock.Item{ActivityID: req.ActivityID, ItemID: req.ItemID}
+	ev := event.OrderRequested{
+		RequestID: req.RequestID, OrderNo: newOrderNo(req.ActivityID, req.ItemID, now), UserID: req.UserID,
+		ActivityID: req.ActivityID, ItemID: req.ItemID, Quantity: req.Quantity, ReservedAt: now.UTC().Truncate(time.Microsecond),
+	}
+	msg := event.Message(r.Context(), ev)
+
+	rctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReserveTimeout)
+	start := time.Now()
+	res, err := s.deps.Stock.Reserve(rctx, stock.Reservation{
+		Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
+		Fingerprint: req.fingerprint(), Event: msg.Value, Now: now,
+	})
+	cancel()
+	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.deps.Log.Error("reserve failed", "request_id", req.RequestID, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
+		return
+	}
+	switch res.Outcome {
+	case stock.Reserved:
+	case stock.Replayed:
+		writeJSON(w, http.StatusOK, orderAccepted{RequestID: req.RequestID, OrderNo: res.OrderNo, Status: order.StatusPending,
+			Remaining: res.Remaining, Replayed: true})
+		return
+	case stock.IdempotencyKeyReused:
+		writeError(w, http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED", "requestId was already used with a different payload")
+		return
+	case stock.NotOnSale:
+		writeError(w, http.StatusNotFound, "NOT_ON_SALE", "activity item is not on sale")
+		return
+	case stock.OverCap:
+		writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "quantity exceeds the activity's per-user limit of "+strconv.FormatInt(res.Remaining, 10))
+		return
+	case stock.SoldOut:
+		writeError(w, http.StatusConflict, "SOLD_OUT", "not enough stock")
+		return
+	case stock.AlreadyPurchased:
+		writeError(w, http.StatusConflict, "ALREADY_PURCHASED", "user already holds a live order for this activity item")
+		return
+	default:
+		s.deps.Log.Error("reserve script answered unknown outcome", "outcome", res.Outcome)
+		writeError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
+		return
+	}
+
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ProduceTimeout)
+	start = time.Now()
+	err = s.deps.Producer.WriteMessages(pctx, msg)
+	cancel()
+	s.deps.Metrics.ProduceSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.abort(r.Context(), ev, err, w)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
+}
+
+// abort gives a reservation back after a failed produce. If a worker has
+// already claimed it, the event did arrive and the answer is 202 after all.
+// If Redis cannot be reached either, the journal entry stays and the redrive
+// publishes it later; the client's retry with the same requestId replays it.
+func (s *Server) abort(ctx context.Context, ev event.OrderRequested, produceErr error, w http.ResponseWriter) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReserveTimeout)
+	defer cancel()
+	out, err := s.deps.Stock.Abort(actx, stock.Release{
+		Item: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID},
+		Ref:  stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}, UserID: ev.UserID, Quantity: ev.Quantity,
+	})
+	if err == nil && out == stock.Claimed {
+		writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending})
+		return
+	}
+	s.deps.Log.Error("produce failed, reservation released", "request_id", ev.RequestID, "order_no", ev.OrderNo,
+		"err", produceErr, "release_err", err, "release", out)
+	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order queue unavailable, nothing was reserved; retry with the same requestId")
+}
+
+type orderView struct {
+	OrderNo    string     `json:"orderNo"`
+	RequestID  string     `json:"requestId"`
+	UserID     int64      `json:"userId"`
+	ActivityID int64      `json:"activityId"`
+	ItemID     int64      `json:"itemId"`
+	Quantity   int        `json:"quantity"`
+	Status     string     `json:"status"`
+	Reason     string     `json:"reason,omitempty"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	PaidAt     *time.Time `json:"paidAt,omitempty"`
+	ClosedAt   *time.Time `json:"closedAt,omitempty"`
+}
+
+func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
+	orderNo := r.PathValue("orderNo")
+	item, ok := parseOrderNo(orderNo)
+	if !ok {
+		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
+		return
+	}
+	o, err := s.deps.Orders.GetOrder(r.Context(), orderNo)
+	if err == nil {
+		writeJSON(w, http.StatusOK, viewOf(o))
+		return
+	}
+	if !errors.Is(err, order.ErrNotFound) {
+		s.deps.Log.Error("reading order", "order_no", orderNo, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return
+	}
+	raw, found, err := s.deps.Stock.Pending(r.Context(), item, orderNo)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
+		return
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
+		return
+	}
+	// The worker may have committed between the two reads: Postgres wins.
+	if o, err := s.deps.Orders.GetOrder(r.Context(), orderNo); err == nil {
+		writeJSON(w, http.StatusOK, viewOf(o))
+		return
+	}
+	var ev event.OrderRequested
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		s.deps.Log.Error("undecodable dedup record", "order_no", orderNo, "err", err)
+		writeError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
+		return
+	}
+	writeJSON(w, http.StatusOK, orderView{OrderNo: orderNo, RequestID: ev.RequestID, UserID: ev.UserID, ActivityID: ev.ActivityID,
+		ItemID: ev.ItemID, Quantity: ev.Quantity, Status: order.StatusPending, CreatedAt: ev.ReservedAt})
+}
+
+func viewOf(o order.Order) orderView {
+	return orderView{OrderNo: o.OrderNo, RequestID: o.RequestID, UserID: o.UserID, ActivityID: o.ActivityID, ItemID: o.ItemID,
+		Quantity: o.Quantity, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt}
+}

@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+)
+
+// MaxBodyBytes is the contract's body limit for order requests.
+const MaxBodyBytes = 4 << 10
+
+// apiError is an answer other than success.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
+
+func invalid(format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Code: "INVALID_REQUEST", Message: fmt.Sprintf(format, args...)}
+}
+
+// orderRequest is the body of POST /v1/orders.
+type orderRequest struct {
+	RequestID  string `json:"requestId"`
+	UserID     int64  `json:"userId"`
+	ActivityID int64  `json:"activityId"`
+	ItemID     int64  `json:"itemId"`
+	Quantity   int    `json:"quantity"`
+}
+
+// fingerprint identifies the payload, so a retry is told from a reused key.
+func (o orderRequest) fingerprint() string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%d|%d|%d|%d", o.UserID, o.ActivityID, o.ItemID, o.Quantity)))
+	return hex.EncodeToString(h[:12])
+}
+
+// parseOrderRequest decodes and validates an order request. It is pure, so
+// the fuzzer can drive it: every failure is a 4xx apiError, never a panic.
+func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiError) {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "application/json" {
+		return orderRequest{}, &apiError{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
+			Message: "Content-Type must be application/json"}
+	}
+	raw, err := io.ReadAll(io.LimitReader(body, MaxBodyBytes+1))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return orderRequest{}, tooLarge()
+		}
+		return orderRequest{}, invalid("reading body: %v", err)
+	}
+	if len(raw) > MaxBodyBytes {
+		return orderRequest{}, tooLarge()
+	}
+	var req orderRequest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return orderRequest{}, jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return orderRequest{}, invalid("body must hold exactly one JSON object")
+	}
+	if err := validRequestID(req.RequestID); err != nil {
+		return orderRequest{}, err
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"userId", req.UserID}, {"activityId", req.ActivityID}, {"itemId", req.ItemID}} {
+		if f.v <= 0 {
+			return orderRequest{}, invalid("%s must be a positive integer", f.name)
+		}
+	}
+	if req.Quantity < 1 || req.Quantity > 100 {
+		return orderRequest{}, invalid("quantity must be between 1 and 100")
+	}
+	return req, nil
+}
+
+func tooLarge() *apiError {
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "PAYLOAD_TOO_LARGE",
+		Message: "body exceeds " + strconv.Itoa(MaxBodyBytes) + " bytes"}
+}
+
+func jsonError(err error) *apiError {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			return invalid("body must be a JSON object")
+		}
+		return invalid("%s has the wrong type or is out of range", typeErr.Field)
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return invalid("malformed JSON")
+	}
+	// encoding/json reports unknown fields as `json: unknown field "x"`.
+	return invalid("%s", bytes.TrimPrefix([]byte(err.Error()), []byte("json: ")))
+}
+
+func validRequestID(id string) *apiError {
+	if len(id) < 1 || len(id) > 64 {
+		return invalid("requestId must be 1-64 characters")
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return invalid("requestId may hold only A-Z a-z 0-9 . _ : -")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,231 @@
+// Command orderpipe is the one binary of the pipeline; its first argument
+// picks the components to run (like Loki's targets): `all` runs everything
+// in one process, each component alone is how it scales out.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/gateway"
+	"orderpipe/pkg/database"
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+	"orderpipe/worker"
+)
+
+const usage = `usage: orderpipe <command>
+
+commands:
+  all        gateway + worker in one process; embedded Kafka unless KAFKA_BROKERS is set
+  gateway    the HTTP service (needs KAFKA_BROKERS)
+  worker     the Kafka consumer writing orders to Postgres (needs KAFKA_BROKERS)
+  migrate    create the database if missing and apply the migrations
+  env        print every environment variable with its default
+
+configuration: environment variables, see README.md or 'orderpipe env'.
+`
+
+func main() {
+	log := telemetry.NewLogger()
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, os.Args[1:]); err != nil {
+		if errors.Is(err, errUsage) {
+			fmt.Fprint(os.Stderr, usage)
+			os.Exit(2)
+		}
+		log.Error("orderpipe failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, log *slog.Logger, args []string) error {
+	if len(args) == 0 {
+		return errUsage
+	}
+	if args[0] == "env" {
+		for _, e := range envVars {
+			fmt.Printf("%-22s %-60q %s\n", e[0], e[1], e[2])
+		}
+		return nil
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "migrate":
+		return migrate(ctx, log, cfg)
+	case "all":
+		return runAll(ctx, log, cfg)
+	case "gateway":
+		return runComponents(ctx, log, cfg, true, false)
+	case "worker":
+		return runComponents(ctx, log, cfg, false, true)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	return errUsage
+}
+
+func migrate(ctx context.Context, log *slog.Logger, cfg config) error {
+	if err := database.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	applied, err := database.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	log.Info("migrated", "database", database.Redact(cfg.DatabaseURL), "applied", applied)
+	return nil
+}
+
+// runAll is the local default: the database is created and migrated, and an
+// embedded broker stands in for Kafka unless KAFKA_BROKERS is set.
+func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
+	if err := migrate(ctx, log, cfg); err != nil {
+		return err
+	}
+	kafkaDesc := strings.Join(cfg.KafkaBrokers, ",")
+	if len(cfg.KafkaBrokers) == 0 {
+		emb, err := event.StartEmbedded(cfg.KafkaPort, cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic)
+		if err != nil {
+			return fmt.Errorf("%w (set KAFKA_EMBEDDED_PORT to another port, or KAFKA_BROKERS to a real cluster)", err)
+		}
+		defer emb.Close()
+		cfg.KafkaBrokers = emb.Brokers
+		kafkaDesc = "embedded kfake at " + strings.Join(emb.Brokers, ",")
+	} else if err := event.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic); err != nil {
+		return err
+	}
+	port := cfg.HTTPAddr
+	if _, p, err := net.SplitHostPort(cfg.HTTPAddr); err == nil {
+		port = p
+	}
+	try := fmt.Sprintf("curl -s localhost:%s/healthz", port)
+	if cfg.AdminToken == "" {
+		try += "  (admin API off: set ADMIN_TOKEN to create activities)"
+	}
+	log.Info("orderpipe all starting",
+		"http", cfg.HTTPAddr, "postgres", database.Redact(cfg.DatabaseURL), "redis", cfg.RedisAddr, "kafka", kafkaDesc,
+		"try", try)
+	return runComponents(ctx, log, cfg, true, true)
+}
+
+// runComponents starts the chosen components and waits until ctx ends and
+// they have drained.
+func runComponents(ctx context.Context, log *slog.Logger, cfg config, withGateway, withWorker bool) error {
+	if len(cfg.KafkaBrokers) == 0 {
+		return errors.New("KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 256, MinIdleConns: 16,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
+	}
+	metrics := telemetry.NewMetrics()
+	st := stock.New(rdb, cfg.RedisPrefix)
+	orders := order.NewStore(pool)
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+
+	if withWorker {
+		dlq := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, BatchTimeout: cfg.KafkaBatchWait})
+		defer dlq.Close()
+		w := worker.New(worker.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, DLQTopic: cfg.KafkaDLQTopic,
+			GroupID: cfg.KafkaGroup, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait},
+			worker.Deps{Orders: orders, Stock: st, DLQ: dlq, Metrics: metrics, Log: log.With("component", "worker")})
+		start("worker", w.Run)
+	}
+	if withGateway {
+		writer := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait})
+		defer writer.Close()
+		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout},
+			gateway.Deps{Stock: st, Orders: orders, Producer: writer, Metrics: metrics, Log: log.With("component", "gateway"),
+				Ready: readyChecks(rdb, pool, cfg.KafkaBrokers)})
+		start("gateway", gw.Run)
+	} else {
+		start("metrics", func(ctx context.Context) error { return serveMetrics(ctx, getenv("METRICS_ADDR"), metrics) })
+	}
+
+	<-ctx.Done()
+	log.Info("stopping: draining in-flight work")
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		return errors.New("components did not stop within 30s")
+	}
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+func readyChecks(rdb *redis.Client, pool *pgxpool.Pool, brokers []string) map[string]gateway.PingFunc {
+	return map[string]gateway.PingFunc{
+		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		"postgres": func(ctx context.Context) error { return pool.Ping(ctx) },
+		"kafka":    func(ctx context.Context) error { return event.Ping(ctx, brokers) },
+	}
+}
+
+func serveMetrics(ctx context.Context, addr string, m *telemetry.Metrics) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, `{"status":"ok"}`) })
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving metrics on %s: %w", addr, err)
+	}
+	return nil
+}

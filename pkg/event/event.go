@@ -1,0 +1,193 @@
+// Package event owns the orders.requested event: its Go type, the strict
+// codec validated against the JSON Schema in package schemas, the Kafka
+// headers (schema version, request id, W3C trace context), and the plumbing
+// to reach a broker (writers, topics, the embedded kfake broker). It never
+// decides what an event means for stock or orders.
+package event
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel"
+
+	"orderpipe/schemas"
+)
+
+const (
+	// Topic is where the gateway produces reservations.
+	Topic = "orders.requested"
+	// DLQTopic receives messages the worker cannot decode or validate.
+	DLQTopic = "orders.requested.dlq"
+	// SchemaV1 is the value of the schema header.
+	SchemaV1 = "orders.requested.v1"
+
+	HeaderSchema    = "schema"
+	HeaderRequestID = "request-id"
+	HeaderError     = "error"
+)
+
+// OrderRequested is a reservation made by the gateway.
+type OrderRequested struct {
+	RequestID  string    `json:"requestId"`
+	OrderNo    string    `json:"orderNo"`
+	UserID     int64     `json:"userId"`
+	ActivityID int64     `json:"activityId"`
+	ItemID     int64     `json:"itemId"`
+	Quantity   int       `json:"quantity"`
+	ReservedAt time.Time `json:"reservedAt"`
+}
+
+// Key is the Kafka message key: one item's orders stay in one partition.
+func (e OrderRequested) Key() string { return fmt.Sprintf("%d:%d", e.ActivityID, e.ItemID) }
+
+// Marshal encodes the event.
+func (e OrderRequested) Marshal() []byte {
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(fmt.Sprintf("encoding event: %v", err)) // only plain fields: cannot fail
+	}
+	return b
+}
+
+var (
+	schemaOnce sync.Once
+	schemaV1   *jsonschema.Schema
+	schemaErr  error
+)
+
+func compiledSchema() (*jsonschema.Schema, error) {
+	schemaOnce.Do(func() {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemas.OrdersRequestedV1))
+		if err != nil {
+			schemaErr = fmt.Errorf("parsing event schema: %w", err)
+			return
+		}
+		c := jsonschema.NewCompiler()
+		c.AssertFormat()
+		const url = "mem://orders.requested.v1.json"
+		if err := c.AddResource(url, doc); err != nil {
+			schemaErr = fmt.Errorf("adding event schema: %w", err)
+			return
+		}
+		schemaV1, schemaErr = c.Compile(url)
+	})
+	return schemaV1, schemaErr
+}
+
+// Validate checks raw JSON against the orders.requested.v1 schema.
+func Validate(value []byte) error {
+	sch, err := compiledSchema()
+	if err != nil {
+		return err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(value))
+	if err != nil {
+		return fmt.Errorf("decoding event: %w", err)
+	}
+	if err := sch.Validate(doc); err != nil {
+		return fmt.Errorf("event does not match %s: %w", SchemaV1, err)
+	}
+	return nil
+}
+
+// Decode validates a message value against the schema and decodes it.
+func Decode(value []byte) (OrderRequested, error) {
+	if err := Validate(value); err != nil {
+		return OrderRequested{}, err
+	}
+	var e OrderRequested
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return OrderRequested{}, fmt.Errorf("decoding event: %w", err)
+	}
+	return e, nil
+}
+
+// DecodeLenient recovers what it can of an invalid message, so the worker
+// can still release a reservation it names. ok reports whether every field a
+// release needs is usable.
+func DecodeLenient(value []byte) (e OrderRequested, ok bool) {
+	if err := json.Unmarshal(value, &e); err != nil {
+		return OrderRequested{}, false
+	}
+	ok = e.RequestID != "" && e.OrderNo != "" && e.UserID > 0 && e.ActivityID > 0 && e.ItemID > 0 && e.Quantity > 0
+	return e, ok
+}
+
+// Message builds the Kafka message for an event, with the trace context of
+// ctx in its headers.
+func Message(ctx context.Context, e OrderRequested) kafka.Message {
+	msg := kafka.Message{
+		Key:   []byte(e.Key()),
+		Value: e.Marshal(),
+		Headers: []kafka.Header{
+			{Key: HeaderSchema, Value: []byte(SchemaV1)},
+			{Key: HeaderRequestID, Value: []byte(e.RequestID)},
+		},
+	}
+	Inject(ctx, &msg)
+	return msg
+}
+
+// Header returns a header's value ("" if absent).
+func Header(msg kafka.Message, key string) string {
+	for _, h := range msg.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// HeaderCarrier adapts Kafka headers to OpenTelemetry propagation.
+type HeaderCarrier struct{ Msg *kafka.Message }
+
+func (c HeaderCarrier) Get(key string) string { return Header(*c.Msg, key) }
+
+func (c HeaderCarrier) Set(key, value string) {
+	for i, h := range c.Msg.Headers {
+		if h.Key == key {
+			c.Msg.Headers[i].Value = []byte(value)
+			return
+		}
+	}
+	c.Msg.Headers = append(c.Msg.Headers, kafka.Header{Key: key, Value: []byte(value)})
+}
+
+func (c HeaderCarrier) Keys() []string {
+	keys := make([]string, len(c.Msg.Headers))
+	for i, h := range c.Msg.Headers {
+		keys[i] = h.Key
+	}
+	return keys
+}
+
+// Inject writes the W3C trace context and baggage of ctx into msg's headers.
+func Inject(ctx context.Context, msg *kafka.Message) {
+	otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier{Msg: msg})
+}
+
+// Extract returns ctx carrying the trace context found in msg's headers.
+func Extract(ctx context.Context, msg kafka.Message) context.Context {
+	return otel.GetTextMapPropagator().Extract(ctx, HeaderCarrier{Msg: &msg})
+}
+
+// ParseBrokers splits a comma-separated KAFKA_BROKERS value.
+func ParseBrokers(s string) []string {
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}

@@ -1,0 +1,185 @@
+// Package order owns the Postgres side: activities and their item stock,
+// orders and their state machine, the idempotency table and the outbox of
+// Redis compensations. One place decides what a batch of reservations does
+// (ProcessBatch). It never talks to Redis or Kafka.
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Order statuses. PENDING and REJECTED are never stored in orders: PENDING
+// is a reservation not yet persisted, REJECTED a processed_requests outcome.
+const (
+	StatusPending  = "PENDING"
+	StatusUnpaid   = "UNPAID"
+	StatusPaid     = "PAID"
+	StatusClosed   = "CLOSED"
+	StatusRejected = "REJECTED"
+)
+
+// Rejection reasons.
+const (
+	ReasonDBStockMismatch    = "DB_STOCK_MISMATCH"
+	ReasonDuplicateLiveOrder = "DUPLICATE_LIVE_ORDER"
+	ReasonKeyReused          = "IDEMPOTENCY_KEY_REUSED"
+	ReasonClosedUnpaid       = "CLOSED_UNPAID"
+	ReasonInvalidEvent       = "INVALID_EVENT"
+)
+
+var (
+	// ErrNotFound: no such activity or order.
+	ErrNotFound = errors.New("not found")
+	// ErrStockBelowSold: an activity update would set stock below what is sold.
+	ErrStockBelowSold = errors.New("new stock is below the units already sold")
+)
+
+// Store is the Postgres store.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore wraps a pool.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Pool is the underlying pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Activity is a sale with its items.
+type Activity struct {
+	ID           int64
+	Name         string
+	StartsAt     time.Time
+	EndsAt       time.Time
+	PerUserLimit int
+	Items        []ItemStock
+}
+
+// ItemStock is one item's stock in an activity.
+type ItemStock struct {
+	ActivityID   int64
+	ItemID       int64
+	InitialStock int64
+	Stock        int64
+	Version      int64
+}
+
+// UpsertActivity creates or updates an activity and its items. Changing an
+// item's initial stock moves its remaining stock by the same amount; it is
+// refused if that would go below zero (units already sold).
+func (s *Store) UpsertActivity(ctx context.Context, a Activity) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning tx: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	_, err = tx.Exec(ctx, `
+		INSERT INTO activities (id, name, starts_at, ends_at, per_user_limit)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, starts_at = EXCLUDED.starts_at,
+			ends_at = EXCLUDED.ends_at, per_user_limit = EXCLUDED.per_user_limit, updated_at = now()`,
+		a.ID, a.Name, a.StartsAt, a.EndsAt, a.PerUserLimit)
+	if err != nil {
+		return fmt.Errorf("upserting activity %d: %w", a.ID, err)
+	}
+	for _, it := range a.Items {
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO item_stock AS s (activity_id, item_id, initial_stock, stock)
+			VALUES ($1, $2, $3, $3)
+			ON CONFLICT (activity_id, item_id) DO UPDATE
+				SET initial_stock = EXCLUDED.initial_stock,
+				    stock = s.stock + (EXCLUDED.initial_stock - s.initial_stock),
+				    version = s.version + 1, updated_at = now()
+				WHERE s.stock + (EXCLUDED.initial_stock - s.initial_stock) >= 0`,
+			a.ID, it.ItemID, it.InitialStock)
+		if err != nil {
+			return fmt.Errorf("upserting item %d: %w", it.ItemID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("item %d: %w", it.ItemID, ErrStockBelowSold)
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// GetActivity returns an activity with all its items.
+func (s *Store) GetActivity(ctx context.Context, id int64) (Activity, error) {
+	a := Activity{ID: id}
+	err := s.pool.QueryRow(ctx, `SELECT name, starts_at, ends_at, per_user_limit FROM activities WHERE id = $1`, id).
+		Scan(&a.Name, &a.StartsAt, &a.EndsAt, &a.PerUserLimit)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Activity{}, fmt.Errorf("activity %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Activity{}, fmt.Errorf("reading activity %d: %w", id, err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT activity_id, item_id, initial_stock, stock, version
+		FROM item_stock WHERE activity_id = $1 ORDER BY item_id`, id)
+	if err != nil {
+		return Activity{}, fmt.Errorf("reading items of activity %d: %w", id, err)
+	}
+	a.Items, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ItemStock])
+	if err != nil {
+		return Activity{}, fmt.Errorf("reading items of activity %d: %w", id, err)
+	}
+	return a, nil
+}
+
+// ItemStockOf returns one item's stock row.
+func (s *Store) ItemStockOf(ctx context.Context, activityID, itemID int64) (ItemStock, error) {
+	var it ItemStock
+	err := s.pool.QueryRow(ctx, `SELECT activity_id, item_id, initial_stock, stock, version
+		FROM item_stock WHERE activity_id = $1 AND item_id = $2`, activityID, itemID).
+		Scan(&it.ActivityID, &it.ItemID, &it.InitialStock, &it.Stock, &it.Version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ItemStock{}, fmt.Errorf("item %d:%d: %w", activityID, itemID, ErrNotFound)
+	}
+	return it, err
+}
+
+// Order is an order row, or a rejected request seen as an order.
+type Order struct {
+	OrderNo    string
+	RequestID  string
+	UserID     int64
+	ActivityID int64
+	ItemID     int64
+	Quantity   int
+	Status     string
+	Reason     string // REJECTED only
+	CreatedAt  time.Time
+	PaidAt     *time.Time
+	ClosedAt   *time.Time
+}
+
+// GetOrder finds an order by number: the order row, or else the rejected
+// request that carried that number.
+func (s *Store) GetOrder(ctx context.Context, orderNo string) (Order, error) {
+	o := Order{OrderNo: orderNo}
+	err := s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at
+		FROM orders WHERE order_no = $1`, orderNo).
+		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt)
+	if err == nil {
+		return o, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, fmt.Errorf("reading order %s: %w", orderNo, err)
+	}
+	err = s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, reason, processed_at
+		FROM processed_requests WHERE order_no = $1 AND outcome = 'REJECTED'`, orderNo).
+		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Reason, &o.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, fmt.Errorf("order %s: %w", orderNo, ErrNotFound)
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("reading request of order %s: %w", orderNo, err)
+	}
+	o.Status = StatusRejected
+	return o, nil
+}

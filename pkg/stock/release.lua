@@ -1,0 +1,32 @@
+-- release: the rollback script. Gives a reservation's stock and the user's
+-- limit marker back and drops its journal entry, at most once per
+-- reservation: the fate key remembers "released:<orderNo>".
+-- KEYS: 1 stock, 2 limit marker, 3 journal, 4 fate, 5 dedup record, 6 order index
+-- ARGV: 1 requestId, 2 orderNo, 3 quantity, 4 mode, 5 limit owner, 6 fate lifetime (s)
+-- mode "abort": the gateway could not produce the event. If a worker has
+--   already claimed the reservation the event did arrive, so nothing is
+--   released (answer CLAIMED); otherwise the dedup record is dropped too, so a
+--   retry with the same requestId starts afresh.
+-- mode "compensate": the worker or closer decided in Postgres; always applies.
+-- limit owner: when not empty, the marker is handed to that request (the user
+--   still holds that live order) instead of being deleted.
+local fate = redis.call('GET', KEYS[4])
+if fate == 'released:' .. ARGV[2] then return 'ALREADY_RELEASED' end
+if ARGV[4] == 'abort' and fate == 'claimed:' .. ARGV[2] then return 'CLAIMED' end
+redis.call('SET', KEYS[4], 'released:' .. ARGV[2], 'EX', ARGV[6])
+-- A missing stock key means Redis lost the sale; the reconciler rebuilds it
+-- from Postgres, which already counts this unit, so it is not recreated here.
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], ARGV[3]) end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  if ARGV[5] ~= '' then
+    redis.call('SET', KEYS[2], ARGV[5], 'KEEPTTL')
+  else
+    redis.call('DEL', KEYS[2])
+  end
+end
+local entry = redis.call('HGET', KEYS[3], ARGV[1])
+if entry and cjson.decode(entry)['orderNo'] == ARGV[2] then redis.call('HDEL', KEYS[3], ARGV[1]) end
+if ARGV[4] == 'abort' and redis.call('HGET', KEYS[5], 'orderNo') == ARGV[2] then
+  redis.call('DEL', KEYS[5], KEYS[6])
+end
+return 'RELEASED'

@@ -1,0 +1,34 @@
+-- reserve: the gateway's one round trip per order request.
+-- KEYS: 1 stock, 2 sale, 3 limit marker, 4 dedup record, 5 journal, 6 order index
+-- ARGV: 1 requestId, 2 fingerprint, 3 orderNo, 4 quantity, 5 event JSON,
+--       6 now (unix ms), 7 minimum dedup lifetime (s)
+-- Order matters: dedup first (a retry never reserves twice), then the sale,
+-- then stock, and only then the user's limit, so a sold-out answer never
+-- consumes the user's chance.
+local rec = redis.call('HMGET', KEYS[4], 'fp', 'orderNo', 'remaining')
+if rec[1] then
+  if rec[1] ~= ARGV[2] then return {'IDEMPOTENCY_KEY_REUSED', rec[2], 0} end
+  return {'REPLAYED', rec[2], tonumber(rec[3])}
+end
+local sale = redis.call('HMGET', KEYS[2], 'starts', 'ends', 'cap')
+local stock = redis.call('GET', KEYS[1])
+if not stock or not sale[1] or not sale[2] or not sale[3] then return {'NOT_ON_SALE', '', 0} end
+local now = tonumber(ARGV[6])
+local ends = tonumber(sale[2])
+if now < tonumber(sale[1]) or now >= ends then return {'NOT_ON_SALE', '', 0} end
+local q = tonumber(ARGV[4])
+local cap = tonumber(sale[3])
+if q > cap then return {'OVER_CAP', '', cap} end
+stock = tonumber(stock)
+if stock < q then return {'SOLD_OUT', '', stock} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'ALREADY_PURCHASED', '', stock} end
+local remaining = redis.call('DECRBY', KEYS[1], q)
+local limitAt = math.floor(ends / 1000) + 86400
+local reqAt = math.max(limitAt, math.floor(now / 1000) + tonumber(ARGV[7]))
+redis.call('SET', KEYS[3], ARGV[1], 'EXAT', limitAt)
+redis.call('HSET', KEYS[4], 'fp', ARGV[2], 'orderNo', ARGV[3], 'remaining', remaining, 'event', ARGV[5])
+redis.call('EXPIREAT', KEYS[4], reqAt)
+redis.call('SET', KEYS[6], ARGV[1], 'EXAT', reqAt)
+redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])
+redis.call('EXPIREAT', KEYS[5], reqAt)
+return {'RESERVED', ARGV[3], remaining}

@@ -1,0 +1,320 @@
+// Package stock owns the Redis side of a sale: the key layout under one hash
+// tag per activity item, and the Lua scripts that reserve, claim, acknowledge
+// and release reservations. Every script touches keys of a single item only,
+// so the layout works on Redis Cluster. It never talks to Postgres: Postgres
+// is the truth and Redis a fast projection the reconciler can rebuild.
+package stock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed reserve.lua
+	reserveLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed claim.lua
+	claimLua string
+	//go:embed ack.lua
+	ackLua string
+
+	reserveScript = redis.NewScript(reserveLua)
+	releaseScript = redis.NewScript(releaseLua)
+	claimScript   = redis.NewScript(claimLua)
+	ackScript     = redis.NewScript(ackLua)
+)
+
+const (
+	// DedupLifetime is the minimum life of a dedup record (the contract: ≥ 24 h).
+	DedupLifetime = 24 * time.Hour
+	// FateLifetime is how long the release guard and claims are remembered;
+	// longer than any close-after an operator would configure.
+	FateLifetime = 30 * 24 * time.Hour
+	// StockGrace keeps the stock key after the sale ends (the contract: endsAt + 1h).
+	StockGrace = time.Hour
+)
+
+// Item names one activity item.
+type Item struct {
+	ActivityID int64
+	ItemID     int64
+}
+
+// Tag is the item's Redis Cluster hash tag.
+func (it Item) Tag() string { return fmt.Sprintf("{a%d:i%d}", it.ActivityID, it.ItemID) }
+
+// String is the item as "activity:item", the Kafka message key.
+func (it Item) String() string { return fmt.Sprintf("%d:%d", it.ActivityID, it.ItemID) }
+
+// Keys are an item's Redis keys.
+type Keys struct {
+	Stock   string // remaining stock
+	Sale    string // hash: starts, ends (unix ms), cap (max quantity per user)
+	Journal string // hash: requestId → event JSON, until the worker commits
+	prefix  string
+	tag     string
+}
+
+// Limit is the user's live-order marker; its value is the owning requestId.
+func (k Keys) Limit(userID int64) string { return k.prefix + "limit:" + k.tag + ":" + strconv.FormatInt(userID, 10) }
+
+// Req is the dedup record of a requestId: fp, orderNo, remaining, event.
+func (k Keys) Req(requestID string) string { return k.prefix + "req:" + k.tag + ":" + requestID }
+
+// Order maps an orderNo to its requestId while the dedup record lives.
+func (k Keys) Order(orderNo string) string { return k.prefix + "ord:" + k.tag + ":" + orderNo }
+
+// Fate guards a reservation's release: "claimed:<orderNo>" or "released:<orderNo>".
+func (k Keys) Fate(requestID string) string { return k.prefix + "fate:" + k.tag + ":" + requestID }
+
+// LimitPattern matches every limit marker of the item.
+func (k Keys) LimitPattern() string { return k.prefix + "limit:" + k.tag + ":*" }
+
+// Store runs the scripts against one Redis (or cluster).
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// New returns a Store; prefix is prepended to every key (tests isolate with it).
+func New(rdb redis.UniversalClient, prefix string) *Store { return &Store{rdb: rdb, prefix: prefix} }
+
+// Keys returns the item's keys.
+func (s *Store) Keys(it Item) Keys {
+	tag := it.Tag()
+	return Keys{
+		Stock:   s.prefix + "stock:" + tag,
+		Sale:    s.prefix + "sale:" + tag,
+		Journal: s.prefix + "resv:" + tag,
+		prefix:  s.prefix,
+		tag:     tag,
+	}
+}
+
+// Outcome is what the reserve script decided.
+type Outcome string
+
+const (
+	Reserved             Outcome = "RESERVED"
+	Replayed             Outcome = "REPLAYED"
+	IdempotencyKeyReused Outcome = "IDEMPOTENCY_KEY_REUSED"
+	NotOnSale            Outcome = "NOT_ON_SALE"
+	OverCap              Outcome = "OVER_CAP"
+	SoldOut              Outcome = "SOLD_OUT"
+	AlreadyPurchased     Outcome = "ALREADY_PURCHASED"
+)
+
+// Reservation is one order request as the reserve script sees it.
+type Reservation struct {
+	Item
+	RequestID   string
+	OrderNo     string // used if the request is new
+	UserID      int64
+	Quantity    int
+	Fingerprint string // of the payload, to tell a replay from a reused key
+	Event       []byte // journaled and produced as is
+	Now         time.Time
+}
+
+// ReserveResult is the script's answer. For Replayed it carries the first
+// reservation's orderNo and remaining; for OverCap, Remaining is the cap.
+type ReserveResult struct {
+	Outcome   Outcome
+	OrderNo   string
+	Remaining int64
+}
+
+// Reserve runs the reserve script: one round trip.
+func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, error) {
+	k := s.Keys(r.Item)
+	res, err := reserveScript.Run(ctx, s.rdb,
+		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo)},
+		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, r.Now.UnixMilli(), int64(DedupLifetime/time.Second),
+	).Slice()
+	if err != nil {
+		return ReserveResult{}, fmt.Errorf("running reserve script: %w", err)
+	}
+	if len(res) != 3 {
+		return ReserveResult{}, fmt.Errorf("reserve script answered %d values", len(res))
+	}
+	out := ReserveResult{}
+	out.Outcome = Outcome(fmt.Sprint(res[0]))
+	out.OrderNo = fmt.Sprint(res[1])
+	if n, ok := res[2].(int64); ok {
+		out.Remaining = n
+	}
+	return out, nil
+}
+
+// Ref names one reservation.
+type Ref struct {
+	RequestID string
+	OrderNo   string
+}
+
+// Release describes a reservation to give back.
+type Release struct {
+	Item
+	Ref
+	UserID   int64
+	Quantity int
+	// LimitOwner, when set, hands the user's marker to that requestId instead
+	// of deleting it (the user still holds that live order).
+	LimitOwner string
+}
+
+// ReleaseOutcome is what the release script did.
+type ReleaseOutcome string
+
+const (
+	Released        ReleaseOutcome = "RELEASED"
+	AlreadyReleased ReleaseOutcome = "ALREADY_RELEASED"
+	// Claimed: an abort found the reservation owned by a worker; the event
+	// was delivered after all and nothing was released.
+	Claimed ReleaseOutcome = "CLAIMED"
+)
+
+// Abort gives back a reservation whose event the gateway could not produce,
+// unless a worker already claimed it.
+func (s *Store) Abort(ctx context.Context, r Release) (ReleaseOutcome, error) {
+	return s.release(ctx, r, "abort")
+}
+
+// Compensate gives back a reservation Postgres rejected or closed; applied at
+// most once per reservation however often it is called.
+func (s *Store) Compensate(ctx context.Context, r Release) (ReleaseOutcome, error) {
+	return s.release(ctx, r, "compensate")
+}
+
+func (s *Store) release(ctx context.Context, r Release, mode string) (ReleaseOutcome, error) {
+	k := s.Keys(r.Item)
+	res, err := releaseScript.Run(ctx, s.rdb,
+		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.RequestID), k.Req(r.RequestID), k.Order(r.OrderNo)},
+		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second),
+	).Text()
+	if err != nil {
+		return "", fmt.Errorf("running release script: %w", err)
+	}
+	return ReleaseOutcome(res), nil
+}
+
+// ClaimStatus is the claim script's answer for one reservation.
+type ClaimStatus string
+
+const (
+	ClaimOK       ClaimStatus = "CLAIMED"
+	ClaimReleased ClaimStatus = "RELEASED"
+	ClaimUnknown  ClaimStatus = "UNKNOWN"
+)
+
+// Claim takes ownership of reservations of one item, in refs order.
+func (s *Store) Claim(ctx context.Context, it Item, refs []Ref) ([]ClaimStatus, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	k := s.Keys(it)
+	keys := make([]string, 0, len(refs)+1)
+	args := make([]any, 0, 2*len(refs)+1)
+	keys = append(keys, k.Journal)
+	args = append(args, int64(FateLifetime/time.Second))
+	for _, r := range refs {
+		keys = append(keys, k.Fate(r.RequestID))
+		args = append(args, r.RequestID, r.OrderNo)
+	}
+	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("running claim script: %w", err)
+	}
+	if len(res) != len(refs) {
+		return nil, fmt.Errorf("claim script answered %d of %d", len(res), len(refs))
+	}
+	out := make([]ClaimStatus, len(res))
+	for i, v := range res {
+		out[i] = ClaimStatus(v)
+	}
+	return out, nil
+}
+
+// Ack drops the journal entries of committed orders of one item.
+func (s *Store) Ack(ctx context.Context, it Item, refs []Ref) (int64, error) {
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 2*len(refs))
+	for _, r := range refs {
+		args = append(args, r.RequestID, r.OrderNo)
+	}
+	n, err := ackScript.Run(ctx, s.rdb, []string{s.Keys(it).Journal}, args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("running ack script: %w", err)
+	}
+	return n, nil
+}
+
+// Sale is what preheat loads for one item.
+type Sale struct {
+	Item
+	Stock    int64
+	StartsAt time.Time
+	EndsAt   time.Time
+	Cap      int // max quantity a user may order of this item
+}
+
+// ErrSaleOver is returned when preheating a sale that has ended.
+var ErrSaleOver = errors.New("sale has ended")
+
+// Preheat loads an item's stock unless it is already loaded (so a repeated
+// preheat never overwrites a running sale's stock), and (re)writes its sale
+// window and cap. Keys expire an hour after the sale ends. It reports whether
+// the stock was loaded by this call.
+func (s *Store) Preheat(ctx context.Context, sale Sale) (loaded bool, err error) {
+	expireAt := sale.EndsAt.Add(StockGrace)
+	if !expireAt.After(time.Now()) {
+		return false, ErrSaleOver
+	}
+	k := s.Keys(sale.Item)
+	var setNX *redis.BoolCmd
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		setNX = p.SetNX(ctx, k.Stock, sale.Stock, 0)
+		p.ExpireAt(ctx, k.Stock, expireAt)
+		p.HSet(ctx, k.Sale, "starts", sale.StartsAt.UnixMilli(), "ends", sale.EndsAt.UnixMilli(), "cap", sale.Cap)
+		p.ExpireAt(ctx, k.Sale, expireAt)
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("preheating %s: %w", sale.Item, err)
+	}
+	return setNX.Val(), nil
+}
+
+// Pending looks an orderNo up in the item's dedup records: the reservation's
+// event JSON while it is known to Redis.
+func (s *Store) Pending(ctx context.Context, it Item, orderNo string) ([]byte, bool, error) {
+	k := s.Keys(it)
+	rid, err := s.rdb.Get(ctx, k.Order(orderNo)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("looking up order %s: %w", orderNo, err)
+	}
+	ev, err := s.rdb.HGet(ctx, k.Req(rid), "event").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading dedup record of %s: %w", rid, err)
+	}
+	return ev, true, nil
+}
+
+// Client is the Redis client the store runs on.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }

@@ -1,0 +1,93 @@
+// Package telemetry owns the process's observability plumbing: the
+// Prometheus metrics every component records, and the structured logger.
+// It never decides anything about orders.
+package telemetry
+
+import (
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are all series of all components; one set per registry, so `all`
+// serves every component's series on one /metrics.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Requests       *prometheus.CounterVec // route, code
+	ReserveSeconds prometheus.Histogram
+	ProduceSeconds prometheus.Histogram
+
+	BatchSize            prometheus.Histogram
+	ConsumerLag          prometheus.Gauge
+	OrdersCreated        prometheus.Counter
+	OrdersRejected       *prometheus.CounterVec // reason
+	Duplicates           prometheus.Counter
+	Ghosts               prometheus.Counter
+	DLQ                  prometheus.Counter
+	CompensationsApplied prometheus.Counter
+	CompensationsFailed  prometheus.Counter
+	CompensationsPending prometheus.Gauge
+}
+
+// NewMetrics registers every series on a fresh registry, with Go and
+// process collectors.
+func NewMetrics() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	latency := []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5}
+	m := &Metrics{
+		Registry: reg,
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_http_requests_total",
+			Help: "HTTP requests by route pattern and outcome code (the error code, or the status for successes)."}, []string{"route", "code"}),
+		ReserveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_reserve_seconds",
+			Help: "Latency of the reserve script round trip.", Buckets: latency}),
+		ProduceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_produce_seconds",
+			Help: "Latency of producing an event to Kafka (acks from all in-sync replicas).", Buckets: latency}),
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_worker_batch_size",
+			Help: "Messages per worker batch.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		ConsumerLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_worker_consumer_lag",
+			Help: "Messages behind the partition end, as last reported by the consumer."}),
+		OrdersCreated: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_orders_created_total",
+			Help: "Orders written to Postgres."}),
+		OrdersRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_orders_rejected_total",
+			Help: "Reservations Postgres rejected, by reason (DB_STOCK_MISMATCH is an alert)."}, []string{"reason"}),
+		Duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_worker_duplicates_total",
+			Help: "Redelivered messages skipped by the idempotency table."}),
+		Ghosts: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_worker_ghosts_total",
+			Help: "Events whose reservation the gateway had already aborted (produce looked failed but arrived)."}),
+		DLQ: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_worker_dlq_total",
+			Help: "Messages sent to the dead-letter topic."}),
+		CompensationsApplied: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_compensations_applied_total",
+			Help: "Redis compensations applied by the release script."}),
+		CompensationsFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_compensations_failed_total",
+			Help: "Failed attempts to apply a Redis compensation (retried)."}),
+		CompensationsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_compensations_pending",
+			Help: "Compensations written but not yet applied in Redis."}),
+	}
+	for _, c := range []prometheus.Collector{m.Requests, m.ReserveSeconds, m.ProduceSeconds, m.BatchSize, m.ConsumerLag,
+		m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied, m.CompensationsFailed,
+		m.CompensationsPending} {
+		f(c)
+	}
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+// NewLogger is the process logger: JSON lines on stderr.
+func NewLogger() *slog.Logger {
+	level := slog.LevelInfo
+	if os.Getenv("LOG_LEVEL") == "debug" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}

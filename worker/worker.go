@@ -1,0 +1,363 @@
+// Package worker consumes orders.requested in a consumer group and persists
+// reservations in Postgres, one transaction per batch, committing Kafka
+// offsets only after the transaction commits. Afterwards it acknowledges the
+// journal entries of created orders and applies the compensations Postgres
+// decided. It never answers clients and never decides stock in Redis alone.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/outbox"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+)
+
+// Config is the worker's configuration.
+type Config struct {
+	Brokers  []string
+	Topic    string // orders.requested
+	DLQTopic string // orders.requested.dlq
+	GroupID  string
+	// BatchSize caps a batch; BatchWait is how long a started batch waits
+	// for more messages.
+	BatchSize int
+	BatchWait time.Duration
+	// SweepInterval is how often pending compensations older than
+	// SweepAfter are retried (a worker that died after its commit left them).
+	SweepInterval time.Duration
+	SweepAfter    time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.Topic == "" {
+		c.Topic = event.Topic
+	}
+	if c.DLQTopic == "" {
+		c.DLQTopic = event.DLQTopic
+	}
+	if c.GroupID == "" {
+		c.GroupID = "orderpipe-worker"
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 500
+	}
+	if c.BatchWait <= 0 {
+		c.BatchWait = 5 * time.Millisecond
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 2 * time.Second
+	}
+	if c.SweepAfter <= 0 {
+		c.SweepAfter = 5 * time.Second
+	}
+}
+
+// Producer sends dead letters; *kafka.Writer is one.
+type Producer interface {
+	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
+}
+
+// Deps are the worker's collaborators.
+type Deps struct {
+	Orders  *order.Store
+	Stock   *stock.Store
+	DLQ     Producer
+	Metrics *telemetry.Metrics
+	Log     *slog.Logger
+}
+
+// Worker is one consumer-group member.
+type Worker struct {
+	cfg     Config
+	deps    Deps
+	applier *outbox.Applier
+}
+
+// New builds a worker.
+func New(cfg Config, deps Deps) *Worker {
+	cfg.defaults()
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	return &Worker{cfg: cfg, deps: deps, applier: &outbox.Applier{Orders: deps.Orders, Stock: deps.Stock, Log: deps.Log}}
+}
+
+// Run consumes until ctx ends; the batch in hand is finished first.
+func (w *Worker) Run(ctx context.Context) error {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:          w.cfg.Brokers,
+		GroupID:          w.cfg.GroupID,
+		Topic:            w.cfg.Topic,
+		MinBytes:         1,
+		MaxBytes:         10 << 20,
+		MaxWait:          50 * time.Millisecond,
+		ReadBatchTimeout: 2 * time.Second,
+		QueueCapacity:    w.cfg.BatchSize,
+		CommitInterval:   0, // synchronous: an offset is committed only when we say so
+		StartOffset:      kafka.FirstOffset,
+		JoinGroupBackoff: 500 * time.Millisecond,
+		ReadBackoffMin:   10 * time.Millisecond,
+		ReadBackoffMax:   500 * time.Millisecond,
+		MaxAttempts:      5,
+	})
+	defer r.Close()
+
+	sweepDone := make(chan struct{})
+	go func() { defer close(sweepDone); w.sweepLoop(ctx) }()
+	defer func() { <-sweepDone }()
+
+	for {
+		batch, err := w.fetch(ctx, r)
+		if len(batch) == 0 {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				w.deps.Log.Warn("fetching messages", "err", err)
+				sleep(ctx, 200*time.Millisecond)
+			}
+			continue
+		}
+		// Finish the batch in hand even while stopping: it is bounded.
+		if err := w.handle(context.WithoutCancel(ctx), ctx, r, batch); err != nil {
+			return err
+		}
+		w.deps.Metrics.ConsumerLag.Set(float64(r.Stats().Lag))
+	}
+}
+
+// fetch blocks for one message, then gathers more for up to BatchWait.
+func (w *Worker) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, error) {
+	first, err := r.FetchMessage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	batch := []kafka.Message{first}
+	wctx, cancel := context.WithTimeout(ctx, w.cfg.BatchWait)
+	defer cancel()
+	for len(batch) < w.cfg.BatchSize {
+		m, err := r.FetchMessage(wctx)
+		if err != nil {
+			break
+		}
+		batch = append(batch, m)
+	}
+	return batch, nil
+}
+
+// handle processes a batch until it succeeds (retrying with backoff while a
+// dependency is down) and commits its offsets. It gives up only when stop
+// ends; the offsets stay uncommitted and the batch is redelivered.
+func (w *Worker) handle(ctx, stop context.Context, r *kafka.Reader, batch []kafka.Message) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := w.ProcessBatch(ctx, batch)
+		if err == nil {
+			break
+		}
+		w.deps.Log.Error("batch failed, retrying", "size", len(batch), "err", err, "backoff", backoff)
+		if !sleep(stop, backoff) {
+			return nil
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	for {
+		err := r.CommitMessages(ctx, batch...)
+		if err == nil {
+			return nil
+		}
+		w.deps.Log.Error("committing offsets", "err", err)
+		if !sleep(stop, backoff) {
+			return nil
+		}
+	}
+}
+
+// ProcessBatch does everything a batch needs except committing offsets:
+// dead-letters the invalid messages, claims the reservations, decides them in
+// one Postgres transaction, then acks and compensates in Redis. Safe to call
+// again with the same messages.
+func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) error {
+	w.deps.Metrics.BatchSize.Observe(float64(len(batch)))
+	var reqs []order.Request
+	byItem := map[stock.Item][]int{}
+	var dead []kafka.Message
+	var deadEvents []event.OrderRequested
+	for _, m := range batch {
+		ev, err := event.Decode(m.Value)
+		if err != nil {
+			dead = append(dead, deadLetter(m, err))
+			if lenient, ok := event.DecodeLenient(m.Value); ok {
+				deadEvents = append(deadEvents, lenient)
+			}
+			continue
+		}
+		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID}
+		byItem[it] = append(byItem[it], len(reqs))
+		reqs = append(reqs, order.Request{RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID,
+			ActivityID: ev.ActivityID, ItemID: ev.ItemID, Quantity: ev.Quantity, ReservedAt: ev.ReservedAt})
+	}
+
+	if len(dead) > 0 {
+		if err := w.deps.DLQ.WriteMessages(ctx, dead...); err != nil {
+			return fmt.Errorf("writing dead letters: %w", err)
+		}
+		w.deps.Metrics.DLQ.Add(float64(len(dead)))
+		for _, m := range dead {
+			w.deps.Log.Warn("message dead-lettered", "error", event.Header(m, event.HeaderError),
+				"request_id", event.Header(m, event.HeaderRequestID))
+		}
+		if err := w.releaseDead(ctx, deadEvents); err != nil {
+			return err
+		}
+	}
+
+	live := reqs[:0:0]
+	for it, idx := range byItem {
+		refs := make([]stock.Ref, len(idx))
+		for i, j := range idx {
+			refs[i] = stock.Ref{RequestID: reqs[j].RequestID, OrderNo: reqs[j].OrderNo}
+		}
+		claims, err := w.deps.Stock.Claim(ctx, it, refs)
+		if err != nil {
+			return fmt.Errorf("claiming reservations of %s: %w", it, err)
+		}
+		for i, j := range idx {
+			switch claims[i] {
+			case stock.ClaimReleased:
+				w.deps.Metrics.Ghosts.Inc()
+				w.deps.Log.Info("skipping event of an aborted reservation", "request_id", reqs[j].RequestID, "order_no", reqs[j].OrderNo)
+				reqs[j].RequestID = "" // dropped below
+			case stock.ClaimOK:
+				reqs[j].Held = true
+			}
+		}
+	}
+	for _, r := range reqs {
+		if r.RequestID != "" {
+			live = append(live, r)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+
+	decisions, err := w.deps.Orders.ProcessBatch(ctx, live)
+	if err != nil {
+		return err
+	}
+	w.afterCommit(ctx, decisions)
+	return nil
+}
+
+// afterCommit acks created orders' journal entries and applies the batch's
+// compensations. Failures are left to the sweeper and the redrive: the
+// decisions are already durable.
+func (w *Worker) afterCommit(ctx context.Context, decisions []order.Decision) {
+	acks := map[stock.Item][]stock.Ref{}
+	var comps []order.Compensation
+	for _, d := range decisions {
+		it := stock.Item{ActivityID: d.ActivityID, ItemID: d.ItemID}
+		switch d.Outcome {
+		case order.Created:
+			w.deps.Metrics.OrdersCreated.Inc()
+			acks[it] = append(acks[it], stock.Ref{RequestID: d.RequestID, OrderNo: d.OrderNo})
+		case order.Duplicate:
+			w.deps.Metrics.Duplicates.Inc()
+			if d.Prior == order.Created {
+				acks[it] = append(acks[it], stock.Ref{RequestID: d.RequestID, OrderNo: d.OrderNo})
+			}
+		case order.Rejected, order.Foreign:
+			w.deps.Metrics.OrdersRejected.WithLabelValues(d.Reason).Inc()
+			w.deps.Log.Warn("reservation rejected by postgres", "request_id", d.RequestID, "order_no", d.OrderNo, "reason", d.Reason)
+		}
+		if d.Compensation != nil {
+			comps = append(comps, *d.Compensation)
+		}
+	}
+	for it, refs := range acks {
+		if _, err := w.deps.Stock.Ack(ctx, it, refs); err != nil {
+			w.deps.Log.Warn("acking journal entries", "item", it.String(), "err", err)
+		}
+	}
+	if len(comps) > 0 {
+		res, err := w.applier.Apply(ctx, comps)
+		w.deps.Metrics.CompensationsApplied.Add(float64(res.Applied))
+		w.deps.Metrics.CompensationsFailed.Add(float64(res.Failed))
+		if err != nil {
+			w.deps.Log.Warn("applying compensations", "err", err)
+		}
+	}
+}
+
+// releaseDead gives back the reservations of invalid messages that still name
+// one held in the journal: no order can come of them.
+func (w *Worker) releaseDead(ctx context.Context, evs []event.OrderRequested) error {
+	for _, ev := range evs {
+		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID}
+		ref := stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}
+		claims, err := w.deps.Stock.Claim(ctx, it, []stock.Ref{ref})
+		if err != nil {
+			return fmt.Errorf("claiming dead-lettered reservation: %w", err)
+		}
+		if claims[0] != stock.ClaimOK {
+			continue
+		}
+		if _, err := w.deps.Stock.Compensate(ctx, stock.Release{Item: it, Ref: ref, UserID: ev.UserID, Quantity: ev.Quantity}); err != nil {
+			return fmt.Errorf("releasing dead-lettered reservation: %w", err)
+		}
+	}
+	return nil
+}
+
+func deadLetter(m kafka.Message, cause error) kafka.Message {
+	headers := append([]kafka.Header{}, m.Headers...)
+	headers = append(headers,
+		kafka.Header{Key: event.HeaderError, Value: []byte(cause.Error())},
+		kafka.Header{Key: "source-partition", Value: []byte(fmt.Sprint(m.Partition))},
+		kafka.Header{Key: "source-offset", Value: []byte(fmt.Sprint(m.Offset))},
+	)
+	return kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}
+}
+
+func (w *Worker) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := w.applier.Sweep(ctx, w.cfg.SweepAfter)
+		w.deps.Metrics.CompensationsApplied.Add(float64(res.Applied))
+		w.deps.Metrics.CompensationsFailed.Add(float64(res.Failed))
+		if err != nil && !errors.Is(err, context.Canceled) {
+			w.deps.Log.Warn("sweeping compensations", "err", err)
+		}
+		if n, err := w.deps.Orders.CountPendingCompensations(ctx); err == nil {
+			w.deps.Metrics.CompensationsPending.Set(float64(n))
+		}
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether the full wait elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
