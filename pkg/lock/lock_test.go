@@ -1,0 +1,345 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/lock"
+	"orderpipe/pkg/testenv"
+)
+
+// waitFor polls cond until it holds, failing the test after within.
+func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestExpiredHolderCannotTouchNewHolder(t *testing.T) {
+	r := testenv.MustRedis(t)
+	lk := lock.New(r.Client, r.Prefix)
+	ctx := t.Context()
+	key := r.Prefix + "lock:job"
+
+	old, err := lk.TryAcquire(ctx, "job", 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("first acquire: %v", err)
+	}
+	waitFor(t, 5*time.Second, "the first lock to expire", func() bool {
+		return r.Client.Exists(ctx, key).Val() == 0
+	})
+	cur, err := lk.TryAcquire(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatalf("second acquire: %v", err)
+	}
+
+	if err := old.Renew(ctx, time.Hour); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("stale Renew = %v, want ErrNotHeld", err)
+	}
+	if err := old.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("stale Release = %v, want ErrNotHeld", err)
+	}
+	if !isClosed(old.Lost()) {
+		t.Error("stale holder's Lost channel is open")
+	}
+	if got := r.Client.Get(ctx, key).Val(); got != cur.Token() {
+		t.Fatalf("key holds %q, want the new holder's token %q", got, cur.Token())
+	}
+	if pttl := r.Client.PTTL(ctx, key).Val(); pttl <= 0 || pttl > time.Minute {
+		t.Errorf("new holder's PTTL = %s, want (0, 1m]: the stale Renew must not extend it", pttl)
+	}
+	if cur.Fence() <= old.Fence() {
+		t.Errorf("fences %d then %d, want strictly increasing", old.Fence(), cur.Fence())
+	}
+	if cur.Token() == old.Token() {
+		t.Error("two acquisitions got the same token")
+	}
+	if err := cur.Release(ctx); err != nil {
+		t.Fatalf("new holder Release: %v", err)
+	}
+	if n := r.Client.Exists(ctx, key).Val(); n != 0 {
+		t.Error("key still exists after Release")
+	}
+}
+
+func TestWatchdog(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	r := testenv.MustRedis(t)
+	lk := lock.New(r.Client, r.Prefix)
+
+	t.Run("KeepsLockThroughLongTask", func(t *testing.T) {
+		ctx := t.Context()
+		key := r.Prefix + "lock:long"
+		l, err := lk.TryAcquire(ctx, "long", ttl)
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		l.Watch(ctx)
+		// The task: three ttls of work, checking the lock stays ours throughout.
+		for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(ttl / 10) {
+			if got := r.Client.Get(ctx, key).Val(); got != l.Token() {
+				t.Fatalf("key holds %q mid-task, want our token", got)
+			}
+			if isClosed(l.Lost()) {
+				t.Fatal("watchdog reported the lock lost mid-task")
+			}
+		}
+		if _, err := lk.TryAcquire(ctx, "long", ttl); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("contender after 3×ttl: %v, want ErrNotAcquired", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if n := r.Client.Exists(ctx, key).Val(); n != 0 {
+			t.Error("key still exists after Release")
+		}
+		if isClosed(l.Lost()) {
+			t.Error("a clean Release closed Lost")
+		}
+	})
+
+	t.Run("WithoutWatchdogExpires", func(t *testing.T) {
+		ctx := t.Context()
+		l, err := lk.TryAcquire(ctx, "short", ttl)
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		waitFor(t, 20*ttl, "the unwatched lock to expire", func() bool {
+			return r.Client.Exists(ctx, r.Prefix+"lock:short").Val() == 0
+		})
+		if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("Release of expired lock = %v, want ErrNotHeld", err)
+		}
+	})
+}
+
+func TestDoCancelsFnWhenLockIsLost(t *testing.T) {
+	r := testenv.MustRedis(t)
+	lk := lock.New(r.Client, r.Prefix)
+	ctx := t.Context()
+	key := r.Prefix + "lock:stolen"
+
+	err := lk.Do(ctx, "stolen", 300*time.Millisecond, func(ctx context.Context, l *lock.Lock) error {
+		// As if our lock had expired and another process had taken it.
+		if err := r.Client.Set(ctx, key, "intruder", time.Minute).Err(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrNotHeld) {
+				t.Errorf("fn context cause = %v, want ErrNotHeld", cause)
+			}
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			return errors.New("fn context still live 10s after the lock was taken over")
+		}
+	})
+	if !errors.Is(err, lock.ErrNotHeld) || !errors.Is(err, context.Canceled) {
+		t.Errorf("Do = %v, want ErrNotHeld and context.Canceled", err)
+	}
+	if got := r.Client.Get(ctx, key).Val(); got != "intruder" {
+		t.Errorf("key holds %q after Do, want the intruder's lock untouched", got)
+	}
+}
+
+func TestStaleFenceRefusedByPostgres(t *testing.T) {
+	db := testenv.MustDatabase(t)
+	r := testenv.MustRedis(t)
+	lk := lock.New(r.Client, r.Prefix)
+	ctx := t.Context()
+	if _, err := db.Pool.Exec(ctx, `CREATE TABLE fenced_writes (holder text NOT NULL, token bigint NOT NULL)`); err != nil {
+		t.Fatalf("creating test table: %v", err)
+	}
+	write := func(l *lock.Lock, holder string) error {
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		if err := l.CheckFence(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO fenced_writes VALUES ($1, $2)`, holder, l.Fence()); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+
+	old, err := lk.TryAcquire(ctx, "fix", 100*time.Millisecond)
+	if err != nil {
+		t.Fatalf("first acquire: %v", err)
+	}
+	waitFor(t, 5*time.Second, "the first lock to expire", func() bool {
+		return r.Client.Exists(ctx, r.Prefix+"lock:fix").Val() == 0
+	})
+	cur, err := lk.TryAcquire(ctx, "fix", time.Minute)
+	if err != nil {
+		t.Fatalf("second acquire: %v", err)
+	}
+	if cur.Fence() <= old.Fence() {
+		t.Fatalf("fences %d then %d, want strictly increasing", old.Fence(), cur.Fence())
+	}
+
+	if err := write(cur, "new"); err != nil {
+		t.Fatalf("write with the newest token: %v", err)
+	}
+	if err := write(cur, "new-again"); err != nil {
+		t.Fatalf("second write by the same holder: %v", err)
+	}
+	if err := write(old, "old"); !errors.Is(err, lock.ErrStaleFence) {
+		t.Fatalf("write with stale token = %v, want ErrStaleFence", err)
+	}
+
+	var oldRows, newRows int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE holder = 'old'), count(*) FILTER (WHERE holder <> 'old') FROM fenced_writes`).Scan(&oldRows, &newRows); err != nil {
+		t.Fatalf("counting writes: %v", err)
+	}
+	if oldRows != 0 || newRows != 2 {
+		t.Errorf("writes: %d stale, %d current; want 0 and 2", oldRows, newRows)
+	}
+	var stored int64
+	if err := db.Pool.QueryRow(ctx, `SELECT token FROM lock_fences WHERE name = 'fix'`).Scan(&stored); err != nil {
+		t.Fatalf("reading lock_fences: %v", err)
+	}
+	if stored != cur.Fence() {
+		t.Errorf("lock_fences token = %d, want %d", stored, cur.Fence())
+	}
+}
+
+func TestFencesStrictlyIncrease(t *testing.T) {
+	r := testenv.MustRedis(t)
+	lk := lock.New(r.Client, r.Prefix)
+	ctx := t.Context()
+	var prev int64
+	for i := range 10 {
+		l, err := lk.TryAcquire(ctx, "seq", time.Minute)
+		if err != nil {
+			t.Fatalf("acquire %d: %v", i, err)
+		}
+		if l.Fence() <= prev {
+			t.Fatalf("acquire %d: fence %d after %d, want strictly increasing", i, l.Fence(), prev)
+		}
+		prev = l.Fence()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+	}
+}
+
+func TestDoOneHolderAtATime(t *testing.T) {
+	const contenders = 20
+	r := testenv.MustRedis(t)
+	lk := lock.New(r.Client, r.Prefix)
+	ctx := t.Context()
+
+	var (
+		holders, maxHolders, ran atomic.Int32
+		mu                       sync.Mutex
+		fences                   []int64 // in the order holders ran
+		wg                       sync.WaitGroup
+	)
+	errs := make(chan error, contenders)
+	for range contenders {
+		wg.Go(func() {
+			errs <- lk.Do(ctx, "singleton", 5*time.Second, func(ctx context.Context, l *lock.Lock) error {
+				n := holders.Add(1)
+				defer holders.Add(-1)
+				for m := maxHolders.Load(); n > m && !maxHolders.CompareAndSwap(m, n); m = maxHolders.Load() {
+				}
+				mu.Lock()
+				fences = append(fences, l.Fence())
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond) // hold the lock while the others contend
+				ran.Add(1)
+				return nil
+			}, lock.WithBackoff(time.Millisecond, 20*time.Millisecond), lock.WithMaxWait(time.Minute))
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Do: %v", err)
+		}
+	}
+	if got := maxHolders.Load(); got != 1 {
+		t.Errorf("max concurrent holders = %d, want 1", got)
+	}
+	if got := ran.Load(); got != contenders {
+		t.Errorf("%d of %d contenders ran", got, contenders)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Errorf("fences in run order %v, want strictly increasing", fences)
+			break
+		}
+	}
+}
+
+func TestAcquireFailsFastWhenHeld(t *testing.T) {
+	r := testenv.MustRedis(t)
+	lk := lock.New(r.Client, r.Prefix)
+	ctx := t.Context()
+	holder, err := lk.TryAcquire(ctx, "busy", time.Minute)
+	if err != nil {
+		t.Fatalf("holder acquire: %v", err)
+	}
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	tests := []struct {
+		name    string
+		acquire func() (*lock.Lock, error)
+		want    error
+		inMsg   string
+	}{
+		{"MaxAttempts", func() (*lock.Lock, error) {
+			return lk.Acquire(ctx, "busy", time.Minute, lock.WithBackoff(time.Millisecond, 5*time.Millisecond), lock.WithMaxAttempts(4))
+		}, lock.ErrNotAcquired, `"busy": 4 attempts`},
+		{"MaxWait", func() (*lock.Lock, error) {
+			return lk.Acquire(ctx, "busy", time.Minute, lock.WithBackoff(time.Millisecond, 5*time.Millisecond), lock.WithMaxWait(50*time.Millisecond))
+		}, lock.ErrNotAcquired, `"busy"`},
+		{"TryAcquire", func() (*lock.Lock, error) {
+			return lk.TryAcquire(ctx, "busy", time.Minute)
+		}, lock.ErrNotAcquired, `"busy"`},
+		{"ContextCancelled", func() (*lock.Lock, error) {
+			return lk.Acquire(cancelled, "busy", time.Minute, lock.WithMaxWait(0))
+		}, context.Canceled, `"busy"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := tc.acquire()
+			if !errors.Is(err, tc.want) || l != nil {
+				t.Fatalf("got lock %t, err %v; want no lock, %v", l != nil, err, tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.inMsg) {
+				t.Errorf("error %q does not mention %s", err, tc.inMsg)
+			}
+		})
+	}
+	if got := r.Client.Get(ctx, r.Prefix+"lock:busy").Val(); got != holder.Token() {
+		t.Errorf("key holds %q, want the holder's token", got)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Errorf("holder Release: %v", err)
+	}
+}
