@@ -30,6 +30,7 @@ type config struct {
 	BatchSize      int
 	BatchWait      time.Duration
 	ProduceTimeout time.Duration
+	MetricsAddr    string
 }
 
 // envVars lists the variables config reads: name, default, meaning.
@@ -98,6 +99,7 @@ func loadConfig() (config, error) {
 		BatchSize:      intVar("WORKER_BATCH_SIZE"),
 		BatchWait:      durVar("WORKER_BATCH_WAIT"),
 		ProduceTimeout: durVar("PRODUCE_TIMEOUT"),
+		MetricsAddr:    getenv("METRICS_ADDR"),
 	}
 	if c.KafkaParts == 0 {
 		errs = append(errs, "KAFKA_PARTITIONS: want at least 1")

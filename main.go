@@ -78,9 +78,9 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	case "all":
 		return runAll(ctx, log, cfg)
 	case "gateway":
-		return runComponents(ctx, log, cfg, true, false)
+		return runComponents(ctx, log, cfg, components{gateway: true}, nil)
 	case "worker":
-		return runComponents(ctx, log, cfg, false, true)
+		return runComponents(ctx, log, cfg, components{worker: true}, nil)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil
@@ -120,7 +120,7 @@ func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
 		defer emb.Close()
 		cfg.KafkaBrokers = emb.Brokers
 		kafkaDesc = "embedded kfake at " + strings.Join(emb.Brokers, ",")
-	} else if err := event.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic); err != nil {
+	} else if err := ensureTopics(ctx, cfg); err != nil {
 		return err
 	}
 	port := cfg.HTTPAddr
@@ -134,12 +134,22 @@ func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
 	log.Info("orderpipe all starting",
 		"http", cfg.HTTPAddr, "postgres", database.Redact(cfg.DatabaseURL), "redis", cfg.RedisAddr, "kafka", kafkaDesc,
 		"try", try)
-	return runComponents(ctx, log, cfg, true, true)
+	return runComponents(ctx, log, cfg, components{gateway: true, worker: true}, nil)
+}
+
+// ensureTopics creates the order and dead-letter topics if missing.
+func ensureTopics(ctx context.Context, cfg config) error {
+	return event.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic)
+}
+
+// components picks what a process runs.
+type components struct {
+	gateway, worker bool
 }
 
 // runComponents starts the chosen components and waits until ctx ends and
-// they have drained.
-func runComponents(ctx context.Context, log *slog.Logger, cfg config, withGateway, withWorker bool) error {
+// they have drained. ln, when not nil, is the gateway's listener (tests).
+func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps components, ln net.Listener) error {
 	if len(cfg.KafkaBrokers) == 0 {
 		return errors.New("KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
 	}
@@ -173,7 +183,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, withGatewa
 		}()
 	}
 
-	if withWorker {
+	if comps.worker {
 		dlq := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, BatchTimeout: cfg.KafkaBatchWait})
 		defer dlq.Close()
 		w := worker.New(worker.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, DLQTopic: cfg.KafkaDLQTopic,
@@ -181,15 +191,20 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, withGatewa
 			worker.Deps{Orders: orders, Stock: st, DLQ: dlq, Metrics: metrics, Log: log.With("component", "worker")})
 		start("worker", w.Run)
 	}
-	if withGateway {
+	if comps.gateway {
 		writer := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait})
 		defer writer.Close()
 		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout},
 			gateway.Deps{Stock: st, Orders: orders, Producer: writer, Metrics: metrics, Log: log.With("component", "gateway"),
 				Ready: readyChecks(rdb, pool, cfg.KafkaBrokers)})
-		start("gateway", gw.Run)
+		start("gateway", func(ctx context.Context) error {
+			if ln != nil {
+				return gw.Serve(ctx, ln)
+			}
+			return gw.Run(ctx)
+		})
 	} else {
-		start("metrics", func(ctx context.Context) error { return serveMetrics(ctx, getenv("METRICS_ADDR"), metrics) })
+		start("metrics", func(ctx context.Context) error { return serveMetrics(ctx, cfg.MetricsAddr, metrics) })
 	}
 
 	<-ctx.Done()

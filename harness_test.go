@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+)
+
+// pipeline is a running orderpipe (gateway + worker, the `all` wiring) on
+// real Postgres, Redis and a Kafka-protocol broker, for end-to-end tests.
+type pipeline struct {
+	URL    string
+	Cfg    config
+	DB     testenv.Database
+	Redis  testenv.Redis
+	Kafka  testenv.Kafka
+	Stock  *stock.Store
+	Orders *order.Store
+	Admin  string // admin token
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// mustPipeline starts a pipeline; it is stopped (and drained) at cleanup.
+func mustPipeline(tb testing.TB, comps components, mod func(*config)) *pipeline {
+	tb.Helper()
+	p := &pipeline{DB: testenv.MustDatabase(tb), Redis: testenv.MustRedis(tb), Kafka: testenv.MustKafka(tb), Admin: "test-admin-token"}
+	cfg, err := loadConfig()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.DatabaseURL = p.DB.URL
+	cfg.RedisAddr = testenv.RedisAddr()
+	cfg.RedisPrefix = p.Redis.Prefix
+	cfg.KafkaBrokers = p.Kafka.Brokers
+	cfg.KafkaTopic = testenv.UniqueName("orders.requested.")
+	cfg.KafkaDLQTopic = cfg.KafkaTopic + ".dlq"
+	cfg.KafkaGroup = testenv.UniqueName("group.")
+	cfg.KafkaParts = 4
+	cfg.AdminToken = p.Admin
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.MetricsAddr = "127.0.0.1:0"
+	if mod != nil {
+		mod(&cfg)
+	}
+	p.Cfg = cfg
+	ctx := context.Background()
+	if err := ensureTopics(ctx, cfg); err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.URL = "http://" + ln.Addr().String()
+	p.Stock = stock.New(p.Redis.Client, p.Redis.Prefix)
+	p.Orders = order.NewStore(p.DB.Pool)
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if os.Getenv("TEST_LOG") != "" {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	p.cancel = cancel
+	p.done = make(chan error, 1)
+	go func() { p.done <- runComponents(runCtx, log, cfg, comps, ln) }()
+	tb.Cleanup(p.Stop)
+	if comps.gateway {
+		waitFor(tb, 10*time.Second, "gateway /healthz", func() bool {
+			res, err := http.Get(p.URL + "/healthz")
+			if err != nil {
+				return false
+			}
+			res.Body.Close()
+			return res.StatusCode == http.StatusOK
+		})
+	}
+	return p
+}
+
+// Stop stops the pipeline and waits for it to drain (idempotent).
+func (p *pipeline) Stop() {
+	if p.cancel == nil {
+		return
+	}
+	p.cancel()
+	p.cancel = nil
+	select {
+	case <-p.done:
+	case <-time.After(40 * time.Second):
+		panic("pipeline did not stop")
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// apiResponse is a decoded answer.
+type apiResponse struct {
+	Status int
+	Body   map[string]any
+	Header http.Header
+}
+
+// Code is the error code of an error answer.
+func (r apiResponse) Code() string {
+	e, _ := r.Body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+// Str is a top-level string field.
+func (r apiResponse) Str(k string) string { s, _ := r.Body[k].(string); return s }
+
+var httpClient = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
+
+// do sends a request; body may be a string (sent raw) or a value (JSON).
+func (p *pipeline) do(tb testing.TB, method, path, contentType string, body any, header ...string) apiResponse {
+	tb.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, p.URL+path, rd)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := httpClient.Do(req)
+	if err != nil {
+		tb.Errorf("%s %s: %v", method, path, err)
+		return apiResponse{}
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	out := apiResponse{Status: res.StatusCode, Header: res.Header}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &out.Body); err != nil {
+			tb.Errorf("%s %s: answer is not JSON: %q", method, path, raw)
+		}
+	}
+	return out
+}
+
+// orderBody is a POST /v1/orders payload.
+type orderBody struct {
+	RequestID  string `json:"requestId"`
+	UserID     int64  `json:"userId"`
+	ActivityID int64  `json:"activityId"`
+	ItemID     int64  `json:"itemId"`
+	Quantity   int    `json:"quantity"`
+}
+
+func (p *pipeline) order(tb testing.TB, b orderBody) apiResponse {
+	tb.Helper()
+	return p.do(tb, http.MethodPost, "/v1/orders", "application/json", b)
+}
+
+// mustSale creates activity id with items (itemID → stock) through the admin
+// API and preheats it; the sale runs from a minute ago for an hour.
+func (p *pipeline) mustSale(tb testing.TB, id int64, perUserLimit int, items map[int64]int64) {
+	tb.Helper()
+	type item struct {
+		ItemID int64 `json:"itemId"`
+		Stock  int64 `json:"stock"`
+	}
+	body := map[string]any{"name": fmt.Sprintf("sale %d", id), "startsAt": time.Now().Add(-time.Minute).UTC(),
+		"endsAt": time.Now().Add(time.Hour).UTC(), "perUserLimit": perUserLimit}
+	var its []item
+	for k, v := range items {
+		its = append(its, item{k, v})
+	}
+	body["items"] = its
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	if r := p.do(tb, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), "application/json", body, auth...); r.Status != http.StatusOK {
+		tb.Fatalf("creating activity: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(tb, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "", nil, auth...); r.Status != http.StatusOK {
+		tb.Fatalf("preheating: %d %v", r.Status, r.Body)
+	}
+}
+
+// redisStock is the item's Redis stock (-1 if the key is missing).
+func (p *pipeline) redisStock(tb testing.TB, it stock.Item) int64 {
+	tb.Helper()
+	n, err := p.Redis.Client.Get(context.Background(), p.Stock.Keys(it).Stock).Int64()
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// dbStock is the item's Postgres stock row.
+func (p *pipeline) dbStock(tb testing.TB, it stock.Item) order.ItemStock {
+	tb.Helper()
+	s, err := p.Orders.ItemStockOf(context.Background(), it.ActivityID, it.ItemID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// journalLen is the number of in-flight reservations of the item.
+func (p *pipeline) journalLen(tb testing.TB, it stock.Item) int64 {
+	tb.Helper()
+	n, err := p.Redis.Client.HLen(context.Background(), p.Stock.Keys(it).Journal).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// waitDrained waits until the item's journal is empty and no compensation is pending.
+func (p *pipeline) waitDrained(tb testing.TB, it stock.Item) {
+	tb.Helper()
+	waitFor(tb, 30*time.Second, "the pipeline to drain", func() bool {
+		n, err := p.Orders.CountPendingCompensations(context.Background())
+		return err == nil && n == 0 && p.journalLen(tb, it) == 0
+	})
+}
+
+// assertInvariants checks I1, I2, I3 and (nothing in flight) I5 for an item.
+func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
+	tb.Helper()
+	ctx := context.Background()
+	s := p.dbStock(tb, it)
+	var live, dupUsers, dupReq int64
+	if err := p.DB.Pool.QueryRow(ctx, `SELECT COALESCE(sum(quantity), 0) FROM orders
+		WHERE activity_id = $1 AND item_id = $2 AND status IN ('UNPAID', 'PAID')`, it.ActivityID, it.ItemID).Scan(&live); err != nil {
+		tb.Fatal(err)
+	}
+	if s.Stock < 0 || s.InitialStock != s.Stock+live {
+		tb.Errorf("I1: initial %d != stock %d + live %d", s.InitialStock, s.Stock, live)
+	}
+	if err := p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT user_id FROM orders WHERE activity_id = $1 AND item_id = $2
+		AND status IN ('UNPAID', 'PAID') GROUP BY user_id HAVING count(*) > 1) d`, it.ActivityID, it.ItemID).Scan(&dupUsers); err != nil {
+		tb.Fatal(err)
+	}
+	if dupUsers != 0 {
+		tb.Errorf("I2: %d users hold more than one live order", dupUsers)
+	}
+	if err := p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT request_id FROM orders GROUP BY request_id HAVING count(*) > 1) d`).Scan(&dupReq); err != nil {
+		tb.Fatal(err)
+	}
+	if dupReq != 0 {
+		tb.Errorf("I3: %d requestIds have more than one order", dupReq)
+	}
+	if rs := p.redisStock(tb, it); rs != s.Stock {
+		tb.Errorf("I5: redis stock %d != db stock %d", rs, s.Stock)
+	}
+	var liveUsers int64
+	if err := p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE activity_id = $1 AND item_id = $2
+		AND status IN ('UNPAID', 'PAID')`, it.ActivityID, it.ItemID).Scan(&liveUsers); err != nil {
+		tb.Fatal(err)
+	}
+	if markers := int64(len(testenv.Keys(tb, p.Redis.Client, p.Stock.Keys(it).LimitPattern()))); markers != liveUsers {
+		tb.Errorf("I5: %d limit markers for %d live orders", markers, liveUsers)
+	}
+}
