@@ -1,23 +1,388 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
 )
 
-func TestSmokeOrderBecomesUnpaid(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+var both = components{gateway: true, worker: true}
+
+func TestOrderBecomesUnpaid(t *testing.T) {
+	p := mustPipeline(t, both, nil)
 	it := stock.Item{ActivityID: 1, ItemID: 10086}
 	p.mustSale(t, 1, 1, map[int64]int64{10086: 10})
 	r := p.order(t, orderBody{RequestID: "r-1", UserID: 42, ActivityID: 1, ItemID: 10086, Quantity: 1})
-	if r.Status != 202 || r.Str("status") != "PENDING" {
+	if r.Status != http.StatusAccepted || r.Str("status") != "PENDING" || r.Body["remaining"] != float64(9) {
 		t.Fatalf("order: %d %v", r.Status, r.Body)
 	}
-	waitFor(t, 10e9, "order UNPAID", func() bool {
+	waitFor(t, 10*time.Second, "order UNPAID", func() bool {
 		g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
 		return g.Str("status") == "UNPAID"
 	})
+	g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
+	if g.Str("requestId") != "r-1" || g.Body["userId"] != float64(42) || g.Body["quantity"] != float64(1) {
+		t.Errorf("order view: %v", g.Body)
+	}
 	p.waitDrained(t, it)
 	p.assertInvariants(t, it)
+	if s := p.dbStock(t, it); s.Stock != 9 {
+		t.Errorf("db stock %d, want 9", s.Stock)
+	}
+}
+
+func TestGetOrderPendingBeforePersistence(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true}, nil) // no worker: nothing is persisted
+	p.mustSale(t, 1, 2, map[int64]int64{7: 10})
+	r := p.order(t, orderBody{RequestID: "r-p", UserID: 1, ActivityID: 1, ItemID: 7, Quantity: 2})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("order: %d %v", r.Status, r.Body)
+	}
+	g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
+	if g.Status != http.StatusOK || g.Str("status") != "PENDING" || g.Body["quantity"] != float64(2) || g.Str("requestId") != "r-p" {
+		t.Fatalf("pending order: %d %v", g.Status, g.Body)
+	}
+	for _, no := range []string{"1-7-nosuchorder", "garbage", "0-0-x"} {
+		if g := p.do(t, "GET", "/v1/orders/"+no, "", nil); g.Status != http.StatusNotFound || g.Code() != "ORDER_NOT_FOUND" {
+			t.Errorf("GET %s: %d %v", no, g.Status, g.Body)
+		}
+	}
+}
+
+// state is everything a request could change: the sale's Redis keys and the
+// order tables.
+func (p *pipeline) state(tb testing.TB) string {
+	tb.Helper()
+	ctx := context.Background()
+	keys := testenv.Keys(tb, p.Redis.Client, p.Redis.Prefix)
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		typ := p.Redis.Client.Type(ctx, k).Val()
+		switch typ {
+		case "string":
+			fmt.Fprintf(&b, "%s=%s\n", k, p.Redis.Client.Get(ctx, k).Val())
+		case "hash":
+			fmt.Fprintf(&b, "%s=%v\n", k, p.Redis.Client.HGetAll(ctx, k).Val())
+		default:
+			fmt.Fprintf(&b, "%s:%s\n", k, typ)
+		}
+	}
+	for _, q := range []string{
+		`SELECT count(*) FROM orders`, `SELECT count(*) FROM processed_requests`, `SELECT count(*) FROM redis_compensations`,
+		`SELECT COALESCE(sum(stock), 0) FROM item_stock`, `SELECT COALESCE(sum(version), 0) FROM item_stock`,
+	} {
+		var n int64
+		if err := p.DB.Pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			tb.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s: %d\n", q, n)
+	}
+	return b.String()
+}
+
+func TestOrderRejections(t *testing.T) {
+	p := mustPipeline(t, both, nil)
+	it := stock.Item{ActivityID: 5, ItemID: 50}
+	p.mustSale(t, 5, 2, map[int64]int64{50: 3})
+	// User 1 holds a live order and requestId "taken" is used.
+	if r := p.order(t, orderBody{RequestID: "taken", UserID: 1, ActivityID: 5, ItemID: 50, Quantity: 1}); r.Status != http.StatusAccepted {
+		t.Fatalf("setup order: %d %v", r.Status, r.Body)
+	}
+	// The activity ends-in-the-past item: not on sale.
+	p.waitDrained(t, it)
+
+	valid := `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":1}`
+	cases := []struct {
+		name        string
+		contentType string
+		body        string
+		status      int
+		code        string
+		message     string
+	}{
+		{"MalformedJSON", "application/json", `{"requestId":`, 400, "INVALID_REQUEST", "malformed"},
+		{"NotAnObject", "application/json", `[1,2]`, 400, "INVALID_REQUEST", ""},
+		{"TrailingData", "application/json", valid + `{}`, 400, "INVALID_REQUEST", "exactly one"},
+		{"UnknownField", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":1,"price":1}`, 400, "INVALID_REQUEST", "price"},
+		{"MissingRequestID", "application/json", `{"userId":9,"activityId":5,"itemId":50,"quantity":1}`, 400, "INVALID_REQUEST", "requestId"},
+		{"LongRequestID", "application/json", `{"requestId":"` + strings.Repeat("a", 65) + `","userId":9,"activityId":5,"itemId":50,"quantity":1}`, 400, "INVALID_REQUEST", "requestId"},
+		{"BadRequestIDChars", "application/json", `{"requestId":"r x/1","userId":9,"activityId":5,"itemId":50,"quantity":1}`, 400, "INVALID_REQUEST", "requestId"},
+		{"ZeroUser", "application/json", `{"requestId":"r-x","userId":0,"activityId":5,"itemId":50,"quantity":1}`, 400, "INVALID_REQUEST", "userId"},
+		{"NegativeActivity", "application/json", `{"requestId":"r-x","userId":9,"activityId":-5,"itemId":50,"quantity":1}`, 400, "INVALID_REQUEST", "activityId"},
+		{"StringItem", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":"50","quantity":1}`, 400, "INVALID_REQUEST", "itemId"},
+		{"HugeUser", "application/json", `{"requestId":"r-x","userId":9223372036854775808,"activityId":5,"itemId":50,"quantity":1}`, 400, "INVALID_REQUEST", "userId"},
+		{"QuantityZero", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":0}`, 400, "INVALID_REQUEST", "quantity"},
+		{"QuantityOver100", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":101}`, 400, "INVALID_REQUEST", "quantity"},
+		{"QuantityFraction", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":1.5}`, 400, "INVALID_REQUEST", "quantity"},
+		{"QuantityOverActivityCap", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":3}`, 400, "INVALID_REQUEST", "per-user limit of 2"},
+		{"NotPreheatedItem", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":51,"quantity":1}`, 404, "NOT_ON_SALE", ""},
+		{"UnknownActivity", "application/json", `{"requestId":"r-x","userId":9,"activityId":6,"itemId":50,"quantity":1}`, 404, "NOT_ON_SALE", ""},
+		{"AlreadyPurchased", "application/json", `{"requestId":"r-x","userId":1,"activityId":5,"itemId":50,"quantity":1}`, 409, "ALREADY_PURCHASED", ""},
+		{"SoldOut", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":2}`, 400, "INVALID_REQUEST", ""}, // replaced below
+		{"TooLarge", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":1,"pad":"` + strings.Repeat("x", 5000) + `"}`, 413, "PAYLOAD_TOO_LARGE", ""},
+		{"NotJSON", "text/plain", valid, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"NoContentType", "", valid, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"KeyReused", "application/json", `{"requestId":"taken","userId":1,"activityId":5,"itemId":50,"quantity":2}`, 422, "IDEMPOTENCY_KEY_REUSED", ""},
+	}
+	// Sold out: 2 units left; ask for 2 twice from other users so the second finds 1... simpler: drain to 1 first.
+	if r := p.order(t, orderBody{RequestID: "drain", UserID: 2, ActivityID: 5, ItemID: 50, Quantity: 1}); r.Status != http.StatusAccepted {
+		t.Fatalf("setup order: %d %v", r.Status, r.Body)
+	}
+	p.waitDrained(t, it)
+	for i := range cases {
+		if cases[i].name == "SoldOut" {
+			cases[i].status, cases[i].code = 409, "SOLD_OUT"
+		}
+	}
+	before := p.state(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := p.do(t, http.MethodPost, "/v1/orders", tc.contentType, tc.body)
+			if r.Status != tc.status || r.Code() != tc.code {
+				t.Fatalf("got %d %s (%v), want %d %s", r.Status, r.Code(), r.Body, tc.status, tc.code)
+			}
+			msg := r.Body["error"].(map[string]any)["message"].(string)
+			if !strings.Contains(msg, tc.message) {
+				t.Errorf("message %q does not mention %q", msg, tc.message)
+			}
+			if after := p.state(t); after != before {
+				t.Errorf("rejected request changed state:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+		})
+	}
+	t.Run("SaleNotStarted", func(t *testing.T) {
+		p.mustSaleWindow(t, 8, time.Now().Add(time.Hour), time.Now().Add(2*time.Hour), map[int64]int64{1: 5})
+		before := p.state(t)
+		r := p.order(t, orderBody{RequestID: "early", UserID: 3, ActivityID: 8, ItemID: 1, Quantity: 1})
+		if r.Status != http.StatusNotFound || r.Code() != "NOT_ON_SALE" {
+			t.Fatalf("got %d %v", r.Status, r.Body)
+		}
+		if after := p.state(t); after != before {
+			t.Errorf("rejected request changed state")
+		}
+	})
+	p.assertInvariants(t, it)
+}
+
+func TestAdminAPI(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true}, nil)
+	body := map[string]any{"name": "x", "startsAt": time.Now().UTC(), "endsAt": time.Now().Add(time.Hour).UTC(),
+		"items": []map[string]any{{"itemId": 1, "stock": 5}}}
+	if r := p.do(t, "PUT", "/admin/v1/activities/3", "application/json", body); r.Status != 401 || r.Code() != "UNAUTHORIZED" {
+		t.Errorf("no token: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer wrong"); r.Status != 401 {
+		t.Errorf("wrong token: %d %v", r.Status, r.Body)
+	}
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	bad := map[string]any{"name": "x", "startsAt": time.Now().UTC(), "endsAt": time.Now().Add(-time.Hour).UTC(), "items": []map[string]any{{"itemId": 1, "stock": 5}}}
+	if r := p.do(t, "PUT", "/admin/v1/activities/3", "application/json", bad, auth...); r.Status != 400 || r.Code() != "INVALID_REQUEST" {
+		t.Errorf("bad window: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(t, "POST", "/admin/v1/activities/3/preheat", "", nil, auth...); r.Status != 404 || r.Code() != "ACTIVITY_NOT_FOUND" {
+		t.Errorf("preheat unknown: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, auth...); r.Status != 200 {
+		t.Fatalf("upsert: %d %v", r.Status, r.Body)
+	}
+	r := p.do(t, "POST", "/admin/v1/activities/3/preheat", "", nil, auth...)
+	if items := r.Body["items"].([]any); r.Status != 200 || items[0].(map[string]any)["loaded"] != true {
+		t.Fatalf("preheat: %d %v", r.Status, r.Body)
+	}
+	// Preheat is idempotent: a second call does not overwrite the running stock.
+	p.order(t, orderBody{RequestID: "a", UserID: 1, ActivityID: 3, ItemID: 1, Quantity: 1})
+	r = p.do(t, "POST", "/admin/v1/activities/3/preheat", "", nil, auth...)
+	if items := r.Body["items"].([]any); r.Status != 200 || items[0].(map[string]any)["loaded"] != false {
+		t.Fatalf("second preheat: %d %v", r.Status, r.Body)
+	}
+	if got := p.redisStock(t, stock.Item{ActivityID: 3, ItemID: 1}); got != 4 {
+		t.Errorf("redis stock after second preheat = %d, want 4", got)
+	}
+	off := mustPipeline(t, components{gateway: true}, func(c *config) { c.AdminToken = "" })
+	if r := off.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer "); r.Status != 404 {
+		t.Errorf("admin API without ADMIN_TOKEN: %d %v", r.Status, r.Body)
+	}
+}
+
+// TestHotItemRace is I1 and I2 under contention: 2,000 distinct buyers for
+// 100 units of one item.
+func TestHotItemRace(t *testing.T) {
+	p := mustPipeline(t, both, nil)
+	it := stock.Item{ActivityID: 2, ItemID: 1}
+	p.mustSale(t, 2, 1, map[int64]int64{1: 100})
+	const buyers = 2000
+	codes := make([]string, buyers)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 200)
+	for i := 0; i < buyers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			r := p.order(t, orderBody{RequestID: fmt.Sprintf("race-%d", i), UserID: int64(1000 + i), ActivityID: 2, ItemID: 1, Quantity: 1})
+			codes[i] = fmt.Sprint(r.Status, r.Code())
+		}(i)
+	}
+	wg.Wait()
+	count := map[string]int{}
+	for _, c := range codes {
+		count[c]++
+	}
+	if count["202"] != 100 || count["409SOLD_OUT"] != buyers-100 {
+		t.Fatalf("answers: %v", count)
+	}
+	p.waitDrained(t, it)
+	var orders, users int64
+	if err := p.DB.Pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT user_id) FROM orders
+		WHERE activity_id = 2 AND item_id = 1`).Scan(&orders, &users); err != nil {
+		t.Fatal(err)
+	}
+	if orders != 100 || users != 100 {
+		t.Errorf("%d orders for %d users, want 100 for 100", orders, users)
+	}
+	if rs, ds := p.redisStock(t, it), p.dbStock(t, it).Stock; rs != 0 || ds != 0 {
+		t.Errorf("redis stock %d, db stock %d, want 0 and 0", rs, ds)
+	}
+	p.assertInvariants(t, it)
+}
+
+// TestIdempotency is I3: replays answer the first answer; a reused key with
+// another payload is refused; concurrent copies reserve once.
+func TestIdempotency(t *testing.T) {
+	p := mustPipeline(t, both, nil)
+	it := stock.Item{ActivityID: 4, ItemID: 9}
+	p.mustSale(t, 4, 3, map[int64]int64{9: 50})
+	req := orderBody{RequestID: "same", UserID: 7, ActivityID: 4, ItemID: 9, Quantity: 2}
+	first := p.order(t, req)
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("first: %d %v", first.Status, first.Body)
+	}
+	again := p.order(t, req)
+	if again.Status != http.StatusOK || again.Body["replayed"] != true || again.Str("orderNo") != first.Str("orderNo") ||
+		again.Body["remaining"] != first.Body["remaining"] {
+		t.Fatalf("replay: %d %v, first %v", again.Status, again.Body, first.Body)
+	}
+	other := req
+	other.Quantity = 1
+	if r := p.order(t, other); r.Status != http.StatusUnprocessableEntity || r.Code() != "IDEMPOTENCY_KEY_REUSED" {
+		t.Fatalf("reused key: %d %v", r.Status, r.Body)
+	}
+
+	copies := orderBody{RequestID: "copies", UserID: 8, ActivityID: 4, ItemID: 9, Quantity: 1}
+	answers := make([]apiResponse, 50)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Add(1)
+		go func(i int) { defer wg.Done(); answers[i] = p.order(t, copies) }(i)
+	}
+	wg.Wait()
+	accepted, replayed := 0, 0
+	for _, a := range answers {
+		switch {
+		case a.Status == http.StatusAccepted:
+			accepted++
+		case a.Status == http.StatusOK && a.Body["replayed"] == true:
+			replayed++
+		default:
+			t.Errorf("copy answered %d %v", a.Status, a.Body)
+		}
+		if a.Str("orderNo") != answers[0].Str("orderNo") {
+			t.Errorf("copies got different order numbers: %s vs %s", a.Str("orderNo"), answers[0].Str("orderNo"))
+		}
+	}
+	if accepted != 1 || replayed != 49 {
+		t.Errorf("accepted %d, replayed %d; want 1 and 49", accepted, replayed)
+	}
+	p.waitDrained(t, it)
+	var n int64
+	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE request_id IN ('same', 'copies')`).Scan(&n)
+	if n != 2 {
+		t.Errorf("%d orders for two requestIds", n)
+	}
+	if got := p.dbStock(t, it).Stock; got != 47 {
+		t.Errorf("db stock %d, want 47", got)
+	}
+	p.assertInvariants(t, it)
+}
+
+// TestKafkaUnreachable: a failed produce releases the reservation and
+// answers 503; Redis is as before and a retry later succeeds.
+func TestKafkaUnreachable(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true}, func(c *config) { c.ProduceTimeout = 2 * time.Second })
+	it := stock.Item{ActivityID: 6, ItemID: 1}
+	p.mustSale(t, 6, 1, map[int64]int64{1: 10})
+	keys := p.Stock.Keys(it)
+	snapshot := func() string {
+		ctx := context.Background()
+		c := p.Redis.Client
+		return fmt.Sprintf("stock=%s journal=%v limit=%d req=%d", c.Get(ctx, keys.Stock).Val(), c.HGetAll(ctx, keys.Journal).Val(),
+			c.Exists(ctx, keys.Limit(5)).Val(), c.Exists(ctx, keys.Req("down")).Val())
+	}
+	before := snapshot()
+	if p.Kafka.Cluster == nil {
+		t.Skip("needs the in-process broker to stop it")
+	}
+	p.Kafka.Cluster.Close()
+	r := p.order(t, orderBody{RequestID: "down", UserID: 5, ActivityID: 6, ItemID: 1, Quantity: 1})
+	if r.Status != http.StatusServiceUnavailable || r.Code() != "UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("got %d %v", r.Status, r.Body)
+	}
+	if after := snapshot(); after != before {
+		t.Errorf("redis changed:\nbefore %s\nafter  %s", before, after)
+	}
+	if rz := p.do(t, "GET", "/readyz", "", nil); rz.Status != http.StatusServiceUnavailable {
+		t.Errorf("readyz with kafka down: %d %v", rz.Status, rz.Body)
+	}
+}
+
+// TestProducedEventMatchesSchema reads what the gateway produced.
+func TestProducedEventMatchesSchema(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true}, nil)
+	p.mustSale(t, 7, 1, map[int64]int64{3: 10})
+	r := p.order(t, orderBody{RequestID: "schema-1", UserID: 11, ActivityID: 7, ItemID: 3, Quantity: 1})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("order: %d %v", r.Status, r.Body)
+	}
+	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: p.Kafka.Brokers, GroupID: testenv.UniqueName("g"), Topic: p.Cfg.KafkaTopic,
+		StartOffset: kafka.FirstOffset, MaxWait: 50 * time.Millisecond})
+	defer reader.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	msg, err := reader.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := event.Validate(msg.Value); err != nil {
+		t.Fatalf("produced event %s: %v", msg.Value, err)
+	}
+	ev, err := event.Decode(msg.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.RequestID != "schema-1" || ev.OrderNo != r.Str("orderNo") || string(msg.Key) != "7:3" {
+		t.Errorf("event %+v key %s", ev, msg.Key)
+	}
+	if event.Header(msg, "schema") != event.SchemaV1 || event.Header(msg, "request-id") != "schema-1" {
+		t.Errorf("headers %v", msg.Headers)
+	}
+	// The schema is a real gate: a wrong event fails it.
+	for _, bad := range []string{`{}`, `{"requestId":"a","orderNo":"b","userId":0,"activityId":1,"itemId":1,"quantity":1,"reservedAt":"2026-01-01T00:00:00Z"}`,
+		`{"requestId":"a","orderNo":"b","userId":1,"activityId":1,"itemId":1,"quantity":1,"reservedAt":"yesterday"}`} {
+		if event.Validate([]byte(bad)) == nil {
+			t.Errorf("schema accepted %s", bad)
+		}
+	}
 }

@@ -290,3 +290,21 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 		tb.Errorf("I5: %d limit markers for %d live orders", markers, liveUsers)
 	}
 }
+
+// mustSaleWindow creates and preheats a one-item-per-entry sale with an
+// explicit window and a per-user limit of 1.
+func (p *pipeline) mustSaleWindow(tb testing.TB, id int64, starts, ends time.Time, items map[int64]int64) {
+	tb.Helper()
+	var its []map[string]int64
+	for k, v := range items {
+		its = append(its, map[string]int64{"itemId": k, "stock": v})
+	}
+	body := map[string]any{"name": fmt.Sprintf("sale %d", id), "startsAt": starts.UTC(), "endsAt": ends.UTC(), "perUserLimit": 1, "items": its}
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	if r := p.do(tb, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), "application/json", body, auth...); r.Status != http.StatusOK {
+		tb.Fatalf("creating activity: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(tb, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "", nil, auth...); r.Status != http.StatusOK {
+		tb.Fatalf("preheating: %d %v", r.Status, r.Body)
+	}
+}

@@ -75,13 +75,24 @@ func EnsureTopics(ctx context.Context, brokers []string, partitions int, topics 
 	return nil
 }
 
-// Ping checks that a broker answers metadata requests.
+// Ping checks that some broker accepts a fresh connection and answers a
+// metadata request (a cached client would hide a dead cluster).
 func Ping(ctx context.Context, brokers []string) error {
-	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 2 * time.Second}
-	if _, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}}); err != nil {
-		return fmt.Errorf("reaching kafka: %w", err)
+	var errs []error
+	for _, b := range brokers {
+		conn, err := kafka.DialContext(ctx, "tcp", b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		_, err = conn.Brokers()
+		conn.Close()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
 	}
-	return nil
+	return fmt.Errorf("reaching kafka: %w", errors.Join(errs...))
 }
 
 // Embedded is an in-process Kafka-protocol broker for the local default.

@@ -1,0 +1,201 @@
+package stock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+)
+
+type fixture struct {
+	s    *stock.Store
+	r    testenv.Redis
+	item stock.Item
+	keys stock.Keys
+}
+
+func mustFixture(t *testing.T, units int64, cap int) fixture {
+	t.Helper()
+	r := testenv.MustRedis(t)
+	s := stock.New(r.Client, r.Prefix)
+	it := stock.Item{ActivityID: 1, ItemID: 2}
+	now := time.Now()
+	if _, err := s.Preheat(context.Background(), stock.Sale{Item: it, Stock: units, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: cap}); err != nil {
+		t.Fatal(err)
+	}
+	return fixture{s: s, r: r, item: it, keys: s.Keys(it)}
+}
+
+func (f fixture) reserve(t *testing.T, rid, orderNo string, user int64, q int, fp string) stock.ReserveResult {
+	t.Helper()
+	ev := `{"requestId":"` + rid + `","orderNo":"` + orderNo + `"}`
+	res, err := f.s.Reserve(context.Background(), stock.Reservation{Item: f.item, RequestID: rid, OrderNo: orderNo, UserID: user,
+		Quantity: q, Fingerprint: fp, Event: []byte(ev), Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func (f fixture) stock(t *testing.T) int64 {
+	t.Helper()
+	n, err := f.r.Client.Get(context.Background(), f.keys.Stock).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestReserveOutcomes(t *testing.T) {
+	f := mustFixture(t, 3, 2)
+	steps := []struct {
+		rid, orderNo string
+		user         int64
+		q            int
+		fp           string
+		want         stock.Outcome
+		wantOrderNo  string
+		remaining    int64
+	}{
+		{"r1", "o1", 1, 2, "fp1", stock.Reserved, "o1", 1},
+		{"r1", "o-other", 1, 2, "fp1", stock.Replayed, "o1", 1},
+		{"r1", "o-other", 1, 1, "fp-other", stock.IdempotencyKeyReused, "o1", 0},
+		{"r2", "o2", 1, 1, "fp2", stock.AlreadyPurchased, "", 1},
+		{"r3", "o3", 2, 3, "fp3", stock.OverCap, "", 2},
+		{"r4", "o4", 3, 2, "fp4", stock.SoldOut, "", 1},
+		{"r5", "o5", 3, 1, "fp5", stock.Reserved, "o5", 0},
+		{"r6", "o6", 4, 1, "fp6", stock.SoldOut, "", 0},
+	}
+	for _, s := range steps {
+		res := f.reserve(t, s.rid, s.orderNo, s.user, s.q, s.fp)
+		if res.Outcome != s.want || res.OrderNo != s.wantOrderNo || res.Remaining != s.remaining {
+			t.Errorf("%s user %d q %d: got %+v, want %s %q %d", s.rid, s.user, s.q, res, s.want, s.wantOrderNo, s.remaining)
+		}
+	}
+	// A sold-out answer did not take user 4's chance: no marker.
+	if f.r.Client.Exists(context.Background(), f.keys.Limit(4)).Val() != 0 {
+		t.Error("sold-out user got a limit marker")
+	}
+	if n := f.r.Client.HLen(context.Background(), f.keys.Journal).Val(); n != 2 {
+		t.Errorf("journal holds %d entries, want 2", n)
+	}
+}
+
+func TestNotOnSale(t *testing.T) {
+	f := mustFixture(t, 3, 1)
+	other := stock.Item{ActivityID: 1, ItemID: 3}
+	res, err := f.s.Reserve(context.Background(), stock.Reservation{Item: other, RequestID: "r", OrderNo: "o", UserID: 1, Quantity: 1,
+		Fingerprint: "f", Event: []byte(`{}`), Now: time.Now()})
+	if err != nil || res.Outcome != stock.NotOnSale {
+		t.Errorf("unpreheated item: %+v %v", res, err)
+	}
+	res, err = f.s.Reserve(context.Background(), stock.Reservation{Item: f.item, RequestID: "r", OrderNo: "o", UserID: 1, Quantity: 1,
+		Fingerprint: "f", Event: []byte(`{}`), Now: time.Now().Add(2 * time.Hour)})
+	if err != nil || res.Outcome != stock.NotOnSale {
+		t.Errorf("after the sale: %+v %v", res, err)
+	}
+	if f.stock(t) != 3 {
+		t.Error("stock changed")
+	}
+}
+
+func TestAbortReleasesUnlessClaimed(t *testing.T) {
+	ctx := context.Background()
+	t.Run("Unclaimed", func(t *testing.T) {
+		f := mustFixture(t, 5, 1)
+		f.reserve(t, "r", "o1", 1, 1, "fp")
+		rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
+		if out, err := f.s.Abort(ctx, rel); err != nil || out != stock.Released {
+			t.Fatalf("abort: %s %v", out, err)
+		}
+		if f.stock(t) != 5 || f.r.Client.Exists(ctx, f.keys.Limit(1), f.keys.Req("r"), f.keys.Order("o1")).Val() != 0 ||
+			f.r.Client.HLen(ctx, f.keys.Journal).Val() != 0 {
+			t.Fatal("abort left the reservation behind")
+		}
+		if out, _ := f.s.Abort(ctx, rel); out != stock.AlreadyReleased {
+			t.Errorf("second abort: %s", out)
+		}
+		if f.stock(t) != 5 {
+			t.Error("second abort released twice")
+		}
+		// The aborted event arrives late: the worker sees a ghost.
+		claims, err := f.s.Claim(ctx, f.item, []stock.Ref{{RequestID: "r", OrderNo: "o1"}})
+		if err != nil || claims[0] != stock.ClaimReleased {
+			t.Errorf("claim after abort: %v %v", claims, err)
+		}
+		// The client's retry with the same requestId starts afresh.
+		if res := f.reserve(t, "r", "o2", 1, 1, "fp"); res.Outcome != stock.Reserved || res.OrderNo != "o2" {
+			t.Errorf("retry after abort: %+v", res)
+		}
+		claims, _ = f.s.Claim(ctx, f.item, []stock.Ref{{RequestID: "r", OrderNo: "o2"}})
+		if claims[0] != stock.ClaimOK {
+			t.Errorf("claim of the retry: %v", claims)
+		}
+	})
+	t.Run("Claimed", func(t *testing.T) {
+		f := mustFixture(t, 5, 1)
+		f.reserve(t, "r", "o1", 1, 1, "fp")
+		claims, err := f.s.Claim(ctx, f.item, []stock.Ref{{RequestID: "r", OrderNo: "o1"}, {RequestID: "x", OrderNo: "ox"}})
+		if err != nil || claims[0] != stock.ClaimOK || claims[1] != stock.ClaimUnknown {
+			t.Fatalf("claim: %v %v", claims, err)
+		}
+		out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1})
+		if err != nil || out != stock.Claimed {
+			t.Fatalf("abort of a claimed reservation: %s %v", out, err)
+		}
+		if f.stock(t) != 4 || f.r.Client.Exists(ctx, f.keys.Limit(1)).Val() != 1 {
+			t.Error("abort released a claimed reservation")
+		}
+	})
+}
+
+func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 1)
+	f.reserve(t, "a", "oa", 1, 1, "fp")
+	f.reserve(t, "b", "ob", 2, 1, "fp")
+	if n, err := f.s.Ack(ctx, f.item, []stock.Ref{{RequestID: "a", OrderNo: "wrong"}}); err != nil || n != 0 {
+		t.Errorf("ack with another orderNo dropped %d (%v)", n, err)
+	}
+	if n, err := f.s.Ack(ctx, f.item, []stock.Ref{{RequestID: "a", OrderNo: "oa"}}); err != nil || n != 1 {
+		t.Errorf("ack dropped %d (%v)", n, err)
+	}
+	rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "b", OrderNo: "ob"}, UserID: 2, Quantity: 1}
+	for i, want := range []stock.ReleaseOutcome{stock.Released, stock.AlreadyReleased, stock.AlreadyReleased} {
+		if out, err := f.s.Compensate(ctx, rel); err != nil || out != want {
+			t.Errorf("compensate #%d: %s %v", i, out, err)
+		}
+	}
+	if f.stock(t) != 4 {
+		t.Errorf("stock %d, want 4", f.stock(t))
+	}
+	// The dedup record survives a compensation: a replay still answers.
+	if res := f.reserve(t, "b", "ob2", 2, 1, "fp"); res.Outcome != stock.Replayed || res.OrderNo != "ob" {
+		t.Errorf("replay after compensation: %+v", res)
+	}
+	// The marker is handed over, not freed, when a limit owner is given.
+	f.reserve(t, "c", "oc", 3, 1, "fp")
+	if _, err := f.s.Compensate(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "c", OrderNo: "oc"}, UserID: 3, Quantity: 1, LimitOwner: "live"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := f.r.Client.Get(ctx, f.keys.Limit(3)).Val(); v != "live" {
+		t.Errorf("marker %q, want handed to live", v)
+	}
+}
+
+func TestPreheatDoesNotOverwriteRunningStock(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 1)
+	f.reserve(t, "a", "oa", 1, 1, "fp")
+	now := time.Now()
+	loaded, err := f.s.Preheat(ctx, stock.Sale{Item: f.item, Stock: 5, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1})
+	if err != nil || loaded || f.stock(t) != 4 {
+		t.Errorf("second preheat: loaded=%v err=%v stock=%d", loaded, err, f.stock(t))
+	}
+	if _, err := f.s.Preheat(ctx, stock.Sale{Item: stock.Item{ActivityID: 9, ItemID: 9}, Stock: 1, StartsAt: now.Add(-3 * time.Hour),
+		EndsAt: now.Add(-2 * time.Hour), Cap: 1}); err != stock.ErrSaleOver {
+		t.Errorf("preheating an ended sale: %v", err)
+	}
+}

@@ -1,0 +1,294 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/testenv"
+)
+
+type fixture struct {
+	db     testenv.Database
+	rdb    testenv.Redis
+	orders *order.Store
+	stock  *stock.Store
+	item   stock.Item
+	dlq    *recordingProducer
+	w      *Worker
+}
+
+// recordingProducer keeps dead letters in memory for tests that call
+// ProcessBatch directly; Run tests use a real topic.
+type recordingProducer struct{ msgs []kafka.Message }
+
+func (r *recordingProducer) WriteMessages(_ context.Context, msgs ...kafka.Message) error {
+	r.msgs = append(r.msgs, msgs...)
+	return nil
+}
+
+func mustFixture(t *testing.T, initial int64) *fixture {
+	t.Helper()
+	f := &fixture{db: testenv.MustDatabase(t), rdb: testenv.MustRedis(t), item: stock.Item{ActivityID: 1, ItemID: 2}, dlq: &recordingProducer{}}
+	f.orders = order.NewStore(f.db.Pool)
+	f.stock = stock.New(f.rdb.Client, f.rdb.Prefix)
+	ctx := context.Background()
+	now := time.Now()
+	if err := f.orders.UpsertActivity(ctx, order.Activity{ID: 1, Name: "t", StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour),
+		PerUserLimit: 1, Items: []order.ItemStock{{ItemID: 2, InitialStock: initial}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.stock.Preheat(ctx, stock.Sale{Item: f.item, Stock: initial, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	f.w = New(Config{}, Deps{Orders: f.orders, Stock: f.stock, DLQ: f.dlq, Metrics: telemetry.NewMetrics(),
+		Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	return f
+}
+
+// reserve runs the reserve script for a user and returns the event message.
+func (f *fixture) reserve(t *testing.T, rid string, user int64) kafka.Message {
+	t.Helper()
+	ev := event.OrderRequested{RequestID: rid, OrderNo: fmt.Sprintf("1-2-%s", rid), UserID: user, ActivityID: 1, ItemID: 2,
+		Quantity: 1, ReservedAt: time.Now().UTC()}
+	msg := event.Message(context.Background(), ev)
+	res, err := f.stock.Reserve(context.Background(), stock.Reservation{Item: f.item, RequestID: rid, OrderNo: ev.OrderNo, UserID: user,
+		Quantity: 1, Fingerprint: "fp", Event: msg.Value, Now: time.Now()})
+	if err != nil || res.Outcome != stock.Reserved {
+		t.Fatalf("reserve %s: %v %v", rid, res, err)
+	}
+	return msg
+}
+
+func (f *fixture) count(t *testing.T, q string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	if err := f.db.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (f *fixture) redisStock(t *testing.T) int64 {
+	t.Helper()
+	n, err := f.rdb.Client.Get(context.Background(), f.stock.Keys(f.item).Stock).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestRedeliveryMakesOneOrder(t *testing.T) {
+	f := mustFixture(t, 10)
+	ctx := context.Background()
+	a, b := f.reserve(t, "a", 1), f.reserve(t, "b", 2)
+	// The same message twice in one batch, then the whole batch again.
+	for _, batch := range [][]kafka.Message{{a, a, b}, {a, a, b}} {
+		if err := f.w.ProcessBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.count(t, `SELECT count(*) FROM orders`); n != 2 {
+		t.Errorf("%d orders, want 2", n)
+	}
+	if n := f.count(t, `SELECT stock FROM item_stock`); n != 8 {
+		t.Errorf("db stock %d, want 8", n)
+	}
+	if got := f.redisStock(t); got != 8 {
+		t.Errorf("redis stock %d, want 8", got)
+	}
+	if n := f.rdb.Client.HLen(ctx, f.stock.Keys(f.item).Journal).Val(); n != 0 {
+		t.Errorf("%d journal entries left after commit", n)
+	}
+}
+
+func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
+	f := mustFixture(t, 10)
+	ctx := context.Background()
+	// Postgres has fewer units than Redis believes (someone sold 9 elsewhere).
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE item_stock SET stock = 1, initial_stock = 1`); err != nil {
+		t.Fatal(err)
+	}
+	a, b := f.reserve(t, "a", 1), f.reserve(t, "b", 2)
+	if got := f.redisStock(t); got != 8 {
+		t.Fatalf("redis stock after two reserves %d", got)
+	}
+	for range 3 { // redelivered: still one compensation
+		if err := f.w.ProcessBatch(ctx, []kafka.Message{a, b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var outcome, reason string
+	if err := f.db.Pool.QueryRow(ctx, `SELECT outcome, COALESCE(reason, '') FROM processed_requests WHERE request_id = 'b'`).Scan(&outcome, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if outcome != "REJECTED" || reason != order.ReasonDBStockMismatch {
+		t.Errorf("b: %s %s", outcome, reason)
+	}
+	if n := f.count(t, `SELECT count(*) FROM redis_compensations WHERE applied_at IS NOT NULL AND request_id = 'b'`); n != 1 {
+		t.Errorf("%d applied compensations for b, want 1", n)
+	}
+	// Redis got exactly b's unit back: 10 - 2 reserved + 1 released.
+	if got := f.redisStock(t); got != 9 {
+		t.Errorf("redis stock %d, want 9", got)
+	}
+	if f.rdb.Client.Exists(ctx, f.stock.Keys(f.item).Limit(2)).Val() != 0 {
+		t.Error("rejected user's limit marker was not freed")
+	}
+	// Applying the same compensation again (a sweeper racing) changes nothing.
+	comps := []order.Compensation{{RequestID: "b", OrderNo: "1-2-b", ActivityID: 1, ItemID: 2, UserID: 2, Quantity: 1, Reason: "again"}}
+	if _, err := f.w.applier.Apply(ctx, comps); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.redisStock(t); got != 9 {
+		t.Errorf("redis stock after repeated compensation %d, want 9", got)
+	}
+	if n := f.count(t, `SELECT count(*) FROM orders`); n != 1 {
+		t.Errorf("%d orders, want 1", n)
+	}
+}
+
+func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
+	f := mustFixture(t, 10)
+	ctx := context.Background()
+	first := f.reserve(t, "first", 1)
+	if err := f.w.ProcessBatch(ctx, []kafka.Message{first}); err != nil {
+		t.Fatal(err)
+	}
+	// Redis lost the user's marker (a failover); the same user reserves again.
+	f.rdb.Client.Del(ctx, f.stock.Keys(f.item).Limit(1))
+	second := f.reserve(t, "second", 1)
+	if err := f.w.ProcessBatch(ctx, []kafka.Message{second}); err != nil {
+		t.Fatal(err)
+	}
+	var reason string
+	f.db.Pool.QueryRow(ctx, `SELECT reason FROM processed_requests WHERE request_id = 'second'`).Scan(&reason)
+	if reason != order.ReasonDuplicateLiveOrder {
+		t.Errorf("second: reason %q", reason)
+	}
+	if n := f.count(t, `SELECT stock FROM item_stock`); n != 9 {
+		t.Errorf("db stock %d, want 9", n)
+	}
+	if got := f.redisStock(t); got != 9 {
+		t.Errorf("redis stock %d, want 9", got)
+	}
+	if owner := f.rdb.Client.Get(ctx, f.stock.Keys(f.item).Limit(1)).Val(); owner != "first" {
+		t.Errorf("marker owner %q, want the live order's request", owner)
+	}
+}
+
+func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
+	f := mustFixture(t, 10)
+	k := testenv.MustKafka(t)
+	topic := testenv.UniqueName("orders.")
+	dlqTopic := topic + ".dlq"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := event.EnsureTopics(ctx, k.Brokers, 1, topic, dlqTopic); err != nil {
+		t.Fatal(err)
+	}
+	dlq := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: dlqTopic})
+	defer dlq.Close()
+	w := New(Config{Brokers: k.Brokers, Topic: topic, DLQTopic: dlqTopic, GroupID: testenv.UniqueName("g")},
+		Deps{Orders: f.orders, Stock: f.stock, DLQ: dlq, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+
+	// A schema-invalid event that still names a held reservation: it is
+	// dead-lettered and its reservation released.
+	bad := f.reserve(t, "bad", 3)
+	bad.Value = []byte(`{"requestId":"bad","orderNo":"1-2-bad","userId":3,"activityId":1,"itemId":2,"quantity":1,"reservedAt":"2026-01-01T00:00:00Z","extra":1}`)
+	good := f.reserve(t, "good", 4)
+	prod := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic})
+	defer prod.Close()
+	garbage := kafka.Message{Key: []byte("1:2"), Value: []byte("\x00not json")}
+	if err := prod.WriteMessages(ctx, garbage, bad, good); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'good'`) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the message after the garbage was not processed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: dlqTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	var errs []string
+	for range 2 {
+		m, err := r.ReadMessage(rctx)
+		if err != nil {
+			t.Fatalf("reading dlq: %v", err)
+		}
+		if e := event.Header(m, event.HeaderError); e == "" {
+			t.Errorf("dead letter %q without error header", m.Value)
+		} else {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) != 2 {
+		t.Errorf("dead letters: %v", errs)
+	}
+	if n := f.count(t, `SELECT count(*) FROM orders`); n != 1 {
+		t.Errorf("%d orders, want only the good one", n)
+	}
+	// 10 - 2 reserved + 1 released (bad) = 9; good's unit is in Postgres.
+	if got := f.redisStock(t); got != 9 {
+		t.Errorf("redis stock %d, want 9", got)
+	}
+	if n := f.count(t, `SELECT stock FROM item_stock`); n != 9 {
+		t.Errorf("db stock %d, want 9", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGhostEventIsSkipped: the gateway aborted a reservation after a produce
+// that looked failed but arrived; the event must not become an order, and the
+// client's retry (a new reservation, same requestId) must.
+func TestGhostEventIsSkipped(t *testing.T) {
+	f := mustFixture(t, 10)
+	ctx := context.Background()
+	ghost := f.reserve(t, "r", 1)
+	if out, err := f.stock.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "1-2-r"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
+		t.Fatalf("abort: %s %v", out, err)
+	}
+	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.count(t, `SELECT count(*) FROM processed_requests`); n != 0 {
+		t.Fatalf("ghost was processed (%d rows)", n)
+	}
+	ev := event.OrderRequested{RequestID: "r", OrderNo: "1-2-r-retry", UserID: 1, ActivityID: 1, ItemID: 2, Quantity: 1, ReservedAt: time.Now().UTC()}
+	retry := event.Message(ctx, ev)
+	if res, err := f.stock.Reserve(ctx, stock.Reservation{Item: f.item, RequestID: "r", OrderNo: ev.OrderNo, UserID: 1, Quantity: 1,
+		Fingerprint: "fp", Event: retry.Value, Now: time.Now()}); err != nil || res.Outcome != stock.Reserved {
+		t.Fatalf("retry: %+v %v", res, err)
+	}
+	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost, retry}); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.count(t, `SELECT count(*) FROM orders WHERE order_no = '1-2-r-retry'`); n != 1 {
+		t.Errorf("retry made %d orders", n)
+	}
+	if got := f.redisStock(t); got != 9 {
+		t.Errorf("redis stock %d, want 9", got)
+	}
+	if n := f.count(t, `SELECT stock FROM item_stock`); n != 9 {
+		t.Errorf("db stock %d, want 9", n)
+	}
+}
