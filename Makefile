@@ -5,7 +5,7 @@ GO ?= go
 ADMIN_TOKEN ?= dev-admin-token
 export ADMIN_TOKEN
 
-.PHONY: run test build vet
+.PHONY: run test build vet bench
 
 run: ## the whole pipeline in the foreground (gateway + worker + embedded Kafka)
 	$(GO) run . all
@@ -17,4 +17,7 @@ vet:
 	$(GO) vet ./...
 
 test: vet ## vet, then unit and integration tests with the race detector
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -p 1 -timeout 25m ./...
+
+bench: build ## load-test a fresh local pipeline (c=500, one hot item), then race the Redis strategies; see docs/benchmarks.md
+	./bench/run.sh

@@ -31,6 +31,20 @@ type config struct {
 	BatchWait      time.Duration
 	ProduceTimeout time.Duration
 	MetricsAddr    string
+
+	RedriveAfter      time.Duration
+	RedriveInterval   time.Duration
+	ReconcileInterval time.Duration
+
+	UserRPS        float64
+	UserBurst      int
+	GlobalRPS      float64
+	APITokens      []string
+	AdminAddr      string
+	BreakerOpenFor time.Duration
+	RedisTimeout   time.Duration
+	CloseAfter     time.Duration
+	CloserInterval time.Duration
 }
 
 // envVars lists the variables config reads: name, default, meaning.
@@ -51,11 +65,29 @@ var envVars = [][3]string{
 	{"WORKER_BATCH_SIZE", "500", "max messages per worker transaction"},
 	{"WORKER_BATCH_WAIT", "5ms", "how long a started batch waits for more messages"},
 	{"METRICS_ADDR", ":9090", "/metrics listener of a process without the gateway"},
+	{"RATE_LIMIT_USER_RPS", "5", "order requests per second per user and gateway (0 ⇒ off)"},
+	{"RATE_LIMIT_USER_BURST", "10", "burst of the per-user limit"},
+	{"RATE_LIMIT_GLOBAL_RPS", "0", "order requests per second per gateway (0 ⇒ off)"},
+	{"API_TOKENS", "", "comma-separated bearer tokens the order API requires; empty ⇒ open"},
+	{"ADMIN_ADDR", "", "serve the admin API on this address instead of HTTP_ADDR"},
+	{"BREAKER_OPEN_FOR", "2s", "how long a tripped circuit breaker refuses calls before probing"},
+	{"REDIS_TIMEOUT", "1s", "bound on one Redis call (dial, read, write, the reserve script)"},
 	{"PRODUCE_TIMEOUT", "3s", "bound on one produce before the reservation is released and 503 answered"},
+	{"REDRIVE_AFTER", "30s", "journal entries older than this that no worker decided are re-published"},
+	{"REDRIVE_INTERVAL", "5s", "pause between redrive passes (one worker replica redrives at a time)"},
+	{"RECONCILE_INTERVAL", "1m", "reconciler loop period (without --once)"},
+	{"CLOSE_AFTER", "30m", "unpaid orders close after this Go duration (database clock)"},
+	{"CLOSER_INTERVAL", "2s", "pause between closer passes"},
 }
 
+// getenv is the variable's value, else the content of the file that
+// NAME_FILE names (how Docker and Kubernetes secrets arrive, so a secret is
+// never in the environment or an image), else its default.
 func getenv(name string) string {
 	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	if v, ok, _ := fromFile(name); ok {
 		return v
 	}
 	for _, e := range envVars {
@@ -74,6 +106,13 @@ func loadConfig() (config, error) {
 			errs = append(errs, fmt.Sprintf("%s: want a non-negative integer, got %q", name, getenv(name)))
 		}
 		return n
+	}
+	floatVar := func(name string) float64 {
+		f, err := strconv.ParseFloat(getenv(name), 64)
+		if err != nil || f < 0 {
+			errs = append(errs, fmt.Sprintf("%s: want a non-negative number, got %q", name, getenv(name)))
+		}
+		return f
 	}
 	durVar := func(name string) time.Duration {
 		d, err := time.ParseDuration(getenv(name))
@@ -100,12 +139,54 @@ func loadConfig() (config, error) {
 		BatchWait:      durVar("WORKER_BATCH_WAIT"),
 		ProduceTimeout: durVar("PRODUCE_TIMEOUT"),
 		MetricsAddr:    getenv("METRICS_ADDR"),
+
+		RedriveAfter:      durVar("REDRIVE_AFTER"),
+		RedriveInterval:   durVar("REDRIVE_INTERVAL"),
+		ReconcileInterval: durVar("RECONCILE_INTERVAL"),
+
+		UserRPS:        floatVar("RATE_LIMIT_USER_RPS"),
+		UserBurst:      intVar("RATE_LIMIT_USER_BURST"),
+		GlobalRPS:      floatVar("RATE_LIMIT_GLOBAL_RPS"),
+		APITokens:      event.ParseBrokers(getenv("API_TOKENS")),
+		AdminAddr:      getenv("ADMIN_ADDR"),
+		BreakerOpenFor: durVar("BREAKER_OPEN_FOR"),
+		RedisTimeout:   durVar("REDIS_TIMEOUT"),
+		CloseAfter:     durVar("CLOSE_AFTER"),
+		CloserInterval: durVar("CLOSER_INTERVAL"),
 	}
 	if c.KafkaParts == 0 {
 		errs = append(errs, "KAFKA_PARTITIONS: want at least 1")
+	}
+	for _, e := range envVars {
+		if _, _, err := fromFile(e[0]); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	if len(errs) > 0 {
 		return config{}, fmt.Errorf("bad configuration:\n  %s", strings.Join(errs, "\n  "))
 	}
 	return c, nil
+}
+
+// fromFile reads the file NAME_FILE names, without the trailing newline
+// secret files usually end with. Setting both NAME and NAME_FILE is an error.
+func fromFile(name string) (string, bool, error) {
+	path, ok := os.LookupEnv(name + "_FILE")
+	if !ok || path == "" {
+		return "", false, nil
+	}
+	if _, both := os.LookupEnv(name); both {
+		return "", false, fmt.Errorf("%s and %s_FILE are both set: set one", name, name)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false, fmt.Errorf("%s_FILE: %w", name, err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), true, nil
+}
+
+// envSet reports whether name is given, directly or as NAME_FILE.
+func envSet(name string) bool {
+	_, ok := os.LookupEnv(name)
+	return ok || os.Getenv(name+"_FILE") != ""
 }

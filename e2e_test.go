@@ -262,7 +262,8 @@ func TestHotItemRace(t *testing.T) {
 // TestIdempotency is I3: replays answer the first answer; a reused key with
 // another payload is refused; concurrent copies reserve once.
 func TestIdempotency(t *testing.T) {
-	p := mustPipeline(t, both, nil)
+	// Rate limits off: the 50 copies come from one user on purpose.
+	p := mustPipeline(t, both, func(c *config) { c.UserRPS = 0 })
 	it := stock.Item{ActivityID: 4, ItemID: 9}
 	p.mustSale(t, 4, 3, map[int64]int64{9: 50})
 	req := orderBody{RequestID: "same", UserID: 7, ActivityID: 4, ItemID: 9, Quantity: 2}

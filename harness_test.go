@@ -52,6 +52,10 @@ func mustPipeline(tb testing.TB, comps components, mod func(*config)) *pipeline 
 	cfg.AdminToken = p.Admin
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.MetricsAddr = "127.0.0.1:0"
+	// Tests share two cores with the race detector: a slow moment is not an
+	// outage. Tests about outages cut the dependency instead.
+	cfg.RedisTimeout = 5 * time.Second
+	cfg.ProduceTimeout = 10 * time.Second
 	if mod != nil {
 		mod(&cfg)
 	}

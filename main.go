@@ -20,9 +20,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"orderpipe/bench"
+	"orderpipe/closer"
 	"orderpipe/gateway"
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
@@ -32,10 +35,13 @@ import (
 const usage = `usage: orderpipe <command>
 
 commands:
-  all        gateway + worker in one process; embedded Kafka unless KAFKA_BROKERS is set
+  all        gateway + worker + closer in one process; embedded Kafka unless KAFKA_BROKERS is set
   gateway    the HTTP service (needs KAFKA_BROKERS)
   worker     the Kafka consumer writing orders to Postgres (needs KAFKA_BROKERS)
+  closer     closes orders unpaid after CLOSE_AFTER and gives their stock back (no Kafka)
+  reconciler compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run
   migrate    create the database if missing and apply the migrations
+  bench      load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)
   env        print every environment variable with its default
 
 configuration: environment variables, see README.md or 'orderpipe env'.
@@ -50,6 +56,10 @@ func main() {
 		if errors.Is(err, errUsage) {
 			fmt.Fprint(os.Stderr, usage)
 			os.Exit(2)
+		}
+		var code exitCode
+		if errors.As(err, &code) {
+			os.Exit(int(code))
 		}
 		log.Error("orderpipe failed", "err", err)
 		os.Exit(1)
@@ -81,6 +91,20 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		return runComponents(ctx, log, cfg, components{gateway: true}, nil)
 	case "worker":
 		return runComponents(ctx, log, cfg, components{worker: true}, nil)
+	case "closer":
+		return runComponents(ctx, log, cfg, components{closer: true}, nil)
+	case "reconciler":
+		if code := runReconciler(ctx, log, cfg, args[1:], os.Stdout); code != 0 {
+			return exitCode(code)
+		}
+		return nil
+	case "bench":
+		env := bench.Env{HTTPAddr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, DatabaseURL: cfg.DatabaseURL,
+			RedisAddr: cfg.RedisAddr, RedisPrefix: cfg.RedisPrefix}
+		if code := bench.Main(ctx, env, args[1:], os.Stdout, os.Stderr); code != 0 {
+			return exitCode(code)
+		}
+		return nil
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return nil
@@ -106,8 +130,14 @@ func migrate(ctx context.Context, log *slog.Logger, cfg config) error {
 }
 
 // runAll is the local default: the database is created and migrated, and an
-// embedded broker stands in for Kafka unless KAFKA_BROKERS is set.
+// embedded broker stands in for Kafka unless KAFKA_BROKERS is set (likewise
+// for Redis and Postgres when unset and absent, see startStandins).
 func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
+	stopStandins, err := startStandins(ctx, log, &cfg)
+	if err != nil {
+		return err
+	}
+	defer stopStandins()
 	if err := migrate(ctx, log, cfg); err != nil {
 		return err
 	}
@@ -134,7 +164,7 @@ func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
 	log.Info("orderpipe all starting",
 		"http", cfg.HTTPAddr, "postgres", database.Redact(cfg.DatabaseURL), "redis", cfg.RedisAddr, "kafka", kafkaDesc,
 		"try", try)
-	return runComponents(ctx, log, cfg, components{gateway: true, worker: true}, nil)
+	return runComponents(ctx, log, cfg, components{gateway: true, worker: true, closer: true}, nil)
 }
 
 // ensureTopics creates the order and dead-letter topics if missing.
@@ -144,13 +174,13 @@ func ensureTopics(ctx context.Context, cfg config) error {
 
 // components picks what a process runs.
 type components struct {
-	gateway, worker bool
+	gateway, worker, closer bool
 }
 
 // runComponents starts the chosen components and waits until ctx ends and
 // they have drained. ln, when not nil, is the gateway's listener (tests).
 func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps components, ln net.Listener) error {
-	if len(cfg.KafkaBrokers) == 0 {
+	if (comps.gateway || comps.worker) && len(cfg.KafkaBrokers) == 0 {
 		return errors.New("KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
 	}
 	pool, err := database.Open(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
@@ -159,7 +189,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	}
 	defer pool.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 256, MinIdleConns: 16,
-		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+		DialTimeout: cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
@@ -169,7 +199,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	orders := order.NewStore(pool)
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
+	errc := make(chan error, 8) // one per started component
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := func(name string, fn func(context.Context) error) {
@@ -187,14 +217,27 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		dlq := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, BatchTimeout: cfg.KafkaBatchWait})
 		defer dlq.Close()
 		w := worker.New(worker.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, DLQTopic: cfg.KafkaDLQTopic,
-			GroupID: cfg.KafkaGroup, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait},
+			GroupID: cfg.KafkaGroup, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, BreakerOpenFor: cfg.BreakerOpenFor},
 			worker.Deps{Orders: orders, Stock: st, DLQ: dlq, Metrics: metrics, Log: log.With("component", "worker")})
 		start("worker", w.Run)
+		events := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait})
+		defer events.Close()
+		rd := worker.NewRedriver(worker.RedriveConfig{After: cfg.RedriveAfter, Interval: cfg.RedriveInterval},
+			worker.RedriveDeps{Orders: orders, Stock: st, Events: events, Locker: lock.New(rdb, cfg.RedisPrefix),
+				Metrics: metrics, Log: log.With("component", "redrive")})
+		start("redrive", rd.Run)
+	}
+	if comps.closer {
+		c := closer.New(closer.Config{CloseAfter: cfg.CloseAfter, Interval: cfg.CloserInterval},
+			closer.Deps{Orders: orders, Stock: st, Metrics: metrics, Log: log.With("component", "closer")})
+		start("closer", c.Run)
 	}
 	if comps.gateway {
 		writer := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait})
 		defer writer.Close()
-		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout},
+		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout, ReserveTimeout: cfg.RedisTimeout,
+			AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
+			BreakerOpenFor: cfg.BreakerOpenFor},
 			gateway.Deps{Stock: st, Orders: orders, Producer: writer, Metrics: metrics, Log: log.With("component", "gateway"),
 				Ready: readyChecks(rdb, pool, cfg.KafkaBrokers)})
 		start("gateway", func(ctx context.Context) error {

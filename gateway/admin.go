@@ -35,8 +35,8 @@ type activityBody struct {
 }
 
 type itemBody struct {
-	ItemID       int64 `json:"itemId"`
-	Stock        int64 `json:"stock"`
+	ItemID int64 `json:"itemId"`
+	Stock  int64 `json:"stock"`
 }
 
 func pathID(r *http.Request, name string) (int64, *apiError) {
@@ -176,6 +176,12 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			s.deps.Log.Error("preheating", "activity_id", id, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
+			return
+		}
+		// Postgres remembers what Redis must hold, for the reconciler.
+		if err := s.deps.Orders.MarkPreheated(r.Context(), id, it.ItemID); err != nil {
+			s.deps.Log.Error("marking preheated", "activity_id", id, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 			return
 		}
 		v.Items[i].Loaded = &loaded

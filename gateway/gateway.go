@@ -18,6 +18,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"orderpipe/pkg/breaker"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
@@ -30,6 +31,18 @@ type Config struct {
 	ReserveTimeout time.Duration // bound on the reserve script call
 	ProduceTimeout time.Duration // bound on producing one event
 	ShutdownGrace  time.Duration // in-flight requests finish within this on stop
+	// AdminAddr, when set, serves the admin API on its own listener instead
+	// of HTTP_ADDR.
+	AdminAddr string
+	// APITokens, when not empty, are the bearer tokens the order API accepts.
+	APITokens []string
+	// Rate limits (RATE_LIMIT_*): per user and, when GlobalRPS > 0, global.
+	UserRPS     float64
+	UserBurst   int
+	GlobalRPS   float64
+	GlobalBurst int
+	// BreakerOpenFor is how long a tripped breaker refuses calls before probing.
+	BreakerOpenFor time.Duration
 }
 
 func (c *Config) defaults() {
@@ -44,6 +57,12 @@ func (c *Config) defaults() {
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 10 * time.Second
+	}
+	if c.UserBurst <= 0 {
+		c.UserBurst = max(1, int(2*c.UserRPS))
+	}
+	if c.GlobalBurst <= 0 {
+		c.GlobalBurst = max(1, int(c.GlobalRPS/10))
 	}
 }
 
@@ -70,9 +89,14 @@ type Deps struct {
 
 // Server is the gateway.
 type Server struct {
-	cfg  Config
-	deps Deps
-	mux  *http.ServeMux
+	cfg      Config
+	deps     Deps
+	mux      *http.ServeMux
+	adminMux *http.ServeMux // == mux unless AdminAddr is set
+	limiter  *limiter
+	redisCB  *breaker.Breaker
+	kafkaCB  *breaker.Breaker
+	pgCB     *breaker.Breaker
 }
 
 // New builds the gateway.
@@ -84,31 +108,47 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	s := &Server{cfg: cfg, deps: deps, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, deps: deps, mux: http.NewServeMux(),
+		limiter: newLimiter(cfg.UserRPS, cfg.UserBurst, cfg.GlobalRPS, cfg.GlobalBurst)}
+	s.adminMux = s.mux
+	if cfg.AdminAddr != "" {
+		s.adminMux = http.NewServeMux()
+	}
+	bs := breaker.Settings{OpenFor: cfg.BreakerOpenFor}
+	s.redisCB = breaker.New("gateway-redis", bs, deps.Metrics.BreakerState)
+	s.kafkaCB = breaker.New("gateway-kafka", bs, deps.Metrics.BreakerState)
+	s.pgCB = breaker.New("gateway-postgres", bs, deps.Metrics.BreakerState)
 	s.routes()
 	return s
 }
 
 func (s *Server) routes() {
-	s.handle("POST /v1/orders", s.createOrder)
-	s.handle("GET /v1/orders/{orderNo}", s.getOrder)
+	s.handle("POST /v1/orders", s.api(s.createOrder))
+	s.handle("GET /v1/orders/{orderNo}", s.api(s.getOrder))
+	s.handle("POST /v1/orders/{orderNo}/pay", s.api(s.payOrder))
 	if s.cfg.AdminToken != "" {
-		s.handle("PUT /admin/v1/activities/{activityId}", s.admin(s.putActivity))
-		s.handle("POST /admin/v1/activities/{activityId}/preheat", s.admin(s.preheat))
+		s.handleOn(s.adminMux, "PUT /admin/v1/activities/{activityId}", s.admin(s.putActivity))
+		s.handleOn(s.adminMux, "POST /admin/v1/activities/{activityId}/preheat", s.admin(s.preheat))
 	}
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.handle("GET /readyz", s.readyz)
 	s.mux.Handle("GET /metrics", s.deps.Metrics.Handler())
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	notFound := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NOT_FOUND", "no such route: "+r.Method+" "+r.URL.Path)
-	})
+	}
+	s.mux.HandleFunc("/", notFound)
+	if s.adminMux != s.mux {
+		s.adminMux.HandleFunc("/", notFound)
+	}
 }
 
 // handle registers a route and counts its outcomes by route pattern.
-func (s *Server) handle(pattern string, h http.HandlerFunc) {
-	s.mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handle(pattern string, h http.HandlerFunc) { s.handleOn(s.mux, pattern, h) }
+
+func (s *Server) handleOn(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
+	mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		h(rec, r)
 		code := rec.code
@@ -122,19 +162,35 @@ func (s *Server) handle(pattern string, h http.HandlerFunc) {
 // Handler is the gateway's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.mux }
 
+// AdminHandler serves the admin API when AdminAddr is set (else Handler does).
+func (s *Server) AdminHandler() http.Handler { return s.adminMux }
+
 // Run serves on cfg.Addr until ctx ends, then lets in-flight requests finish.
 func (s *Server) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
 	}
-	return s.Serve(ctx, ln)
+	if s.cfg.AdminAddr == "" {
+		return s.Serve(ctx, ln)
+	}
+	adminLn, err := net.Listen("tcp", s.cfg.AdminAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("listening on %s: %w", s.cfg.AdminAddr, err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- s.serve(ctx, ln, s.mux) }()
+	go func() { errc <- s.serve(ctx, adminLn, s.adminMux) }()
+	return errors.Join(<-errc, <-errc)
 }
 
-// Serve serves on ln until ctx ends.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+// Serve serves the public API on ln until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error { return s.serve(ctx, ln, s.mux) }
+
+func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      15 * time.Second,

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
 )
@@ -34,10 +35,33 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	if rec, ok := w.(*recorder); ok {
 		rec.code = code
 	}
-	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
 	var body errorBody
 	body.Error.Code, body.Error.Message = code, message
 	writeJSON(w, status, body)
+}
+
+// api guards the order API with service tokens when API_TOKENS is set.
+func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
+	if len(s.cfg.APITokens) == 0 {
+		return h
+	}
+	wants := make([][]byte, len(s.cfg.APITokens))
+	for i, t := range s.cfg.APITokens {
+		wants[i] = []byte("Bearer " + t)
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		ok := 0
+		for _, want := range wants { // every token compared: no early exit to time
+			ok |= subtle.ConstantTimeCompare(got, want)
+		}
+		if ok != 1 {
+			writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", "the order API needs Authorization: Bearer <one of API_TOKENS>")
+			return
+		}
+		h(w, r)
+	}
 }

@@ -29,6 +29,17 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := s.deps.NowFunc()
+	if scope, wait := s.limiter.allow(req.UserID, now); scope != "" {
+		s.deps.Metrics.RateLimited.WithLabelValues(scope).Inc()
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+		writeError(w, http.StatusTooManyRequests, "RATE_LIMITED", "too many requests ("+scope+" limit); retry later with the same requestId")
+		return
+	}
+	// With the queue known to be down, reserving would only be undone.
+	if s.kafkaCB.Open() {
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order queue unavailable, nothing was reserved; retry with the same requestId")
+		return
+	}
 	item := stock.Item{ActivityID: req.ActivityID, ItemID: req.ItemID}
 	ev := event.OrderRequested{
 		RequestID: req.RequestID, OrderNo: newOrderNo(req.ActivityID, req.ItemID, now), UserID: req.UserID,
@@ -36,13 +47,18 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := event.Message(r.Context(), ev)
 
-	rctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReserveTimeout)
+	var res stock.ReserveResult
 	start := time.Now()
-	res, err := s.deps.Stock.Reserve(rctx, stock.Reservation{
-		Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
-		Fingerprint: req.fingerprint(), Event: msg.Value, Now: now,
+	err := s.redisCB.Do(func() error {
+		rctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReserveTimeout)
+		defer cancel()
+		var err error
+		res, err = s.deps.Stock.Reserve(rctx, stock.Reservation{
+			Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
+			Fingerprint: req.fingerprint(), Event: msg.Value, Now: now,
+		})
+		return err
 	})
-	cancel()
 	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.deps.Log.Error("reserve failed", "request_id", req.RequestID, "err", err)
@@ -76,10 +92,14 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ProduceTimeout)
 	start = time.Now()
-	err = s.deps.Producer.WriteMessages(pctx, msg)
-	cancel()
+	err = s.kafkaCB.Do(func() error {
+		// Not the request's context: a client hanging up must not turn a
+		// produce in flight into an abort.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ProduceTimeout)
+		defer cancel()
+		return s.deps.Producer.WriteMessages(pctx, msg)
+	})
 	s.deps.Metrics.ProduceSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.abort(r.Context(), ev, err, w)
@@ -95,6 +115,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 func (s *Server) abort(ctx context.Context, ev event.OrderRequested, produceErr error, w http.ResponseWriter) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReserveTimeout)
 	defer cancel()
+	// Not through the Redis breaker: giving a reservation back is always worth a try.
 	out, err := s.deps.Stock.Abort(actx, stock.Release{
 		Item: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID},
 		Ref:  stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}, UserID: ev.UserID, Quantity: ev.Quantity,
@@ -129,7 +150,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
 		return
 	}
-	o, err := s.deps.Orders.GetOrder(r.Context(), orderNo)
+	o, err := s.lookupOrder(r.Context(), orderNo)
 	if err == nil {
 		writeJSON(w, http.StatusOK, viewOf(o))
 		return
@@ -139,7 +160,15 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 		return
 	}
-	raw, found, err := s.deps.Stock.Pending(r.Context(), item, orderNo)
+	var raw []byte
+	var found bool
+	err = s.redisCB.Do(func() error {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReserveTimeout)
+		defer cancel()
+		var err error
+		raw, found, err = s.deps.Stock.Pending(ctx, item, orderNo)
+		return err
+	})
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
 		return
@@ -149,7 +178,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The worker may have committed between the two reads: Postgres wins.
-	if o, err := s.deps.Orders.GetOrder(r.Context(), orderNo); err == nil {
+	if o, err := s.lookupOrder(r.Context(), orderNo); err == nil {
 		writeJSON(w, http.StatusOK, viewOf(o))
 		return
 	}
@@ -167,3 +196,28 @@ func viewOf(o order.Order) orderView {
 	return orderView{OrderNo: o.OrderNo, RequestID: o.RequestID, UserID: o.UserID, ActivityID: o.ActivityID, ItemID: o.ItemID,
 		Quantity: o.Quantity, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt}
 }
+
+// lookupOrder reads an order from Postgres through the breaker, bounded in
+// time. order.ErrNotFound is an answer, not a failure.
+func (s *Server) lookupOrder(ctx context.Context, orderNo string) (order.Order, error) {
+	var o order.Order
+	var notFound error
+	err := s.pgCB.Do(func() error {
+		ctx, cancel := context.WithTimeout(ctx, pgTimeout)
+		defer cancel()
+		var err error
+		o, err = s.deps.Orders.GetOrder(ctx, orderNo)
+		if errors.Is(err, order.ErrNotFound) {
+			notFound = err
+			return nil
+		}
+		return err
+	})
+	if notFound != nil {
+		return order.Order{}, notFound
+	}
+	return o, err
+}
+
+// pgTimeout bounds a Postgres call made while a client waits.
+const pgTimeout = 2 * time.Second

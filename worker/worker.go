@@ -14,6 +14,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"orderpipe/pkg/breaker"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/outbox"
@@ -35,6 +36,8 @@ type Config struct {
 	// SweepAfter are retried (a worker that died after its commit left them).
 	SweepInterval time.Duration
 	SweepAfter    time.Duration
+	// BreakerOpenFor is how long the Postgres breaker stays open once tripped.
+	BreakerOpenFor time.Duration
 }
 
 func (c *Config) defaults() {
@@ -80,6 +83,7 @@ type Worker struct {
 	cfg     Config
 	deps    Deps
 	applier *outbox.Applier
+	pgCB    *breaker.Breaker
 }
 
 // New builds a worker.
@@ -88,7 +92,8 @@ func New(cfg Config, deps Deps) *Worker {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	return &Worker{cfg: cfg, deps: deps, applier: &outbox.Applier{Orders: deps.Orders, Stock: deps.Stock, Log: deps.Log}}
+	return &Worker{cfg: cfg, deps: deps, applier: &outbox.Applier{Orders: deps.Orders, Stock: deps.Stock, Log: deps.Log},
+		pgCB: breaker.New("worker-postgres", breaker.Settings{OpenFor: cfg.BreakerOpenFor}, deps.Metrics.BreakerState)}
 }
 
 // Run consumes until ctx ends; the batch in hand is finished first.
@@ -251,7 +256,12 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) error 
 		return nil
 	}
 
-	decisions, err := w.deps.Orders.ProcessBatch(ctx, live)
+	var decisions []order.Decision
+	err := w.pgCB.Do(func() error {
+		var err error
+		decisions, err = w.deps.Orders.ProcessBatch(ctx, live)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -338,7 +348,9 @@ func (w *Worker) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		res, err := w.applier.Sweep(ctx, w.cfg.SweepAfter)
+		// All reasons, with per-row backoff; the release script's guard makes a
+		// race with the closer's own sweep harmless.
+		res, err := w.applier.SweepDue(ctx, ctx, "", outbox.Backoff{Base: w.cfg.SweepAfter, Max: time.Minute}, 200)
 		w.deps.Metrics.CompensationsApplied.Add(float64(res.Applied))
 		w.deps.Metrics.CompensationsFailed.Add(float64(res.Failed))
 		if err != nil && !errors.Is(err, context.Canceled) {

@@ -6,9 +6,7 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"time"
 
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -32,7 +30,7 @@ type Result struct {
 func (a *Applier) Apply(ctx context.Context, comps []order.Compensation) (Result, error) {
 	var res Result
 	for _, c := range comps {
-		_, err := a.Stock.Compensate(ctx, stock.Release{
+		out, err := a.Stock.Compensate(ctx, stock.Release{
 			Item:       stock.Item{ActivityID: c.ActivityID, ItemID: c.ItemID},
 			Ref:        stock.Ref{RequestID: c.RequestID, OrderNo: c.OrderNo},
 			UserID:     c.UserID,
@@ -52,27 +50,9 @@ func (a *Applier) Apply(ctx context.Context, comps []order.Compensation) (Result
 		if err := a.Orders.MarkCompensationApplied(ctx, c.ID); err != nil {
 			return res, err
 		}
-		res.Applied++
+		if out == stock.Released {
+			res.Applied++ // an already-released one was counted by whoever released it
+		}
 	}
 	return res, nil
-}
-
-// Sweep applies pending compensations older than olderThan, in pages.
-func (a *Applier) Sweep(ctx context.Context, olderThan time.Duration) (Result, error) {
-	var total Result
-	for {
-		comps, err := a.Orders.PendingCompensations(ctx, olderThan, 200)
-		if err != nil {
-			return total, err
-		}
-		res, err := a.Apply(ctx, comps)
-		total.Applied += res.Applied
-		total.Failed += res.Failed
-		if err != nil {
-			return total, fmt.Errorf("applying compensations: %w", err)
-		}
-		if len(comps) < 200 || res.Failed > 0 {
-			return total, nil
-		}
-	}
 }

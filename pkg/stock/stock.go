@@ -64,7 +64,9 @@ type Keys struct {
 }
 
 // Limit is the user's live-order marker; its value is the owning requestId.
-func (k Keys) Limit(userID int64) string { return k.prefix + "limit:" + k.tag + ":" + strconv.FormatInt(userID, 10) }
+func (k Keys) Limit(userID int64) string {
+	return k.prefix + "limit:" + k.tag + ":" + strconv.FormatInt(userID, 10)
+}
 
 // Req is the dedup record of a requestId: fp, orderNo, remaining, event.
 func (k Keys) Req(requestID string) string { return k.prefix + "req:" + k.tag + ":" + requestID }

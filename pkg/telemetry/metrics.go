@@ -19,6 +19,8 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	Requests       *prometheus.CounterVec // route, code
+	RateLimited    *prometheus.CounterVec // scope: user, global
+	BreakerState   *prometheus.GaugeVec   // name; 0 closed, 1 half-open, 2 open
 	ReserveSeconds prometheus.Histogram
 	ProduceSeconds prometheus.Histogram
 
@@ -32,6 +34,13 @@ type Metrics struct {
 	CompensationsApplied prometheus.Counter
 	CompensationsFailed  prometheus.Counter
 	CompensationsPending prometheus.Gauge
+	OrdersClosed         prometheus.Counter
+
+	Redriven              prometheus.Counter
+	RedriveAcked          prometheus.Counter
+	ReconcilerDrift       *prometheus.GaugeVec   // activity, item
+	ReconcilerMarkerDrift *prometheus.GaugeVec   // activity, item
+	ReconcilerPasses      *prometheus.CounterVec // result
 }
 
 // NewMetrics registers every series on a fresh registry, with Go and
@@ -43,6 +52,10 @@ func NewMetrics() *Metrics {
 	latency := []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5}
 	m := &Metrics{
 		Registry: reg,
+		RateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_rate_limited_total",
+			Help: "Order requests refused with 429, by limit scope."}, []string{"scope"}),
+		BreakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_breaker_state",
+			Help: "Circuit breaker state by dependency: 0 closed, 1 half-open, 2 open."}, []string{"name"}),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_http_requests_total",
 			Help: "HTTP requests by route pattern and outcome code (the error code, or the status for successes)."}, []string{"route", "code"}),
 		ReserveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_reserve_seconds",
@@ -69,12 +82,25 @@ func NewMetrics() *Metrics {
 			Help: "Failed attempts to apply a Redis compensation (retried)."}),
 		CompensationsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_compensations_pending",
 			Help: "Compensations written but not yet applied in Redis."}),
+		OrdersClosed: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_orders_closed_total",
+			Help: "UNPAID orders the closer closed (stock given back)."}),
 	}
-	for _, c := range []prometheus.Collector{m.Requests, m.ReserveSeconds, m.ProduceSeconds, m.BatchSize, m.ConsumerLag,
+	for _, c := range []prometheus.Collector{m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ProduceSeconds, m.BatchSize, m.ConsumerLag,
 		m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied, m.CompensationsFailed,
-		m.CompensationsPending} {
+		m.CompensationsPending, m.OrdersClosed} {
 		f(c)
 	}
+	m.Redriven = prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_redrive_republished_total",
+		Help: "Journal entries re-published to Kafka because no worker had decided them (a gateway died before its produce)."})
+	m.RedriveAcked = prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_redrive_acked_total",
+		Help: "Journal entries of created orders the redrive acknowledged (a worker died before its ack)."})
+	m.ReconcilerDrift = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_drift",
+		Help: "Redis stock minus (DB stock minus in flight) per item at the last reconciler pass; 0 when consistent."}, []string{"activity", "item"})
+	m.ReconcilerMarkerDrift = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_marker_drift",
+		Help: "Limit markers missing, extra or held by the wrong request per item at the last reconciler pass."}, []string{"activity", "item"})
+	m.ReconcilerPasses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_reconciler_passes_total",
+		Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"})
+	reg.MustRegister(m.Redriven, m.RedriveAcked, m.ReconcilerDrift, m.ReconcilerMarkerDrift, m.ReconcilerPasses)
 	return m
 }
 

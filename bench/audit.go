@@ -1,0 +1,319 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/stock"
+)
+
+// auditor reads one activity's state in Postgres and Redis.
+type auditor struct {
+	pool       *pgxpool.Pool
+	rdb        *redis.Client
+	prefix     string
+	activityID int64
+	items      []int64
+}
+
+// drainState is what is still in flight for the activity.
+type drainState struct {
+	journal   int64 // reservation journal entries (not yet decided by a worker)
+	processed int64 // processed_requests rows
+	pending   int64 // compensations not yet applied in Redis
+}
+
+func (a *auditor) drainState(ctx context.Context) (drainState, error) {
+	var d drainState
+	st := stock.New(a.rdb, a.prefix)
+	pipe := a.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(a.items))
+	for i, id := range a.items {
+		cmds[i] = pipe.HLen(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: id}).Journal)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return d, fmt.Errorf("reading journals: %w", err)
+	}
+	for _, c := range cmds {
+		d.journal += c.Val()
+	}
+	err := a.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM processed_requests WHERE activity_id = $1),
+		(SELECT count(*) FROM redis_compensations WHERE activity_id = $1 AND applied_at IS NULL)`, a.activityID).
+		Scan(&d.processed, &d.pending)
+	if err != nil {
+		return d, fmt.Errorf("reading processed requests: %w", err)
+	}
+	return d, nil
+}
+
+// waitDrained polls until every journal entry is decided, every accepted
+// request has its processed_requests row and no compensation is pending. It
+// returns how long after since that took.
+func (a *auditor) waitDrained(ctx context.Context, accepted int, since time.Time, within time.Duration,
+	scr *scraper, progress io.Writer) (time.Duration, error) {
+	deadline := time.Now().Add(within)
+	lastLine := time.Now()
+	for {
+		d, err := a.drainState(ctx)
+		if err == nil && d.journal == 0 && d.pending == 0 && d.processed >= int64(accepted) {
+			return time.Since(since), nil
+		}
+		if time.Since(lastLine) >= time.Second {
+			lastLine = time.Now()
+			fmt.Fprintf(progress, "bench: draining %3.0fs  journal %d  processed %d/%d  compensations pending %d  lag %s\n",
+				time.Since(since).Seconds(), d.journal, d.processed, accepted, d.pending, scr.lagString())
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return time.Since(since), fmt.Errorf("not drained within %s: %w", within, err)
+			}
+			return time.Since(since), fmt.Errorf("not drained within %s: journal %d, processed %d of %d accepted, compensations pending %d",
+				within, d.journal, d.processed, accepted, d.pending)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(since), ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// ItemAudit is one item's stock as Postgres and Redis see it after the drain.
+type ItemAudit struct {
+	ItemID       int64 `json:"itemId"`
+	InitialStock int64 `json:"initialStock"`
+	DBStock      int64 `json:"dbStock"`
+	RedisStock   int64 `json:"redisStock"` // -1: key missing
+	LiveOrders   int64 `json:"liveOrders"`
+	LiveUnits    int64 `json:"liveUnits"`
+	LimitMarkers int64 `json:"limitMarkers"`
+	Journal      int64 `json:"journal"`
+}
+
+// Audit is what the bench found in Postgres and Redis.
+type Audit struct {
+	Items []ItemAudit `json:"items"`
+	// Orders of the activity by status, and processed_requests by outcome/reason.
+	OrdersByStatus  map[string]int64 `json:"ordersByStatus"`
+	RejectedInDB    map[string]int64 `json:"rejectedInDb"` // REJECTED processed_requests by reason
+	CreatedInDB     int64            `json:"createdInDb"`  // CREATED processed_requests
+	PendingCompens  int64            `json:"pendingCompensations"`
+	OversoldUnits   int64            `json:"oversoldUnits"`
+	DuplicateUsers  int64            `json:"duplicateUsers"`    // (user, item) with more than one live order
+	DuplicateReqIDs int64            `json:"duplicateRequests"` // requestIds with more than one order
+	Lost            int64            `json:"lost"`              // accepted requests with neither an order nor a REJECTED row
+	WrongOrderNo    int64            `json:"wrongOrderNo"`      // accepted requests whose row carries another orderNo
+	Unanswered      int64            `json:"unansweredButProcessed"`
+	MarkerMismatch  int64            `json:"limitMarkerMismatch"` // markers missing, extra or naming another requestId
+	LostSample      []string         `json:"lostSample,omitempty"`
+}
+
+// audit checks the activity against the requests the client saw accepted.
+func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance) (Audit, error) {
+	au := Audit{OrdersByStatus: map[string]int64{}, RejectedInDB: map[string]int64{}}
+	st := stock.New(a.rdb, a.prefix)
+
+	// Every row of the activity, by requestId: the activity is the bench's own.
+	type row struct {
+		orderNo, status, reason string
+		userID, itemID          int64
+		quantity                int64
+	}
+	orders := map[string][]row{}
+	rows, err := a.pool.Query(ctx, `SELECT request_id, order_no, status, user_id, item_id, quantity
+		FROM orders WHERE activity_id = $1`, a.activityID)
+	if err != nil {
+		return au, fmt.Errorf("reading orders: %w", err)
+	}
+	for rows.Next() {
+		var rid string
+		var r row
+		if err := rows.Scan(&rid, &r.orderNo, &r.status, &r.userID, &r.itemID, &r.quantity); err != nil {
+			rows.Close()
+			return au, fmt.Errorf("reading orders: %w", err)
+		}
+		orders[rid] = append(orders[rid], r)
+		au.OrdersByStatus[r.status]++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return au, fmt.Errorf("reading orders: %w", err)
+	}
+	rejected := map[string]row{}
+	rows, err = a.pool.Query(ctx, `SELECT request_id, order_no, outcome, COALESCE(reason, '')
+		FROM processed_requests WHERE activity_id = $1`, a.activityID)
+	if err != nil {
+		return au, fmt.Errorf("reading processed requests: %w", err)
+	}
+	for rows.Next() {
+		var rid, outcome string
+		var r row
+		if err := rows.Scan(&rid, &r.orderNo, &outcome, &r.reason); err != nil {
+			rows.Close()
+			return au, fmt.Errorf("reading processed requests: %w", err)
+		}
+		if outcome == "REJECTED" {
+			rejected[rid] = r
+			au.RejectedInDB[r.reason]++
+		} else {
+			au.CreatedInDB++
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return au, fmt.Errorf("reading processed requests: %w", err)
+	}
+
+	// I3 and I4, against what the client was told.
+	// A request that timed out at the client may still have been accepted:
+	// counted, not an error.
+	for rid, rs := range orders {
+		if len(rs) > 1 {
+			au.DuplicateReqIDs++
+		}
+		if acc[rid] == nil {
+			au.Unanswered++
+		}
+	}
+	for rid := range rejected {
+		if acc[rid] == nil {
+			au.Unanswered++
+		}
+	}
+	for rid, e := range acc {
+		rs, ok := orders[rid]
+		rj, rejOK := rejected[rid]
+		switch {
+		case ok:
+			if rs[0].orderNo != e.orderNo {
+				au.WrongOrderNo++
+			}
+		case rejOK:
+			if rj.orderNo != e.orderNo {
+				au.WrongOrderNo++
+			}
+		default:
+			au.Lost++
+			if len(au.LostSample) < 5 {
+				au.LostSample = append(au.LostSample, rid)
+			}
+		}
+	}
+
+	// I1, I2 and I5 per item.
+	live := map[int64]map[int64][]string{} // item → user → requestIds of live orders
+	liveOrders, liveUnits := map[int64]int64{}, map[int64]int64{}
+	for rid, rs := range orders {
+		for _, r := range rs {
+			if r.status != "UNPAID" && r.status != "PAID" {
+				continue
+			}
+			if live[r.itemID] == nil {
+				live[r.itemID] = map[int64][]string{}
+			}
+			live[r.itemID][r.userID] = append(live[r.itemID][r.userID], rid)
+			liveOrders[r.itemID]++
+			liveUnits[r.itemID] += r.quantity
+		}
+	}
+	for _, id := range a.items {
+		it := stock.Item{ActivityID: a.activityID, ItemID: id}
+		ia := ItemAudit{ItemID: id, RedisStock: -1}
+		err := a.pool.QueryRow(ctx, `SELECT initial_stock, stock FROM item_stock WHERE activity_id = $1 AND item_id = $2`,
+			a.activityID, id).Scan(&ia.InitialStock, &ia.DBStock)
+		if err != nil {
+			return au, fmt.Errorf("reading stock of item %d: %w", id, err)
+		}
+		ia.LiveOrders, ia.LiveUnits = liveOrders[id], liveUnits[id]
+		au.OversoldUnits += max(0, ia.LiveUnits-ia.InitialStock)
+		for _, rids := range live[id] {
+			if len(rids) > 1 {
+				au.DuplicateUsers++
+			}
+		}
+		keys := st.Keys(it)
+		if n, err := a.rdb.Get(ctx, keys.Stock).Int64(); err == nil {
+			ia.RedisStock = n
+			au.OversoldUnits += max(0, -n)
+		} else if !errors.Is(err, redis.Nil) {
+			return au, fmt.Errorf("reading redis stock of item %d: %w", id, err)
+		}
+		if ia.Journal, err = a.rdb.HLen(ctx, keys.Journal).Result(); err != nil {
+			return au, fmt.Errorf("reading journal of item %d: %w", id, err)
+		}
+		markers, err := a.markers(ctx, keys)
+		if err != nil {
+			return au, err
+		}
+		ia.LimitMarkers = int64(len(markers))
+		for user, rids := range live[id] {
+			if markers[user] != rids[0] {
+				au.MarkerMismatch++
+			}
+		}
+		for user := range markers {
+			if _, ok := live[id][user]; !ok {
+				au.MarkerMismatch++
+			}
+		}
+		au.Items = append(au.Items, ia)
+	}
+	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM redis_compensations WHERE activity_id = $1 AND applied_at IS NULL`,
+		a.activityID).Scan(&au.PendingCompens); err != nil {
+		return au, fmt.Errorf("reading compensations: %w", err)
+	}
+	return au, nil
+}
+
+// markers reads an item's limit markers: user → requestId holding it.
+func (a *auditor) markers(ctx context.Context, keys stock.Keys) (map[int64]string, error) {
+	pattern := keys.LimitPattern()
+	base := strings.TrimSuffix(pattern, "*")
+	out := map[int64]string{}
+	var batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		vals, err := a.rdb.MGet(ctx, batch...).Result()
+		if err != nil {
+			return fmt.Errorf("reading limit markers: %w", err)
+		}
+		for i, k := range batch {
+			user, err := strconv.ParseInt(strings.TrimPrefix(k, base), 10, 64)
+			if err != nil {
+				continue
+			}
+			if s, ok := vals[i].(string); ok {
+				out[user] = s
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
+	iter := a.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("scanning limit markers: %w", err)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

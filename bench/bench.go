@@ -1,0 +1,212 @@
+// Package bench is the load tool behind `orderpipe bench`. It drives the HTTP
+// API of a running pipeline with a flash-sale workload (random users, client
+// retries that reuse their requestId, repeats of the same user), waits until
+// the pipeline has drained, and audits Postgres and Redis for the invariants
+// of the design (I1–I5). With --redis-strategies it races three ways of
+// taking stock directly against Redis instead, so the reason for the reserve
+// script is measured rather than quoted.
+//
+// It only reads the pipeline's state to audit it; it never repairs anything,
+// and it sends traffic only to the URL and the Redis it is given.
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+)
+
+// Exit codes of Main.
+const (
+	ExitOK     = 0 // every invariant held
+	ExitFailed = 1 // an invariant failed
+	ExitError  = 2 // the run could not be made
+)
+
+// Env is what the tool takes from the server's environment variables.
+type Env struct {
+	HTTPAddr    string // HTTP_ADDR: the default target is this port on 127.0.0.1
+	AdminToken  string // ADMIN_TOKEN: creates and preheats the activity
+	DatabaseURL string // DATABASE_URL: audited after the load
+	RedisAddr   string // REDIS_ADDR
+	RedisPrefix string // REDIS_KEY_PREFIX
+}
+
+// Config is one load run.
+type Config struct {
+	URL         string // base URL of the gateway, e.g. http://127.0.0.1:8080
+	AdminToken  string
+	DatabaseURL string
+	RedisAddr   string
+	RedisPrefix string
+
+	Concurrency int     // requests in flight at once
+	Requests    int     // requests in all, retries and repeats included
+	Items       int     // items on sale: 1 is the hot-item case
+	Stock       int64   // units per item
+	Quantity    int     // units per order
+	RetryShare  float64 // share of requests that are client retries (same requestId, same payload)
+	RepeatShare float64 // share of requests that are the same user again (new requestId)
+	ActivityID  int64   // 0 ⇒ derived from the clock, so each run has its own sale
+	Seed        int64   // workload seed; 0 ⇒ from the clock
+
+	Timeout      time.Duration // per HTTP request
+	WaitReady    time.Duration // how long to wait for /readyz before starting
+	DrainTimeout time.Duration // how long the pipeline may take to drain after the load
+
+	// Progress receives a line per second while the run goes on; nil ⇒ none.
+	Progress io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	if c.Items <= 0 {
+		c.Items = 1
+	}
+	if c.Quantity <= 0 {
+		c.Quantity = 1
+	}
+	if c.ActivityID <= 0 {
+		c.ActivityID = time.Now().UnixMilli()
+	}
+	if c.Seed == 0 {
+		c.Seed = time.Now().UnixNano()
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 10 * time.Second
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = time.Minute
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+}
+
+func (c Config) validate() error {
+	var errs []string
+	if c.Requests <= 0 {
+		errs = append(errs, "-n must be positive")
+	}
+	if c.Stock < 0 {
+		errs = append(errs, "--stock must not be negative")
+	}
+	if c.RetryShare < 0 || c.RepeatShare < 0 || c.RetryShare+c.RepeatShare > 1 {
+		errs = append(errs, "--retry-share and --repeat-share must be ≥ 0 and add up to at most 1")
+	}
+	if c.Quantity > 100 {
+		errs = append(errs, "--quantity must be between 1 and 100")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+const usage = `usage: orderpipe bench [flags]
+       orderpipe bench --redis-strategies [flags]
+
+Drives the HTTP API of a running pipeline, waits for it to drain and audits
+Postgres and Redis for the invariants I1–I5. Creates and preheats its own
+activity through the admin API (needs ADMIN_TOKEN). Reads DATABASE_URL,
+REDIS_ADDR and REDIS_KEY_PREFIX like the server. A line of progress per second
+goes to stderr; the report to stdout. Exit 0 all invariants hold, 1 one
+failed, 2 could not run.
+
+With --redis-strategies it races naive GET+DECRBY, a SET NX PX lock and the
+reserve script on one item directly against Redis (no HTTP), under unique
+keys it deletes afterwards; exit 1 if the reserve script oversold or granted
+a user twice.
+
+flags:
+`
+
+// Main is `orderpipe bench`: it parses args, runs, writes the report to
+// stdout and returns the exit code.
+func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	cfg := Config{AdminToken: env.AdminToken, DatabaseURL: env.DatabaseURL, RedisAddr: env.RedisAddr, RedisPrefix: env.RedisPrefix,
+		Progress: stderr}
+	fs.StringVar(&cfg.URL, "url", defaultURL(env.HTTPAddr), "gateway base URL (default from HTTP_ADDR)")
+	fs.IntVar(&cfg.Concurrency, "c", 50, "concurrency: requests in flight at once")
+	fs.IntVar(&cfg.Requests, "n", 2000, "requests in all (retries and repeats included)")
+	fs.IntVar(&cfg.Items, "items", 1, "items on sale (1 = one hot item)")
+	fs.Int64Var(&cfg.Stock, "stock", 500, "units per item")
+	fs.IntVar(&cfg.Quantity, "quantity", 1, "units per order")
+	fs.Float64Var(&cfg.RetryShare, "retry-share", 0.10, "share of requests that are client retries reusing a requestId")
+	fs.Float64Var(&cfg.RepeatShare, "repeat-share", 0.05, "share of requests that repeat an earlier user with a new requestId")
+	fs.Int64Var(&cfg.ActivityID, "activity", 0, "activity id to create (default: from the clock)")
+	fs.Int64Var(&cfg.Seed, "seed", 0, "workload seed (default: from the clock)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-request timeout")
+	fs.DurationVar(&cfg.WaitReady, "wait-ready", 10*time.Second, "wait this long for /readyz before starting")
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", time.Minute, "how long the pipeline may take to drain")
+	jsonOut := fs.String("json-out", "", "also write the report as JSON to this file")
+	strategies := fs.Bool("redis-strategies", false, "race naive / lock / reserve script directly on Redis")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitError
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
+		return ExitError
+	}
+
+	if *strategies {
+		rep, err := RunStrategies(ctx, StrategyConfig{RedisAddr: cfg.RedisAddr, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
+			Stock: cfg.Stock, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed, Progress: stderr})
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return ExitError
+		}
+		rep.WriteText(stdout)
+		if err := writeJSONFile(*jsonOut, rep); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return ExitError
+		}
+		if !rep.OK {
+			return ExitFailed
+		}
+		return ExitOK
+	}
+
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return ExitError
+	}
+	rep.WriteText(stdout)
+	if err := writeJSONFile(*jsonOut, rep); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return ExitError
+	}
+	if !rep.OK {
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+// defaultURL turns a listen address such as ":8080" into a URL on loopback.
+func defaultURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return "http://127.0.0.1:8080"
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}

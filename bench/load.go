@@ -1,0 +1,381 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/database"
+)
+
+// Run creates and preheats a sale through the admin API, sends the load,
+// waits for the pipeline to drain and audits it. An error means the run could
+// not be made; a failed invariant is in the report (Report.OK).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.defaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.AdminToken == "" {
+		return nil, fmt.Errorf("ADMIN_TOKEN is empty: the bench creates its sale through the admin API")
+	}
+	client := newHTTPClient(cfg.Concurrency, cfg.Timeout)
+	defer client.CloseIdleConnections()
+	// Ready first: a starting pipeline may still be creating its database.
+	if err := waitReady(ctx, client, cfg.URL, cfg.WaitReady); err != nil {
+		return nil, err
+	}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 8, ReadTimeout: 5 * time.Second})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
+	}
+	items := make([]int64, cfg.Items)
+	for i := range items {
+		items[i] = int64(i + 1)
+	}
+	if err := createSale(ctx, client, cfg, items); err != nil {
+		return nil, err
+	}
+	work := plan(cfg, items)
+
+	scr := newScraper(cfg.URL + "/metrics")
+	scrCtx, stopScraper := context.WithCancel(ctx)
+	scrDone := make(chan struct{})
+	go func() { defer close(scrDone); scr.run(scrCtx, 100*time.Millisecond) }()
+	defer func() { stopScraper(); <-scrDone }()
+
+	a := &auditor{pool: pool, rdb: rdb, prefix: cfg.RedisPrefix, activityID: cfg.ActivityID, items: items}
+	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
+		cfg.ActivityID, cfg.Items, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.URL, cfg.Seed)
+	answers, loadTime := drive(ctx, client, cfg, work, scr)
+	loadEnd := time.Now()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("load interrupted: %w", err)
+	}
+	acc := accepted(work, answers)
+	drain, drainErr := a.waitDrained(ctx, len(acc), loadEnd, cfg.DrainTimeout, scr, cfg.Progress)
+	lagZero := scr.zeroSince(loadEnd)
+
+	audit, err := a.audit(ctx, acc)
+	if err != nil {
+		return nil, err
+	}
+	rep := newReport(cfg, work, answers, loadTime, audit)
+	rep.DrainMs = ms(drain)
+	if drainErr != nil {
+		rep.DrainError = drainErr.Error()
+	}
+	rep.PeakConsumerLag, rep.LagZeroAfterMs = -1, -1
+	if peak, ok := scr.peakLag(); ok {
+		rep.PeakConsumerLag = peak
+	}
+	if lagZero >= 0 {
+		rep.LagZeroAfterMs = ms(lagZero)
+	}
+	rep.PeakRSSBytes, rep.RSSBytes = scr.rss()
+	rep.check()
+	return rep, nil
+}
+
+func newHTTPClient(conc int, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		MaxIdleConns:        conc + 8,
+		MaxIdleConnsPerHost: conc + 8,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+}
+
+// waitReady polls /readyz until it answers 200 or within passes.
+func waitReady(ctx context.Context, client *http.Client, base string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		if err != nil {
+			return fmt.Errorf("bad --url: %w", err)
+		}
+		res, err := client.Do(req)
+		status := 0
+		if err == nil {
+			io.Copy(io.Discard, res.Body) //nolint:errcheck
+			res.Body.Close()
+			status = res.StatusCode
+			if status == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("pipeline at %s not ready: %w", base, err)
+			}
+			return fmt.Errorf("pipeline at %s not ready: /readyz answered %d", base, status)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// createSale creates the activity (on sale from a minute ago for an hour,
+// one unit per user) and preheats it.
+func createSale(ctx context.Context, client *http.Client, cfg Config, items []int64) error {
+	type item struct {
+		ItemID int64 `json:"itemId"`
+		Stock  int64 `json:"stock"`
+	}
+	body := struct {
+		Name         string    `json:"name"`
+		StartsAt     time.Time `json:"startsAt"`
+		EndsAt       time.Time `json:"endsAt"`
+		PerUserLimit int       `json:"perUserLimit"`
+		Items        []item    `json:"items"`
+	}{Name: fmt.Sprintf("bench %d", cfg.ActivityID), StartsAt: time.Now().Add(-time.Minute).UTC(),
+		EndsAt: time.Now().Add(time.Hour).UTC(), PerUserLimit: cfg.Quantity}
+	for _, id := range items {
+		body.Items = append(body.Items, item{id, cfg.Stock})
+	}
+	raw, _ := json.Marshal(body)
+	path := fmt.Sprintf("%s/admin/v1/activities/%d", cfg.URL, cfg.ActivityID)
+	if err := adminCall(ctx, client, cfg.AdminToken, http.MethodPut, path, raw); err != nil {
+		return fmt.Errorf("creating activity %d: %w", cfg.ActivityID, err)
+	}
+	if err := adminCall(ctx, client, cfg.AdminToken, http.MethodPost, path+"/preheat", nil); err != nil {
+		return fmt.Errorf("preheating activity %d: %w", cfg.ActivityID, err)
+	}
+	return nil
+}
+
+func adminCall(ctx context.Context, client *http.Client, token, method, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %d %s", method, url, res.StatusCode, bytes.TrimSpace(raw))
+	}
+	return nil
+}
+
+// kind is what a planned request stands for.
+type kind uint8
+
+const (
+	fresh  kind = iota // a new user
+	retry              // a client retry: same requestId and payload as an earlier request
+	repeat             // the same user again with a new requestId
+)
+
+// request is one planned POST /v1/orders.
+type request struct {
+	id     string
+	userID int64
+	itemID int64
+	kind   kind
+	body   []byte
+}
+
+// plan draws the workload. Retries and repeats copy a request among the last
+// 2·c, so they usually race the original while it is in flight: the hard case
+// for the dedup record and the per-user limit.
+func plan(cfg Config, items []int64) []request {
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x0b5e55ed))
+	run := "b" + strconv.FormatInt(cfg.ActivityID, 36) + "-"
+	window := max(1, 2*cfg.Concurrency)
+	out := make([]request, cfg.Requests)
+	for i := range out {
+		x := rng.Float64()
+		if i > 0 && x < cfg.RetryShare+cfg.RepeatShare {
+			j := i - 1 - rng.IntN(min(i, window))
+			r := out[j]
+			if x < cfg.RetryShare {
+				r.kind = retry
+			} else {
+				r.kind = repeat
+				r.id = run + strconv.Itoa(i)
+				r.body = orderBody(r, cfg)
+			}
+			out[i] = r
+			continue
+		}
+		r := request{id: run + strconv.Itoa(i), userID: rng.Int64N(1<<40) + 1, itemID: items[rng.IntN(len(items))], kind: fresh}
+		r.body = orderBody(r, cfg)
+		out[i] = r
+	}
+	return out
+}
+
+func orderBody(r request, cfg Config) []byte {
+	return fmt.Appendf(nil, `{"requestId":%q,"userId":%d,"activityId":%d,"itemId":%d,"quantity":%d}`,
+		r.id, r.userID, cfg.ActivityID, r.itemID, cfg.Quantity)
+}
+
+// answer is what the client saw for one request.
+type answer struct {
+	status   int    // 0 ⇒ no answer (transport error or timeout)
+	code     string // error code of an error answer
+	orderNo  string
+	replayed bool
+	latency  time.Duration
+}
+
+// counters are the live totals the progress line shows.
+type counters struct {
+	done, accepted, replayed, rejected, failed atomic.Int64
+}
+
+// drive sends the planned requests from cfg.Concurrency goroutines and
+// returns each answer (by plan index) and the wall time of the load.
+func drive(ctx context.Context, client *http.Client, cfg Config, work []request, scr *scraper) ([]answer, time.Duration) {
+	answers := make([]answer, len(work))
+	var next atomic.Int64
+	var cnt counters
+	url := cfg.URL + "/v1/orders"
+	stop := make(chan struct{})
+	progDone := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(progDone)
+		progress(cfg.Progress, start, len(work), &cnt, scr, stop)
+	}()
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(work) || ctx.Err() != nil {
+					return
+				}
+				answers[i] = send(ctx, client, url, work[i].body)
+				cnt.done.Add(1)
+				switch a := answers[i]; {
+				case a.status == http.StatusAccepted:
+					cnt.accepted.Add(1)
+				case a.status == http.StatusOK:
+					cnt.replayed.Add(1)
+				case a.status == 0:
+					cnt.failed.Add(1)
+				default:
+					cnt.rejected.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stop)
+	<-progDone
+	return answers, elapsed
+}
+
+func progress(w io.Writer, start time.Time, total int, cnt *counters, scr *scraper, stop <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := int64(0)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		done := cnt.done.Load()
+		fmt.Fprintf(w, "bench: %3.0fs  sent %d/%d  %5d req/s  202 %d  200 %d  4xx/5xx %d  no answer %d  lag %s\n",
+			time.Since(start).Seconds(), done, total, done-last, cnt.accepted.Load(), cnt.replayed.Load(),
+			cnt.rejected.Load(), cnt.failed.Load(), scr.lagString())
+		last = done
+	}
+}
+
+// orderAnswer is the part of an answer the audit needs.
+type orderAnswer struct {
+	OrderNo  string `json:"orderNo"`
+	Replayed bool   `json:"replayed"`
+	Error    struct {
+		Code string `json:"code"`
+	} `json:"error"`
+}
+
+func send(ctx context.Context, client *http.Client, url string, body []byte) answer {
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return answer{latency: time.Since(start)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(req)
+	if err != nil {
+		return answer{latency: time.Since(start)}
+	}
+	raw, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	a := answer{status: res.StatusCode, latency: time.Since(start)}
+	if err != nil {
+		return answer{latency: a.latency}
+	}
+	var oa orderAnswer
+	if json.Unmarshal(raw, &oa) != nil {
+		a.code = "UNDECODABLE"
+		return a
+	}
+	a.orderNo, a.replayed, a.code = oa.OrderNo, oa.Replayed, oa.Error.Code
+	if a.code == "" && a.status >= 300 {
+		a.code = "HTTP_" + strconv.Itoa(a.status)
+	}
+	return a
+}
+
+// acceptance is what the client was told about one requestId: a 202, or a
+// replayed 200 (the client then also believes it was accepted).
+type acceptance struct {
+	orderNo    string
+	accepts    int  // 202 answers for this requestId (more than one breaks I3)
+	mismatched bool // answers named different orderNos (breaks I3)
+}
+
+func accepted(work []request, answers []answer) map[string]*acceptance {
+	acc := map[string]*acceptance{}
+	for i, a := range answers {
+		if a.status != http.StatusAccepted && !(a.status == http.StatusOK && a.replayed) {
+			continue
+		}
+		e := acc[work[i].id]
+		if e == nil {
+			e = &acceptance{orderNo: a.orderNo}
+			acc[work[i].id] = e
+		}
+		if a.status == http.StatusAccepted {
+			e.accepts++
+		}
+		if a.orderNo != e.orderNo {
+			e.mismatched = true
+		}
+	}
+	return acc
+}

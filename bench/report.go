@@ -1,0 +1,307 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Scenario is the run's parameters, as given.
+type Scenario struct {
+	URL         string  `json:"url"`
+	ActivityID  int64   `json:"activityId"`
+	Concurrency int     `json:"concurrency"`
+	Requests    int     `json:"requests"`
+	Items       int     `json:"items"`
+	Stock       int64   `json:"stockPerItem"`
+	Quantity    int     `json:"quantity"`
+	RetryShare  float64 `json:"retryShare"`
+	RepeatShare float64 `json:"repeatShare"`
+	Seed        int64   `json:"seed"`
+}
+
+// Latency percentiles, in milliseconds, measured at the client per request.
+type Latency struct {
+	P50  float64 `json:"p50"`
+	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// Check is one invariant's verdict.
+type Check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// Report is the result of a load run.
+type Report struct {
+	Scenario Scenario `json:"scenario"`
+
+	Requests       int            `json:"requests"`
+	Fresh          int            `json:"fresh"`
+	Retries        int            `json:"retries"`
+	Repeats        int            `json:"repeats"`
+	Accepted       int            `json:"accepted"` // 202 answers
+	Replayed       int            `json:"replayed"` // 200 answers with replayed:true
+	RejectedByCode map[string]int `json:"rejectedByCode"`
+	NoAnswer       int            `json:"noAnswer"` // transport error or client timeout
+	// AcceptedRequests is the distinct requestIds the client was told were
+	// accepted (a 202, or a replayed 200).
+	AcceptedRequests int `json:"acceptedRequests"`
+	DoubleAccepted   int `json:"doubleAccepted"` // requestIds answered 202 more than once
+	ReplayMismatch   int `json:"replayMismatch"` // requestIds answered with different orderNos
+
+	OrdersInDB      int64 `json:"ordersInDb"` // live (UNPAID, PAID) orders
+	FinalDBStock    int64 `json:"finalDbStock"`
+	FinalRedisStock int64 `json:"finalRedisStock"`
+	Audit           Audit `json:"audit"`
+
+	LoadMs          float64 `json:"loadMs"`
+	ReqPerSec       float64 `json:"reqPerSec"`
+	Latency         Latency `json:"latencyMs"`
+	DrainMs         float64 `json:"drainMs"` // load end → journal empty, every accepted request processed
+	DrainError      string  `json:"drainError,omitempty"`
+	PeakConsumerLag float64 `json:"peakConsumerLag"` // -1: not readable
+	LagZeroAfterMs  float64 `json:"lagZeroAfterMs"`  // load end → lag gauge 0 for good; -1: never seen
+	PeakRSSBytes    float64 `json:"peakRssBytes"`    // of the process serving /metrics; -1: not readable
+	RSSBytes        float64 `json:"rssBytes"`
+
+	Checks []Check `json:"checks"`
+	OK     bool    `json:"ok"`
+}
+
+func newReport(cfg Config, work []request, answers []answer, load time.Duration, au Audit) *Report {
+	r := &Report{
+		Scenario: Scenario{URL: cfg.URL, ActivityID: cfg.ActivityID, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
+			Items: cfg.Items, Stock: cfg.Stock, Quantity: cfg.Quantity, RetryShare: cfg.RetryShare, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed},
+		Requests: len(work), RejectedByCode: map[string]int{}, Audit: au, LoadMs: ms(load),
+	}
+	lat := make([]time.Duration, 0, len(answers))
+	var sum time.Duration
+	for i, a := range answers {
+		switch work[i].kind {
+		case fresh:
+			r.Fresh++
+		case retry:
+			r.Retries++
+		case repeat:
+			r.Repeats++
+		}
+		switch {
+		case a.status == 0:
+			r.NoAnswer++
+		case a.status == http.StatusAccepted:
+			r.Accepted++
+		case a.status == http.StatusOK && a.replayed:
+			r.Replayed++
+		default:
+			code := a.code
+			if code == "" {
+				code = fmt.Sprintf("HTTP_%d", a.status)
+			}
+			r.RejectedByCode[code]++
+		}
+		lat = append(lat, a.latency)
+		sum += a.latency
+	}
+	acc := accepted(work, answers)
+	r.AcceptedRequests = len(acc)
+	for _, e := range acc {
+		if e.accepts > 1 {
+			r.DoubleAccepted++
+		}
+		if e.mismatched {
+			r.ReplayMismatch++
+		}
+	}
+	slices.Sort(lat)
+	if n := len(lat); n > 0 {
+		r.Latency = Latency{P50: ms(pct(lat, .50)), P95: ms(pct(lat, .95)), P99: ms(pct(lat, .99)), Max: ms(lat[n-1]),
+			Mean: ms(sum / time.Duration(n))}
+	}
+	if load > 0 {
+		r.ReqPerSec = float64(len(work)) / load.Seconds()
+	}
+	for _, it := range au.Items {
+		r.OrdersInDB += it.LiveOrders
+		r.FinalDBStock += it.DBStock
+		r.FinalRedisStock += it.RedisStock
+	}
+	return r
+}
+
+// check fills Checks and OK from the figures.
+func (r *Report) check() {
+	au := r.Audit
+	var i1, i5 []string
+	for _, it := range au.Items {
+		if it.DBStock < 0 || it.RedisStock < 0 || it.InitialStock != it.DBStock+it.LiveUnits {
+			i1 = append(i1, fmt.Sprintf("item %d: initial %d, db %d, redis %d, live units %d",
+				it.ItemID, it.InitialStock, it.DBStock, it.RedisStock, it.LiveUnits))
+		}
+		if it.RedisStock != it.DBStock || it.Journal != 0 {
+			i5 = append(i5, fmt.Sprintf("item %d: redis %d vs db %d, journal %d", it.ItemID, it.RedisStock, it.DBStock, it.Journal))
+		}
+	}
+	if au.OversoldUnits > 0 {
+		i1 = append(i1, fmt.Sprintf("%d units oversold", au.OversoldUnits))
+	}
+	if au.MarkerMismatch > 0 {
+		i5 = append(i5, fmt.Sprintf("%d limit markers do not match the live orders", au.MarkerMismatch))
+	}
+	if au.PendingCompens > 0 {
+		i5 = append(i5, fmt.Sprintf("%d compensations pending", au.PendingCompens))
+	}
+	var i4 []string
+	if au.Lost > 0 {
+		i4 = append(i4, fmt.Sprintf("%d accepted requests have neither an order nor a REJECTED row (e.g. %s)",
+			au.Lost, strings.Join(au.LostSample, ", ")))
+	}
+	if r.DrainError != "" {
+		i4 = append(i4, r.DrainError)
+	}
+	var orders, initial int64
+	for _, n := range au.OrdersByStatus {
+		orders += n
+	}
+	for _, it := range au.Items {
+		initial += it.InitialStock
+	}
+	// Postgres rejecting what Redis reserved means Redis let it through.
+	for _, reason := range []string{"DB_STOCK_MISMATCH", "DUPLICATE_LIVE_ORDER"} {
+		if n := au.RejectedInDB[reason]; n > 0 {
+			i5 = append(i5, fmt.Sprintf("Redis reserved %d requests Postgres rejected with %s", n, reason))
+		}
+	}
+	var counts []string
+	if au.CreatedInDB != orders {
+		counts = append(counts, fmt.Sprintf("%d CREATED processed_requests for %d orders", au.CreatedInDB, orders))
+	}
+	if units := int64(r.AcceptedRequests * r.Scenario.Quantity); units > initial {
+		counts = append(counts, fmt.Sprintf("clients were told %d units were accepted of %d in stock", units, initial))
+	}
+	r.Checks = []Check{
+		verdict("I1 no oversell", i1),
+		verdict("I2 one live order per user", nonzero(map[string]int64{"(user, item) pairs with several live orders": au.DuplicateUsers})),
+		verdict("I3 one order per requestId", nonzero(map[string]int64{
+			"requestIds with several orders":       au.DuplicateReqIDs,
+			"requestIds answered 202 twice":        int64(r.DoubleAccepted),
+			"requestIds answered different orders": int64(r.ReplayMismatch),
+			"rows carrying another orderNo":        au.WrongOrderNo,
+		})),
+		verdict("I4 nothing lost", i4),
+		verdict("I5 Redis agrees with Postgres", i5),
+		verdict("counts add up", counts),
+	}
+	r.OK = true
+	for _, c := range r.Checks {
+		r.OK = r.OK && c.OK
+	}
+}
+
+func verdict(name string, problems []string) Check {
+	if len(problems) == 0 {
+		return Check{Name: name, OK: true, Detail: "ok"}
+	}
+	return Check{Name: name, Detail: strings.Join(problems, "; ")}
+}
+
+func nonzero(m map[string]int64) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if m[k] != 0 {
+			out = append(out, fmt.Sprintf("%d %s", m[k], k))
+		}
+	}
+	return out
+}
+
+// WriteText writes the report as a table.
+func (r *Report) WriteText(w io.Writer) {
+	s := r.Scenario
+	fmt.Fprintf(w, "\norderpipe bench: activity %d, %d item(s) × %d units, c=%d, n=%d, retries %.0f%%, repeats %.0f%%, seed %d\n",
+		s.ActivityID, s.Items, s.Stock, s.Concurrency, s.Requests, 100*s.RetryShare, 100*s.RepeatShare, s.Seed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(tw, "  %s\t"+format+"\n", append([]any{k}, args...)...)
+	}
+	row("requests", "%d (fresh %d, retries %d, repeats %d)", r.Requests, r.Fresh, r.Retries, r.Repeats)
+	row("accepted (202)", "%d", r.Accepted)
+	row("replayed (200)", "%d", r.Replayed)
+	row("rejected by code", "%s", countList(r.RejectedByCode))
+	row("no answer", "%d", r.NoAnswer)
+	row("orders in DB (live)", "%d  %s", r.OrdersInDB, countList(r.Audit.OrdersByStatus))
+	row("rejected in DB", "%s", countList(r.Audit.RejectedInDB))
+	row("final stock DB / Redis", "%d / %d", r.FinalDBStock, r.FinalRedisStock)
+	row("oversold units", "%d", r.Audit.OversoldUnits)
+	row("duplicates", "%d users, %d requestIds", r.Audit.DuplicateUsers, r.Audit.DuplicateReqIDs+int64(r.DoubleAccepted))
+	row("lost", "%d", r.Audit.Lost)
+	row("throughput", "%.0f req/s over %.2fs", r.ReqPerSec, r.LoadMs/1000)
+	row("latency (ms)", "p50 %.2f  p95 %.2f  p99 %.2f  max %.2f", r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max)
+	drain := fmt.Sprintf("%.0f ms", r.DrainMs)
+	if r.DrainError != "" {
+		drain += " (" + r.DrainError + ")"
+	}
+	row("drain", "%s", drain)
+	row("consumer lag", "peak %s, 0 after %s", unknown(r.PeakConsumerLag, "%.0f"), unknown(r.LagZeroAfterMs, "%.0f ms"))
+	row("pipeline RSS", "peak %s, end %s", unknown(r.PeakRSSBytes/(1<<20), "%.1f MiB"), unknown(r.RSSBytes/(1<<20), "%.1f MiB"))
+	tw.Flush()
+	fmt.Fprintln(w, "invariants:")
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s %s: %s\n", mark, c.Name, c.Detail)
+	}
+}
+
+func countList[V int | int64](m map[string]V) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func unknown(v float64, format string) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// pct is the q-quantile of sorted (nearest rank).
+func pct(sorted []time.Duration, q float64) time.Duration {
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func writeJSONFile(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(raw, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

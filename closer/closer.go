@@ -1,0 +1,176 @@
+// Package closer closes orders left unpaid: every Interval it closes UNPAID
+// orders older than CloseAfter in Postgres (status, item stock and an outbox
+// compensation in one transaction), then gives their reservations back in
+// Redis through the outbox, retrying with backoff until Redis has them. Any
+// number of replicas may run: rows are split with FOR UPDATE SKIP LOCKED and
+// the release script applies each compensation at most once. It never closes
+// an order by Redis alone, and never pays one.
+package closer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/outbox"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+)
+
+// Config is the closer's configuration.
+type Config struct {
+	// CloseAfter is how long an order may stay UNPAID (CLOSE_AFTER).
+	CloseAfter time.Duration
+	// Interval is the pause between passes (CLOSER_INTERVAL).
+	Interval time.Duration
+	// BatchSize caps the orders closed per transaction.
+	BatchSize int
+	// RetryBase and RetryMax space the retries of a compensation that could
+	// not be applied: a row tried n times waits until it is
+	// min(RetryBase·2^n, RetryMax) old. RetryBase is also how long a fresh
+	// row is left to the pass that wrote it.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+}
+
+func (c *Config) defaults() {
+	if c.CloseAfter <= 0 {
+		c.CloseAfter = 30 * time.Minute
+	}
+	if c.Interval <= 0 {
+		c.Interval = 2 * time.Second
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 500
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = time.Second
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = time.Minute
+	}
+}
+
+// Deps are the closer's collaborators.
+type Deps struct {
+	Orders  *order.Store
+	Stock   *stock.Store
+	Metrics *telemetry.Metrics // nil ⇒ a private registry
+	Log     *slog.Logger
+	// AfterCommitFunc, when set, runs between a close batch's commit and its
+	// Redis compensations; an error ends the pass there, as if the process
+	// died (tests inject crashes with it).
+	AfterCommitFunc func(ctx context.Context, comps []order.Compensation) error
+}
+
+// Closer is one closer replica.
+type Closer struct {
+	cfg     Config
+	deps    Deps
+	applier *outbox.Applier
+}
+
+// New builds a closer.
+func New(cfg Config, deps Deps) *Closer {
+	cfg.defaults()
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = telemetry.NewMetrics()
+	}
+	return &Closer{cfg: cfg, deps: deps, applier: &outbox.Applier{Orders: deps.Orders, Stock: deps.Stock, Log: deps.Log}}
+}
+
+// Result counts one pass.
+type Result struct {
+	Closed  int   // orders closed
+	Applied int   // compensations applied in Redis (this pass's and older ones)
+	Failed  int   // failed attempts, left for a later pass
+	Pending int64 // compensations (of any reason) still unapplied after the pass; -1 if unknown
+}
+
+func (r Result) zero() bool { return r.Closed == 0 && r.Applied == 0 && r.Failed == 0 }
+
+// Run passes every Interval until ctx ends; a pass in hand finishes its batch
+// first. A failed pass is logged and the next one retries.
+func (c *Closer) Run(ctx context.Context) error {
+	c.deps.Log.Info("closer started", "close_after", c.cfg.CloseAfter.String(), "interval", c.cfg.Interval.String())
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		res, err := c.pass(context.WithoutCancel(ctx), ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.deps.Log.Error("closer pass failed", "err", err, "closed", res.Closed, "applied", res.Applied, "failed", res.Failed)
+		case !res.zero():
+			c.deps.Log.Info("closer pass", "closed", res.Closed, "applied", res.Applied, "failed", res.Failed, "pending", res.Pending)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce runs one pass: retry the compensations that are due, then close
+// expired orders batch by batch, applying each batch's compensations after
+// its commit.
+func (c *Closer) RunOnce(ctx context.Context) (Result, error) {
+	return c.pass(ctx, ctx)
+}
+
+// pass does the work with ctx and checks stop between batches, so stopping
+// never abandons a committed batch before its Redis step.
+func (c *Closer) pass(ctx, stop context.Context) (res Result, err error) {
+	res.Pending = -1
+	m := c.deps.Metrics
+	defer func() {
+		if n, err := c.deps.Orders.CountPendingCompensations(ctx); err == nil {
+			res.Pending = n
+			m.CompensationsPending.Set(float64(n))
+		}
+	}()
+
+	swept, err := c.applier.SweepDue(ctx, stop, order.ReasonClosedUnpaid,
+		outbox.Backoff{Base: c.cfg.RetryBase, Max: c.cfg.RetryMax}, 200)
+	c.count(&res, swept)
+	if err != nil {
+		return res, fmt.Errorf("retrying compensations: %w", err)
+	}
+
+	for stop.Err() == nil {
+		comps, err := c.deps.Orders.CloseExpired(ctx, c.cfg.CloseAfter, c.cfg.BatchSize)
+		if err != nil {
+			return res, err
+		}
+		res.Closed += len(comps)
+		m.OrdersClosed.Add(float64(len(comps)))
+		if f := c.deps.AfterCommitFunc; f != nil && len(comps) > 0 {
+			if err := f(ctx, comps); err != nil {
+				return res, fmt.Errorf("after close commit: %w", err)
+			}
+		}
+		applied, err := c.applier.ApplyUntilFailure(ctx, comps)
+		c.count(&res, applied)
+		if err != nil {
+			return res, fmt.Errorf("applying close compensations: %w", err)
+		}
+		// comps counts only compensations written; a short batch means the
+		// backlog is done (a conflict-skipped row only makes it shorter).
+		if len(comps) < c.cfg.BatchSize {
+			break
+		}
+	}
+	return res, nil
+}
+
+func (c *Closer) count(res *Result, r outbox.Result) {
+	res.Applied += r.Applied
+	res.Failed += r.Failed
+	c.deps.Metrics.CompensationsApplied.Add(float64(r.Applied))
+	c.deps.Metrics.CompensationsFailed.Add(float64(r.Failed))
+}

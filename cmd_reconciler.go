@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/database"
+	"orderpipe/pkg/lock"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+	"orderpipe/reconciler"
+)
+
+// exitCode is an error that asks main for a specific exit status.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
+const reconcilerUsage = `usage: orderpipe reconciler [--once] [--fix] [--json]
+
+Compares Redis with Postgres for every preheated activity item, counting the
+reservations in flight, and reports drift. Postgres is the truth.
+
+  --once   one pass, then exit: 0 no drift, 1 drift found (and not fixed), 2 could not run
+  --fix    repair Redis from Postgres (under the {reconciler}:fix lock), then check again
+  --json   one JSON object per pass instead of the table
+
+Without --once it runs a pass every RECONCILE_INTERVAL and serves /metrics on METRICS_ADDR.
+`
+
+// runReconciler is `orderpipe reconciler`: it returns the exit code and
+// writes its report to stdout (logs go to log).
+func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []string, stdout io.Writer) int {
+	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	once := fs.Bool("once", false, "one pass, then exit")
+	fix := fs.Bool("fix", false, "repair Redis from Postgres")
+	asJSON := fs.Bool("json", false, "JSON output")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		fmt.Fprint(stdout, reconcilerUsage)
+		if errors.Is(err, flag.ErrHelp) {
+			return reconciler.ExitClean
+		}
+		return reconciler.ExitError
+	}
+	log = log.With("component", "reconciler")
+
+	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
+	if err != nil {
+		log.Error("reconciler cannot run", "err", err)
+		return reconciler.ExitError
+	}
+	defer pool.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 8,
+		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		log.Error("reconciler cannot run", "err", fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err))
+		return reconciler.ExitError
+	}
+	metrics := telemetry.NewMetrics()
+	write := func(res reconciler.Result) {
+		var err error
+		if *asJSON {
+			err = res.WriteJSON(stdout)
+		} else {
+			err = res.WriteText(stdout)
+		}
+		if err != nil {
+			log.Warn("writing report", "err", err)
+		}
+	}
+	rec := reconciler.New(reconciler.Config{Interval: cfg.ReconcileInterval, Fix: *fix}, reconciler.Deps{
+		Orders: order.NewStore(pool), Stock: stock.New(rdb, cfg.RedisPrefix), Locker: lock.New(rdb, cfg.RedisPrefix),
+		Metrics: metrics, Log: log, ReportFunc: write,
+	})
+
+	if *once {
+		res, err := rec.RunOnce(ctx)
+		if err != nil {
+			log.Error("reconciler cannot run", "err", err)
+			return reconciler.ExitError
+		}
+		write(res)
+		return res.ExitCode()
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	metricsErr := make(chan error, 1)
+	go func() {
+		err := serveMetrics(ctx, cfg.MetricsAddr, metrics)
+		cancel()
+		metricsErr <- err
+	}()
+	log.Info("reconciler starting", "interval", cfg.ReconcileInterval.String(), "fix", *fix, "metrics", cfg.MetricsAddr)
+	runErr := rec.Run(ctx)
+	cancel()
+	if runErr != nil {
+		log.Error("reconciler stopped", "err", runErr)
+		return reconciler.ExitError
+	}
+	if err := <-metricsErr; err != nil {
+		log.Error("reconciler cannot run", "err", err)
+		return reconciler.ExitError
+	}
+	return reconciler.ExitClean
+}

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestReadmeDocumentsEveryVariable keeps the README's configuration table
+// true: every variable the binary reads appears in it with its default.
+func TestReadmeDocumentsEveryVariable(t *testing.T) {
+	raw, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	for _, e := range envVars {
+		row := "| `" + e[0] + "` |"
+		i := strings.Index(readme, row)
+		if i < 0 {
+			t.Errorf("README's configuration table lacks %s", e[0])
+			continue
+		}
+		line := readme[i : i+strings.Index(readme[i:], "\n")]
+		def := "(empty)"
+		if e[1] != "" {
+			def = "`" + e[1] + "`"
+		}
+		if !strings.Contains(line, def) {
+			t.Errorf("README gives %s a default other than %s: %s", e[0], def, line)
+		}
+	}
+}
+
+func TestBadConfigurationIsRefused(t *testing.T) {
+	for _, kv := range [][2]string{{"CLOSE_AFTER", "-1s"}, {"WORKER_BATCH_SIZE", "many"}, {"KAFKA_PARTITIONS", "0"}, {"RATE_LIMIT_USER_RPS", "-1"}} {
+		t.Run(kv[0], func(t *testing.T) {
+			t.Setenv(kv[0], kv[1])
+			if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), kv[0]) {
+				t.Errorf("%s=%s: err %v", kv[0], kv[1], err)
+			}
+		})
+	}
+}

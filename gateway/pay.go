@@ -1,0 +1,58 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+
+	"orderpipe/pkg/order"
+)
+
+type orderPaid struct {
+	OrderNo string `json:"orderNo"`
+	Status  string `json:"status"`
+}
+
+// payOrder is POST /v1/orders/{orderNo}/pay: UNPAID → PAID, idempotent.
+// A closed order answers 409 ORDER_CLOSED, a reservation not yet persisted
+// 409 ORDER_PENDING (retry), a rejected request's number 409 ORDER_REJECTED.
+func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
+	orderNo := r.PathValue("orderNo")
+	item, ok := parseOrderNo(orderNo)
+	if !ok {
+		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
+		return
+	}
+	_, err := s.deps.Orders.Pay(r.Context(), orderNo)
+	if errors.Is(err, order.ErrNotFound) {
+		// Maybe still only reserved: the worker has not persisted it yet.
+		_, found, perr := s.deps.Stock.Pending(r.Context(), item, orderNo)
+		if perr != nil {
+			s.deps.Log.Error("looking up pending order", "order_no", orderNo, "err", perr)
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
+			return
+		}
+		if !found {
+			writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
+			return
+		}
+		// The dedup record outlives the commit, and the worker may have
+		// committed between the two reads: Postgres wins.
+		_, err = s.deps.Orders.Pay(r.Context(), orderNo)
+		if errors.Is(err, order.ErrNotFound) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusConflict, "ORDER_PENDING", "order is not persisted yet; retry shortly")
+			return
+		}
+	}
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, orderPaid{OrderNo: orderNo, Status: order.StatusPaid})
+	case errors.Is(err, order.ErrOrderClosed):
+		writeError(w, http.StatusConflict, "ORDER_CLOSED", "order was closed unpaid; its stock was released")
+	case errors.Is(err, order.ErrOrderRejected):
+		writeError(w, http.StatusConflict, "ORDER_REJECTED", "the order request was rejected; there is no order to pay")
+	default:
+		s.deps.Log.Error("paying order", "order_no", orderNo, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+	}
+}

@@ -1,0 +1,54 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+var (
+	// ErrOrderClosed: the order was closed unpaid; it can never be paid.
+	ErrOrderClosed = errors.New("order is closed")
+	// ErrOrderRejected: the request behind the order number was rejected;
+	// there is no order to pay.
+	ErrOrderRejected = errors.New("order request was rejected")
+)
+
+// Pay moves an order from UNPAID to PAID. It is idempotent: paying a PAID
+// order returns it unchanged. The conditional update on the row is what
+// makes paying and closing exclusive (I6): whichever commits first wins and
+// the other matches no row.
+//
+// Errors: ErrNotFound (unknown to Postgres: maybe still only reserved in
+// Redis, which the caller checks), ErrOrderClosed, ErrOrderRejected.
+func (s *Store) Pay(ctx context.Context, orderNo string) (Order, error) {
+	o := Order{OrderNo: orderNo}
+	err := s.pool.QueryRow(ctx, `
+		UPDATE orders SET status = 'PAID', paid_at = now()
+		WHERE order_no = $1 AND status = 'UNPAID'
+		RETURNING request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at`, orderNo).
+		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt)
+	if err == nil {
+		return o, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, fmt.Errorf("paying order %s: %w", orderNo, err)
+	}
+	// Not UNPAID: already paid (idempotent success), closed, rejected or unknown.
+	o, err = s.GetOrder(ctx, orderNo)
+	if err != nil {
+		return Order{}, err
+	}
+	switch o.Status {
+	case StatusPaid:
+		return o, nil
+	case StatusClosed:
+		return o, fmt.Errorf("order %s: %w", orderNo, ErrOrderClosed)
+	case StatusRejected:
+		return o, fmt.Errorf("order %s: %w", orderNo, ErrOrderRejected)
+	}
+	// UNPAID again: only if the row was updated back, which nothing does.
+	return Order{}, fmt.Errorf("paying order %s: unexpected status %s", orderNo, o.Status)
+}

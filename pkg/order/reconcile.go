@@ -1,0 +1,221 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file is what the redrive and the reconciler read: which items have a
+// sale in Redis, how requests were decided, and one item's state frozen by a
+// lock on its stock row.
+
+// MarkPreheated records that an item's stock is loaded into Redis.
+func (s *Store) MarkPreheated(ctx context.Context, activityID, itemID int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE item_stock SET preheated_at = now() WHERE activity_id = $1 AND item_id = $2`,
+		activityID, itemID)
+	if err != nil {
+		return fmt.Errorf("marking item %d:%d preheated: %w", activityID, itemID, err)
+	}
+	return nil
+}
+
+// SaleItem is an activity item with its activity's sale window.
+type SaleItem struct {
+	ActivityID   int64
+	ItemID       int64
+	StartsAt     time.Time
+	EndsAt       time.Time
+	PerUserLimit int
+}
+
+// PreheatedItems lists the preheated items whose sale ends after now - grace
+// (by the database clock): the items whose Redis keys must still exist.
+func (s *Store) PreheatedItems(ctx context.Context, grace time.Duration) ([]SaleItem, error) {
+	return s.saleItems(ctx, `s.preheated_at IS NOT NULL AND a.ends_at > now() - $1::interval`, grace)
+}
+
+// RecentItems lists every item of the activities whose sale ends after
+// now - endedWithin, preheated or not.
+func (s *Store) RecentItems(ctx context.Context, endedWithin time.Duration) ([]SaleItem, error) {
+	return s.saleItems(ctx, `a.ends_at > now() - $1::interval`, endedWithin)
+}
+
+func (s *Store) saleItems(ctx context.Context, where string, d time.Duration) ([]SaleItem, error) {
+	rows, err := s.pool.Query(ctx, `SELECT s.activity_id, s.item_id, a.starts_at, a.ends_at, a.per_user_limit
+		FROM item_stock s JOIN activities a ON a.id = s.activity_id
+		WHERE `+where+` ORDER BY s.activity_id, s.item_id`, d)
+	if err != nil {
+		return nil, fmt.Errorf("listing sale items: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SaleItem])
+	if err != nil {
+		return nil, fmt.Errorf("listing sale items: %w", err)
+	}
+	return out, nil
+}
+
+// Processed is how a request was decided: its processed_requests row.
+type Processed struct {
+	RequestID string
+	Outcome   Outcome // Created or Rejected
+	OrderNo   string
+}
+
+// ProcessedAmong returns the processed_requests rows of those requestIds that
+// have one.
+func (s *Store) ProcessedAmong(ctx context.Context, requestIDs []string) (map[string]Processed, error) {
+	return processedAmong(ctx, s.pool, requestIDs, false)
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func processedAmong(ctx context.Context, q querier, requestIDs []string, createdOnly bool) (map[string]Processed, error) {
+	out := make(map[string]Processed, len(requestIDs))
+	if len(requestIDs) == 0 {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, `SELECT request_id, outcome, order_no FROM processed_requests
+		WHERE request_id = ANY($1) AND (NOT $2 OR outcome = 'CREATED')`, requestIDs, createdOnly)
+	if err != nil {
+		return nil, fmt.Errorf("reading processed requests: %w", err)
+	}
+	ps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Processed])
+	if err != nil {
+		return nil, fmt.Errorf("reading processed requests: %w", err)
+	}
+	for _, p := range ps {
+		out[p.RequestID] = p
+	}
+	return out, nil
+}
+
+// ItemState is what Postgres says about one item while its stock row is
+// locked: no order of the item can be created, closed or rejected after
+// taking stock until the lock is released, so Stock, Live and the closer's
+// compensations cannot move. (A rejection that never took stock can still
+// commit; it moves none of them.)
+type ItemState struct {
+	SaleItem
+	Stock int64
+	// Pending are the item's compensations not yet marked applied.
+	Pending []Compensation
+	// Live maps each user holding a live (UNPAID or PAID) order of the item
+	// to that order's requestId.
+	Live map[int64]string
+}
+
+// LockedItem is an ItemState inside the transaction that holds the lock.
+type LockedItem struct {
+	ItemState
+	tx pgx.Tx
+}
+
+// CreatedAmong maps those requestIds that were created as orders to their
+// orderNo. Under the lock the answer cannot grow for this item's requests.
+func (l *LockedItem) CreatedAmong(ctx context.Context, requestIDs []string) (map[string]string, error) {
+	ps, err := processedAmong(ctx, l.tx, requestIDs, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(ps))
+	for id, p := range ps {
+		out[id] = p.OrderNo
+	}
+	return out, nil
+}
+
+// Execer is the part of a transaction a fencing check needs.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// LockOptions tune WithItemLocked.
+type LockOptions struct {
+	// FenceFunc, when set, runs first in the transaction (a lock holder's
+	// fencing check); its error aborts.
+	FenceFunc func(ctx context.Context, tx Execer) error
+	// LockTimeout bounds the wait for the stock row (0: 5s).
+	LockTimeout time.Duration
+}
+
+// ErrItemNotFound: no such activity item.
+var ErrItemNotFound = errors.New("item not found")
+
+// WithItemLocked runs fn while holding the item's stock row FOR UPDATE and
+// commits when fn returns nil. Workers and the closer wait for it to commit
+// before changing this item, so keep fn short.
+func (s *Store) WithItemLocked(ctx context.Context, activityID, itemID int64, opts LockOptions,
+	fn func(ctx context.Context, it *LockedItem) error) error {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = 5 * time.Second
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning tx: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	// Bounds the fence's row lock too: a stale holder still in its
+	// transaction must not make us wait forever.
+	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`,
+		fmt.Sprintf("%dms", opts.LockTimeout.Milliseconds())); err != nil {
+		return fmt.Errorf("setting lock timeout: %w", err)
+	}
+	if opts.FenceFunc != nil {
+		if err := opts.FenceFunc(ctx, tx); err != nil {
+			return err
+		}
+	}
+	it, err := lockItem(ctx, tx, activityID, itemID)
+	if err != nil {
+		return err
+	}
+	if err := fn(ctx, it); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
+func lockItem(ctx context.Context, tx pgx.Tx, activityID, itemID int64) (*LockedItem, error) {
+	it := &LockedItem{tx: tx, ItemState: ItemState{Live: map[int64]string{}}}
+	err := tx.QueryRow(ctx, `SELECT s.activity_id, s.item_id, a.starts_at, a.ends_at, a.per_user_limit, s.stock
+		FROM item_stock s JOIN activities a ON a.id = s.activity_id
+		WHERE s.activity_id = $1 AND s.item_id = $2 FOR UPDATE OF s`, activityID, itemID).
+		Scan(&it.ActivityID, &it.ItemID, &it.StartsAt, &it.EndsAt, &it.PerUserLimit, &it.Stock)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("item %d:%d: %w", activityID, itemID, ErrItemNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("locking item %d:%d: %w", activityID, itemID, err)
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT id, request_id, order_no, activity_id, item_id, user_id, quantity, reason, COALESCE(limit_owner, '')
+		FROM redis_compensations WHERE activity_id = $1 AND item_id = $2 AND applied_at IS NULL ORDER BY id`,
+		activityID, itemID)
+	if err != nil {
+		return nil, fmt.Errorf("reading pending compensations: %w", err)
+	}
+	if it.Pending, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Compensation]); err != nil {
+		return nil, fmt.Errorf("reading pending compensations: %w", err)
+	}
+	rows, err = tx.Query(ctx, `SELECT user_id, request_id FROM orders
+		WHERE activity_id = $1 AND item_id = $2 AND status IN ('UNPAID', 'PAID')`, activityID, itemID)
+	if err != nil {
+		return nil, fmt.Errorf("reading live orders: %w", err)
+	}
+	var user int64
+	var rid string
+	if _, err := pgx.ForEachRow(rows, []any{&user, &rid}, func() error { it.Live[user] = rid; return nil }); err != nil {
+		return nil, fmt.Errorf("reading live orders: %w", err)
+	}
+	return it, nil
+}

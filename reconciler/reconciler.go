@@ -1,0 +1,541 @@
+// Package reconciler checks invariant I5 for every preheated activity item:
+// Redis stock = DB stock − the reservations in flight, the sale window in
+// Redis is the activity's, and the limit markers match the live orders. With
+// Fix it repairs Redis from Postgres (Postgres is the truth), one item at a
+// time, under the fix lock and its fencing token.
+//
+// A check is exact, never tolerance-based: it holds the item's stock row FOR
+// UPDATE (no order of the item can commit meanwhile) while one Lua script
+// reads stock, journal, fates and markers atomically, so work merely in flight
+// is never reported as drift, even in the middle of a sale. It never writes
+// Postgres (beyond the lock's fence) and never touches orders or requests.
+package reconciler
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/lock"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+)
+
+var (
+	//go:embed reconcile.lua
+	reconcileLua    string
+	reconcileScript = redis.NewScript(reconcileLua)
+)
+
+// FixLockName is the lock that keeps fixes to one runner; the hash tag keeps
+// its keys in one slot on Redis Cluster.
+const FixLockName = "{reconciler}:fix"
+
+// markerLife is how long a limit marker lives after the sale ends (the
+// reserve script's choice, which the fix repeats).
+const markerLife = 24 * time.Hour
+
+// Config is the reconciler's configuration.
+type Config struct {
+	// Interval is the loop period of Run (RECONCILE_INTERVAL).
+	Interval time.Duration
+	// Fix repairs the drifted items after each check.
+	Fix bool
+	// LockTTL is the fix lock's lifetime (renewed by its watchdog);
+	// LockWait how long a fix waits for another fixer to finish.
+	LockTTL  time.Duration
+	LockWait time.Duration
+	// RowLockTimeout bounds the wait for an item's stock row; Attempts is
+	// how often an item is tried before it is reported as an error.
+	RowLockTimeout time.Duration
+	Attempts       int
+}
+
+func (c *Config) defaults() {
+	if c.Interval <= 0 {
+		c.Interval = time.Minute
+	}
+	if c.LockTTL <= 0 {
+		c.LockTTL = 30 * time.Second
+	}
+	if c.LockWait <= 0 {
+		c.LockWait = 10 * time.Second
+	}
+	if c.RowLockTimeout <= 0 {
+		c.RowLockTimeout = 5 * time.Second
+	}
+	if c.Attempts <= 0 {
+		c.Attempts = 3
+	}
+}
+
+// Deps are the reconciler's collaborators.
+type Deps struct {
+	Orders  *order.Store
+	Stock   *stock.Store
+	Locker  *lock.Locker
+	Metrics *telemetry.Metrics
+	Log     *slog.Logger
+	// ReportFunc, when set, receives the result of every pass of Run.
+	ReportFunc func(Result)
+}
+
+// Reconciler compares Redis with Postgres.
+type Reconciler struct {
+	cfg  Config
+	deps Deps
+
+	mu      sync.Mutex
+	gauged  map[stock.Item]bool // items that have drift series, to drop them when they leave
+	scanPat string
+	keyHead string
+}
+
+// New builds a reconciler.
+func New(cfg Config, deps Deps) *Reconciler {
+	cfg.defaults()
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	// Marker keys are <prefix>limit:<tag>:<user>; the store keeps its prefix
+	// to itself, so it is read off a key it names.
+	zero := stock.Item{}
+	head := strings.TrimSuffix(deps.Stock.Keys(zero).Stock, "stock:"+zero.Tag()) + "limit:"
+	return &Reconciler{cfg: cfg, deps: deps, gauged: map[stock.Item]bool{}, keyHead: head, scanPat: head + "{a*"}
+}
+
+// ItemReport is what one check found for one item.
+type ItemReport struct {
+	ActivityID int64 `json:"activityId"`
+	ItemID     int64 `json:"itemId"`
+	// RedisStock is nil when the stock key is missing or not a number (StockKey says which).
+	RedisStock *int64 `json:"redisStock"`
+	StockKey   string `json:"stockKey"` // ok, missing, invalid
+	DBStock    int64  `json:"dbStock"`
+	// InFlight is the units reserved in Redis that Postgres has not settled:
+	// InFlightReservations journal entries plus PendingCompensations
+	// compensations whose release has not run.
+	InFlight             int64 `json:"inFlight"`
+	InFlightReservations int   `json:"inFlightReservations"`
+	PendingCompensations int   `json:"pendingCompensations"`
+	// ExpectedRedisStock = DBStock − InFlight; Drift = RedisStock − that
+	// (a missing key counts as 0): +5 means Redis would sell 5 units too many.
+	ExpectedRedisStock int64  `json:"expectedRedisStock"`
+	Drift              int64  `json:"drift"`
+	Sale               string `json:"sale"` // ok, missing, differs (window or cap)
+	// Users whose marker is missing (they hold a live order), extra (no live
+	// order, nothing in flight), or held by a request that is neither their
+	// live order nor in flight.
+	MissingMarkers    []int64 `json:"missingMarkers"`
+	ExtraMarkers      []int64 `json:"extraMarkers"`
+	WrongMarkers      []int64 `json:"wrongMarkers"`
+	UnreadableEntries int     `json:"unreadableJournalEntries,omitempty"`
+	Error             string  `json:"error,omitempty"`
+}
+
+// Drifted reports whether Redis disagrees with Postgres for the item.
+func (r ItemReport) Drifted() bool {
+	return r.Error == "" && (r.Drift != 0 || r.StockKey != "ok" || r.Sale != "ok" ||
+		len(r.MissingMarkers)+len(r.ExtraMarkers)+len(r.WrongMarkers) > 0)
+}
+
+// Item is the item the report is about.
+func (r ItemReport) Item() stock.Item { return stock.Item{ActivityID: r.ActivityID, ItemID: r.ItemID} }
+
+// Report is one pass over every preheated item.
+type Report struct {
+	CheckedAt time.Time    `json:"checkedAt"`
+	Items     []ItemReport `json:"items"`
+}
+
+// Drifted counts the drifted items.
+func (r Report) Drifted() int {
+	n := 0
+	for _, it := range r.Items {
+		if it.Drifted() {
+			n++
+		}
+	}
+	return n
+}
+
+// Errors counts the items that could not be checked.
+func (r Report) Errors() int {
+	n := 0
+	for _, it := range r.Items {
+		if it.Error != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// Result is one pass: what the check found and, when fixing, what the fix
+// found and repaired under the lock and the check that followed.
+type Result struct {
+	Found    Report       `json:"found"`
+	Fixed    []ItemReport `json:"fixed,omitempty"`
+	FixError string       `json:"fixError,omitempty"`
+	After    *Report      `json:"after,omitempty"`
+}
+
+// Final is the last check of the pass.
+func (r Result) Final() Report {
+	if r.After != nil {
+		return *r.After
+	}
+	return r.Found
+}
+
+// Exit codes of a pass.
+const (
+	ExitClean = 0 // no drift
+	ExitDrift = 1 // drift found and not (all) fixed
+	ExitError = 2 // could not run, or some item could not be checked
+)
+
+// ExitCode is 1 if drift remains, else 2 if anything could not run, else 0.
+func (r Result) ExitCode() int {
+	f := r.Final()
+	switch {
+	case f.Drifted() > 0:
+		return ExitDrift
+	case f.Errors() > 0 || r.FixError != "":
+		return ExitError
+	}
+	return ExitClean
+}
+
+// Run checks (and with Fix, repairs) every Interval until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		res, err := r.RunOnce(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			r.deps.Log.Warn("reconciler pass failed", "err", err)
+		case r.deps.ReportFunc != nil:
+			r.deps.ReportFunc(res)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce checks every preheated item; with Fix, it then repairs the drifted
+// ones under the fix lock and checks again. The error is for a pass that
+// could not run at all; an item that could not be checked carries its own.
+func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
+	found, err := r.pass(ctx, nil, nil)
+	if err != nil {
+		r.count("error")
+		return Result{}, err
+	}
+	res := Result{Found: found}
+	if r.cfg.Fix {
+		var todo []stock.Item
+		for _, it := range found.Items {
+			if it.Drifted() || it.Error != "" {
+				todo = append(todo, it.Item())
+			}
+		}
+		if len(todo) > 0 {
+			res.Fixed, err = r.fix(ctx, todo)
+			if err != nil {
+				res.FixError = err.Error()
+				r.deps.Log.Error("fixing drift", "err", err)
+			}
+			after, err := r.pass(ctx, nil, nil)
+			if err != nil {
+				r.count("error")
+				return res, err
+			}
+			res.After = &after
+		}
+	}
+	r.observe(res)
+	return res, nil
+}
+
+// fix repairs items under the fix lock; each item's repair runs in a
+// transaction that first checks the lock's fencing token, so a fixer that
+// lost the lock cannot write.
+func (r *Reconciler) fix(ctx context.Context, items []stock.Item) ([]ItemReport, error) {
+	var fixed []ItemReport
+	err := r.deps.Locker.Do(ctx, FixLockName, r.cfg.LockTTL, func(ctx context.Context, l *lock.Lock) error {
+		rep, err := r.pass(ctx, items, l)
+		for _, it := range rep.Items {
+			if it.Drifted() {
+				r.deps.Log.Warn("repaired drift", itemAttrs(it)...)
+			}
+			if it.Error != "" {
+				err = errors.Join(err, fmt.Errorf("fixing %s: %s", it.Item(), it.Error))
+			}
+		}
+		fixed = rep.Items
+		return err
+	}, lock.WithMaxWait(r.cfg.LockWait))
+	return fixed, err
+}
+
+// pass checks the preheated items (only those listed, if any); with l it
+// fixes them under that lock.
+func (r *Reconciler) pass(ctx context.Context, only []stock.Item, l *lock.Lock) (Report, error) {
+	rep := Report{CheckedAt: time.Now().UTC(), Items: []ItemReport{}}
+	// The last minute before the keys expire is left alone: an expiry racing
+	// with the check is not drift.
+	items, err := r.deps.Orders.PreheatedItems(ctx, stock.StockGrace-time.Minute)
+	if err != nil {
+		return rep, err
+	}
+	// Scanned before any row is locked (a scan can be long): a marker
+	// created after the scan began belongs to a reservation in flight or to a
+	// live order, whose markers are read anyway.
+	markers, err := r.scanMarkers(ctx)
+	if err != nil {
+		return rep, err
+	}
+	for _, si := range items {
+		it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
+		if only != nil && !slices.Contains(only, it) {
+			continue
+		}
+		var ir ItemReport
+		for attempt := 1; ; attempt++ {
+			ir, err = r.item(ctx, si, markers[it], l)
+			if err == nil || attempt >= r.cfg.Attempts || ctx.Err() != nil || errors.Is(err, lock.ErrStaleFence) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			ir = ItemReport{ActivityID: it.ActivityID, ItemID: it.ItemID, Error: err.Error()}
+		}
+		rep.Items = append(rep.Items, ir)
+	}
+	return rep, nil
+}
+
+// item checks one item (fixes it when l is set) while holding its stock row.
+func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []int64, l *lock.Lock) (ItemReport, error) {
+	it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
+	k := r.deps.Stock.Keys(it)
+	rdb := r.deps.Stock.Client()
+	opts := order.LockOptions{LockTimeout: r.cfg.RowLockTimeout}
+	mode := "check"
+	if l != nil {
+		mode = "fix"
+		opts.FenceFunc = func(ctx context.Context, tx order.Execer) error { return l.CheckFence(ctx, tx) }
+	}
+	rep := ItemReport{ActivityID: it.ActivityID, ItemID: it.ItemID}
+	err := r.deps.Orders.WithItemLocked(ctx, it.ActivityID, it.ItemID, opts, func(ctx context.Context, li *order.LockedItem) error {
+		// Read under the lock: an entry created as an order must be known
+		// as such, and no entry journaled from now on can be.
+		rids, err := rdb.HKeys(ctx, k.Journal).Result()
+		if err != nil {
+			return fmt.Errorf("reading journal of %s: %w", it, err)
+		}
+		created, err := li.CreatedAmong(ctx, rids)
+		if err != nil {
+			return err
+		}
+		users := make([]int64, 0, len(li.Live)+len(markerUsers))
+		for u := range li.Live {
+			users = append(users, u)
+		}
+		users = append(users, markerUsers...)
+		slices.Sort(users)
+		users = slices.Compact(users)
+
+		keys := make([]string, 0, 3+len(li.Pending)+len(users))
+		keys = append(keys, k.Stock, k.Sale, k.Journal)
+		args := make([]any, 0, 10+2*len(created)+3*len(li.Pending)+len(users))
+		args = append(args, mode, li.Stock, li.StartsAt.UnixMilli(), li.EndsAt.UnixMilli(), li.PerUserLimit,
+			li.EndsAt.Add(stock.StockGrace).Unix(), li.EndsAt.Add(markerLife).UnixMilli()/1000,
+			len(created), len(li.Pending), len(users))
+		for rid, ono := range created {
+			args = append(args, rid, ono)
+		}
+		for _, c := range li.Pending {
+			keys = append(keys, k.Fate(c.RequestID))
+			args = append(args, c.RequestID, c.OrderNo, c.Quantity)
+		}
+		for _, u := range users {
+			keys = append(keys, k.Limit(u))
+			args = append(args, li.Live[u])
+		}
+		out, err := reconcileScript.Run(ctx, rdb, keys, args...).Slice()
+		if err != nil {
+			return fmt.Errorf("running reconcile script on %s: %w", it, err)
+		}
+		return decode(out, li.Stock, users, &rep)
+	})
+	return rep, err
+}
+
+// decode fills rep from the script's answer:
+// {exists, stock, inflight, entries, comps, sale, missing, wrong, extra, unreadable}.
+func decode(out []any, dbStock int64, users []int64, rep *ItemReport) error {
+	if len(out) != 10 {
+		return fmt.Errorf("reconcile script answered %d values", len(out))
+	}
+	num := func(i int) int64 { n, _ := out[i].(int64); return n }
+	pick := func(i int) []int64 {
+		idx, _ := out[i].([]any)
+		us := []int64{}
+		for _, v := range idx {
+			if j, ok := v.(int64); ok && j >= 1 && int(j) <= len(users) {
+				us = append(us, users[j-1])
+			}
+		}
+		return us
+	}
+	rep.DBStock = dbStock
+	switch num(0) {
+	case 1:
+		n := num(1)
+		rep.RedisStock, rep.StockKey = &n, "ok"
+	case 2:
+		rep.StockKey = "invalid"
+	default:
+		rep.StockKey = "missing"
+	}
+	rep.InFlight = num(2)
+	rep.InFlightReservations = int(num(3))
+	rep.PendingCompensations = int(num(4))
+	rep.Sale = fmt.Sprint(out[5])
+	rep.MissingMarkers, rep.WrongMarkers, rep.ExtraMarkers = pick(6), pick(7), pick(8)
+	rep.UnreadableEntries = int(num(9))
+	rep.ExpectedRedisStock = dbStock - rep.InFlight
+	rep.Drift = num(1) - rep.ExpectedRedisStock
+	return nil
+}
+
+// scanMarkers lists the users with a limit marker, per item.
+func (r *Reconciler) scanMarkers(ctx context.Context) (map[stock.Item][]int64, error) {
+	out := map[stock.Item][]int64{}
+	var mu sync.Mutex
+	add := func(key string) {
+		it, user, ok := parseMarker(strings.TrimPrefix(key, r.keyHead))
+		if !ok {
+			return
+		}
+		mu.Lock()
+		out[it] = append(out[it], user)
+		mu.Unlock()
+	}
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		// A large COUNT: few round trips, each still about a millisecond of
+		// Redis time.
+		iter := c.Scan(ctx, 0, r.scanPat, 10000).Iterator()
+		for iter.Next(ctx) {
+			add(iter.Val())
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := r.deps.Stock.Client().(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, r.deps.Stock.Client())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scanning limit markers: %w", err)
+	}
+	return out, nil
+}
+
+// parseMarker reads "{a<activity>:i<item>}:<user>".
+func parseMarker(s string) (stock.Item, int64, bool) {
+	tag, user, ok := strings.Cut(s, "}:")
+	if !ok || !strings.HasPrefix(tag, "{a") {
+		return stock.Item{}, 0, false
+	}
+	act, item, ok := strings.Cut(tag[2:], ":i")
+	if !ok {
+		return stock.Item{}, 0, false
+	}
+	a, err1 := strconv.ParseInt(act, 10, 64)
+	i, err2 := strconv.ParseInt(item, 10, 64)
+	u, err3 := strconv.ParseInt(user, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return stock.Item{}, 0, false
+	}
+	return stock.Item{ActivityID: a, ItemID: i}, u, true
+}
+
+// observe records the pass in the metrics and the log.
+func (r *Reconciler) observe(res Result) {
+	final := res.Final()
+	switch {
+	case final.Drifted() > 0:
+		r.count("drift")
+	case final.Errors() > 0 || res.FixError != "":
+		r.count("error")
+	default:
+		r.count("clean")
+	}
+	for _, it := range final.Items {
+		switch {
+		case it.Error != "":
+			r.deps.Log.Warn("reconciler could not check item", "activity_id", it.ActivityID, "item_id", it.ItemID, "err", it.Error)
+		case it.Drifted():
+			r.deps.Log.Warn("drift between redis and postgres", itemAttrs(it)...)
+		}
+	}
+	m := r.deps.Metrics
+	if m == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[stock.Item]bool{}
+	for _, it := range final.Items {
+		if it.Error != "" {
+			continue
+		}
+		a, i := strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)
+		m.ReconcilerDrift.WithLabelValues(a, i).Set(float64(it.Drift))
+		m.ReconcilerMarkerDrift.WithLabelValues(a, i).Set(float64(len(it.MissingMarkers) + len(it.ExtraMarkers) + len(it.WrongMarkers)))
+		seen[it.Item()] = true
+	}
+	for it := range r.gauged {
+		if !seen[it] {
+			a, i := strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)
+			m.ReconcilerDrift.DeleteLabelValues(a, i)
+			m.ReconcilerMarkerDrift.DeleteLabelValues(a, i)
+		}
+	}
+	r.gauged = seen
+}
+
+func (r *Reconciler) count(result string) {
+	if r.deps.Metrics != nil {
+		r.deps.Metrics.ReconcilerPasses.WithLabelValues(result).Inc()
+	}
+}
+
+func itemAttrs(it ItemReport) []any {
+	return []any{"activity_id", it.ActivityID, "item_id", it.ItemID, "stock_key", it.StockKey, "redis_stock", it.RedisStock,
+		"db_stock", it.DBStock, "in_flight", it.InFlight, "drift", it.Drift, "sale", it.Sale,
+		"missing_markers", len(it.MissingMarkers), "extra_markers", len(it.ExtraMarkers), "wrong_markers", len(it.WrongMarkers)}
+}

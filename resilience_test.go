@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+)
+
+// metric reads one sample's value from the gateway's /metrics ("" if absent).
+func (p *pipeline) metric(tb testing.TB, series string) string {
+	tb.Helper()
+	res, err := http.Get(p.URL + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			return strings.TrimPrefix(line, series+" ")
+		}
+	}
+	return ""
+}
+
+// TestRedisDownFailsClosed stops the gateway's Redis mid-traffic: answers
+// are 503 UNAVAILABLE (never another 5xx), nothing is oversold or lost, and
+// the gateway recovers by itself when Redis returns.
+func TestRedisDownFailsClosed(t *testing.T) {
+	rs := testenv.MustRedisServer(t)
+	p := mustPipeline(t, both, func(c *config) { c.RedisAddr = rs.Addr; c.RedisPrefix = ""; c.BreakerOpenFor = 300 * time.Millisecond })
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	st := stock.New(rdb, "")
+	it := stock.Item{ActivityID: 1, ItemID: 1}
+	p.mustSale(t, 1, 1, map[int64]int64{1: 100000})
+
+	var (
+		mu       sync.Mutex
+		answers  = map[int]int{}
+		accepted []string
+		n        atomic.Int64
+		stop     atomic.Bool
+		phase    atomic.Int32 // 0 up, 1 down, 2 restarted
+		downSeen = map[int]int{}
+	)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				i := n.Add(1)
+				ph := phase.Load()
+				r := p.order(t, orderBody{RequestID: fmt.Sprintf("f-%d", i), UserID: i, ActivityID: 1, ItemID: 1, Quantity: 1})
+				mu.Lock()
+				answers[r.Status]++
+				if ph == 1 {
+					downSeen[r.Status]++
+				}
+				if r.Status == http.StatusAccepted {
+					accepted = append(accepted, r.Str("orderNo"))
+				}
+				if r.Status == http.StatusServiceUnavailable && (r.Code() != "UNAVAILABLE" || r.Header.Get("Retry-After") == "") {
+					t.Errorf("503 without UNAVAILABLE/Retry-After: %v %v", r.Body, r.Header)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	count := func(status int) int { mu.Lock(); defer mu.Unlock(); return answers[status] }
+	waitFor(t, 10*time.Second, "traffic to flow", func() bool { return count(http.StatusAccepted) > 50 })
+	rs.Stop()
+	phase.Store(1)
+	waitFor(t, 20*time.Second, "503s while redis is down", func() bool { return count(http.StatusServiceUnavailable) > 50 })
+	rs.Start(t)
+	phase.Store(2)
+	before := count(http.StatusAccepted)
+	waitFor(t, 20*time.Second, "orders accepted again after redis returned", func() bool { return count(http.StatusAccepted) > before+50 })
+	stop.Store(true)
+	wg.Wait()
+
+	for status := range answers {
+		if status != http.StatusAccepted && status != http.StatusServiceUnavailable {
+			t.Errorf("unexpected status %d (%d times); all answers: %v", status, answers[status], answers)
+		}
+	}
+	if downSeen[http.StatusServiceUnavailable] == 0 {
+		t.Errorf("no 503 while redis was down: %v", downSeen)
+	}
+	// Every accepted order reaches Postgres once Redis is back.
+	waitFor(t, 30*time.Second, "accepted orders persisted", func() bool {
+		var n int
+		p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE order_no = ANY($1)`, accepted).Scan(&n)
+		return n == len(accepted)
+	})
+	// A reserve whose reply was lost as Redis died may still be in the
+	// journal: it is in flight, and I5's in-flight form must hold exactly.
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "db and redis to agree", func() bool {
+		db := p.dbStock(t, it)
+		redisStock, _ := rdb.Get(ctx, st.Keys(it).Stock).Int64()
+		var inflight int64
+		for rid := range rdb.HGetAll(ctx, st.Keys(it).Journal).Val() {
+			var done bool
+			p.DB.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_requests WHERE request_id = $1)`, rid).Scan(&done)
+			if !done {
+				inflight++
+			}
+		}
+		var live int64
+		p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE status IN ('UNPAID', 'PAID')`).Scan(&live)
+		return db.InitialStock == db.Stock+live && db.Stock-redisStock == inflight
+	})
+}
+
+// TestKafkaDownOpensBreaker: failed produces answer 503 with nothing
+// reserved, trip the breaker, and then fail fast without touching Redis.
+func TestKafkaDownOpensBreaker(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true}, func(c *config) { c.ProduceTimeout = time.Second; c.BreakerOpenFor = time.Minute })
+	if p.Kafka.Cluster == nil {
+		t.Skip("needs the in-process broker to stop it")
+	}
+	it := stock.Item{ActivityID: 2, ItemID: 1}
+	p.mustSale(t, 2, 1, map[int64]int64{1: 10})
+	p.Kafka.Cluster.Close()
+	for i := 0; p.metric(t, `orderpipe_breaker_state{name="gateway-kafka"}`) != "2"; i++ {
+		if i == 20 {
+			t.Fatal("breaker did not open after 20 failed produces")
+		}
+		r := p.order(t, orderBody{RequestID: fmt.Sprintf("k-%d", i), UserID: int64(i + 1), ActivityID: 2, ItemID: 1, Quantity: 1})
+		if r.Status != http.StatusServiceUnavailable || r.Code() != "UNAVAILABLE" {
+			t.Fatalf("produce failure answered %d %v", r.Status, r.Body)
+		}
+	}
+	before := p.state(t)
+	r := p.order(t, orderBody{RequestID: "after-open", UserID: 99, ActivityID: 2, ItemID: 1, Quantity: 1})
+	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("open breaker answered %d %v", r.Status, r.Body)
+	}
+	if after := p.state(t); after != before {
+		t.Errorf("request with the breaker open changed state:\n%s\n%s", before, after)
+	}
+	if got := p.redisStock(t, it); got != 10 {
+		t.Errorf("redis stock %d, want 10 (nothing reserved)", got)
+	}
+}
+
+// TestWorkerWaitsForPostgres: with Postgres unreachable the worker commits
+// no offsets; when it returns, every accepted order is persisted once.
+func TestWorkerWaitsForPostgres(t *testing.T) {
+	dbURL, _ := url.Parse(testenv.DatabaseURL())
+	proxy := testenv.MustProxy(t, dbURL.Host)
+	p := mustPipeline(t, both, func(c *config) {
+		u, _ := url.Parse(c.DatabaseURL)
+		u.Host = proxy.Addr
+		c.DatabaseURL = u.String()
+		c.BreakerOpenFor = 200 * time.Millisecond
+	})
+	it := stock.Item{ActivityID: 3, ItemID: 1}
+	p.mustSale(t, 3, 1, map[int64]int64{1: 100})
+	proxy.Down()
+	const orders = 20
+	for i := 0; i < orders; i++ {
+		if r := p.order(t, orderBody{RequestID: fmt.Sprintf("pg-%d", i), UserID: int64(i + 1), ActivityID: 3, ItemID: 1, Quantity: 1}); r.Status != http.StatusAccepted {
+			t.Fatalf("order %d: %d %v (the hot path must not need Postgres)", i, r.Status, r.Body)
+		}
+	}
+	waitFor(t, 20*time.Second, "the worker's Postgres breaker to open", func() bool {
+		return p.metric(t, `orderpipe_breaker_state{name="worker-postgres"}`) == "2"
+	})
+	if got := committedOffsets(t, p); got != 0 {
+		t.Fatalf("worker committed %d offsets while Postgres was down", got)
+	}
+	var n int
+	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n)
+	if n != 0 {
+		t.Fatalf("%d orders written while Postgres was unreachable?", n)
+	}
+	proxy.Up(t)
+	p.waitDrained(t, it)
+	waitFor(t, 20*time.Second, "offsets committed", func() bool { return committedOffsets(t, p) == orders })
+	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n)
+	if n != orders {
+		t.Errorf("%d orders after Postgres returned, want %d", n, orders)
+	}
+	p.assertInvariants(t, it)
+}
+
+// committedOffsets sums the worker group's committed offsets over the topic.
+func committedOffsets(tb testing.TB, p *pipeline) int64 {
+	tb.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(p.Kafka.Brokers...), Timeout: 5 * time.Second}
+	parts := make([]int, p.Cfg.KafkaParts)
+	for i := range parts {
+		parts[i] = i
+	}
+	res, err := client.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: p.Cfg.KafkaGroup,
+		Topics: map[string][]int{p.Cfg.KafkaTopic: parts}})
+	if err != nil {
+		tb.Fatalf("fetching offsets: %v", err)
+	}
+	var sum int64
+	for _, po := range res.Topics[p.Cfg.KafkaTopic] {
+		if po.CommittedOffset > 0 {
+			sum += po.CommittedOffset
+		}
+	}
+	return sum
+}
+
+// TestUserFloodIsRateLimited: a bot flooding as one user meets 429 while a
+// burst of distinct buyers never does.
+func TestUserFloodIsRateLimited(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true}, nil) // production defaults
+	p.mustSale(t, 4, 1, map[int64]int64{1: 100000})
+	limited := 0
+	for i := 0; i < 40; i++ {
+		r := p.order(t, orderBody{RequestID: fmt.Sprintf("bot-%d", i), UserID: 666, ActivityID: 4, ItemID: 1, Quantity: 1})
+		if r.Status == http.StatusTooManyRequests {
+			limited++
+			if r.Code() != "RATE_LIMITED" || r.Header.Get("Retry-After") == "" {
+				t.Errorf("429 without RATE_LIMITED/Retry-After: %v %v", r.Body, r.Header)
+			}
+		}
+	}
+	if limited == 0 {
+		t.Error("a user sending 40 requests at once was never rate limited")
+	}
+	var wg sync.WaitGroup
+	var buyers429 atomic.Int64
+	for i := 0; i < 1000; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if r := p.order(t, orderBody{RequestID: fmt.Sprintf("buyer-%d", i), UserID: int64(10000 + i), ActivityID: 4, ItemID: 1, Quantity: 1}); r.Status == http.StatusTooManyRequests {
+				buyers429.Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if buyers429.Load() != 0 {
+		t.Errorf("%d distinct buyers were rate limited", buyers429.Load())
+	}
+}

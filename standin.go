@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"orderpipe/pkg/database"
+	"orderpipe/pkg/standin"
+)
+
+// probeTimeout bounds the check whether a default address answers.
+const probeTimeout = 500 * time.Millisecond
+
+// startStandins lets `orderpipe all` run on a machine that has only Go: for
+// Redis and for Postgres, when its variable (REDIS_ADDR, DATABASE_URL, or the
+// _FILE form) is unset and nothing answers on the default address, it starts
+// a throwaway stand-in (package standin) and points cfg at it. A real server
+// is always preferred. stop ends the stand-ins; their data is gone.
+func startStandins(ctx context.Context, log *slog.Logger, cfg *config) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if !envSet("REDIS_ADDR") && !standin.Reachable(ctx, cfg.RedisAddr, probeTimeout) {
+		r, err := standin.StartRedis("127.0.0.1:0")
+		if err != nil {
+			return func() {}, err
+		}
+		stops = append(stops, r.Close)
+		log.Warn("no Redis answers at "+cfg.RedisAddr+" and REDIS_ADDR is unset: using an in-memory miniredis stand-in; "+
+			"its data is lost on exit (set REDIS_ADDR or start redis-server for a real one)", "redis", r.Addr)
+		cfg.RedisAddr = r.Addr
+	}
+	if pgAddr, db := postgresTarget(cfg.DatabaseURL); !envSet("DATABASE_URL") && !standin.Reachable(ctx, pgAddr, probeTimeout) {
+		p, err := standin.StartPostgres(ctx, db)
+		if err != nil {
+			stop()
+			return func() {}, fmt.Errorf("no Postgres answers at %s and DATABASE_URL is unset, and no stand-in could start: %w", pgAddr, err)
+		}
+		stops = append(stops, func() {
+			if err := p.Close(); err != nil {
+				log.Warn("stopping the postgres stand-in", "err", err)
+			}
+		})
+		log.Warn("no Postgres answers at "+pgAddr+" and DATABASE_URL is unset: using a throwaway PostgreSQL stand-in "+
+			"in a temporary directory; its data is lost on exit (set DATABASE_URL or start PostgreSQL for a real one)",
+			"postgres", database.Redact(p.URL), "via", p.Via)
+		cfg.DatabaseURL = p.URL
+	}
+	return stop, nil
+}
+
+// postgresTarget is the host:port and database name of a Postgres URL.
+func postgresTarget(dsn string) (addr, db string) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	return net.JoinHostPort(u.Hostname(), port), strings.TrimPrefix(u.Path, "/")
+}

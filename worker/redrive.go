@@ -1,0 +1,290 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/lock"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+)
+
+// The redrive closes the gap between the reserve script and the produce: a
+// gateway that dies in between leaves a journal entry whose event never
+// reached Kafka. Entries older than After that no worker has decided are
+// published again (the worker is idempotent, so a duplicate is harmless);
+// entries of created orders are acknowledged (a worker died before its ack).
+// Entries whose request was rejected are left to their compensation, which
+// the sweep applies and which drops the entry.
+
+// RedriveLockName keeps the redrive to one replica at a time.
+const RedriveLockName = "{redrive}"
+
+// HeaderRedriven marks a re-published event.
+const HeaderRedriven = "redriven"
+
+// RedriveConfig is the redrive's configuration.
+type RedriveConfig struct {
+	// After is how old a journal entry must be before it is re-published
+	// (REDRIVE_AFTER); Interval how often the journals are scanned
+	// (REDRIVE_INTERVAL).
+	After    time.Duration
+	Interval time.Duration
+	// EndedWithin: items of activities whose sale ended longer ago are not
+	// scanned.
+	EndedWithin time.Duration
+	// LockTTL is the singleton lock's lifetime (renewed while a pass runs).
+	LockTTL time.Duration
+	// MaxBackoff caps how long an entry republished before waits for its
+	// next republish (doubling from After), so a worker that is down does
+	// not get the same event every Interval.
+	MaxBackoff time.Duration
+}
+
+func (c *RedriveConfig) defaults() {
+	if c.After <= 0 {
+		c.After = 30 * time.Second
+	}
+	if c.Interval <= 0 {
+		c.Interval = 5 * time.Second
+	}
+	if c.EndedWithin <= 0 {
+		c.EndedWithin = 24 * time.Hour
+	}
+	if c.LockTTL <= 0 {
+		c.LockTTL = 15 * time.Second
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 5 * time.Minute
+	}
+}
+
+// RedriveDeps are the redrive's collaborators.
+type RedriveDeps struct {
+	Orders *order.Store
+	Stock  *stock.Store
+	// Events produces to the orders topic.
+	Events  Producer
+	Locker  *lock.Locker
+	Metrics *telemetry.Metrics
+	Log     *slog.Logger
+	// NowFunc is the clock (nil: time.Now).
+	NowFunc func() time.Time
+}
+
+// Redriver re-publishes stranded reservations.
+type Redriver struct {
+	cfg  RedriveConfig
+	deps RedriveDeps
+	// sent remembers this process's republishes, by requestId and orderNo,
+	// to back off; only the pass holding the lock touches it.
+	sent map[stock.Ref]resent
+}
+
+type resent struct {
+	times int
+	next  time.Time
+}
+
+// NewRedriver builds a redriver.
+func NewRedriver(cfg RedriveConfig, deps RedriveDeps) *Redriver {
+	cfg.defaults()
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if deps.NowFunc == nil {
+		deps.NowFunc = time.Now
+	}
+	return &Redriver{cfg: cfg, deps: deps, sent: map[stock.Ref]resent{}}
+}
+
+// RedriveResult counts one pass.
+type RedriveResult struct {
+	Items       int // items whose journal was read
+	Entries     int // journal entries seen
+	Republished int
+	Acked       int
+	Rejected    int // decided as rejected, awaiting their compensation
+	Unreadable  int
+	Skipped     bool // another replica holds the lock
+}
+
+// Run scans every Interval until ctx ends; only the replica holding the lock
+// does the pass.
+func (r *Redriver) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		var res RedriveResult
+		err := r.deps.Locker.Do(ctx, RedriveLockName, r.cfg.LockTTL, func(ctx context.Context, _ *lock.Lock) error {
+			var err error
+			res, err = r.runOnce(ctx)
+			return err
+		}, lock.WithMaxAttempts(1))
+		switch {
+		case errors.Is(err, lock.ErrNotAcquired), ctx.Err() != nil:
+		case err != nil:
+			r.deps.Log.Warn("redrive pass failed", "err", err)
+		case res.Republished+res.Acked > 0:
+			r.deps.Log.Info("redrive pass", "republished", res.Republished, "acked", res.Acked,
+				"rejected_waiting", res.Rejected, "entries", res.Entries)
+		}
+	}
+}
+
+// runOnce is one pass over the journals of every recent item.
+func (r *Redriver) runOnce(ctx context.Context) (RedriveResult, error) {
+	var res RedriveResult
+	items, err := r.deps.Orders.RecentItems(ctx, r.cfg.EndedWithin)
+	if err != nil {
+		return res, err
+	}
+	seen := map[stock.Ref]bool{}
+	var errs []error
+	for _, si := range items {
+		it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
+		if err := r.item(ctx, it, &res, seen); err != nil {
+			errs = append(errs, fmt.Errorf("redriving %s: %w", it, err))
+		}
+	}
+	for ref := range r.sent {
+		if !seen[ref] {
+			delete(r.sent, ref)
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+type journaled struct {
+	ev  event.OrderRequested
+	raw string
+}
+
+func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, seen map[stock.Ref]bool) error {
+	entries, err := r.journal(ctx, it)
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	res.Items++
+	res.Entries += len(entries)
+	now := r.deps.NowFunc()
+	var old []journaled
+	var ids []string
+	for rid, raw := range entries {
+		var ev event.OrderRequested
+		if err := json.Unmarshal([]byte(raw), &ev); err != nil || ev.OrderNo == "" || ev.ReservedAt.IsZero() {
+			res.Unreadable++
+			r.deps.Log.Warn("unreadable journal entry", "item", it.String(), "request_id", rid)
+			continue
+		}
+		ev.RequestID = rid // the journal's key is what the scripts go by
+		seen[stock.Ref{RequestID: rid, OrderNo: ev.OrderNo}] = true
+		if now.Sub(ev.ReservedAt) < r.cfg.After {
+			continue
+		}
+		old = append(old, journaled{ev: ev, raw: raw})
+		ids = append(ids, rid)
+	}
+	if len(old) == 0 {
+		return nil
+	}
+	processed, err := r.deps.Orders.ProcessedAmong(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var acks []stock.Ref
+	var msgs []kafka.Message
+	var refs []stock.Ref
+	for _, j := range old {
+		ref := stock.Ref{RequestID: j.ev.RequestID, OrderNo: j.ev.OrderNo}
+		p, decided := processed[ref.RequestID]
+		switch {
+		case decided && p.OrderNo == ref.OrderNo && p.Outcome == order.Created:
+			acks = append(acks, ref)
+		case decided && p.OrderNo == ref.OrderNo:
+			res.Rejected++
+		default:
+			// Not decided, or the requestId was decided for another
+			// reservation: the worker rejects this one and gives it back.
+			if s, ok := r.sent[ref]; ok && now.Before(s.next) {
+				continue
+			}
+			msgs = append(msgs, redriven(j))
+			refs = append(refs, ref)
+		}
+	}
+	if len(acks) > 0 {
+		n, err := r.deps.Stock.Ack(ctx, it, acks)
+		if err != nil {
+			return err
+		}
+		res.Acked += int(n)
+		r.deps.Metrics.RedriveAcked.Add(float64(n))
+	}
+	if len(msgs) > 0 {
+		if err := r.deps.Events.WriteMessages(ctx, msgs...); err != nil {
+			return fmt.Errorf("re-publishing %d events: %w", len(msgs), err)
+		}
+		res.Republished += len(msgs)
+		r.deps.Metrics.Redriven.Add(float64(len(msgs)))
+		for _, ref := range refs {
+			s := r.sent[ref]
+			s.times++
+			s.next = now.Add(min(r.cfg.After<<min(s.times-1, 16), r.cfg.MaxBackoff))
+			r.sent[ref] = s
+			r.deps.Log.Info("re-published stranded reservation", "request_id", ref.RequestID, "order_no", ref.OrderNo,
+				"item", it.String(), "times", s.times)
+		}
+	}
+	return nil
+}
+
+// journal reads an item's journal without blocking Redis on a long one.
+func (r *Redriver) journal(ctx context.Context, it stock.Item) (map[string]string, error) {
+	key := r.deps.Stock.Keys(it).Journal
+	out := map[string]string{}
+	var cursor uint64
+	for {
+		kv, next, err := r.deps.Stock.Client().HScan(ctx, key, cursor, "", 500).Result()
+		if errors.Is(err, redis.Nil) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading journal: %w", err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+// redriven is the journaled event as the gateway would have produced it,
+// marked as re-published.
+func redriven(j journaled) kafka.Message {
+	return kafka.Message{
+		Key:   []byte(j.ev.Key()),
+		Value: []byte(j.raw),
+		Headers: []kafka.Header{
+			{Key: event.HeaderSchema, Value: []byte(event.SchemaV1)},
+			{Key: event.HeaderRequestID, Value: []byte(j.ev.RequestID)},
+			{Key: HeaderRedriven, Value: []byte("1")},
+		},
+	}
+}
