@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +46,7 @@ type Decision struct {
 	Prior   Outcome // Duplicate: the first outcome (Created or Rejected)
 	// Compensation written in this transaction, if any.
 	Compensation *Compensation
+	limitOwner   string
 }
 
 // Compensation is an outbox row: a Redis rollback to apply.
@@ -60,24 +62,27 @@ type Compensation struct {
 	LimitOwner string
 }
 
-// ProcessBatch persists a batch of reservations in one transaction, in order:
-// per request, the idempotency row, the conditional stock update, the order
-// insert, and a compensation when Postgres says no. Nothing is visible unless
-// the whole batch commits, so the caller commits Kafka offsets only after it
-// returns nil.
+type itemKey struct{ activityID, itemID int64 }
+
+// ProcessBatch persists a batch of reservations in one transaction and
+// returns a decision per request, in order. Its effect is that of the
+// contract's per-message steps applied in batch order — idempotency row,
+// conditional stock update, order insert, compensation when Postgres says no —
+// but a hot item costs one conditional UPDATE per batch: the orders are
+// inserted in bulk (the live-order index refuses second orders), and the
+// item's stock is taken for all of them at once; only if that UPDATE finds
+// too little stock does the batch fall back to deciding order by order.
+// Nothing is visible unless the whole batch commits, so the caller commits
+// Kafka offsets only after it returns nil.
 func (s *Store) ProcessBatch(ctx context.Context, reqs []Request) ([]Decision, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("beginning batch tx: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	out := make([]Decision, 0, len(reqs))
-	for _, r := range reqs {
-		d, err := processOne(ctx, tx, r)
-		if err != nil {
-			return nil, fmt.Errorf("processing %s: %w", r.RequestID, err)
-		}
-		out = append(out, d)
+	out, err := decideBatch(ctx, tx, reqs)
+	if err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("committing batch: %w", err)
@@ -85,91 +90,318 @@ func (s *Store) ProcessBatch(ctx context.Context, reqs []Request) ([]Decision, e
 	return out, nil
 }
 
-func processOne(ctx context.Context, tx pgx.Tx, r Request) (Decision, error) {
-	d := Decision{Request: r}
-	tag, err := tx.Exec(ctx, `
+func decideBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]Decision, error) {
+	out := make([]Decision, len(reqs))
+	for i, r := range reqs {
+		out[i] = Decision{Request: r}
+	}
+	fresh, err := recordRequests(ctx, tx, out)
+	if err != nil {
+		return nil, err
+	}
+	// Per item, in a fixed order so concurrent workers never deadlock.
+	byItem := map[itemKey][]int{}
+	var items []itemKey
+	for _, i := range fresh {
+		k := itemKey{out[i].ActivityID, out[i].ItemID}
+		if byItem[k] == nil {
+			items = append(items, k)
+		}
+		byItem[k] = append(byItem[k], i)
+	}
+	slices.SortFunc(items, func(a, b itemKey) int {
+		if a.activityID != b.activityID {
+			return int(a.activityID - b.activityID)
+		}
+		return int(a.itemID - b.itemID)
+	})
+	for _, k := range items {
+		if err := decideItem(ctx, tx, k, out, byItem[k]); err != nil {
+			return nil, fmt.Errorf("deciding item %d:%d: %w", k.activityID, k.itemID, err)
+		}
+	}
+	if err := recordRejections(ctx, tx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// recordRequests inserts the idempotency rows and returns the indexes of the
+// requests seen for the first time; the others become Duplicate (same
+// reservation) or Foreign (the requestId names another reservation).
+func recordRequests(ctx context.Context, tx pgx.Tx, out []Decision) ([]int, error) {
+	n := len(out)
+	ids, nos := make([]string, 0, n), make([]string, 0, n)
+	users, acts, items, qs := make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int32, 0, n)
+	ats := make([]time.Time, 0, n)
+	first := map[string]int{} // requestId → index of its first occurrence in the batch
+	for i, d := range out {
+		if _, seen := first[d.RequestID]; seen {
+			continue
+		}
+		first[d.RequestID] = i
+		ids, nos = append(ids, d.RequestID), append(nos, d.OrderNo)
+		users, acts, items = append(users, d.UserID), append(acts, d.ActivityID), append(items, d.ItemID)
+		qs, ats = append(qs, int32(d.Quantity)), append(ats, d.ReservedAt)
+	}
+	rows, err := tx.Query(ctx, `
 		INSERT INTO processed_requests (request_id, outcome, order_no, user_id, activity_id, item_id, quantity, reserved_at)
-		VALUES ($1, 'CREATED', $2, $3, $4, $5, $6, $7) ON CONFLICT (request_id) DO NOTHING`,
-		r.RequestID, r.OrderNo, r.UserID, r.ActivityID, r.ItemID, r.Quantity, r.ReservedAt)
+		SELECT r, 'CREATED', o, u, a, i, q, t
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[], $7::timestamptz[]) AS x(r, o, u, a, i, q, t)
+		ON CONFLICT (request_id) DO NOTHING
+		RETURNING request_id`, ids, nos, users, acts, items, qs, ats)
 	if err != nil {
-		return d, fmt.Errorf("recording request: %w", err)
+		return nil, fmt.Errorf("recording requests: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		var prior, priorOrderNo string
-		if err := tx.QueryRow(ctx, `SELECT outcome, order_no FROM processed_requests WHERE request_id = $1`, r.RequestID).
-			Scan(&prior, &priorOrderNo); err != nil {
-			return d, fmt.Errorf("reading processed request: %w", err)
-		}
-		if priorOrderNo == r.OrderNo {
-			d.Outcome, d.Prior = Duplicate, Outcome(prior)
-			return d, nil
-		}
-		d.Outcome, d.Reason = Foreign, ReasonKeyReused
-		return d, compensate(ctx, tx, &d, "")
-	}
-
-	tag, err = tx.Exec(ctx, `UPDATE item_stock SET stock = stock - $3, version = version + 1, updated_at = now()
-		WHERE activity_id = $1 AND item_id = $2 AND stock >= $3`, r.ActivityID, r.ItemID, r.Quantity)
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return d, fmt.Errorf("taking stock: %w", err)
+		return nil, fmt.Errorf("recording requests: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return d, reject(ctx, tx, &d, ReasonDBStockMismatch, "")
+	isNew := make(map[string]bool, len(inserted))
+	for _, id := range inserted {
+		isNew[id] = true
 	}
+	var fresh []int
+	var known []string
+	for i, d := range out {
+		switch {
+		case first[d.RequestID] == i && isNew[d.RequestID]:
+			fresh = append(fresh, i)
+		case first[d.RequestID] != i:
+			// A second copy in this batch: decided with its first copy, below.
+		default:
+			known = append(known, d.RequestID)
+		}
+	}
+	prior := map[string][2]string{} // requestId → outcome, order_no
+	if len(known) > 0 {
+		rows, err := tx.Query(ctx, `SELECT request_id, outcome, order_no FROM processed_requests WHERE request_id = ANY($1)`, known)
+		if err != nil {
+			return nil, fmt.Errorf("reading processed requests: %w", err)
+		}
+		var id, outcome, orderNo string
+		_, err = pgx.ForEachRow(rows, []any{&id, &outcome, &orderNo}, func() error {
+			prior[id] = [2]string{outcome, orderNo}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("reading processed requests: %w", err)
+		}
+	}
+	for i := range out {
+		d := &out[i]
+		if first[d.RequestID] != i || isNew[d.RequestID] {
+			continue
+		}
+		p := prior[d.RequestID]
+		if p[1] == d.OrderNo {
+			d.Outcome, d.Prior = Duplicate, Outcome(p[0])
+		} else {
+			d.Outcome, d.Reason = Foreign, ReasonKeyReused
+		}
+	}
+	return fresh, nil
+}
 
-	tag, err = tx.Exec(ctx, `
+// decideItem creates the orders of one item: bulk insert, then one
+// conditional stock update for all of them; per-order decisions only when
+// the stock does not cover the whole batch.
+func decideItem(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, idx []int) error {
+	n := len(idx)
+	nos, ids := make([]string, n), make([]string, n)
+	users, qs, ats := make([]int64, n), make([]int32, n), make([]time.Time, n)
+	for j, i := range idx {
+		d := out[i]
+		nos[j], ids[j], users[j], qs[j], ats[j] = d.OrderNo, d.RequestID, d.UserID, int32(d.Quantity), d.ReservedAt
+	}
+	// WITH ORDINALITY keeps batch order, so of two orders of one user in a
+	// batch the first wins, as it would one by one.
+	rows, err := tx.Query(ctx, `
 		INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, status, reserved_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 'UNPAID', $7) ON CONFLICT DO NOTHING`,
-		r.OrderNo, r.RequestID, r.UserID, r.ActivityID, r.ItemID, r.Quantity, r.ReservedAt)
+		SELECT o, r, u, $6, $7, q, 'UNPAID', t
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[], $5::timestamptz[]) WITH ORDINALITY AS x(o, r, u, q, t, n)
+		ORDER BY n
+		ON CONFLICT DO NOTHING
+		RETURNING order_no`, nos, ids, users, qs, ats, k.activityID, k.itemID)
 	if err != nil {
-		return d, fmt.Errorf("inserting order: %w", err)
+		return fmt.Errorf("inserting orders: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
-		// The one-live-order index refused it: give the stock taken above back
-		// and hand the user's Redis marker to the order they do hold.
-		if _, err := tx.Exec(ctx, `UPDATE item_stock SET stock = stock + $3, version = version + 1, updated_at = now()
-			WHERE activity_id = $1 AND item_id = $2`, r.ActivityID, r.ItemID, r.Quantity); err != nil {
-			return d, fmt.Errorf("returning stock: %w", err)
+	insertedNos, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("inserting orders: %w", err)
+	}
+	inserted := make(map[string]bool, len(insertedNos))
+	for _, no := range insertedNos {
+		inserted[no] = true
+	}
+	var created []int
+	var total int64
+	var dupUsers []int64
+	for _, i := range idx {
+		if inserted[out[i].OrderNo] {
+			created = append(created, i)
+			total += int64(out[i].Quantity)
+			continue
 		}
-		var owner string
-		err := tx.QueryRow(ctx, `SELECT request_id FROM orders WHERE user_id = $1 AND activity_id = $2 AND item_id = $3
-			AND status IN ('UNPAID', 'PAID')`, r.UserID, r.ActivityID, r.ItemID).Scan(&owner)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return d, fmt.Errorf("reading live order: %w", err)
+		// The one-live-order index refused it.
+		out[i].Outcome, out[i].Reason = Rejected, ReasonDuplicateLiveOrder
+		dupUsers = append(dupUsers, out[i].UserID)
+	}
+	if len(dupUsers) > 0 {
+		if err := setLimitOwners(ctx, tx, k, out, idx, dupUsers); err != nil {
+			return err
 		}
-		return d, reject(ctx, tx, &d, ReasonDuplicateLiveOrder, owner)
 	}
-	d.Outcome = Created
-	return d, nil
-}
-
-func reject(ctx context.Context, tx pgx.Tx, d *Decision, reason, limitOwner string) error {
-	d.Outcome, d.Reason = Rejected, reason
-	if _, err := tx.Exec(ctx, `UPDATE processed_requests SET outcome = 'REJECTED', reason = $2 WHERE request_id = $1`,
-		d.RequestID, reason); err != nil {
-		return fmt.Errorf("recording rejection: %w", err)
-	}
-	return compensate(ctx, tx, d, limitOwner)
-}
-
-// compensate writes the outbox row that gives a held reservation back.
-func compensate(ctx context.Context, tx pgx.Tx, d *Decision, limitOwner string) error {
-	if !d.Held {
+	if len(created) == 0 {
 		return nil
 	}
-	c := Compensation{RequestID: d.RequestID, OrderNo: d.OrderNo, ActivityID: d.ActivityID, ItemID: d.ItemID,
-		UserID: d.UserID, Quantity: d.Quantity, Reason: d.Reason, LimitOwner: limitOwner}
-	err := tx.QueryRow(ctx, `
-		INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason, limit_owner)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, '')) ON CONFLICT (order_no) DO NOTHING RETURNING id`,
-		c.RequestID, c.OrderNo, c.ActivityID, c.ItemID, c.UserID, c.Quantity, c.Reason, c.LimitOwner).Scan(&c.ID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // already owed
-	}
+	tag, err := tx.Exec(ctx, `UPDATE item_stock SET stock = stock - $3, version = version + 1, updated_at = now()
+		WHERE activity_id = $1 AND item_id = $2 AND stock >= $3`, k.activityID, k.itemID, total)
 	if err != nil {
-		return fmt.Errorf("writing compensation: %w", err)
+		return fmt.Errorf("taking stock: %w", err)
 	}
-	d.Compensation = &c
+	if tag.RowsAffected() == 1 {
+		for _, i := range created {
+			out[i].Outcome = Created
+		}
+		return nil
+	}
+	return decideOneByOne(ctx, tx, k, out, created)
+}
+
+// decideOneByOne is the fallback when the item's stock does not cover the
+// whole batch: in batch order, an order is kept while stock remains, and the
+// rest are removed again and rejected.
+func decideOneByOne(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, created []int) error {
+	var left int64
+	err := tx.QueryRow(ctx, `SELECT stock FROM item_stock WHERE activity_id = $1 AND item_id = $2 FOR UPDATE`, k.activityID, k.itemID).Scan(&left)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("reading stock: %w", err)
+	}
+	var taken int64
+	var drop []string
+	for _, i := range created {
+		q := int64(out[i].Quantity)
+		if q <= left-taken {
+			taken += q
+			out[i].Outcome = Created
+			continue
+		}
+		out[i].Outcome, out[i].Reason = Rejected, ReasonDBStockMismatch
+		drop = append(drop, out[i].OrderNo)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE order_no = ANY($1)`, drop); err != nil {
+		return fmt.Errorf("removing orders without stock: %w", err)
+	}
+	if taken == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE item_stock SET stock = stock - $3, version = version + 1, updated_at = now()
+		WHERE activity_id = $1 AND item_id = $2`, k.activityID, k.itemID, taken); err != nil {
+		return fmt.Errorf("taking stock: %w", err)
+	}
+	return nil
+}
+
+// setLimitOwners finds, for users refused a second live order, the request
+// of the order they hold, so their Redis marker is handed to it.
+func setLimitOwners(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, idx []int, users []int64) error {
+	rows, err := tx.Query(ctx, `SELECT user_id, request_id FROM orders
+		WHERE activity_id = $1 AND item_id = $2 AND user_id = ANY($3) AND status IN ('UNPAID', 'PAID')`, k.activityID, k.itemID, users)
+	if err != nil {
+		return fmt.Errorf("reading live orders: %w", err)
+	}
+	owner := map[int64]string{}
+	var user int64
+	var rid string
+	if _, err := pgx.ForEachRow(rows, []any{&user, &rid}, func() error { owner[user] = rid; return nil }); err != nil {
+		return fmt.Errorf("reading live orders: %w", err)
+	}
+	for _, i := range idx {
+		if out[i].Reason == ReasonDuplicateLiveOrder {
+			out[i].limitOwner = owner[out[i].UserID]
+		}
+	}
+	return nil
+}
+
+// recordRejections marks rejected requests and writes the compensations of
+// held reservations (Rejected and Foreign), and settles second copies.
+func recordRejections(ctx context.Context, tx pgx.Tx, out []Decision) error {
+	var rejIDs, rejReasons []string
+	var comps []int
+	first := map[string]int{}
+	for i := range out {
+		d := &out[i]
+		if j, seen := first[d.RequestID]; seen {
+			// A second copy of a request in this batch.
+			if out[j].OrderNo == d.OrderNo {
+				d.Outcome = Duplicate
+				d.Prior = out[j].Outcome
+				if d.Prior == Duplicate {
+					d.Prior = out[j].Prior
+				}
+			} else {
+				d.Outcome, d.Reason = Foreign, ReasonKeyReused
+				if d.Held {
+					comps = append(comps, i)
+				}
+			}
+			continue
+		}
+		first[d.RequestID] = i
+		switch d.Outcome {
+		case Rejected:
+			rejIDs, rejReasons = append(rejIDs, d.RequestID), append(rejReasons, d.Reason)
+			if d.Held {
+				comps = append(comps, i)
+			}
+		case Foreign:
+			if d.Held {
+				comps = append(comps, i)
+			}
+		}
+	}
+	if len(rejIDs) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE processed_requests p SET outcome = 'REJECTED', reason = x.reason
+			FROM unnest($1::text[], $2::text[]) AS x(id, reason) WHERE p.request_id = x.id`, rejIDs, rejReasons); err != nil {
+			return fmt.Errorf("recording rejections: %w", err)
+		}
+	}
+	if len(comps) == 0 {
+		return nil
+	}
+	n := len(comps)
+	ids, nos, reasons, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	acts, items, users, qs := make([]int64, n), make([]int64, n), make([]int64, n), make([]int32, n)
+	for j, i := range comps {
+		d := out[i]
+		ids[j], nos[j], reasons[j], owners[j] = d.RequestID, d.OrderNo, d.Reason, d.limitOwner
+		acts[j], items[j], users[j], qs[j] = d.ActivityID, d.ItemID, d.UserID, int32(d.Quantity)
+	}
+	rows, err := tx.Query(ctx, `
+		INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason, limit_owner)
+		SELECT r, o, a, i, u, q, why, NULLIF(own, '')
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[], $7::text[], $8::text[])
+			AS x(r, o, a, i, u, q, why, own)
+		ON CONFLICT (order_no) DO NOTHING
+		RETURNING id, order_no`, ids, nos, acts, items, users, qs, reasons, owners)
+	if err != nil {
+		return fmt.Errorf("writing compensations: %w", err)
+	}
+	written := map[string]int64{}
+	var id int64
+	var no string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &no}, func() error { written[no] = id; return nil }); err != nil {
+		return fmt.Errorf("writing compensations: %w", err)
+	}
+	for _, i := range comps {
+		d := &out[i]
+		if id, ok := written[d.OrderNo]; ok {
+			d.Compensation = &Compensation{ID: id, RequestID: d.RequestID, OrderNo: d.OrderNo, ActivityID: d.ActivityID, ItemID: d.ItemID,
+				UserID: d.UserID, Quantity: d.Quantity, Reason: d.Reason, LimitOwner: d.limitOwner}
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,109 @@
+package order_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/order"
+)
+
+func req(rid string, user int64, q int) order.Request {
+	return order.Request{RequestID: rid, OrderNo: "1-10-" + rid, UserID: user, ActivityID: 1, ItemID: 10, Quantity: q,
+		ReservedAt: time.Now(), Held: true}
+}
+
+func TestProcessBatchDecidesLikeOneByOne(t *testing.T) {
+	ctx := context.Background()
+	s := mustStore(t)
+	// Leave 5 units: the batch below asks for 2+2+3+1+1 from distinct users,
+	// a second order of user 1, a copy of a request and a foreign reuse.
+	if _, err := s.Pool().Exec(ctx, `UPDATE item_stock SET stock = 5, initial_stock = 5`); err != nil {
+		t.Fatal(err)
+	}
+	foreign := req("a", 9, 1)
+	foreign.OrderNo, foreign.ItemID = "1-11-other", 11
+	batch := []order.Request{req("a", 1, 2), req("b", 2, 2), req("c", 3, 3), req("d", 1, 1), req("a", 1, 2), req("e", 4, 1), foreign}
+	ds, err := s.ProcessBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		outcome order.Outcome
+		reason  string
+	}{
+		{order.Created, ""},
+		{order.Created, ""},
+		{order.Rejected, order.ReasonDBStockMismatch}, // 3 > 1 left
+		{order.Rejected, order.ReasonDuplicateLiveOrder},
+		{order.Duplicate, ""},
+		{order.Created, ""}, // the 1 left fits
+		{order.Foreign, order.ReasonKeyReused},
+	}
+	for i, w := range want {
+		if ds[i].Outcome != w.outcome || ds[i].Reason != w.reason {
+			t.Errorf("#%d %s: got %s %q, want %s %q", i, ds[i].RequestID, ds[i].Outcome, ds[i].Reason, w.outcome, w.reason)
+		}
+	}
+	if ds[4].Prior != order.Created {
+		t.Errorf("copy's prior: %s", ds[4].Prior)
+	}
+	if ds[3].Compensation == nil || ds[3].Compensation.LimitOwner != "a" {
+		t.Errorf("duplicate live order compensation: %+v", ds[3].Compensation)
+	}
+	if ds[2].Compensation == nil || ds[6].Compensation == nil || ds[0].Compensation != nil {
+		t.Errorf("compensations: %+v %+v %+v", ds[2].Compensation, ds[6].Compensation, ds[0].Compensation)
+	}
+	st := stockOf(t, s)
+	var live, orders int64
+	s.Pool().QueryRow(ctx, `SELECT COALESCE(sum(quantity), 0), count(*) FROM orders`).Scan(&live, &orders)
+	if st.Stock != 0 || live != 5 || orders != 3 {
+		t.Errorf("stock %d, live units %d in %d orders; want 0, 5, 3", st.Stock, live, orders)
+	}
+	var rejected int64
+	s.Pool().QueryRow(ctx, `SELECT count(*) FROM processed_requests WHERE outcome = 'REJECTED'`).Scan(&rejected)
+	if rejected != 2 {
+		t.Errorf("%d rejected requests, want 2", rejected)
+	}
+	// The whole batch again: every request is a duplicate, nothing changes.
+	again, err := s.ProcessBatch(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range again[:6] {
+		if d.Outcome != order.Duplicate || d.Prior != ds[i].Outcome && ds[i].Outcome != order.Duplicate {
+			t.Errorf("redelivered #%d: %s prior %s", i, d.Outcome, d.Prior)
+		}
+		if d.Compensation != nil {
+			t.Errorf("redelivered #%d wrote a second compensation", i)
+		}
+	}
+	if st2 := stockOf(t, s); st2.Stock != 0 || st2.Version != st.Version {
+		t.Errorf("redelivery changed stock: %+v → %+v", st, st2)
+	}
+}
+
+// BenchmarkProcessBatch measures one worker transaction of 500 orders of
+// one hot item (the aggregated stock update).
+func BenchmarkProcessBatch(b *testing.B) {
+	ctx := context.Background()
+	s := mustStore(b)
+	if _, err := s.Pool().Exec(ctx, `UPDATE item_stock SET stock = 1000000000, initial_stock = 1000000000`); err != nil {
+		b.Fatal(err)
+	}
+	const size = 500
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		batch := make([]order.Request, size)
+		for i := range batch {
+			n++
+			batch[i] = req(fmt.Sprintf("b%d", n), int64(n), 1)
+		}
+		if _, err := s.ProcessBatch(ctx, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(size*b.N)/b.Elapsed().Seconds(), "orders/s")
+}
