@@ -5,9 +5,9 @@ GO ?= go
 ADMIN_TOKEN ?= dev-admin-token
 export ADMIN_TOKEN
 
-.PHONY: run test build vet bench
+.PHONY: run test build vet bench fuzz chaos
 
-run: ## the whole pipeline in the foreground (gateway + worker + embedded Kafka)
+run: ## the whole pipeline in the foreground (gateway + worker + closer + embedded Kafka)
 	$(GO) run . all
 
 build:
@@ -19,5 +19,12 @@ vet:
 test: vet ## vet, then unit and integration tests with the race detector
 	$(GO) test -race -count=1 -p 1 -timeout 25m ./...
 
+FUZZTIME ?= 30s
+fuzz: ## fuzz the order endpoint's decoding/validation (go test runs its seed corpus too)
+	$(GO) test -run '^$$' -fuzz FuzzParseOrderRequest -fuzztime $(FUZZTIME) ./gateway/
+
 bench: build ## load-test a fresh local pipeline (c=500, one hot item), then race the Redis strategies; see docs/benchmarks.md
 	./bench/run.sh
+
+chaos: build ## kill, cut and poison each part of a separately-run pipeline under load, then check I1–I6 (~3-7 min); see docs/benchmarks.md
+	CHAOS_BIN=$(CURDIR)/bin/orderpipe CHAOS_OUT=$(CURDIR)/bin/chaos $(GO) test -tags chaos -run TestChaos -count=1 -v -timeout 20m ./bench/chaos/

@@ -62,6 +62,7 @@ func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []str
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 8,
 		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	defer rdb.Close()
+	telemetry.InstrumentRedis(rdb)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		log.Error("reconciler cannot run", "err", fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err))
 		return reconciler.ExitError

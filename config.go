@@ -21,6 +21,7 @@ type config struct {
 	RedisPrefix    string
 	KafkaBrokers   []string
 	KafkaPort      int
+	KafkaDir       string
 	KafkaTopic     string
 	KafkaDLQTopic  string
 	KafkaGroup     string
@@ -56,6 +57,7 @@ var envVars = [][3]string{
 	{"REDIS_KEY_PREFIX", "", "prefix of every Redis key (isolates tenants/tests)"},
 	{"KAFKA_BROKERS", "", "comma-separated brokers; empty ⇒ `all` starts an embedded broker"},
 	{"KAFKA_EMBEDDED_PORT", "9092", "port of the embedded broker (127.0.0.1)"},
+	{"KAFKA_EMBEDDED_DIR", "", "data directory of the embedded broker (messages and group offsets survive a restart); empty ⇒ in memory"},
 	{"KAFKA_TOPIC", event.Topic, "topic of order events"},
 	{"KAFKA_DLQ_TOPIC", event.DLQTopic, "dead-letter topic"},
 	{"KAFKA_GROUP", "orderpipe-worker", "worker consumer group"},
@@ -129,6 +131,7 @@ func loadConfig() (config, error) {
 		RedisPrefix:    getenv("REDIS_KEY_PREFIX"),
 		KafkaBrokers:   event.ParseBrokers(getenv("KAFKA_BROKERS")),
 		KafkaPort:      intVar("KAFKA_EMBEDDED_PORT"),
+		KafkaDir:       getenv("KAFKA_EMBEDDED_DIR"),
 		KafkaTopic:     getenv("KAFKA_TOPIC"),
 		KafkaDLQTopic:  getenv("KAFKA_DLQ_TOPIC"),
 		KafkaGroup:     getenv("KAFKA_GROUP"),

@@ -312,3 +312,18 @@ func (p *pipeline) mustSaleWindow(tb testing.TB, id int64, starts, ends time.Tim
 		tb.Fatalf("preheating: %d %v", r.Status, r.Body)
 	}
 }
+
+// startWorker runs one more worker (like a separate worker process) on the
+// pipeline's configuration, stopped at cleanup.
+func (p *pipeline) startWorker(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runComponents(ctx, testLog(), p.Cfg, components{worker: true}, nil) }()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Errorf("worker: %v", err)
+		}
+	})
+}

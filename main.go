@@ -40,7 +40,9 @@ commands:
   worker     the Kafka consumer writing orders to Postgres (needs KAFKA_BROKERS)
   closer     closes orders unpaid after CLOSE_AFTER and gives their stock back (no Kafka)
   reconciler compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run
+  locate     where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown
   migrate    create the database if missing and apply the migrations
+  kafka      the embedded Kafka-protocol broker alone on KAFKA_EMBEDDED_PORT (on disk with KAFKA_EMBEDDED_DIR)
   bench      load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)
   env        print every environment variable with its default
 
@@ -83,6 +85,22 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		return err
 	}
 	switch args[0] {
+	case "all", "gateway", "worker", "closer", "reconciler":
+		shutdown, err := telemetry.SetupTracing(ctx, "orderpipe-"+args[0])
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := shutdown(sctx); err != nil {
+				log.Warn("flushing traces", "err", err)
+			}
+		}()
+	}
+	switch args[0] {
+	case "locate":
+		return runLocate(ctx, cfg, args[1:], os.Stdout)
 	case "migrate":
 		return migrate(ctx, log, cfg)
 	case "all":
@@ -91,6 +109,8 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		return runComponents(ctx, log, cfg, components{gateway: true}, nil)
 	case "worker":
 		return runComponents(ctx, log, cfg, components{worker: true}, nil)
+	case "kafka":
+		return runKafka(ctx, log, cfg)
 	case "closer":
 		return runComponents(ctx, log, cfg, components{closer: true}, nil)
 	case "reconciler":
@@ -143,7 +163,7 @@ func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
 	}
 	kafkaDesc := strings.Join(cfg.KafkaBrokers, ",")
 	if len(cfg.KafkaBrokers) == 0 {
-		emb, err := event.StartEmbedded(cfg.KafkaPort, cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic)
+		emb, err := startBroker(cfg)
 		if err != nil {
 			return fmt.Errorf("%w (set KAFKA_EMBEDDED_PORT to another port, or KAFKA_BROKERS to a real cluster)", err)
 		}
@@ -191,6 +211,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 256, MinIdleConns: 16,
 		DialTimeout: cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 	defer rdb.Close()
+	telemetry.InstrumentRedis(rdb)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
 	}
@@ -222,7 +243,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		start("worker", w.Run)
 		events := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait})
 		defer events.Close()
-		rd := worker.NewRedriver(worker.RedriveConfig{After: cfg.RedriveAfter, Interval: cfg.RedriveInterval},
+		rd := worker.NewRedriver(worker.RedriveConfig{After: cfg.RedriveAfter, Interval: cfg.RedriveInterval, Topic: cfg.KafkaTopic},
 			worker.RedriveDeps{Orders: orders, Stock: st, Events: events, Locker: lock.New(rdb, cfg.RedisPrefix),
 				Metrics: metrics, Log: log.With("component", "redrive")})
 		start("redrive", rd.Run)
@@ -237,7 +258,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		defer writer.Close()
 		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout, ReserveTimeout: cfg.RedisTimeout,
 			AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
-			BreakerOpenFor: cfg.BreakerOpenFor},
+			BreakerOpenFor: cfg.BreakerOpenFor, Topic: cfg.KafkaTopic},
 			gateway.Deps{Stock: st, Orders: orders, Producer: writer, Metrics: metrics, Log: log.With("component", "gateway"),
 				Ready: readyChecks(rdb, pool, cfg.KafkaBrokers)})
 		start("gateway", func(ctx context.Context) error {

@@ -256,3 +256,33 @@ func TestUserFloodIsRateLimited(t *testing.T) {
 		t.Errorf("%d distinct buyers were rate limited", buyers429.Load())
 	}
 }
+
+func TestAPITokensAndAdminListener(t *testing.T) {
+	adminLn := freeAddr(t)
+	p := mustPipeline(t, components{gateway: true}, func(c *config) { c.APITokens = []string{"svc-a", "svc-b"}; c.AdminAddr = adminLn })
+	body := orderBody{RequestID: "tok", UserID: 1, ActivityID: 1, ItemID: 1, Quantity: 1}
+	if r := p.order(t, body); r.Status != http.StatusUnauthorized || r.Code() != "UNAUTHORIZED" {
+		t.Errorf("no token: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(t, "POST", "/v1/orders", "application/json", body, "Authorization", "Bearer nope"); r.Status != http.StatusUnauthorized {
+		t.Errorf("wrong token: %d %v", r.Status, r.Body)
+	}
+	// The admin API is not on the public listener...
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	if r := p.do(t, "POST", "/admin/v1/activities/1/preheat", "", nil, auth...); r.Status != http.StatusNotFound {
+		t.Errorf("admin route on the public listener: %d %v", r.Status, r.Body)
+	}
+	// ...but on its own.
+	admin := &pipeline{URL: "http://" + adminLn}
+	sale := map[string]any{"name": "t", "startsAt": time.Now().Add(-time.Minute).UTC(), "endsAt": time.Now().Add(time.Hour).UTC(),
+		"items": []map[string]any{{"itemId": 1, "stock": 5}}}
+	if r := admin.do(t, "PUT", "/admin/v1/activities/1", "application/json", sale, auth...); r.Status != http.StatusOK {
+		t.Fatalf("admin listener: %d %v", r.Status, r.Body)
+	}
+	if r := admin.do(t, "POST", "/admin/v1/activities/1/preheat", "", nil, auth...); r.Status != http.StatusOK {
+		t.Fatalf("admin listener preheat: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(t, "POST", "/v1/orders", "application/json", body, "Authorization", "Bearer svc-b"); r.Status != http.StatusAccepted {
+		t.Errorf("valid token: %d %v", r.Status, r.Body)
+	}
+}

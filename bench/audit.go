@@ -56,16 +56,16 @@ func (a *auditor) drainState(ctx context.Context) (drainState, error) {
 }
 
 // waitDrained polls until every journal entry is decided, every accepted
-// request has its processed_requests row and no compensation is pending. It
-// returns how long after since that took.
+// request has its processed_requests row and no compensation is pending, and
+// returns when that was first seen.
 func (a *auditor) waitDrained(ctx context.Context, accepted int, since time.Time, within time.Duration,
-	scr *scraper, progress io.Writer) (time.Duration, error) {
+	scr *scraper, progress io.Writer) (time.Time, error) {
 	deadline := time.Now().Add(within)
 	lastLine := time.Now()
 	for {
 		d, err := a.drainState(ctx)
 		if err == nil && d.journal == 0 && d.pending == 0 && d.processed >= int64(accepted) {
-			return time.Since(since), nil
+			return time.Now(), nil
 		}
 		if time.Since(lastLine) >= time.Second {
 			lastLine = time.Now()
@@ -74,14 +74,14 @@ func (a *auditor) waitDrained(ctx context.Context, accepted int, since time.Time
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
-				return time.Since(since), fmt.Errorf("not drained within %s: %w", within, err)
+				return time.Now(), fmt.Errorf("not drained within %s: %w", within, err)
 			}
-			return time.Since(since), fmt.Errorf("not drained within %s: journal %d, processed %d of %d accepted, compensations pending %d",
+			return time.Now(), fmt.Errorf("not drained within %s: journal %d, processed %d of %d accepted, compensations pending %d",
 				within, d.journal, d.processed, accepted, d.pending)
 		}
 		select {
 		case <-ctx.Done():
-			return time.Since(since), ctx.Err()
+			return time.Now(), ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

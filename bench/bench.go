@@ -6,8 +6,10 @@
 // taking stock directly against Redis instead, so the reason for the reserve
 // script is measured rather than quoted.
 //
-// It only reads the pipeline's state to audit it; it never repairs anything,
-// and it sends traffic only to the URL and the Redis it is given.
+// It only reads the pipeline's state to audit it and never repairs anything;
+// the one thing it deletes is Redis keys under a prefix it is explicitly
+// given (--purge-keys, and its own --redis-strategies keys). It sends traffic
+// only to the URL and the Redis it is given.
 package bench
 
 import (
@@ -120,6 +122,9 @@ REDIS_ADDR and REDIS_KEY_PREFIX like the server. A line of progress per second
 goes to stderr; the report to stdout. Exit 0 all invariants hold, 1 one
 failed, 2 could not run.
 
+With --purge-keys it deletes every Redis key under REDIS_KEY_PREFIX (which
+must not be empty) and exits: how make bench cleans up its throwaway pipeline.
+
 With --redis-strategies it races naive GET+DECRBY, a SET NX PX lock and the
 reserve script on one item directly against Redis (no HTTP), under unique
 keys it deletes afterwards; exit 1 if the reserve script oversold or granted
@@ -154,6 +159,7 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", time.Minute, "how long the pipeline may take to drain")
 	jsonOut := fs.String("json-out", "", "also write the report as JSON to this file")
 	strategies := fs.Bool("redis-strategies", false, "race naive / lock / reserve script directly on Redis")
+	purge := fs.Bool("purge-keys", false, "delete every Redis key under REDIS_KEY_PREFIX and exit (refuses an empty prefix)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
@@ -165,6 +171,15 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 		return ExitError
 	}
 
+	if *purge {
+		n, err := PurgeKeys(ctx, cfg.RedisAddr, cfg.RedisPrefix)
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return ExitError
+		}
+		fmt.Fprintf(stderr, "bench: deleted %d keys under %s\n", n, cfg.RedisPrefix)
+		return ExitOK
+	}
 	if *strategies {
 		rep, err := RunStrategies(ctx, StrategyConfig{RedisAddr: cfg.RedisAddr, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
 			Stock: cfg.Stock, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed, Progress: stderr})

@@ -63,30 +63,35 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	a := &auditor{pool: pool, rdb: rdb, prefix: cfg.RedisPrefix, activityID: cfg.ActivityID, items: items}
 	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
 		cfg.ActivityID, cfg.Items, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.URL, cfg.Seed)
-	answers, loadTime := drive(ctx, client, cfg, work, scr)
+	answers, loadTime, lastAccept := drive(ctx, client, cfg, work, scr)
 	loadEnd := time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("load interrupted: %w", err)
 	}
+	if lastAccept.IsZero() {
+		lastAccept = loadEnd
+	}
 	acc := accepted(work, answers)
-	drain, drainErr := a.waitDrained(ctx, len(acc), loadEnd, cfg.DrainTimeout, scr, cfg.Progress)
-	lagZero := scr.zeroSince(loadEnd)
+	drainedAt, drainErr := a.waitDrained(ctx, len(acc), loadEnd, cfg.DrainTimeout, scr, cfg.Progress)
 
 	audit, err := a.audit(ctx, acc)
 	if err != nil {
 		return nil, err
 	}
 	rep := newReport(cfg, work, answers, loadTime, audit)
-	rep.DrainMs = ms(drain)
+	rep.DrainMs, rep.DrainAfterLastAcceptMs = ms(drainedAt.Sub(loadEnd)), ms(drainedAt.Sub(lastAccept))
 	if drainErr != nil {
 		rep.DrainError = drainErr.Error()
 	}
-	rep.PeakConsumerLag, rep.LagZeroAfterMs = -1, -1
+	rep.PeakConsumerLag, rep.LagZeroAfterMs, rep.LagZeroAfterLastAcceptMs = -1, -1, -1
 	if peak, ok := scr.peakLag(); ok {
 		rep.PeakConsumerLag = peak
 	}
-	if lagZero >= 0 {
-		rep.LagZeroAfterMs = ms(lagZero)
+	if d := scr.zeroSince(loadEnd); d >= 0 {
+		rep.LagZeroAfterMs = ms(d)
+	}
+	if d := scr.zeroSince(lastAccept); d >= 0 {
+		rep.LagZeroAfterLastAcceptMs = ms(d)
 	}
 	rep.PeakRSSBytes, rep.RSSBytes = scr.rss()
 	rep.check()
@@ -252,10 +257,11 @@ type counters struct {
 }
 
 // drive sends the planned requests from cfg.Concurrency goroutines and
-// returns each answer (by plan index) and the wall time of the load.
-func drive(ctx context.Context, client *http.Client, cfg Config, work []request, scr *scraper) ([]answer, time.Duration) {
+// returns each answer (by plan index), the wall time of the load and when
+// the last 202 arrived (zero if none did).
+func drive(ctx context.Context, client *http.Client, cfg Config, work []request, scr *scraper) ([]answer, time.Duration, time.Time) {
 	answers := make([]answer, len(work))
-	var next atomic.Int64
+	var next, lastAccept atomic.Int64
 	var cnt counters
 	url := cfg.URL + "/v1/orders"
 	stop := make(chan struct{})
@@ -278,6 +284,9 @@ func drive(ctx context.Context, client *http.Client, cfg Config, work []request,
 				switch a := answers[i]; {
 				case a.status == http.StatusAccepted:
 					cnt.accepted.Add(1)
+					now := time.Now().UnixNano()
+					for last := lastAccept.Load(); now > last && !lastAccept.CompareAndSwap(last, now); last = lastAccept.Load() {
+					}
 				case a.status == http.StatusOK:
 					cnt.replayed.Add(1)
 				case a.status == 0:
@@ -292,7 +301,11 @@ func drive(ctx context.Context, client *http.Client, cfg Config, work []request,
 	elapsed := time.Since(start)
 	close(stop)
 	<-progDone
-	return answers, elapsed
+	var last time.Time
+	if n := lastAccept.Load(); n > 0 {
+		last = time.Unix(0, n)
+	}
+	return answers, elapsed, last
 }
 
 func progress(w io.Writer, start time.Time, total int, cnt *counters, scr *scraper, stop <-chan struct{}) {

@@ -49,6 +49,7 @@ export HTTP_ADDR="127.0.0.1:$http_port"
 export KAFKA_EMBEDDED_PORT="$kafka_port"
 export ADMIN_TOKEN="${ADMIN_TOKEN:-bench-$run}"
 rbprefix="benchrb$run:"
+rb_dirty=""
 mkdir -p "$OUT"
 log="$OUT/pipeline-$run.log"
 
@@ -56,17 +57,17 @@ echo "bench: starting orderpipe all on $HTTP_ADDR (database $db, key prefix $RED
 "$BIN" all >"$log" 2>&1 &
 pid=$!
 
-unlink_prefix() {
-  command -v redis-cli >/dev/null || { echo "bench: redis-cli missing, keys under $1 left in Redis" >&2; return; }
-  redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" --scan --pattern "$1*" |
-    xargs -r -n 500 redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" unlink >/dev/null
+unlink_prefix() { # SCAN COUNT 1000 + UNLINK: fast even when Redis holds millions of other keys
+  REDIS_KEY_PREFIX="$1" "$BIN" bench --purge-keys || true
 }
 cleanup() {
   if kill -0 "$pid" 2>/dev/null; then
     kill "$pid"
     wait "$pid" 2>/dev/null || true
   fi
-  unlink_prefix "$rbprefix"
+  if [ -n "$rb_dirty" ]; then
+    unlink_prefix "$rbprefix"
+  fi
   if [ -n "$KEEP" ]; then
     echo "bench: kept database $db and Redis keys under $REDIS_KEY_PREFIX"
     return
@@ -102,6 +103,7 @@ if command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null; the
   tag="{a1:i1}"
   now_ms=$(($(date +%s) * 1000))
   sha=$(rcli SCRIPT LOAD "$(cat pkg/stock/reserve.lua)")
+  rb_dirty=1
   rcli SET "${rbprefix}stock:$tag" $((RB_N * STOCK / N)) >/dev/null
   rcli HSET "${rbprefix}sale:$tag" starts $((now_ms - 60000)) ends $((now_ms + 3600000)) cap 1 >/dev/null
   echo
@@ -110,10 +112,13 @@ if command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null; the
     EVALSHA "$sha" 6 "${rbprefix}stock:$tag" "${rbprefix}sale:$tag" "${rbprefix}limit:$tag:__rand_int__" \
     "${rbprefix}req:$tag:r__rand_int__" "${rbprefix}resv:$tag" "${rbprefix}ord:$tag:o__rand_int__" \
     "r__rand_int__" fp "o__rand_int__" 1 '{"requestId":"r"}' "$now_ms" 86400 | tail -1)
-  rb_rps=$(echo "$csv" | awk -F'","' '{print $2}')
-  echo "  $(echo "$csv" | awk -F'","' '{printf "%s req/s, p50 %s ms, p99 %s ms, max %s ms", $2, $5, $7, $8}')"
+  # CSV: "test","rps","avg","min","p50","p95","p99","max"; count from the end, the test name holds quotes.
+  csv=$(echo "$csv" | tr -d '"')
+  rb_rps=$(echo "$csv" | awk -F, '{print $(NF-6)}')
+  echo "  $(echo "$csv" | awk -F, '{printf "%s req/s, p50 %s ms, p99 %s ms, max %s ms", $(NF-6), $(NF-3), $(NF-1), $NF}')"
   echo "  remaining stock $(rcli GET "${rbprefix}stock:$tag"), journal $(rcli HLEN "${rbprefix}resv:$tag") entries"
   unlink_prefix "$rbprefix"
+  rb_dirty=""
 else
   echo "bench: redis-benchmark not found (apt-get install -y redis-tools); skipping the EVALSHA baseline" >&2
 fi

@@ -127,12 +127,13 @@ func RunStrategies(ctx context.Context, cfg StrategyConfig) (*StrategyReport, er
 		rand.Read(b[:]) //nolint:errcheck // never fails since Go 1.24
 		cfg.KeyPrefix = "bench:" + hex.EncodeToString(b[:]) + ":"
 	}
+	// One sweep for all three strategies: a SCAN walks the whole keyspace.
+	defer deleteKeys(context.WithoutCancel(ctx), rdb, cfg.KeyPrefix) //nolint:errcheck // best effort, like a test cleanup
 	item := stock.Item{ActivityID: 1, ItemID: 1}
 
 	for _, name := range []string{"naive", "lock", "reserve"} {
 		prefix := cfg.KeyPrefix + name + ":"
 		res, err := func() (StrategyResult, error) {
-			defer deleteKeys(context.WithoutCancel(ctx), rdb, prefix)
 			st := stock.New(rdb, prefix)
 			now := time.Now()
 			// Preheat as the product does: the reserve script also needs the sale window.
@@ -328,20 +329,45 @@ func race(ctx context.Context, s strategy, users []int64, cfg StrategyConfig) St
 	return res
 }
 
-// deleteKeys removes every key under prefix.
-func deleteKeys(ctx context.Context, rdb *redis.Client, prefix string) {
+// deleteKeys removes every key under prefix and says how many it removed.
+func deleteKeys(ctx context.Context, rdb *redis.Client, prefix string) (int, error) {
 	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 	var batch []string
+	n := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
+			return fmt.Errorf("deleting keys under %s: %w", prefix, err)
+		}
+		n += len(batch)
+		batch = batch[:0]
+		return nil
+	}
 	for iter.Next(ctx) {
 		batch = append(batch, iter.Val())
 		if len(batch) == 500 {
-			rdb.Unlink(ctx, batch...)
-			batch = batch[:0]
+			if err := flush(); err != nil {
+				return n, err
+			}
 		}
 	}
-	if len(batch) > 0 {
-		rdb.Unlink(ctx, batch...)
+	if err := iter.Err(); err != nil {
+		return n, fmt.Errorf("scanning keys under %s: %w", prefix, err)
 	}
+	return n, flush()
+}
+
+// PurgeKeys deletes every Redis key under prefix, which must not be empty:
+// how `make bench` removes the keys of its throwaway pipeline.
+func PurgeKeys(ctx context.Context, redisAddr, prefix string) (int, error) {
+	if prefix == "" {
+		return 0, errors.New("refusing to purge without a key prefix (REDIS_KEY_PREFIX is empty)")
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ReadTimeout: 5 * time.Second})
+	defer rdb.Close()
+	return deleteKeys(ctx, rdb, prefix)
 }
 
 // WriteText writes the comparison as a table.

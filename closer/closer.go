@@ -13,6 +13,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/outbox"
 	"orderpipe/pkg/stock"
@@ -143,29 +146,53 @@ func (c *Closer) pass(ctx, stop context.Context) (res Result, err error) {
 	}
 
 	for stop.Err() == nil {
-		comps, err := c.deps.Orders.CloseExpired(ctx, c.cfg.CloseAfter, c.cfg.BatchSize)
+		n, err := c.closeBatch(ctx, &res)
 		if err != nil {
 			return res, err
 		}
-		res.Closed += len(comps)
-		m.OrdersClosed.Add(float64(len(comps)))
-		if f := c.deps.AfterCommitFunc; f != nil && len(comps) > 0 {
-			if err := f(ctx, comps); err != nil {
-				return res, fmt.Errorf("after close commit: %w", err)
-			}
-		}
-		applied, err := c.applier.ApplyUntilFailure(ctx, comps)
-		c.count(&res, applied)
-		if err != nil {
-			return res, fmt.Errorf("applying close compensations: %w", err)
-		}
-		// comps counts only compensations written; a short batch means the
+		// n counts only compensations written; a short batch means the
 		// backlog is done (a conflict-skipped row only makes it shorter).
-		if len(comps) < c.cfg.BatchSize {
+		if n < c.cfg.BatchSize {
 			break
 		}
 	}
 	return res, nil
+}
+
+// closeBatch closes one batch and applies its compensations. A batch that
+// closed orders gets a span (started when the batch did, so a pass that finds
+// nothing to do every few seconds leaves no trace); each release under it
+// links to its order's trace.
+func (c *Closer) closeBatch(ctx context.Context, res *Result) (n int, err error) {
+	started := time.Now()
+	comps, err := c.deps.Orders.CloseExpired(ctx, c.cfg.CloseAfter, c.cfg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	if len(comps) == 0 {
+		return 0, nil
+	}
+	ctx, span := telemetry.Tracer().Start(ctx, "closer pass", trace.WithTimestamp(started))
+	defer func() {
+		telemetry.RecordError(span, err)
+		span.End()
+	}()
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("orders.closed", len(comps)), attribute.String("close.after", c.cfg.CloseAfter.String()))
+	}
+	res.Closed += len(comps)
+	c.deps.Metrics.OrdersClosed.Add(float64(len(comps)))
+	if f := c.deps.AfterCommitFunc; f != nil {
+		if err := f(ctx, comps); err != nil {
+			return len(comps), fmt.Errorf("after close commit: %w", err)
+		}
+	}
+	applied, err := c.applier.ApplyUntilFailure(ctx, comps)
+	c.count(res, applied)
+	if err != nil {
+		return len(comps), fmt.Errorf("applying close compensations: %w", err)
+	}
+	return len(comps), nil
 }
 
 func (c *Closer) count(res *Result, r outbox.Result) {

@@ -325,9 +325,10 @@ var needs = map[string][]string{
 // needs: a new one makes TestEveryVariableHasADefaultOrIsGiven fail until
 // someone decides which it is.
 var emptyByDesign = map[string]string{
-	"REDIS_KEY_PREFIX": "the deployment owns its Redis; prefixes isolate tests",
-	"API_TOKENS":       "the order API is reached by the storefront backend on a private network",
-	"ADMIN_ADDR":       "admin API on HTTP_ADDR (the Kubernetes manifests move it to :8081)",
+	"REDIS_KEY_PREFIX":   "the deployment owns its Redis; prefixes isolate tests",
+	"API_TOKENS":         "the order API is reached by the storefront backend on a private network",
+	"ADMIN_ADDR":         "admin API on HTTP_ADDR (the Kubernetes manifests move it to :8081)",
+	"KAFKA_EMBEDDED_DIR": "only `orderpipe all` reads it (the embedded broker); deployments use real Kafka",
 }
 
 // given reports whether env gives name, directly or as NAME_FILE.

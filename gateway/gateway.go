@@ -14,11 +14,18 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"orderpipe/pkg/breaker"
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
@@ -43,6 +50,8 @@ type Config struct {
 	GlobalBurst int
 	// BreakerOpenFor is how long a tripped breaker refuses calls before probing.
 	BreakerOpenFor time.Duration
+	// Topic is the topic the Producer writes to (names the send span).
+	Topic string
 }
 
 func (c *Config) defaults() {
@@ -63,6 +72,9 @@ func (c *Config) defaults() {
 	}
 	if c.GlobalBurst <= 0 {
 		c.GlobalBurst = max(1, int(c.GlobalRPS/10))
+	}
+	if c.Topic == "" {
+		c.Topic = event.Topic
 	}
 }
 
@@ -93,10 +105,12 @@ type Server struct {
 	deps     Deps
 	mux      *http.ServeMux
 	adminMux *http.ServeMux // == mux unless AdminAddr is set
-	limiter  *limiter
-	redisCB  *breaker.Breaker
-	kafkaCB  *breaker.Breaker
-	pgCB     *breaker.Breaker
+	// handler and adminHandler are the muxes inside their server spans.
+	handler, adminHandler http.Handler
+	limiter               *limiter
+	redisCB               *breaker.Breaker
+	kafkaCB               *breaker.Breaker
+	pgCB                  *breaker.Breaker
 }
 
 // New builds the gateway.
@@ -119,7 +133,56 @@ func New(cfg Config, deps Deps) *Server {
 	s.kafkaCB = breaker.New("gateway-kafka", bs, deps.Metrics.BreakerState)
 	s.pgCB = breaker.New("gateway-postgres", bs, deps.Metrics.BreakerState)
 	s.routes()
+	s.handler = traced(s.mux)
+	s.adminHandler = s.handler
+	if s.adminMux != s.mux {
+		s.adminHandler = traced(s.adminMux)
+	}
 	return s
+}
+
+// traced wraps a mux in OpenTelemetry HTTP server spans named by the matched
+// route pattern ("POST /v1/orders"). A traceparent header sent by the caller
+// is continued. Probes and scrapes make no spans. With tracing off (no
+// exporter, or sampled always off) the middleware, which costs several
+// microseconds per request even when nothing records, is left out: the
+// caller's trace context is only passed along (to the Kafka message).
+func traced(mux *http.ServeMux) http.Handler {
+	if !telemetry.TracingOn() {
+		return propagated(mux)
+	}
+	return otelhttp.NewHandler(mux, "gateway",
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return spanName(r) }),
+		otelhttp.WithFilter(func(r *http.Request) bool {
+			switch r.URL.Path {
+			case "/healthz", "/readyz", "/metrics":
+				return false
+			}
+			return true
+		}))
+}
+
+// propagated puts a caller's W3C trace context, if any, in the request's
+// context.
+func propagated(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.Header["Traceparent"]) > 0 || len(r.Header["Baggage"]) > 0 {
+			r = r.WithContext(otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// spanName is the route pattern with its method, or just the method before
+// (or without) a match.
+func spanName(r *http.Request) string {
+	switch {
+	case r.Pattern == "":
+		return r.Method
+	case strings.HasPrefix(r.Pattern, r.Method+" "):
+		return r.Pattern
+	}
+	return r.Method + " " + r.Pattern
 }
 
 func (s *Server) routes() {
@@ -148,7 +211,11 @@ func (s *Server) routes() {
 func (s *Server) handle(pattern string, h http.HandlerFunc) { s.handleOn(s.mux, pattern, h) }
 
 func (s *Server) handleOn(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
+	_, route, _ := strings.Cut(pattern, " ")
 	mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+			span.SetAttributes(semconv.HTTPRoute(route))
+		}
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		h(rec, r)
 		code := rec.code
@@ -160,10 +227,10 @@ func (s *Server) handleOn(mux *http.ServeMux, pattern string, h http.HandlerFunc
 }
 
 // Handler is the gateway's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // AdminHandler serves the admin API when AdminAddr is set (else Handler does).
-func (s *Server) AdminHandler() http.Handler { return s.adminMux }
+func (s *Server) AdminHandler() http.Handler { return s.adminHandler }
 
 // Run serves on cfg.Addr until ctx ends, then lets in-flight requests finish.
 func (s *Server) Run(ctx context.Context) error {
@@ -171,8 +238,14 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", s.cfg.Addr, err)
 	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves the public API on ln, and the admin API on AdminAddr when
+// set, until ctx ends.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.cfg.AdminAddr == "" {
-		return s.Serve(ctx, ln)
+		return s.serve(ctx, ln, s.handler)
 	}
 	adminLn, err := net.Listen("tcp", s.cfg.AdminAddr)
 	if err != nil {
@@ -180,13 +253,10 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("listening on %s: %w", s.cfg.AdminAddr, err)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- s.serve(ctx, ln, s.mux) }()
-	go func() { errc <- s.serve(ctx, adminLn, s.adminMux) }()
+	go func() { errc <- s.serve(ctx, ln, s.handler) }()
+	go func() { errc <- s.serve(ctx, adminLn, s.adminHandler) }()
 	return errors.Join(<-errc, <-errc)
 }
-
-// Serve serves the public API on ln until ctx ends.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error { return s.serve(ctx, ln, s.mux) }
 
 func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{

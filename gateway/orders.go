@@ -8,9 +8,12 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
 )
 
 type orderAccepted struct {
@@ -27,6 +30,13 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	if apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
+	}
+	// The hot path: nothing is built for tracing unless the span records.
+	ctx := r.Context()
+	span := trace.SpanFromContext(ctx)
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(telemetry.AttrRequestID.String(req.RequestID))
 	}
 	now := s.deps.NowFunc()
 	if scope, wait := s.limiter.allow(req.UserID, now); scope != "" {
@@ -45,29 +55,43 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		RequestID: req.RequestID, OrderNo: newOrderNo(req.ActivityID, req.ItemID, now), UserID: req.UserID,
 		ActivityID: req.ActivityID, ItemID: req.ItemID, Quantity: req.Quantity, ReservedAt: now.UTC().Truncate(time.Microsecond),
 	}
-	msg := event.Message(r.Context(), ev)
+	msg := event.NewMessage(ev)
+	// The trace is kept with the reservation (when sampled, i.e. exported)
+	// so `orderpipe locate` and the release can find it from the requestId.
+	var traceParent string
+	if recording {
+		span.SetAttributes(telemetry.AttrOrderNo.String(ev.OrderNo))
+		ctx = telemetry.WithOrder(ctx, req.RequestID, ev.OrderNo)
+		if span.SpanContext().IsSampled() {
+			traceParent = telemetry.TraceParent(ctx)
+		}
+	}
 
 	var res stock.ReserveResult
 	start := time.Now()
 	err := s.redisCB.Do(func() error {
-		rctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReserveTimeout)
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.ReserveTimeout)
 		defer cancel()
 		var err error
 		res, err = s.deps.Stock.Reserve(rctx, stock.Reservation{
 			Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
-			Fingerprint: req.fingerprint(), Event: msg.Value, Now: now,
+			Fingerprint: req.fingerprint(), Event: msg.Value, Now: now, TraceParent: traceParent,
 		})
 		return err
 	})
 	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		s.deps.Log.Error("reserve failed", "request_id", req.RequestID, "err", err)
+		telemetry.RecordError(span, err)
+		s.deps.Log.ErrorContext(ctx, "reserve failed", "request_id", req.RequestID, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 		return
 	}
 	switch res.Outcome {
 	case stock.Reserved:
 	case stock.Replayed:
+		if recording {
+			span.SetAttributes(telemetry.AttrOrderNo.String(res.OrderNo), telemetry.AttrOutcome.String(string(res.Outcome)))
+		}
 		writeJSON(w, http.StatusOK, orderAccepted{RequestID: req.RequestID, OrderNo: res.OrderNo, Status: order.StatusPending,
 			Remaining: res.Remaining, Replayed: true})
 		return
@@ -87,22 +111,26 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "ALREADY_PURCHASED", "user already holds a live order for this activity item")
 		return
 	default:
-		s.deps.Log.Error("reserve script answered unknown outcome", "outcome", res.Outcome)
+		s.deps.Log.ErrorContext(ctx, "reserve script answered unknown outcome", "outcome", res.Outcome)
 		writeError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
 		return
 	}
 
 	start = time.Now()
+	// Not the request's context: a client hanging up must not turn a
+	// produce in flight into an abort. The send span's context is what the
+	// message carries to the worker.
+	sendCtx, sendSpan := event.StartSend(context.WithoutCancel(ctx), s.cfg.Topic, &msg)
 	err = s.kafkaCB.Do(func() error {
-		// Not the request's context: a client hanging up must not turn a
-		// produce in flight into an abort.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.cfg.ProduceTimeout)
+		pctx, cancel := context.WithTimeout(sendCtx, s.cfg.ProduceTimeout)
 		defer cancel()
 		return s.deps.Producer.WriteMessages(pctx, msg)
 	})
+	event.EndSend(sendSpan, err)
 	s.deps.Metrics.ProduceSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		s.abort(r.Context(), ev, err, w)
+		telemetry.RecordError(span, err)
+		s.abort(ctx, ev, err, w)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
@@ -124,7 +152,7 @@ func (s *Server) abort(ctx context.Context, ev event.OrderRequested, produceErr 
 		writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending})
 		return
 	}
-	s.deps.Log.Error("produce failed, reservation released", "request_id", ev.RequestID, "order_no", ev.OrderNo,
+	s.deps.Log.ErrorContext(ctx, "produce failed, reservation released", "request_id", ev.RequestID, "order_no", ev.OrderNo,
 		"err", produceErr, "release_err", err, "release", out)
 	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order queue unavailable, nothing was reserved; retry with the same requestId")
 }
@@ -145,6 +173,9 @@ type orderView struct {
 
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	orderNo := r.PathValue("orderNo")
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+		span.SetAttributes(telemetry.AttrOrderNo.String(orderNo))
+	}
 	item, ok := parseOrderNo(orderNo)
 	if !ok {
 		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
@@ -156,7 +187,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !errors.Is(err, order.ErrNotFound) {
-		s.deps.Log.Error("reading order", "order_no", orderNo, "err", err)
+		s.deps.Log.ErrorContext(r.Context(), "reading order", "order_no", orderNo, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 		return
 	}
@@ -184,7 +215,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	var ev event.OrderRequested
 	if err := json.Unmarshal(raw, &ev); err != nil {
-		s.deps.Log.Error("undecodable dedup record", "order_no", orderNo, "err", err)
+		s.deps.Log.ErrorContext(r.Context(), "undecodable dedup record", "order_no", orderNo, "err", err)
 		writeError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
 		return
 	}

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"net/http"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/telemetry"
 )
 
 type orderPaid struct {
@@ -17,6 +20,9 @@ type orderPaid struct {
 // 409 ORDER_PENDING (retry), a rejected request's number 409 ORDER_REJECTED.
 func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
 	orderNo := r.PathValue("orderNo")
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+		span.SetAttributes(telemetry.AttrOrderNo.String(orderNo))
+	}
 	item, ok := parseOrderNo(orderNo)
 	if !ok {
 		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
@@ -27,7 +33,7 @@ func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
 		// Maybe still only reserved: the worker has not persisted it yet.
 		_, found, perr := s.deps.Stock.Pending(r.Context(), item, orderNo)
 		if perr != nil {
-			s.deps.Log.Error("looking up pending order", "order_no", orderNo, "err", perr)
+			s.deps.Log.ErrorContext(r.Context(), "looking up pending order", "order_no", orderNo, "err", perr)
 			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
 			return
 		}
@@ -52,7 +58,7 @@ func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, order.ErrOrderRejected):
 		writeError(w, http.StatusConflict, "ORDER_REJECTED", "the order request was rejected; there is no order to pay")
 	default:
-		s.deps.Log.Error("paying order", "order_no", orderNo, "err", err)
+		s.deps.Log.ErrorContext(r.Context(), "paying order", "order_no", orderNo, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
@@ -241,7 +242,26 @@ func (r *Reconciler) Run(ctx context.Context) error {
 // RunOnce checks every preheated item; with Fix, it then repairs the drifted
 // ones under the fix lock and checks again. The error is for a pass that
 // could not run at all; an item that could not be checked carries its own.
-func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
+// The pass is one trace: a span per pass, a child span per item checked.
+func (r *Reconciler) RunOnce(ctx context.Context) (res Result, err error) {
+	ctx, span := telemetry.Tracer().Start(ctx, "reconciler pass")
+	defer func() {
+		if span.IsRecording() {
+			f := res.Final()
+			span.SetAttributes(attribute.Bool("reconciler.fix", r.cfg.Fix), attribute.Int("reconciler.items", len(f.Items)),
+				attribute.Int("reconciler.drifted", f.Drifted()), attribute.Int("reconciler.item_errors", f.Errors()),
+				attribute.Int("reconciler.repaired", len(res.Fixed)))
+			if res.FixError != "" {
+				telemetry.RecordError(span, errors.New(res.FixError))
+			}
+		}
+		telemetry.RecordError(span, err)
+		span.End()
+	}()
+	return r.runOnce(ctx)
+}
+
+func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 	found, err := r.pass(ctx, nil, nil)
 	if err != nil {
 		r.count("error")
@@ -259,7 +279,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Result, error) {
 			res.Fixed, err = r.fix(ctx, todo)
 			if err != nil {
 				res.FixError = err.Error()
-				r.deps.Log.Error("fixing drift", "err", err)
+				r.deps.Log.ErrorContext(ctx, "fixing drift", "err", err)
 			}
 			after, err := r.pass(ctx, nil, nil)
 			if err != nil {
@@ -318,7 +338,7 @@ func (r *Reconciler) pass(ctx context.Context, only []stock.Item, l *lock.Lock) 
 		}
 		var ir ItemReport
 		for attempt := 1; ; attempt++ {
-			ir, err = r.item(ctx, si, markers[it], l)
+			ir, err = r.tracedItem(ctx, si, markers[it], l)
 			if err == nil || attempt >= r.cfg.Attempts || ctx.Err() != nil || errors.Is(err, lock.ErrStaleFence) {
 				break
 			}
@@ -333,6 +353,24 @@ func (r *Reconciler) pass(ctx context.Context, only []stock.Item, l *lock.Lock) 
 		rep.Items = append(rep.Items, ir)
 	}
 	return rep, nil
+}
+
+// tracedItem is item in its own span.
+func (r *Reconciler) tracedItem(ctx context.Context, si order.SaleItem, markerUsers []int64, l *lock.Lock) (rep ItemReport, err error) {
+	name := "reconcile item"
+	if l != nil {
+		name = "repair item"
+	}
+	ctx, span := telemetry.Tracer().Start(ctx, name)
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(attribute.Int64("order.activity_id", si.ActivityID), attribute.Int64("order.item_id", si.ItemID),
+				attribute.Int64("reconciler.drift", rep.Drift), attribute.Bool("reconciler.drifted", rep.Drifted()))
+		}
+		telemetry.RecordError(span, err)
+		span.End()
+	}()
+	return r.item(ctx, si, markerUsers, l)
 }
 
 // item checks one item (fixes it when l is set) while holding its stock row.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
@@ -48,6 +50,8 @@ type RedriveConfig struct {
 	// next republish (doubling from After), so a worker that is down does
 	// not get the same event every Interval.
 	MaxBackoff time.Duration
+	// Topic is the topic Events writes to (names the send spans).
+	Topic string
 }
 
 func (c *RedriveConfig) defaults() {
@@ -65,6 +69,9 @@ func (c *RedriveConfig) defaults() {
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 5 * time.Minute
+	}
+	if c.Topic == "" {
+		c.Topic = event.Topic
 	}
 }
 
@@ -236,21 +243,49 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 		r.deps.Metrics.RedriveAcked.Add(float64(n))
 	}
 	if len(msgs) > 0 {
-		if err := r.deps.Events.WriteMessages(ctx, msgs...); err != nil {
+		ctxs, spans := r.startSends(ctx, it, refs, msgs)
+		err := r.deps.Events.WriteMessages(ctx, msgs...)
+		for _, span := range spans {
+			event.EndSend(span, err)
+		}
+		if err != nil {
 			return fmt.Errorf("re-publishing %d events: %w", len(msgs), err)
 		}
 		res.Republished += len(msgs)
 		r.deps.Metrics.Redriven.Add(float64(len(msgs)))
-		for _, ref := range refs {
+		for i, ref := range refs {
 			s := r.sent[ref]
 			s.times++
 			s.next = now.Add(min(r.cfg.After<<min(s.times-1, 16), r.cfg.MaxBackoff))
 			r.sent[ref] = s
-			r.deps.Log.Info("re-published stranded reservation", "request_id", ref.RequestID, "order_no", ref.OrderNo,
+			r.deps.Log.InfoContext(ctxs[i], "re-published stranded reservation", "request_id", ref.RequestID, "order_no", ref.OrderNo,
 				"item", it.String(), "times", s.times)
 		}
 	}
 	return nil
+}
+
+// startSends starts the send span of each re-published event in the trace
+// of its order (kept by the gateway in the dedup record, when sampled), so
+// the worker's process span lands in that trace too; a redrive pass itself
+// leaves no trace.
+func (r *Redriver) startSends(ctx context.Context, it stock.Item, refs []stock.Ref, msgs []kafka.Message) ([]context.Context, []trace.Span) {
+	ctxs := make([]context.Context, len(msgs))
+	spans := make([]trace.Span, len(msgs))
+	for i, ref := range refs {
+		mctx := telemetry.WithOrder(ctx, ref.RequestID, ref.OrderNo)
+		if tp, err := r.deps.Stock.TraceParent(ctx, it, ref.RequestID); err == nil {
+			if sc, ok := telemetry.ParseTraceParent(tp); ok {
+				mctx = trace.ContextWithRemoteSpanContext(mctx, sc)
+			}
+		}
+		ctxs[i], spans[i] = event.StartSend(mctx, r.cfg.Topic, &msgs[i])
+		if spans[i].IsRecording() {
+			spans[i].SetAttributes(telemetry.OrderAttrs(ref.RequestID, ref.OrderNo)...)
+			spans[i].SetAttributes(attribute.Bool("orderpipe.redriven", true))
+		}
+	}
+	return ctxs, spans
 }
 
 // journal reads an item's journal without blocking Redis on a long one.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"orderpipe/pkg/breaker"
 	"orderpipe/pkg/event"
@@ -91,6 +92,11 @@ func New(cfg Config, deps Deps) *Worker {
 	cfg.defaults()
 	if deps.Log == nil {
 		deps.Log = slog.Default()
+	}
+	// Every known reason is a series from the start, so a rate() alert on
+	// one works before its first rejection.
+	for _, reason := range []string{order.ReasonDBStockMismatch, order.ReasonDuplicateLiveOrder, order.ReasonKeyReused} {
+		deps.Metrics.OrdersRejected.WithLabelValues(reason)
 	}
 	return &Worker{cfg: cfg, deps: deps, applier: &outbox.Applier{Orders: deps.Orders, Stock: deps.Stock, Log: deps.Log},
 		pgCB: breaker.New("worker-postgres", breaker.Settings{OpenFor: cfg.BreakerOpenFor}, deps.Metrics.BreakerState)}
@@ -191,25 +197,56 @@ func (w *Worker) handle(ctx, stop context.Context, r *kafka.Reader, batch []kafk
 // dead-letters the invalid messages, claims the reservations, decides them in
 // one Postgres transaction, then acks and compensates in Redis. Safe to call
 // again with the same messages.
-func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) error {
+//
+// Tracing: each message gets a "process" span continuing the trace its
+// headers carry (the gateway's send span), ended once its fate is known; the
+// batch gets one span, parent of the batch's Postgres and Redis work, linked
+// to every message's context (and each message span links back to it).
+func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err error) {
 	w.deps.Metrics.BatchSize.Observe(float64(len(batch)))
+	ctx, bspan := event.StartBatch(ctx, w.cfg.Topic, w.cfg.GroupID, len(batch))
+	msgs := w.startMessages(ctx, bspan, batch)
+	defer func() {
+		for _, m := range msgs {
+			telemetry.RecordError(m.span, err)
+			m.span.End()
+		}
+		telemetry.RecordError(bspan, err)
+		bspan.End()
+	}()
+
 	var reqs []order.Request
+	reqMsg := map[stock.Ref][]int{} // reservation → its messages in batch
 	byItem := map[stock.Item][]int{}
 	var dead []kafka.Message
-	var deadEvents []event.OrderRequested
-	for _, m := range batch {
+	var deadIdx []int // dead's messages in batch
+	var deadEvents []deadEvent
+	for i, m := range batch {
 		ev, err := event.Decode(m.Value)
 		if err != nil {
+			telemetry.RecordError(msgs[i].span, err)
+			msgs[i].outcome("DEAD_LETTERED", "")
 			dead = append(dead, deadLetter(m, err))
+			deadIdx = append(deadIdx, i)
 			if lenient, ok := event.DecodeLenient(m.Value); ok {
-				deadEvents = append(deadEvents, lenient)
+				deadEvents = append(deadEvents, deadEvent{ev: lenient, ctx: msgs[i].ctx})
 			}
 			continue
 		}
+		msgs[i].order(ev.RequestID, ev.OrderNo)
+		ref := stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}
+		reqMsg[ref] = append(reqMsg[ref], i)
 		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID}
 		byItem[it] = append(byItem[it], len(reqs))
 		reqs = append(reqs, order.Request{RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID,
 			ActivityID: ev.ActivityID, ItemID: ev.ItemID, Quantity: ev.Quantity, ReservedAt: ev.ReservedAt})
+	}
+	// msgOf is the context of the (first) message that carried a reservation.
+	msgOf := func(ref stock.Ref) (context.Context, []int) {
+		if idx := reqMsg[ref]; len(idx) > 0 {
+			return msgs[idx[0]].ctx, idx
+		}
+		return ctx, nil
 	}
 
 	if len(dead) > 0 {
@@ -217,11 +254,12 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) error 
 			return fmt.Errorf("writing dead letters: %w", err)
 		}
 		w.deps.Metrics.DLQ.Add(float64(len(dead)))
-		for _, m := range dead {
-			w.deps.Log.Warn("message dead-lettered", "error", event.Header(m, event.HeaderError),
-				"request_id", event.Header(m, event.HeaderRequestID))
+		for j, m := range dead {
+			src := batch[deadIdx[j]]
+			w.deps.Log.WarnContext(msgs[deadIdx[j]].ctx, "message dead-lettered", "error", event.Header(m, event.HeaderError),
+				"request_id", event.Header(m, event.HeaderRequestID), "partition", src.Partition, "offset", src.Offset)
 		}
-		if err := w.releaseDead(ctx, deadEvents); err != nil {
+		if err := w.releaseDead(deadEvents); err != nil {
 			return err
 		}
 	}
@@ -240,7 +278,11 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) error 
 			switch claims[i] {
 			case stock.ClaimReleased:
 				w.deps.Metrics.Ghosts.Inc()
-				w.deps.Log.Info("skipping event of an aborted reservation", "request_id", reqs[j].RequestID, "order_no", reqs[j].OrderNo)
+				mctx, carried := msgOf(refs[i])
+				for _, k := range carried {
+					msgs[k].outcome("GHOST", "")
+				}
+				w.deps.Log.InfoContext(mctx, "skipping event of an aborted reservation", "request_id", reqs[j].RequestID, "order_no", reqs[j].OrderNo)
 				reqs[j].RequestID = "" // dropped below
 			case stock.ClaimOK:
 				reqs[j].Held = true
@@ -257,7 +299,7 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) error 
 	}
 
 	var decisions []order.Decision
-	err := w.pgCB.Do(func() error {
+	err = w.pgCB.Do(func() error {
 		var err error
 		decisions, err = w.deps.Orders.ProcessBatch(ctx, live)
 		return err
@@ -265,18 +307,26 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) error 
 	if err != nil {
 		return err
 	}
-	w.afterCommit(ctx, decisions)
+	for _, d := range decisions {
+		_, idx := msgOf(refOf(d))
+		for _, k := range idx {
+			msgs[k].outcome(string(d.Outcome), d.Reason)
+		}
+	}
+	w.afterCommit(ctx, decisions, msgOf)
 	return nil
 }
 
 // afterCommit acks created orders' journal entries and applies the batch's
-// compensations. Failures are left to the sweeper and the redrive: the
-// decisions are already durable.
-func (w *Worker) afterCommit(ctx context.Context, decisions []order.Decision) {
+// compensations, each in the context of its message. Failures are left to
+// the sweeper and the redrive: the decisions are already durable.
+func (w *Worker) afterCommit(ctx context.Context, decisions []order.Decision, msgOf func(stock.Ref) (context.Context, []int)) {
 	acks := map[stock.Item][]stock.Ref{}
 	var comps []order.Compensation
+	var compCtxs []context.Context
 	for _, d := range decisions {
 		it := stock.Item{ActivityID: d.ActivityID, ItemID: d.ItemID}
+		mctx, _ := msgOf(refOf(d))
 		switch d.Outcome {
 		case order.Created:
 			w.deps.Metrics.OrdersCreated.Inc()
@@ -288,10 +338,11 @@ func (w *Worker) afterCommit(ctx context.Context, decisions []order.Decision) {
 			}
 		case order.Rejected, order.Foreign:
 			w.deps.Metrics.OrdersRejected.WithLabelValues(d.Reason).Inc()
-			w.deps.Log.Warn("reservation rejected by postgres", "request_id", d.RequestID, "order_no", d.OrderNo, "reason", d.Reason)
+			w.deps.Log.WarnContext(mctx, "reservation rejected by postgres", "request_id", d.RequestID, "order_no", d.OrderNo, "reason", d.Reason)
 		}
 		if d.Compensation != nil {
 			comps = append(comps, *d.Compensation)
+			compCtxs = append(compCtxs, mctx)
 		}
 	}
 	for it, refs := range acks {
@@ -299,20 +350,72 @@ func (w *Worker) afterCommit(ctx context.Context, decisions []order.Decision) {
 			w.deps.Log.Warn("acking journal entries", "item", it.String(), "err", err)
 		}
 	}
-	if len(comps) > 0 {
-		res, err := w.applier.Apply(ctx, comps)
+	for i, c := range comps {
+		// One at a time, so each release span is a child of its message's.
+		res, err := w.applier.Apply(compCtxs[i], []order.Compensation{c})
 		w.deps.Metrics.CompensationsApplied.Add(float64(res.Applied))
 		w.deps.Metrics.CompensationsFailed.Add(float64(res.Failed))
 		if err != nil {
-			w.deps.Log.Warn("applying compensations", "err", err)
+			w.deps.Log.WarnContext(compCtxs[i], "applying compensations", "err", err)
 		}
 	}
 }
 
+func refOf(d order.Decision) stock.Ref { return stock.Ref{RequestID: d.RequestID, OrderNo: d.OrderNo} }
+
+// msgTrace is one message's process span and context.
+type msgTrace struct {
+	ctx  context.Context
+	span trace.Span
+}
+
+// startMessages starts the process span of every message of a batch and
+// links the batch span to each message's producer context.
+func (w *Worker) startMessages(ctx context.Context, bspan trace.Span, batch []kafka.Message) []msgTrace {
+	batchLink := trace.LinkFromContext(ctx)
+	out := make([]msgTrace, len(batch))
+	for i, m := range batch {
+		mctx, span := event.StartProcess(ctx, w.cfg.Topic, w.cfg.GroupID, m, batchLink)
+		out[i] = msgTrace{ctx: mctx, span: span}
+		if bspan.IsRecording() {
+			if sc := trace.SpanContextFromContext(event.Extract(context.Background(), m)); sc.IsValid() {
+				bspan.AddLink(trace.Link{SpanContext: sc})
+			}
+		}
+	}
+	return out
+}
+
+// order marks the message as carrying that reservation.
+func (m *msgTrace) order(requestID, orderNo string) {
+	m.ctx = telemetry.WithOrder(m.ctx, requestID, orderNo)
+	if m.span.IsRecording() {
+		m.span.SetAttributes(telemetry.OrderAttrs(requestID, orderNo)...)
+	}
+}
+
+// outcome records what became of the message's reservation.
+func (m *msgTrace) outcome(outcome, reason string) {
+	if !m.span.IsRecording() {
+		return
+	}
+	m.span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+	if reason != "" {
+		m.span.SetAttributes(telemetry.AttrReason.String(reason))
+	}
+}
+
+// deadEvent is what could be read of a dead-lettered message.
+type deadEvent struct {
+	ev  event.OrderRequested
+	ctx context.Context // its message's
+}
+
 // releaseDead gives back the reservations of invalid messages that still name
 // one held in the journal: no order can come of them.
-func (w *Worker) releaseDead(ctx context.Context, evs []event.OrderRequested) error {
-	for _, ev := range evs {
+func (w *Worker) releaseDead(evs []deadEvent) error {
+	for _, de := range evs {
+		ev, ctx := de.ev, de.ctx
 		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID}
 		ref := stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}
 		claims, err := w.deps.Stock.Claim(ctx, it, []stock.Ref{ref})

@@ -126,16 +126,23 @@ func DecodeLenient(value []byte) (e OrderRequested, ok bool) {
 // Message builds the Kafka message for an event, with the trace context of
 // ctx in its headers.
 func Message(ctx context.Context, e OrderRequested) kafka.Message {
-	msg := kafka.Message{
-		Key:   []byte(e.Key()),
-		Value: e.Marshal(),
-		Headers: []kafka.Header{
-			{Key: HeaderSchema, Value: []byte(SchemaV1)},
-			{Key: HeaderRequestID, Value: []byte(e.RequestID)},
-		},
-	}
+	msg := NewMessage(e)
 	Inject(ctx, &msg)
 	return msg
+}
+
+// NewMessage builds the Kafka message for an event without trace context:
+// StartSend injects the context of the send span.
+func NewMessage(e OrderRequested) kafka.Message {
+	return kafka.Message{
+		Key:   []byte(e.Key()),
+		Value: e.Marshal(),
+		// Room for traceparent, tracestate and baggage.
+		Headers: append(make([]kafka.Header, 0, 5),
+			kafka.Header{Key: HeaderSchema, Value: []byte(SchemaV1)},
+			kafka.Header{Key: HeaderRequestID, Value: []byte(e.RequestID)},
+		),
+	}
 }
 
 // Header returns a header's value ("" if absent).

@@ -53,6 +53,8 @@ func NewWriter(c WriterConfig) *kafka.Writer {
 			Dial:        (&net.Dialer{Timeout: time.Second}).DialContext,
 			MetadataTTL: 10 * time.Second,
 		},
+		// Tells the recording send spans where their message landed.
+		Completion: sent.complete,
 	}
 }
 

@@ -18,6 +18,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// errNoBinaries means no local PostgreSQL installation was found.
+var errNoBinaries = errors.New("no local PostgreSQL binaries (initdb, postgres)")
+
 // Postgres is a running stand-in PostgreSQL server.
 type Postgres struct {
 	// URL is the DATABASE_URL of the requested database (which the caller's
@@ -122,7 +125,8 @@ func startLocal(ctx context.Context, bin, database string) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "orderpipe-pg-")
+	sweepStale()
+	dir, err := os.MkdirTemp("", localDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("creating postgres data directory: %w", err)
 	}
@@ -188,6 +192,29 @@ func startLocal(ctx context.Context, bin, database string) (*Postgres, error) {
 		return nil, fmt.Errorf("postgres from %s: %w\n%s", bin, err, out)
 	}
 	return &Postgres{URL: dbURL(admin, database), Via: bin, dir: dir, closeFunc: stop}, nil
+}
+
+// localDirPrefix names the temporary directories of startLocal.
+const localDirPrefix = "orderpipe-pg-"
+
+// sweepStale removes the directories of stand-ins whose process was killed
+// before it could clean up: older than a minute (so never one being set up)
+// and with no live postmaster.
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), localDirPrefix+"*"))
+	for _, d := range dirs {
+		fi, err := os.Stat(d)
+		if err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < time.Minute {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "data", "postmaster.pid")); err == nil {
+			first, _, _ := strings.Cut(string(b), "\n")
+			if pid, err := strconv.Atoi(strings.TrimSpace(first)); err != nil || processAlive(pid) {
+				continue
+			}
+		}
+		os.RemoveAll(d)
+	}
 }
 
 // waitReady polls until the server accepts a connection, it exits, or the

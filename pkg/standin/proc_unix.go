@@ -59,3 +59,10 @@ func (a runAs) apply(cmd *exec.Cmd) {
 }
 
 func interrupt(p *os.Process) { p.Signal(syscall.SIGINT) }
+
+// processAlive: signal 0 checks existence; EPERM means it exists under
+// another user.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || err == syscall.EPERM
+}

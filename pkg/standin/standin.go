@@ -14,7 +14,6 @@ package standin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -100,6 +99,3 @@ func (r *Redis) Close() {
 		r.m.Close()
 	})
 }
-
-// errNoBinaries means no local PostgreSQL installation was found.
-var errNoBinaries = errors.New("no local PostgreSQL binaries (initdb, postgres)")

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -257,5 +259,44 @@ func TestReachable(t *testing.T) {
 	}
 	if addr := "127.0.0.1:" + strconv.Itoa(port); Reachable(ctx, addr, 200*time.Millisecond) {
 		t.Errorf("free port %s reachable", addr)
+	}
+}
+
+// TestSweepStale: directories a killed stand-in left behind are removed on
+// the next start; live or just-created ones are not.
+func TestSweepStale(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	done := exec.Command("true")
+	if err := done.Run(); err != nil {
+		t.Skip("no `true` command to get a dead pid from")
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	mk := func(name, pid string, mtime time.Time) string {
+		d := filepath.Join(tmp, localDirPrefix+name)
+		if err := os.MkdirAll(filepath.Join(d, "data"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if pid != "" {
+			if err := os.WriteFile(filepath.Join(d, "data", "postmaster.pid"), []byte(pid+"\n/x\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Chtimes(d, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	cases := map[string]bool{ // dir → kept
+		mk("killed-before-start", "", old):                            false,
+		mk("killed-server-died", strconv.Itoa(done.Process.Pid), old): false,
+		mk("running", strconv.Itoa(os.Getpid()), old):                 true,
+		mk("being-set-up", "", time.Now()):                            true,
+	}
+	sweepStale()
+	for d, kept := range cases {
+		if _, err := os.Stat(d); (err == nil) != kept {
+			t.Errorf("%s: kept=%v, want %v", filepath.Base(d), err == nil, kept)
+		}
 	}
 }

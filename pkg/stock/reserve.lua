@@ -1,7 +1,7 @@
 -- reserve: the gateway's one round trip per order request.
 -- KEYS: 1 stock, 2 sale, 3 limit marker, 4 dedup record, 5 journal, 6 order index
 -- ARGV: 1 requestId, 2 fingerprint, 3 orderNo, 4 quantity, 5 event JSON,
---       6 now (unix ms), 7 minimum dedup lifetime (s)
+--       6 now (unix ms), 7 minimum dedup lifetime (s), 8 traceparent ('' if none)
 -- Order matters: dedup first (a retry never reserves twice), then the sale,
 -- then stock, and only then the user's limit, so a sold-out answer never
 -- consumes the user's chance.
@@ -27,6 +27,7 @@ local limitAt = math.floor(ends / 1000) + 86400
 local reqAt = math.max(limitAt, math.floor(now / 1000) + tonumber(ARGV[7]))
 redis.call('SET', KEYS[3], ARGV[1], 'EXAT', limitAt)
 redis.call('HSET', KEYS[4], 'fp', ARGV[2], 'orderNo', ARGV[3], 'remaining', remaining, 'event', ARGV[5])
+if ARGV[8] and ARGV[8] ~= '' then redis.call('HSET', KEYS[4], 'tp', ARGV[8]) end
 redis.call('EXPIREAT', KEYS[4], reqAt)
 redis.call('SET', KEYS[6], ARGV[1], 'EXAT', reqAt)
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])

@@ -124,6 +124,10 @@ type Reservation struct {
 	Fingerprint string // of the payload, to tell a replay from a reused key
 	Event       []byte // journaled and produced as is
 	Now         time.Time
+	// TraceParent, when set, is kept in the dedup record (field "tp") so
+	// the order's trace can be found from its requestId (orderpipe locate)
+	// and linked from its release.
+	TraceParent string
 }
 
 // ReserveResult is the script's answer. For Replayed it carries the first
@@ -140,6 +144,7 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 	res, err := reserveScript.Run(ctx, s.rdb,
 		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo)},
 		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, r.Now.UnixMilli(), int64(DedupLifetime/time.Second),
+		r.TraceParent,
 	).Slice()
 	if err != nil {
 		return ReserveResult{}, fmt.Errorf("running reserve script: %w", err)
@@ -316,6 +321,19 @@ func (s *Store) Pending(ctx context.Context, it Item, orderNo string) ([]byte, b
 		return nil, false, fmt.Errorf("reading dedup record of %s: %w", rid, err)
 	}
 	return ev, true, nil
+}
+
+// TraceParent is the W3C traceparent the gateway kept in a request's dedup
+// record ("" when none, or the record is gone).
+func (s *Store) TraceParent(ctx context.Context, it Item, requestID string) (string, error) {
+	tp, err := s.rdb.HGet(ctx, s.Keys(it).Req(requestID), "tp").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading trace of %s: %w", requestID, err)
+	}
+	return tp, nil
 }
 
 // Client is the Redis client the store runs on.

@@ -1,6 +1,8 @@
 // Package telemetry owns the process's observability plumbing: the
-// Prometheus metrics every component records, and the structured logger.
-// It never decides anything about orders.
+// Prometheus metrics every component records, the structured logger, and
+// OpenTelemetry tracing (setup from OTEL_*, the order attributes every span
+// about one order carries, Redis spans). It never decides anything about
+// orders.
 package telemetry
 
 import (
@@ -109,11 +111,13 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
 
-// NewLogger is the process logger: JSON lines on stderr.
+// NewLogger is the process logger: JSON lines on stderr; a line logged with
+// a *Context method carries the trace_id and span_id of the context's span
+// (and the request_id of its order, see TraceHandler).
 func NewLogger() *slog.Logger {
 	level := slog.LevelInfo
 	if os.Getenv("LOG_LEVEL") == "debug" {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return slog.New(NewTraceHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 }

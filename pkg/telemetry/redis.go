@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -17,17 +18,17 @@ import (
 // command text, the event JSON included, before it knows whether the span
 // records, and starts a root span for every parentless command.)
 func InstrumentRedis(rdb *redis.Client) {
-	host, port, _ := net.SplitHostPort(rdb.Options().Addr)
-	rdb.AddHook(redisHook{host: host, port: port})
+	host, _, _ := net.SplitHostPort(rdb.Options().Addr)
+	rdb.AddHook(redisHook{host: host})
 }
 
-type redisHook struct{ host, port string }
+type redisHook struct{ host string }
 
 func (redisHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !trace.SpanFromContext(ctx).IsRecording() {
+		if !traced(ctx) {
 			return next(ctx, cmd)
 		}
 		ctx, span := h.start(ctx, cmd.FullName(), 1, statement(cmd))
@@ -42,7 +43,7 @@ func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !trace.SpanFromContext(ctx).IsRecording() {
+		if !traced(ctx) {
 			return next(ctx, cmds)
 		}
 		names := make([]string, 0, len(cmds))
@@ -63,11 +64,22 @@ func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
+// inRedisSpan marks the context of a Redis span: the commands a new
+// connection's handshake runs under it (HELLO, CLIENT SETINFO) get none.
+type inRedisSpan struct{}
+
+func traced(ctx context.Context) bool {
+	return trace.SpanFromContext(ctx).IsRecording() && ctx.Value(inRedisSpan{}) == nil
+}
+
 func (h redisHook) start(ctx context.Context, name string, n int, stmt string) (context.Context, trace.Span) {
-	attrs := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		semconv.DBSystemNameRedis, semconv.DBOperationName(name), semconv.DBQueryText(stmt),
-		semconv.ServerAddress(h.host), semconv.DBOperationBatchSize(n))}
-	return Tracer().Start(ctx, "redis "+name, attrs...)
+	ctx = context.WithValue(ctx, inRedisSpan{}, true)
+	attrs := []attribute.KeyValue{semconv.DBSystemNameRedis, semconv.DBOperationName(name), semconv.DBQueryText(stmt),
+		semconv.ServerAddress(h.host)}
+	if n > 1 {
+		attrs = append(attrs, semconv.DBOperationBatchSize(n))
+	}
+	return Tracer().Start(ctx, "redis "+name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 }
 
 // statement is the command with its key-like arguments and without values

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -31,9 +32,33 @@ const (
 // InstrumentationName names the tracer of orderpipe's own spans.
 const InstrumentationName = "orderpipe"
 
-// Tracer is orderpipe's tracer on the global provider (looked up on each
-// call, so a provider installed later, e.g. by a test, is used).
-func Tracer() trace.Tracer { return otel.Tracer(InstrumentationName) }
+// Tracer is orderpipe's tracer on the global provider; a provider installed
+// later (a test's) is picked up, without a lookup under a lock per span.
+func Tracer() trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if c := cachedTracer.Load(); c != nil && c.tp == tp {
+		return c.tracer
+	}
+	c := &providerTracer{tp: tp, tracer: tp.Tracer(InstrumentationName)}
+	cachedTracer.Store(c)
+	return c.tracer
+}
+
+type providerTracer struct {
+	tp     trace.TracerProvider
+	tracer trace.Tracer
+}
+
+var cachedTracer atomic.Pointer[providerTracer]
+
+// TracingOn reports whether spans can be recorded: an SDK provider is
+// installed (SetupTracing with an exporter, or a test's). When it is off,
+// the hot path skips the tracing machinery and only passes a caller's
+// context along.
+func TracingOn() bool {
+	_, ok := otel.GetTracerProvider().(*sdktrace.TracerProvider)
+	return ok
+}
 
 // SetPropagator installs the W3C trace context and baggage propagator
 // globally: incoming traceparent headers are continued and Kafka headers
@@ -48,7 +73,9 @@ func SetPropagator() {
 // default) by a batch span processor, which drops rather than blocks when
 // its queue is full. Tracing is off (a no-op provider; headers are still
 // propagated) unless an OTLP endpoint is set or OTEL_TRACES_EXPORTER=otlp;
-// OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true turn it off.
+// OTEL_TRACES_EXPORTER=none, OTEL_SDK_DISABLED=true or
+// OTEL_TRACES_SAMPLER=always_off turn it off (nothing would ever be
+// recorded, so the SDK is not installed and costs nothing).
 // serviceName is the default of OTEL_SERVICE_NAME. The returned shutdown
 // flushes buffered spans.
 func SetupTracing(ctx context.Context, serviceName string) (shutdown func(context.Context) error, err error) {
@@ -93,7 +120,8 @@ func NewTracerProvider(opts ...sdktrace.TracerProviderOption) *sdktrace.TracerPr
 
 // exportWanted reads whether traces are to be exported.
 func exportWanted() (bool, error) {
-	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
+	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") ||
+		strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")) == "always_off" {
 		return false, nil
 	}
 	exporters := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))
@@ -177,7 +205,7 @@ func (orderProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) 
 		s.SetAttributes(OrderAttrs(rid, ono)...)
 	}
 }
-func (orderProcessor) OnEnd(sdktrace.ReadOnlySpan)         {}
+func (orderProcessor) OnEnd(sdktrace.ReadOnlySpan)      {}
 func (orderProcessor) Shutdown(context.Context) error   { return nil }
 func (orderProcessor) ForceFlush(context.Context) error { return nil }
 

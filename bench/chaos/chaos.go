@@ -1,0 +1,427 @@
+// Package chaos is orderpipe's chaos suite (`make chaos`). It runs the real
+// binary as separate processes — the broker (`orderpipe kafka` with a data
+// dir), gateway, worker and closer — on free local ports with a fresh
+// database and Redis key prefix, applies load, and in each scenario injects
+// one fault at a random instant: a component killed with SIGKILL and
+// restarted, the sale's Redis keys lost, the broker killed and restarted,
+// Postgres slowed and reset through an in-process Toxiproxy, a poison
+// message. Then it heals, waits for the pipeline to drain, runs
+// `orderpipe reconciler --once` and holds Postgres, Redis and the clients'
+// answers to the invariants I1–I6.
+//
+// It talks to 127.0.0.1 only, and it never runs in `make test`: the test
+// that drives it needs the build tag chaos. It never changes the product;
+// it only observes what the processes do.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/stock"
+)
+
+// Config is one run of the suite.
+type Config struct {
+	// Bin is the orderpipe binary.
+	Bin string
+	// ServerURL is a Postgres URL whose server the run creates its own
+	// database on (the path is replaced); RedisAddr the Redis to use.
+	ServerURL string
+	RedisAddr string
+	// OutDir receives a folder per run with every process's log.
+	OutDir string
+	// Seed makes the fault instants and the load repeatable (0: random).
+	Seed uint64
+	// LoadFor is how long each scenario's load runs; Clients (each pausing
+	// Think on average between requests), Users and Stock (per item, two
+	// items per scenario) shape it.
+	LoadFor time.Duration
+	Clients int
+	Think   time.Duration
+	Users   int
+	Stock   int64
+	// DrainWithin bounds the wait for the pipeline to settle after a fault.
+	DrainWithin time.Duration
+	// Keep leaves the database, the Redis keys and the broker's data dir.
+	Keep bool
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.ServerURL == "" {
+		c.ServerURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	if c.RedisAddr == "" {
+		c.RedisAddr = "127.0.0.1:6379"
+	}
+	if c.OutDir == "" {
+		c.OutDir = filepath.Join(os.TempDir(), "orderpipe-chaos")
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64() % 1_000_000
+	}
+	if c.LoadFor <= 0 {
+		c.LoadFor = 8 * time.Second
+	}
+	if c.Clients <= 0 {
+		c.Clients = 12
+	}
+	if c.Think <= 0 {
+		c.Think = 20 * time.Millisecond
+	}
+	if c.Users <= 0 {
+		c.Users = 2000
+	}
+	if c.Stock <= 0 {
+		c.Stock = 1500
+	}
+	if c.DrainWithin <= 0 {
+		c.DrainWithin = 120 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+}
+
+// The processes' settings that make faults visible within seconds.
+const (
+	closeAfter    = "2s" // orders close while the load runs: the closer is busy, pay races close
+	redriveAfter  = "2s" // a killed gateway's reservations are re-published quickly
+	kafkaTopic    = event.Topic
+	kafkaDLQTopic = event.DLQTopic
+	kafkaGroup    = "orderpipe-worker"
+)
+
+// Suite is a running set of processes and what the scenarios share.
+type Suite struct {
+	cfg           Config
+	run           string
+	Dir           string // logs of this run
+	kafkaDir      string
+	dbURL         string // the run's database, direct
+	proxiedURL    string // the same through Toxiproxy (worker, closer)
+	dbName        string
+	prefix        string
+	adminToken    string
+	httpURL       string
+	broker        string
+	workerMetrics string
+	baseEnv       []string
+
+	pool  *pgxpool.Pool
+	rdb   *redis.Client
+	stock *stock.Store
+	toxi  *toxi
+	procs []*proc
+	rng   *rand.Rand
+
+	// Of the scenario in hand: when its load started (for the fault's
+	// timeline), what its clients were told so far, and notes that faults
+	// add while they go on (async).
+	loadStart time.Time
+	load      *loadResult
+	notesMu   sync.Mutex
+	notes     []string
+	asyncWG   sync.WaitGroup
+}
+
+func (s *Suite) note(n string) {
+	s.notesMu.Lock()
+	defer s.notesMu.Unlock()
+	s.notes = append(s.notes, n)
+}
+
+// async runs fn in the background; its note is collected by takeNotes.
+func (s *Suite) async(fn func() string) {
+	s.asyncWG.Add(1)
+	go func() {
+		defer s.asyncWG.Done()
+		s.note(fn())
+	}()
+}
+
+// takeNotes waits for the background notes and returns every note.
+func (s *Suite) takeNotes() []string {
+	s.asyncWG.Wait()
+	s.notesMu.Lock()
+	defer s.notesMu.Unlock()
+	n := s.notes
+	s.notes = nil
+	return n
+}
+
+// Start prepares a fresh database, key prefix and broker and starts every
+// process; Close undoes it.
+func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
+	cfg.defaults()
+	run := strconv.FormatInt(time.Now().Unix(), 36) + strconv.Itoa(os.Getpid()%1000)
+	s = &Suite{cfg: cfg, run: run, Dir: filepath.Join(cfg.OutDir, run), dbName: "orderpipe_chaos_" + run,
+		prefix: "chaos" + run + ":", adminToken: "chaos-" + run, rng: rand.New(rand.NewPCG(cfg.Seed, 0))}
+	s.kafkaDir = filepath.Join(s.Dir, "kafka")
+	defer func() {
+		if err != nil {
+			s.Close()
+			s = nil
+		}
+	}()
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return s, err
+	}
+	s.logf("run %s, seed %d, logs in %s", run, cfg.Seed, s.Dir)
+
+	base, err := url.Parse(cfg.ServerURL)
+	if err != nil {
+		return s, fmt.Errorf("parsing the Postgres URL: %w", err)
+	}
+	db := *base
+	db.Path = "/" + s.dbName
+	s.dbURL = db.String()
+	pgAddr := base.Host
+	if base.Port() == "" {
+		pgAddr = net.JoinHostPort(base.Hostname(), "5432")
+	}
+	if s.toxi, err = startToxi(pgAddr); err != nil {
+		return s, err
+	}
+	db.Host = s.toxi.Addr
+	s.proxiedURL = db.String()
+
+	if s.baseEnv, err = processEnv(cfg.Bin); err != nil {
+		return s, err
+	}
+	s.baseEnv = append(s.baseEnv, "REDIS_ADDR="+cfg.RedisAddr, "REDIS_KEY_PREFIX="+s.prefix, "ADMIN_TOKEN="+s.adminToken,
+		"RATE_LIMIT_USER_RPS=0", "KAFKA_PARTITIONS=4", "DB_MAX_CONNS=8", "LOG_LEVEL=info",
+		"CLOSE_AFTER="+closeAfter, "CLOSER_INTERVAL=500ms", "REDRIVE_AFTER="+redriveAfter, "REDRIVE_INTERVAL=1s")
+
+	if out, err := s.command(ctx, "migrate", s.env("DATABASE_URL="+s.dbURL)); err != nil {
+		return s, fmt.Errorf("orderpipe migrate: %w\n%s", err, out)
+	}
+	if s.pool, err = pgxpool.New(ctx, s.dbURL); err != nil {
+		return s, err
+	}
+	s.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return s, fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
+	}
+	s.stock = stock.New(s.rdb, s.prefix)
+
+	addrs := make([]string, 4)
+	for i := range addrs {
+		if addrs[i], err = freeAddr(); err != nil {
+			return s, err
+		}
+	}
+	s.broker, s.httpURL, s.workerMetrics = addrs[0], "http://"+addrs[1], "http://"+addrs[2]+"/metrics"
+	_, kafkaPort, _ := net.SplitHostPort(s.broker)
+	s.procs = []*proc{
+		s.newProc("kafka", func(ctx context.Context) error { return event.Ping(ctx, []string{s.broker}) },
+			"KAFKA_EMBEDDED_PORT="+kafkaPort, "KAFKA_EMBEDDED_DIR="+s.kafkaDir),
+		s.newProc("worker", healthz("http://"+addrs[2]+"/healthz"),
+			"DATABASE_URL="+s.proxiedURL, "KAFKA_BROKERS="+s.broker, "METRICS_ADDR="+addrs[2]),
+		s.newProc("closer", healthz("http://"+addrs[3]+"/healthz"),
+			"DATABASE_URL="+s.proxiedURL, "METRICS_ADDR="+addrs[3]),
+		s.newProc("gateway", healthz(s.httpURL+"/readyz"),
+			"DATABASE_URL="+s.dbURL, "KAFKA_BROKERS="+s.broker, "HTTP_ADDR="+addrs[1]),
+	}
+	for _, p := range s.procs {
+		if err := p.start(); err != nil {
+			return s, err
+		}
+		if err := p.waitReady(ctx, 30*time.Second); err != nil {
+			return s, err
+		}
+	}
+	s.logf("started kafka %s, gateway %s, worker, closer (postgres for worker and closer through toxiproxy %s)",
+		s.broker, s.httpURL, s.toxi.Addr)
+	return s, nil
+}
+
+// Close stops every process and, unless Keep, removes the database, the
+// Redis keys and the broker's data; the logs stay.
+func (s *Suite) Close() {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		if err := s.procs[i].stop(); err != nil {
+			s.logf("stopping: %v", err)
+		}
+	}
+	if s.toxi != nil {
+		s.toxi.close()
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if s.cfg.Keep {
+		s.logf("kept database %s, Redis keys under %s and %s", s.dbName, s.prefix, s.kafkaDir)
+	} else {
+		if s.rdb != nil {
+			if err := deleteKeys(ctx, s.rdb, s.prefix+"*"); err != nil {
+				s.logf("deleting redis keys: %v", err)
+			}
+		}
+		if conn, err := pgx.Connect(ctx, s.cfg.ServerURL); err == nil {
+			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)"); err != nil {
+				s.logf("dropping database %s: %v", s.dbName, err)
+			}
+			conn.Close(ctx)
+		}
+		os.RemoveAll(s.kafkaDir)
+	}
+	if s.rdb != nil {
+		s.rdb.Close()
+	}
+}
+
+func (s *Suite) logf(format string, args ...any) {
+	fmt.Fprintf(s.cfg.Log, "chaos: "+format+"\n", args...)
+}
+
+// since is the time into the current scenario's load.
+func (s *Suite) since() string {
+	return fmt.Sprintf("+%.1fs", time.Since(s.loadStart).Seconds())
+}
+
+func (s *Suite) proc(name string) *proc {
+	for _, p := range s.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	panic("no process " + name)
+}
+
+func (s *Suite) newProc(name string, ready func(context.Context) error, env ...string) *proc {
+	return &proc{name: name, bin: s.cfg.Bin, args: []string{name}, env: s.env(env...),
+		logPath: filepath.Join(s.Dir, name+".log"), readyFunc: ready}
+}
+
+func (s *Suite) env(extra ...string) []string {
+	return append(append([]string{}, s.baseEnv...), extra...)
+}
+
+// command runs `orderpipe args[0]` to completion with env.
+func (s *Suite) command(ctx context.Context, sub string, env []string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.cfg.Bin, append([]string{sub}, args...)...)
+	cmd.Env = env
+	cmd.SysProcAttr = childAttr()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// reconcile runs `orderpipe reconciler --once [args]` and returns its exit
+// code and report.
+func (s *Suite) reconcile(ctx context.Context, args ...string) (int, string) {
+	out, err := s.command(ctx, "reconciler", s.env("DATABASE_URL="+s.dbURL), append([]string{"--once"}, args...)...)
+	if f, ferr := os.OpenFile(filepath.Join(s.Dir, "reconciler.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); ferr == nil {
+		fmt.Fprintf(f, "==== chaos: reconciler --once %s at %s (%v)\n%s", strings.Join(args, " "), time.Now().Format(time.RFC3339Nano), err, out)
+		f.Close()
+	}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out
+	case errors.As(err, &exit):
+		return exit.ExitCode(), out
+	}
+	return -1, out + err.Error()
+}
+
+// processEnv is this process's environment without any variable orderpipe
+// reads (as `orderpipe env` lists them), so only the suite configures it.
+func processEnv(bin string) ([]string, error) {
+	out, err := exec.Command(bin, "env").Output()
+	if err != nil {
+		return nil, fmt.Errorf("orderpipe env: %w", err)
+	}
+	drop := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			drop[f[0]], drop[f[0]+"_FILE"] = true, true
+		}
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !drop[name] {
+			env = append(env, kv)
+		}
+	}
+	return env, nil
+}
+
+func healthz(u string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return err
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, res.Body) //nolint:errcheck
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", u, res.Status)
+		}
+		return nil
+	}
+}
+
+// freeAddr is a 127.0.0.1 address nothing listens on right now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// deleteKeys unlinks every key matching pattern; it returns how many.
+func deleteKeys(ctx context.Context, rdb *redis.Client, pattern string) error {
+	_, err := unlinkMatching(ctx, rdb, pattern)
+	return err
+}
+
+func unlinkMatching(ctx context.Context, rdb *redis.Client, pattern string) (int, error) {
+	var keys []string
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return 0, err
+	}
+	for i := 0; i < len(keys); i += 500 {
+		if err := rdb.Unlink(ctx, keys[i:min(i+500, len(keys))]...).Err(); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
+}

@@ -1,0 +1,144 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// groupLag is how many messages of topic the consumer group has not
+// committed yet, over every partition.
+func groupLag(ctx context.Context, broker, topic, group string) (int64, error) {
+	ends, committed, err := groupOffsets(ctx, broker, topic, group)
+	if err != nil {
+		return 0, err
+	}
+	var lag int64
+	for p, end := range ends {
+		lag += max(end-committed[p], 0)
+	}
+	return lag, nil
+}
+
+// committedSum is the sum of the group's committed offsets: it grows while
+// the group consumes.
+func committedSum(ctx context.Context, broker, topic, group string) (int64, error) {
+	_, committed, err := groupOffsets(ctx, broker, topic, group)
+	var sum int64
+	for _, c := range committed {
+		sum += c
+	}
+	return sum, err
+}
+
+// groupOffsets is, per partition of topic, the high watermark and the
+// group's committed offset (0 when none).
+func groupOffsets(ctx context.Context, broker, topic, group string) (ends, committed map[int]int64, err error) {
+	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 3 * time.Second}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading metadata: %w", err)
+	}
+	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		return nil, nil, fmt.Errorf("topic %s missing from metadata", topic)
+	}
+	var parts []int
+	var reqs []kafka.OffsetRequest
+	for _, p := range md.Topics[0].Partitions {
+		parts = append(parts, p.ID)
+		reqs = append(reqs, kafka.LastOffsetOf(p.ID))
+	}
+	lo, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing offsets: %w", err)
+	}
+	of, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	if err != nil {
+		return nil, nil, fmt.Errorf("fetching group offsets: %w", err)
+	}
+	if of.Error != nil {
+		return nil, nil, of.Error
+	}
+	ends, committed = map[int]int64{}, map[int]int64{}
+	for _, p := range lo.Topics[topic] {
+		if p.Error != nil {
+			return nil, nil, p.Error
+		}
+		ends[p.Partition] = p.LastOffset
+	}
+	for _, p := range of.Topics[topic] {
+		if p.Error != nil {
+			return nil, nil, p.Error
+		}
+		committed[p.Partition] = max(p.CommittedOffset, 0)
+	}
+	return ends, committed, nil
+}
+
+// produceRaw writes messages as they are, bypassing every codec: how a
+// misbehaving producer would.
+func produceRaw(ctx context.Context, broker, topic string, msgs ...kafka.Message) error {
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, WriteTimeout: 5 * time.Second, MaxAttempts: 5}
+	defer w.Close()
+	return w.WriteMessages(ctx, msgs...)
+}
+
+// countDelivered reads topic from the start and counts the messages whose
+// value is one of values; it stops once all are found or within passes.
+func countDelivered(ctx context.Context, broker, topic string, values [][]byte, within time.Duration) (int, error) {
+	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 3 * time.Second}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return 0, err
+	}
+	if len(md.Topics) != 1 || md.Topics[0].Error != nil {
+		return 0, fmt.Errorf("topic %s missing from metadata", topic)
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	found := map[int]bool{}
+	for _, p := range md.Topics[0].Partitions {
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, Partition: p.ID, MaxWait: 100 * time.Millisecond})
+		end, err := lastOffset(ctx, c, topic, p.ID)
+		if err != nil {
+			r.Close()
+			return len(found), err
+		}
+		for off := int64(0); off < end; off++ {
+			m, err := r.ReadMessage(ctx)
+			if err != nil {
+				r.Close()
+				return len(found), fmt.Errorf("reading %s/%d: %w", topic, p.ID, err)
+			}
+			for i, v := range values {
+				if bytes.Equal(m.Value, v) {
+					found[i] = true
+				}
+			}
+			if m.Offset+1 >= end {
+				break
+			}
+		}
+		r.Close()
+	}
+	return len(found), nil
+}
+
+func lastOffset(ctx context.Context, c *kafka.Client, topic string, part int) (int64, error) {
+	res, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(part)}}})
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range res.Topics[topic] {
+		if p.Error != nil {
+			return 0, p.Error
+		}
+		return p.LastOffset, nil
+	}
+	return 0, errors.New("no offsets for partition")
+}

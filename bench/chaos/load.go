@@ -1,0 +1,320 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// The load: a few clients send order requests for random users and items of
+// one activity, retry a request whose answer they did not get (or got 503)
+// with the same requestId, replay some accepted requests to check they get
+// the first answer again, and pay some accepted orders after a random delay
+// (racing the closer). Everything the clients were told is recorded, so the
+// audit can hold Postgres to it.
+
+// loadConfig shapes one scenario's load.
+type loadConfig struct {
+	URL        string
+	ActivityID int64
+	Items      []int64
+	Users      int
+	Clients    int
+	// Stop ends the load: no new request is sent once it is closed.
+	Stop <-chan struct{}
+	// ReplayShare of the iterations re-send an accepted request;
+	// PayShare of the accepted orders are paid after up to PayDelay.
+	ReplayShare float64
+	PayShare    float64
+	PayDelay    time.Duration
+	// Think is each client's mean pause between requests (uniform on
+	// [0, 2·Think]): the load is a steady stream, not a flood.
+	Think time.Duration
+	// RetryFor bounds how long requests and payments are retried after
+	// the load stopped (the part they wait for may still be down).
+	RetryFor time.Duration
+	Seed     uint64
+}
+
+// request is one requestId as the client saw it.
+type request struct {
+	body    orderBody
+	orderNo string // from the 202 (or the first 200 replay); "" if never accepted
+	final   string // last answer: HTTP status and code, or "transport"
+	// mismatched: the other orderNos replays answered (each once);
+	// refused: a replay was refused (a final answer without an orderNo).
+	mismatched []string
+	refused    []string
+}
+
+// payAnswer is the last answer to paying an order.
+type payAnswer struct {
+	status int
+	code   string
+}
+
+// loadResult is what the clients sent and were told.
+type loadResult struct {
+	mu       sync.Mutex
+	requests map[string]*request // by requestId
+	accepted []string            // requestIds with an orderNo, in acceptance order
+	attempts int
+	answers  map[string]int // "202", "409 SOLD_OUT", "transport", ...
+	replays  int
+	// replayAnswers counts the answers to replays; all should be "200".
+	replayAnswers map[string]int
+	pays          map[string]payAnswer // by orderNo
+}
+
+func newLoadResult() *loadResult {
+	return &loadResult{requests: map[string]*request{}, answers: map[string]int{},
+		replayAnswers: map[string]int{}, pays: map[string]payAnswer{}}
+}
+
+type orderBody struct {
+	RequestID  string `json:"requestId"`
+	UserID     int64  `json:"userId"`
+	ActivityID int64  `json:"activityId"`
+	ItemID     int64  `json:"itemId"`
+	Quantity   int    `json:"quantity"`
+}
+
+type answer struct {
+	status  int
+	code    string
+	orderNo string
+	wait    time.Duration // Retry-After
+}
+
+func (a answer) String() string {
+	if a.status == 0 {
+		return "transport"
+	}
+	if a.code == "" {
+		return strconv.Itoa(a.status)
+	}
+	return strconv.Itoa(a.status) + " " + a.code
+}
+
+// retriable: the client does not know the outcome, or was told to retry.
+func (a answer) retriable() bool {
+	return a.status == 0 || a.status == http.StatusServiceUnavailable || a.status == http.StatusTooManyRequests ||
+		a.status >= 500 || (a.status == http.StatusConflict && a.code == "ORDER_PENDING")
+}
+
+type loader struct {
+	cfg     loadConfig
+	client  *http.Client
+	res     *loadResult
+	pays    sync.WaitGroup
+	stopped chan struct{} // closed RetryFor after Stop
+}
+
+// runLoad sends load until cfg.Stop is closed, then waits for the requests
+// and payments in hand (retried for up to RetryFor) and returns what
+// happened.
+func runLoad(ctx context.Context, cfg loadConfig, res *loadResult) *loadResult {
+	l := &loader{cfg: cfg, res: res,
+		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}}
+	defer l.client.CloseIdleConnections()
+	l.stopped = make(chan struct{})
+	go func() {
+		<-cfg.Stop
+		time.Sleep(cfg.RetryFor)
+		close(l.stopped)
+	}()
+	var wg sync.WaitGroup
+	for c := range cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(c)))
+			for n := 0; !closed(cfg.Stop) && ctx.Err() == nil; n++ {
+				if cfg.Think > 0 {
+					time.Sleep(time.Duration(rng.Int64N(2*int64(cfg.Think) + 1)))
+				}
+				if acc := l.randomAccepted(rng); acc != nil && rng.Float64() < cfg.ReplayShare {
+					l.replay(ctx, acc)
+					continue
+				}
+				b := orderBody{RequestID: fmt.Sprintf("c%d-a%d-%d-%d", cfg.Seed%1000, cfg.ActivityID, c, n),
+					UserID: 1 + rng.Int64N(int64(cfg.Users)), ActivityID: cfg.ActivityID,
+					ItemID: cfg.Items[rng.IntN(len(cfg.Items))], Quantity: 1 + rng.IntN(2)}
+				l.send(ctx, b, rng)
+			}
+		}()
+	}
+	wg.Wait()
+	l.pays.Wait()
+	return l.res
+}
+
+func (l *loader) randomAccepted(rng *rand.Rand) *request {
+	l.res.mu.Lock()
+	defer l.res.mu.Unlock()
+	if len(l.res.accepted) == 0 {
+		return nil
+	}
+	return l.res.requests[l.res.accepted[rng.IntN(len(l.res.accepted))]]
+}
+
+// send is one new request, retried with the same requestId until it gets a
+// final answer or the retries are given up.
+func (l *loader) send(ctx context.Context, b orderBody, rng *rand.Rand) {
+	r := &request{body: b}
+	l.res.mu.Lock()
+	l.res.requests[b.RequestID] = r
+	l.res.mu.Unlock()
+	a := l.post(ctx, b)
+	l.res.mu.Lock()
+	r.final = a.String()
+	accepted := a.orderNo != "" && (a.status == http.StatusAccepted || a.status == http.StatusOK)
+	if accepted {
+		r.orderNo = a.orderNo
+		l.res.accepted = append(l.res.accepted, b.RequestID)
+	}
+	l.res.mu.Unlock()
+	if accepted && rng.Float64() < l.cfg.PayShare {
+		delay := time.Duration(rng.Int64N(int64(l.cfg.PayDelay) + 1))
+		l.pays.Add(1)
+		go func() {
+			defer l.pays.Done()
+			time.Sleep(delay)
+			l.pay(ctx, a.orderNo)
+		}()
+	}
+}
+
+// replay re-sends an accepted request: the answer must carry its orderNo.
+func (l *loader) replay(ctx context.Context, r *request) {
+	a := l.post(ctx, r.body)
+	l.res.mu.Lock()
+	defer l.res.mu.Unlock()
+	l.res.replays++
+	l.res.replayAnswers[a.String()]++
+	switch {
+	case a.orderNo != "" && a.orderNo != r.orderNo && !slices.Contains(r.mismatched, a.orderNo):
+		r.mismatched = append(r.mismatched, a.orderNo)
+	case a.orderNo != "" && a.orderNo != r.orderNo:
+	case a.orderNo == "" && !a.retriable():
+		r.refused = append(r.refused, a.String())
+	}
+}
+
+// post sends the order until its answer is final or the retries are given up.
+func (l *loader) post(ctx context.Context, b orderBody) answer {
+	raw, _ := json.Marshal(b)
+	backoff := 50 * time.Millisecond
+	for {
+		a := l.do(ctx, http.MethodPost, "/v1/orders", raw)
+		if !a.retriable() || closed(l.stopped) || ctx.Err() != nil {
+			return a
+		}
+		wait := max(a.wait, backoff)
+		backoff = min(2*backoff, time.Second)
+		time.Sleep(wait)
+	}
+}
+
+// pay pays an order until its answer is final or the retries are given up.
+func (l *loader) pay(ctx context.Context, orderNo string) {
+	backoff := 100 * time.Millisecond
+	for {
+		a := l.do(ctx, http.MethodPost, "/v1/orders/"+orderNo+"/pay", nil)
+		if !a.retriable() || closed(l.stopped) || ctx.Err() != nil {
+			l.res.mu.Lock()
+			l.res.pays[orderNo] = payAnswer{status: a.status, code: a.code}
+			l.res.mu.Unlock()
+			return
+		}
+		time.Sleep(max(a.wait, backoff))
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (l *loader) do(ctx context.Context, method, path string, body []byte) answer {
+	req, err := http.NewRequestWithContext(ctx, method, l.cfg.URL+path, bytes.NewReader(body))
+	if err != nil {
+		return answer{}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := l.client.Do(req)
+	l.res.mu.Lock()
+	l.res.attempts++
+	l.res.mu.Unlock()
+	var a answer
+	if err == nil {
+		a = decodeAnswer(res)
+	}
+	l.res.mu.Lock()
+	l.res.answers[a.String()]++
+	l.res.mu.Unlock()
+	return a
+}
+
+func decodeAnswer(res *http.Response) answer {
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<16))
+	if err != nil {
+		return answer{} // cut mid-answer: as good as no answer
+	}
+	a := answer{status: res.StatusCode}
+	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
+		a.wait = time.Duration(s) * time.Second
+	}
+	var body struct {
+		OrderNo string `json:"orderNo"`
+		Error   struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(raw, &body) == nil {
+		a.orderNo, a.code = body.OrderNo, body.Error.Code
+	}
+	return a
+}
+
+// counts are the load's figures for the report.
+type counts struct {
+	requests, attempts, accepted, replays, mismatched int
+	paid, payClosed, payOther                         int
+}
+
+func (r *loadResult) counts() counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := counts{requests: len(r.requests), attempts: r.attempts, accepted: len(r.accepted), replays: r.replays}
+	for _, q := range r.requests {
+		c.mismatched += len(q.mismatched)
+	}
+	for _, p := range r.pays {
+		switch {
+		case p.status == http.StatusOK:
+			c.paid++
+		case p.code == "ORDER_CLOSED":
+			c.payClosed++
+		default:
+			c.payOther++
+		}
+	}
+	return c
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

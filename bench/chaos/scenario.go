@@ -1,0 +1,508 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+)
+
+// afterHeal is the least load after a fault's heal.
+const afterHeal = 3 * time.Second
+
+// Scenario is one fault.
+type Scenario struct {
+	Name string
+	// Fault is injected at a random instant of the load and heals what it
+	// broke while the load goes on (a killed process is restarted). It
+	// describes what it did.
+	Fault func(ctx context.Context, s *Suite, act int64) (string, error)
+	// Verify, when set, checks what the scenario is about once drained.
+	Verify func(ctx context.Context, s *Suite, act int64) error
+}
+
+// Scenarios are the suite's faults, in the order they run.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "baseline", Fault: func(context.Context, *Suite, int64) (string, error) { return "no fault", nil }},
+		{Name: "kill-gateway", Fault: killRestart("gateway", 300*time.Millisecond, 1200*time.Millisecond)},
+		{Name: "kill-worker", Fault: killRestart("worker", 300*time.Millisecond, 1200*time.Millisecond)},
+		{Name: "kill-closer", Fault: killRestart("closer", 300*time.Millisecond, 1200*time.Millisecond)},
+		{Name: "redis-keys-lost", Fault: redisKeysLost},
+		{Name: "broker-restart", Fault: killRestart("kafka", 1500*time.Millisecond, 3000*time.Millisecond)},
+		{Name: "postgres-toxics", Fault: postgresToxics},
+		{Name: "poison-message", Fault: poison, Verify: poisonDeadLettered},
+	}
+}
+
+// killRestart SIGKILLs a process and starts it again after a random pause.
+func killRestart(name string, minDown, maxDown time.Duration) func(context.Context, *Suite, int64) (string, error) {
+	return func(ctx context.Context, s *Suite, _ int64) (string, error) {
+		p := s.proc(name)
+		at := s.since()
+		if err := p.kill(); err != nil {
+			return "", err
+		}
+		down := minDown + time.Duration(s.rng.Int64N(int64(maxDown-minDown)))
+		time.Sleep(down)
+		restart := time.Now()
+		if err := p.start(); err != nil {
+			return "", err
+		}
+		err := p.waitReady(ctx, 60*time.Second)
+		if err == nil && (name == "worker" || name == "kafka") {
+			s.measureResume(ctx, restart)
+		}
+		return fmt.Sprintf("SIGKILL %s at %s, down %s, ready %s after restart", name, at,
+			down.Round(time.Millisecond), time.Since(restart).Round(time.Millisecond)), err
+	}
+}
+
+// measureResume notes how long after restart the worker's group committed
+// offsets again (a consumer group may wait for a dead member's session to
+// expire before it rebalances).
+func (s *Suite) measureResume(ctx context.Context, restart time.Time) {
+	var base int64
+	var err error
+	for range 20 { // a broker just restarted may drop the first connection
+		if base, err = committedSum(ctx, s.broker, kafkaTopic, kafkaGroup); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		s.note(fmt.Sprintf("consumption resume not measured: %v", err))
+		return
+	}
+	s.async(func() string {
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			if n, err := committedSum(ctx, s.broker, kafkaTopic, kafkaGroup); err == nil && n > base {
+				return fmt.Sprintf("worker group committed offsets again %s after the restart",
+					time.Since(restart).Round(100*time.Millisecond))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return "worker group did not commit within 2m of the restart"
+	})
+}
+
+// redisKeysLost deletes every Redis key of the sale's items — stock, sale
+// window, limit markers, dedup records, journal, fates — as a failover to a
+// replica that had none of them would, and repairs with the reconciler's fix
+// once the worker has consumed what was already in Kafka (the runbook's
+// order: a fix while events of lost journal entries are still queued would
+// leave drift for the next check).
+func redisKeysLost(ctx context.Context, s *Suite, act int64) (string, error) {
+	at := s.since()
+	n, err := s.loseSale(ctx, act)
+	if err != nil {
+		return "", err
+	}
+	time.Sleep(time.Second) // the gateway answers NOT_ON_SALE meanwhile
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lag, err := groupLag(ctx, s.broker, kafkaTopic, kafkaGroup)
+		if err == nil && lag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("worker did not catch up within 30s after the keys were lost (lag %d, %v)", lag, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fixAt := s.since()
+	code, out := s.reconcile(ctx, "--fix")
+	desc := fmt.Sprintf("deleted %d keys at %s, worker caught up, reconciler --once --fix at %s exit %d (done %s)",
+		n, at, fixAt, code, s.since())
+	if code != 0 {
+		return desc, fmt.Errorf("reconciler --fix exit %d:\n%s", code, out)
+	}
+	return desc, nil
+}
+
+// postgresToxics slows the worker's and the closer's Postgres connections,
+// then resets them (new ones too), then heals.
+func postgresToxics(_ context.Context, s *Suite, _ int64) (string, error) {
+	at := s.since()
+	if err := s.toxi.latency(400, 150); err != nil {
+		return "", err
+	}
+	time.Sleep(2 * time.Second)
+	resetAt := s.since()
+	if err := s.toxi.resetPeer(1); err != nil {
+		return "", err
+	}
+	time.Sleep(1500 * time.Millisecond)
+	healAt := s.since()
+	if err := s.toxi.heal(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("latency 400±150ms at %s, reset_peer at %s, healed at %s", at, resetAt, healAt), nil
+}
+
+// poisonValues are produced raw to the orders topic by poison.
+var poisonValues = [][]byte{
+	[]byte("\x00\xffnot json at all\x7f"),
+	[]byte(`{"requestId":"poison-truncated","orderNo":"1-1-x`),
+	[]byte(`{"requestId":"poison-invalid","orderNo":"nope","userId":-1,"activityId":0,"itemId":0,"quantity":1000}`),
+}
+
+// poison produces garbage to the orders topic, keyed like the sale's items
+// so it lands in partitions with real orders behind it.
+func poison(ctx context.Context, s *Suite, act int64) (string, error) {
+	at := s.since()
+	var msgs []kafka.Message
+	for i, v := range poisonValues {
+		msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "%d:%d", act, 1+i%2), Value: v})
+	}
+	if err := produceRaw(ctx, s.broker, kafkaTopic, msgs...); err != nil {
+		return "", fmt.Errorf("producing poison: %w", err)
+	}
+	return fmt.Sprintf("%d poison messages produced at %s", len(msgs), at), nil
+}
+
+func poisonDeadLettered(ctx context.Context, s *Suite, _ int64) error {
+	n, err := countDelivered(ctx, s.broker, kafkaDLQTopic, poisonValues, 30*time.Second)
+	if err != nil {
+		return fmt.Errorf("reading the DLQ: %w", err)
+	}
+	if n != len(poisonValues) {
+		return fmt.Errorf("%d of %d poison messages reached %s", n, len(poisonValues), kafkaDLQTopic)
+	}
+	return nil
+}
+
+// Result is one scenario's outcome.
+type Result struct {
+	Name          string
+	Fault         string
+	Load          counts
+	Answers       map[string]int
+	ReplayAnswers map[string]int
+	Audit         *audit
+	Drained       time.Duration
+	Worker        counterDelta
+	Took          time.Duration // reconciler --once
+	ReconcileExit int
+	Problems      []string
+}
+
+// OK reports whether every invariant held.
+func (r Result) OK() bool { return len(r.Problems) == 0 }
+
+// Line is the scenario's one-line summary.
+func (r Result) Line() string {
+	a := r.Audit
+	if a == nil {
+		a = &audit{lost: -1, duplicates: -1, oversold: -1}
+	}
+	result := "PASS"
+	if !r.OK() {
+		result = "FAIL"
+	}
+	return fmt.Sprintf("%-16s requests=%-5d accepted=%-4d orders=%-4d lost=%d duplicates=%d oversold=%d result=%s",
+		r.Name, r.Load.requests, r.Load.accepted, a.orders, a.lost, a.duplicates, a.oversold, result)
+}
+
+// Detail is what the line leaves out.
+func (r Result) Detail() string {
+	a := r.Audit
+	if a == nil {
+		a = &audit{}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  fault: %s\n", r.Fault)
+	fmt.Fprintf(&b, "  attempts %d, rejected %d, closed %d, paid %d (pay answers: %d PAID, %d ORDER_CLOSED, %d other)\n",
+		r.Load.attempts, a.rejected, a.closed, a.paidDB, r.Load.paid, r.Load.payClosed, r.Load.payOther)
+	fmt.Fprintf(&b, "  replays %d %v (%d answered another orderNo, %d refused), duplicates in Postgres %d\n",
+		r.Load.replays, r.ReplayAnswers, r.Load.mismatched, a.refusedReplays, a.dbDuplicates)
+	fmt.Fprintf(&b, "  drained in %s, reconciler exit %d in %s; %s\n", r.Drained.Round(100*time.Millisecond),
+		r.ReconcileExit, r.Took.Round(100*time.Millisecond), r.Worker)
+	fmt.Fprintf(&b, "  answers %v", r.Answers)
+	return b.String()
+}
+
+// Run runs one scenario on its own activity act: sale, load with the fault
+// at a random instant, heal, drain, reconcile, audit.
+func (s *Suite) Run(ctx context.Context, sc Scenario, act int64) (res Result) {
+	res = Result{Name: sc.Name, ReconcileExit: -1}
+	fail := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
+	items := []int64{1, 2}
+	if err := s.createSale(ctx, act, items); err != nil {
+		fail("creating the sale: %v", err)
+		return res
+	}
+	stop := make(chan struct{})
+	lc := loadConfig{URL: s.httpURL, ActivityID: act, Items: items, Users: s.cfg.Users, Clients: s.cfg.Clients,
+		Think: s.cfg.Think, Stop: stop, ReplayShare: 0.1, PayShare: 0.3, PayDelay: 3 * time.Second,
+		RetryFor: 20 * time.Second, Seed: s.rng.Uint64()}
+	// The fault lands between 15% and 60% into the load, so there is load
+	// before it, during the outage and after the heal.
+	faultAt := time.Duration(float64(s.cfg.LoadFor) * (0.15 + 0.45*s.rng.Float64()))
+	worker := s.proc("worker")
+	startsBefore := worker.startCount()
+	before, _ := scrape(ctx, s.workerMetrics, workerCounters)
+	s.loadStart = time.Now()
+	loaded := make(chan *loadResult, 1)
+	s.load = newLoadResult()
+	go func() { loaded <- runLoad(ctx, lc, s.load) }()
+	time.Sleep(faultAt)
+	desc, err := sc.Fault(ctx, s, act)
+	res.Fault = desc
+	if err != nil {
+		fail("fault: %v", err)
+	}
+	// The load runs LoadFor, and on for a while after the fault healed so
+	// the healed pipeline is loaded too.
+	time.Sleep(max(time.Until(s.loadStart.Add(s.cfg.LoadFor)), afterHeal))
+	close(stop)
+	lr := <-loaded
+	res.Load = lr.counts()
+	lr.mu.Lock()
+	res.Answers, res.ReplayAnswers = lr.answers, lr.replayAnswers
+	lr.mu.Unlock()
+
+	// Heal: every process up (one that died by itself is a finding), no toxics.
+	for _, p := range s.procs {
+		for _, c := range p.takeCrashes() {
+			fail("%s", c)
+		}
+		if !p.running() {
+			if err := p.start(); err != nil {
+				fail("restarting %s: %v", p.name, err)
+			}
+		}
+		if err := p.waitReady(ctx, 60*time.Second); err != nil {
+			fail("healing: %v", err)
+		}
+	}
+	if err := s.toxi.heal(); err != nil {
+		fail("removing toxics: %v", err)
+	}
+
+	drainStart := time.Now()
+	if err := s.drain(ctx, act, items, lr); err != nil {
+		fail("I4: %v", err)
+	}
+	res.Drained = time.Since(drainStart)
+	if after, err := scrape(ctx, s.workerMetrics, workerCounters); err == nil && before != nil {
+		res.Worker = counterDelta{values: map[string]float64{}, restarted: worker.startCount() != startsBefore}
+		for _, n := range workerCounters {
+			if res.Worker.restarted {
+				res.Worker.values[n] = after[n]
+			} else {
+				res.Worker.values[n] = after[n] - before[n]
+			}
+		}
+	}
+	if notes := s.takeNotes(); len(notes) > 0 {
+		res.Fault += "; " + strings.Join(notes, "; ")
+	}
+
+	recStart := time.Now()
+	code, out := s.reconcile(ctx)
+	res.Took = time.Since(recStart)
+	res.ReconcileExit = code
+	if code != 0 {
+		fail("I5: reconciler --once exit %d:\n%s", code, out)
+	}
+	// Audit first (Redis as the scenario left it), then repair drift so
+	// the next scenario's check is about that scenario only.
+	defer func() {
+		if code != 0 {
+			fixed, out := s.reconcile(ctx, "--fix")
+			s.logf("repaired the drift before the next scenario: reconciler --once --fix exit %d", fixed)
+			if fixed != 0 {
+				fail("reconciler --fix after the scenario: exit %d:\n%s", fixed, out)
+			}
+		}
+	}()
+	if sc.Verify != nil {
+		if err := sc.Verify(ctx, s, act); err != nil {
+			fail("%s: %v", sc.Name, err)
+		}
+	}
+	a, err := runAudit(ctx, s.pool, s.rdb, s.stock, act, items, s.cfg.Users, lr)
+	if err != nil {
+		fail("audit: %v", err)
+		return res
+	}
+	res.Audit = a
+	res.Problems = append(res.Problems, a.problems...)
+	// What a client asking about a lost order number is told.
+	for _, no := range a.lostOrderNos[:min(3, len(a.lostOrderNos))] {
+		res.Problems = append(res.Problems, fmt.Sprintf("I4: GET /v1/orders/%s answers %s", no, s.getOrder(ctx, no)))
+	}
+	return res
+}
+
+// drain waits until nothing is in flight: the item journals are empty, no
+// compensation is pending, the worker has committed everything in Kafka,
+// every accepted request has been decided in Postgres and the closer has
+// closed every unpaid order (so nothing moves while the audit reads).
+func (s *Suite) drain(ctx context.Context, act int64, items []int64, lr *loadResult) error {
+	lr.mu.Lock()
+	accepted := append([]string{}, lr.accepted...)
+	lr.mu.Unlock()
+	deadline := time.Now().Add(s.cfg.DrainWithin)
+	var state string
+	for {
+		f, err := s.inFlight(ctx, act, items, accepted)
+		if err == nil && f.journal == 0 && f.pending == 0 && f.lag == 0 && f.decided == len(accepted) && f.unpaid == 0 {
+			return nil
+		}
+		state = fmt.Sprintf("journal %d, pending compensations %d, consumer lag %d, decided %d of %d accepted, unpaid %d (%v)",
+			f.journal, f.pending, f.lag, f.decided, len(accepted), f.unpaid, err)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not drained within %s: %s", s.cfg.DrainWithin, state)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+type flight struct {
+	journal, pending, lag, unpaid int64
+	decided                       int
+}
+
+func (s *Suite) inFlight(ctx context.Context, act int64, items []int64, accepted []string) (f flight, err error) {
+	for _, it := range items {
+		n, err := s.rdb.HLen(ctx, s.stock.Keys(stockItem(act, it)).Journal).Result()
+		if err != nil {
+			return f, err
+		}
+		f.journal += n
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM redis_compensations WHERE applied_at IS NULL),
+		(SELECT count(*) FROM processed_requests WHERE request_id = ANY($1)),
+		(SELECT count(*) FROM orders WHERE activity_id = $2 AND status = 'UNPAID')`, accepted, act).
+		Scan(&f.pending, &f.decided, &f.unpaid); err != nil {
+		return f, err
+	}
+	f.lag, err = groupLag(ctx, s.broker, kafkaTopic, kafkaGroup)
+	return f, err
+}
+
+// createSale creates activity act with the items through the admin API and
+// preheats it; the sale opened a minute ago and runs for an hour.
+func (s *Suite) createSale(ctx context.Context, act int64, items []int64) error {
+	var its []string
+	for _, it := range items {
+		its = append(its, fmt.Sprintf(`{"itemId":%d,"stock":%d}`, it, s.cfg.Stock))
+	}
+	now := time.Now().UTC()
+	body := fmt.Sprintf(`{"name":"chaos %d","startsAt":%q,"endsAt":%q,"perUserLimit":2,"items":[%s]}`, act,
+		now.Add(-time.Minute).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339), strings.Join(its, ","))
+	if err := s.admin(ctx, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", act), body); err != nil {
+		return err
+	}
+	return s.admin(ctx, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", act), "")
+}
+
+func (s *Suite) admin(ctx context.Context, method, path, body string) error {
+	req, err := http.NewRequestWithContext(ctx, method, s.httpURL+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.adminToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s", method, path, res.Status)
+	}
+	return nil
+}
+
+// loseSale deletes, in one MULTI, every key the sale's items can have: the
+// names are known (items, users, the requestIds sent so far, the orderNos
+// answered or journaled), so no SCAN walks a shared Redis meanwhile. What
+// the load reserves after the MULTI happens "after the failover".
+func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
+	items := []int64{1, 2}
+	var keys []string
+	orderNos := map[string]int64{}
+	for _, it := range items {
+		k := s.stock.Keys(stockItem(act, it))
+		keys = append(keys, k.Stock, k.Sale, k.Journal)
+		for u := 1; u <= s.cfg.Users; u++ {
+			keys = append(keys, k.Limit(int64(u)))
+		}
+		journal, err := s.rdb.HGetAll(ctx, k.Journal).Result()
+		if err != nil {
+			return 0, err
+		}
+		for _, raw := range journal {
+			var ev struct {
+				OrderNo string `json:"orderNo"`
+			}
+			if json.Unmarshal([]byte(raw), &ev) == nil && ev.OrderNo != "" {
+				orderNos[ev.OrderNo] = it
+			}
+		}
+	}
+	lr := s.load
+	lr.mu.Lock()
+	for rid, r := range lr.requests {
+		k := s.stock.Keys(stockItem(act, r.body.ItemID))
+		keys = append(keys, k.Req(rid), k.Fate(rid))
+		if r.orderNo != "" {
+			orderNos[r.orderNo] = r.body.ItemID
+		}
+	}
+	lr.mu.Unlock()
+	for no, it := range orderNos {
+		keys = append(keys, s.stock.Keys(stockItem(act, it)).Order(no))
+	}
+	pipe := s.rdb.TxPipeline()
+	var cmds []*redis.IntCmd
+	for i := 0; i < len(keys); i += 1000 {
+		cmds = append(cmds, pipe.Unlink(ctx, keys[i:min(i+1000, len(keys))]...))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("deleting the sale's keys: %w", err)
+	}
+	n := 0
+	for _, c := range cmds {
+		n += int(c.Val())
+	}
+	return n, nil
+}
+
+// getOrder is the gateway's answer about an order number, abridged.
+func (s *Suite) getOrder(ctx context.Context, orderNo string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.httpURL+"/v1/orders/"+orderNo, nil)
+	if err != nil {
+		return err.Error()
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+		Reason string `json:"reason"`
+		Error  struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	json.NewDecoder(res.Body).Decode(&body) //nolint:errcheck
+	return strings.TrimSpace(fmt.Sprintf("%d %s %s %s", res.StatusCode, body.Status, body.Reason, body.Error.Code))
+}

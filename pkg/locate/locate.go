@@ -1,0 +1,507 @@
+// Package locate answers the on-call question "where is this request?" from
+// a requestId alone: the gateway's dedup record and journal entry in Redis,
+// the worker's decision in processed_requests, the order and its status
+// times, the compensations owed and applied, and the trace id the gateway
+// kept with the reservation. It only reads, a handful of round trips, and
+// never decides anything.
+package locate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+)
+
+// Statuses beyond the order statuses of package order.
+const (
+	StatusUnknown  = "UNKNOWN"  // nothing anywhere knows the requestId
+	StatusReleased = "RELEASED" // the gateway gave the reservation back (failed produce); no order
+	StatusCreated  = "CREATED"  // decided as created, order row not readable
+)
+
+// LiveWindow: without a hint, the items of activities whose sale ended less
+// than this long ago are searched for the request's Redis keys (the dedup
+// record lives at least a day after the sale ends).
+const LiveWindow = 24 * time.Hour
+
+// Query is what to look for.
+type Query struct {
+	RequestID string
+	// Item, when set, is where to look in Redis first (--activity/--item);
+	// ActivityID alone narrows the search to that activity's items.
+	ActivityID, ItemID int64
+}
+
+// Report is everything known about one request.
+type Report struct {
+	RequestID string `json:"requestId"`
+	// Status is the order's (PENDING, UNPAID, PAID, CLOSED, REJECTED) or
+	// RELEASED, CREATED or UNKNOWN; Where says it in words.
+	Status     string `json:"status"`
+	Where      string `json:"where"`
+	Reason     string `json:"reason,omitempty"`
+	OrderNo    string `json:"orderNo,omitempty"`
+	ActivityID int64  `json:"activityId,omitempty"`
+	ItemID     int64  `json:"itemId,omitempty"`
+	UserID     int64  `json:"userId,omitempty"`
+	Quantity   int    `json:"quantity,omitempty"`
+	// TraceID is the trace of the order request (when it was sampled and the
+	// dedup record still lives); TraceParent the gateway's server span.
+	TraceID     string `json:"traceId,omitempty"`
+	TraceParent string `json:"traceParent,omitempty"`
+
+	Timeline      Timeline       `json:"timeline"`
+	Redis         []RedisState   `json:"redis"`
+	Processed     *Processed     `json:"processed,omitempty"`
+	Order         *Order         `json:"order,omitempty"`
+	Compensations []Compensation `json:"compensations"`
+	// ItemsSearched is how many activity items' Redis keys were read.
+	ItemsSearched int `json:"itemsSearched"`
+}
+
+// Timeline is when the request went through each step (nil: not yet).
+type Timeline struct {
+	ReservedAt  *time.Time `json:"reservedAt,omitempty"`
+	ProcessedAt *time.Time `json:"processedAt,omitempty"`
+	CreatedAt   *time.Time `json:"createdAt,omitempty"`
+	PaidAt      *time.Time `json:"paidAt,omitempty"`
+	ClosedAt    *time.Time `json:"closedAt,omitempty"`
+}
+
+// RedisState is what one activity item's keys hold about the request.
+type RedisState struct {
+	ActivityID int64 `json:"activityId"`
+	ItemID     int64 `json:"itemId"`
+	// Dedup is the dedup record req:{tag}:<requestId> (nil: none).
+	Dedup *Dedup `json:"dedup,omitempty"`
+	// Journal is the reservation journal's entry: the reservation is not
+	// decided in Postgres yet (nil: none).
+	Journal json.RawMessage `json:"journal,omitempty"`
+	// Fate is the claim/release guard: claimed:<orderNo> (a worker took the
+	// reservation) or released:<orderNo> (given back).
+	Fate string `json:"fate,omitempty"`
+	// LimitHeld: the user's limit marker names this request.
+	LimitHeld bool `json:"limitHeld"`
+}
+
+// Dedup is the gateway's dedup record.
+type Dedup struct {
+	Key         string          `json:"key"`
+	OrderNo     string          `json:"orderNo"`
+	Remaining   string          `json:"remaining"`
+	TraceParent string          `json:"traceParent,omitempty"`
+	Event       json.RawMessage `json:"event,omitempty"`
+}
+
+// Processed is the worker's decision (processed_requests).
+type Processed struct {
+	Outcome     string    `json:"outcome"`
+	Reason      string    `json:"reason,omitempty"`
+	OrderNo     string    `json:"orderNo"`
+	ReservedAt  time.Time `json:"reservedAt"`
+	ProcessedAt time.Time `json:"processedAt"`
+}
+
+// Order is the order row.
+type Order struct {
+	OrderNo   string     `json:"orderNo"`
+	Status    string     `json:"status"`
+	CreatedAt time.Time  `json:"createdAt"`
+	PaidAt    *time.Time `json:"paidAt,omitempty"`
+	ClosedAt  *time.Time `json:"closedAt,omitempty"`
+}
+
+// Compensation is an outbox row of the request.
+type Compensation struct {
+	OrderNo   string     `json:"orderNo"`
+	Reason    string     `json:"reason"`
+	Status    string     `json:"status"` // PENDING or APPLIED
+	CreatedAt time.Time  `json:"createdAt"`
+	AppliedAt *time.Time `json:"appliedAt,omitempty"`
+	Attempts  int        `json:"attempts"`
+	LastError string     `json:"lastError,omitempty"`
+}
+
+// Finder reads the request's state.
+type Finder struct {
+	Orders *order.Store
+	Stock  *stock.Store
+}
+
+// Find gathers everything known about q.RequestID. Postgres is read first:
+// its rows name the item, whose Redis keys are then read; otherwise the
+// items of live activities (or of the hinted activity/item) are searched.
+func (f *Finder) Find(ctx context.Context, q Query) (Report, error) {
+	rep := Report{RequestID: q.RequestID, Redis: []RedisState{}, Compensations: []Compensation{}}
+	items, err := f.postgres(ctx, &rep)
+	if err != nil {
+		return rep, err
+	}
+	switch {
+	case q.ActivityID > 0 && q.ItemID > 0:
+		items = appendItem(items, stock.Item{ActivityID: q.ActivityID, ItemID: q.ItemID})
+	case len(items) == 0:
+		live, err := f.Orders.RecentItems(ctx, LiveWindow)
+		if err != nil {
+			return rep, err
+		}
+		for _, si := range live {
+			if q.ActivityID == 0 || si.ActivityID == q.ActivityID {
+				items = appendItem(items, stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID})
+			}
+		}
+	}
+	if err := f.redis(ctx, &rep, items); err != nil {
+		return rep, err
+	}
+	rep.settle()
+	return rep, nil
+}
+
+func appendItem(items []stock.Item, it stock.Item) []stock.Item {
+	if slices.Contains(items, it) {
+		return items
+	}
+	return append(items, it)
+}
+
+// postgres reads the decision, the order and the compensations in one round
+// trip and returns the items they name.
+func (f *Finder) postgres(ctx context.Context, rep *Report) ([]stock.Item, error) {
+	var items []stock.Item
+	rid := rep.RequestID
+	b := &pgx.Batch{}
+	b.Queue(`SELECT outcome, COALESCE(reason, ''), order_no, user_id, activity_id, item_id, quantity, reserved_at, processed_at
+		FROM processed_requests WHERE request_id = $1`, rid).QueryRow(func(row pgx.Row) error {
+		var p Processed
+		var it stock.Item
+		err := row.Scan(&p.Outcome, &p.Reason, &p.OrderNo, &rep.UserID, &it.ActivityID, &it.ItemID, &rep.Quantity, &p.ReservedAt, &p.ProcessedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading processed_requests: %w", err)
+		}
+		rep.Processed = &p
+		rep.ActivityID, rep.ItemID = it.ActivityID, it.ItemID
+		items = appendItem(items, it)
+		return nil
+	})
+	b.Queue(`SELECT order_no, status, created_at, paid_at, closed_at, user_id, activity_id, item_id, quantity
+		FROM orders WHERE request_id = $1`, rid).QueryRow(func(row pgx.Row) error {
+		var o Order
+		var it stock.Item
+		err := row.Scan(&o.OrderNo, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &rep.UserID, &it.ActivityID, &it.ItemID, &rep.Quantity)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading orders: %w", err)
+		}
+		rep.Order = &o
+		rep.ActivityID, rep.ItemID = it.ActivityID, it.ItemID
+		items = appendItem(items, it)
+		return nil
+	})
+	b.Queue(`SELECT order_no, reason, created_at, applied_at, attempts, COALESCE(last_error, ''), activity_id, item_id
+		FROM redis_compensations WHERE request_id = $1 ORDER BY id`, rid).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c Compensation
+			var it stock.Item
+			if err := rows.Scan(&c.OrderNo, &c.Reason, &c.CreatedAt, &c.AppliedAt, &c.Attempts, &c.LastError, &it.ActivityID, &it.ItemID); err != nil {
+				return fmt.Errorf("reading redis_compensations: %w", err)
+			}
+			c.Status = "PENDING"
+			if c.AppliedAt != nil {
+				c.Status = "APPLIED"
+			}
+			rep.Compensations = append(rep.Compensations, c)
+			items = appendItem(items, it)
+		}
+		return rows.Err()
+	})
+	if err := f.Orders.Pool().SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+// redis reads the request's keys on every candidate item in one pipeline,
+// then the user's limit marker where something was found.
+func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) error {
+	rep.ItemsSearched = len(items)
+	if len(items) == 0 {
+		return nil
+	}
+	rid := rep.RequestID
+	type cmds struct {
+		dedup   *redis.MapStringStringCmd
+		journal *redis.StringCmd
+		fate    *redis.StringCmd
+	}
+	got := make([]cmds, len(items))
+	_, err := f.Stock.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, it := range items {
+			k := f.Stock.Keys(it)
+			got[i] = cmds{dedup: p.HGetAll(ctx, k.Req(rid)), journal: p.HGet(ctx, k.Journal, rid), fate: p.Get(ctx, k.Fate(rid))}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("reading redis: %w", err)
+	}
+	for _, c := range got {
+		for _, err := range []error{c.dedup.Err(), c.journal.Err(), c.fate.Err()} {
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("reading redis: %w", err)
+			}
+		}
+	}
+	for i, it := range items {
+		st := RedisState{ActivityID: it.ActivityID, ItemID: it.ItemID}
+		if d := got[i].dedup.Val(); len(d) > 0 {
+			st.Dedup = &Dedup{Key: f.Stock.Keys(it).Req(rid), OrderNo: d["orderNo"], Remaining: d["remaining"],
+				TraceParent: d["tp"], Event: rawJSON(d["event"])}
+		}
+		if j, err := got[i].journal.Result(); err == nil {
+			st.Journal = rawJSON(j)
+		}
+		st.Fate = got[i].fate.Val()
+		if st.Dedup == nil && st.Journal == nil && st.Fate == "" {
+			continue
+		}
+		rep.Redis = append(rep.Redis, st)
+	}
+	for i := range rep.Redis {
+		st := &rep.Redis[i]
+		ev, ok := st.event()
+		if !ok {
+			continue
+		}
+		if rep.UserID == 0 {
+			rep.UserID, rep.Quantity = ev.UserID, ev.Quantity
+		}
+		if rep.ActivityID == 0 {
+			rep.ActivityID, rep.ItemID = st.ActivityID, st.ItemID
+		}
+		owner, err := f.Stock.Client().Get(ctx, f.Stock.Keys(stock.Item{ActivityID: st.ActivityID, ItemID: st.ItemID}).Limit(ev.UserID)).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("reading limit marker: %w", err)
+		}
+		st.LimitHeld = owner == rid
+	}
+	return nil
+}
+
+// journaled is the event fields a report reads.
+type journaled struct {
+	OrderNo    string    `json:"orderNo"`
+	UserID     int64     `json:"userId"`
+	Quantity   int       `json:"quantity"`
+	ReservedAt time.Time `json:"reservedAt"`
+}
+
+func (st RedisState) event() (journaled, bool) {
+	var ev journaled
+	raw := st.Journal
+	if raw == nil && st.Dedup != nil {
+		raw = st.Dedup.Event
+	}
+	if raw == nil || json.Unmarshal(raw, &ev) != nil || ev.UserID == 0 {
+		return journaled{}, false
+	}
+	return ev, true
+}
+
+func rawJSON(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	if !json.Valid([]byte(s)) {
+		b, _ := json.Marshal(s) // shown as a string
+		return b
+	}
+	return json.RawMessage(s)
+}
+
+// settle derives the status, the order number, the timeline and the trace.
+func (r *Report) settle() {
+	var st *RedisState
+	for i := range r.Redis {
+		if r.ActivityID == 0 || (r.Redis[i].ActivityID == r.ActivityID && r.Redis[i].ItemID == r.ItemID) {
+			st = &r.Redis[i]
+			break
+		}
+	}
+	if st != nil {
+		if st.Dedup != nil {
+			r.OrderNo = st.Dedup.OrderNo
+			r.TraceParent = st.Dedup.TraceParent
+		}
+		if ev, ok := st.event(); ok {
+			r.OrderNo = cmpOr(r.OrderNo, ev.OrderNo)
+			t := ev.ReservedAt
+			r.Timeline.ReservedAt = &t
+		}
+	}
+	if sc, ok := telemetry.ParseTraceParent(r.TraceParent); ok {
+		r.TraceID = sc.TraceID().String()
+	}
+	if p := r.Processed; p != nil {
+		r.OrderNo = p.OrderNo
+		t, pt := p.ReservedAt, p.ProcessedAt
+		r.Timeline.ReservedAt, r.Timeline.ProcessedAt = &t, &pt
+	}
+	if o := r.Order; o != nil {
+		r.OrderNo = o.OrderNo
+		t := o.CreatedAt
+		r.Timeline.CreatedAt, r.Timeline.PaidAt, r.Timeline.ClosedAt = &t, o.PaidAt, o.ClosedAt
+	}
+
+	pending := 0
+	for _, c := range r.Compensations {
+		if c.AppliedAt == nil {
+			pending++
+		}
+	}
+	switch {
+	case r.Order != nil:
+		r.Status = r.Order.Status
+		switch r.Status {
+		case order.StatusUnpaid:
+			r.Where = "order persisted by the worker, waiting for payment"
+		case order.StatusPaid:
+			r.Where = "order paid (final)"
+		case order.StatusClosed:
+			r.Where = "order closed unpaid by the closer; its units were given back"
+		}
+	case r.Processed != nil && r.Processed.Outcome == string(order.Rejected):
+		r.Status, r.Reason = order.StatusRejected, r.Processed.Reason
+		r.Where = "rejected by Postgres (" + r.Reason + "); no order, its units were given back"
+	case r.Processed != nil:
+		r.Status = StatusCreated
+		r.Where = "decided as created, but no order row was found"
+	case st != nil && st.Journal != nil:
+		r.Status = order.StatusPending
+		if strings.HasPrefix(st.Fate, "claimed:") {
+			r.Where = "reserved in Redis and claimed by a worker: its Postgres decision is in flight"
+		} else {
+			r.Where = "reserved in Redis (journal entry); its event is in Kafka or being produced, no worker has claimed it yet " +
+				"(the redrive re-publishes it after REDRIVE_AFTER)"
+		}
+	case st != nil && strings.HasPrefix(st.Fate, "released:"):
+		r.Status = StatusReleased
+		r.Where = "the reservation was given back without an order (a failed produce the client got 503 for, or a dead-lettered event)"
+	case st != nil:
+		r.Status = order.StatusPending
+		r.Where = "known to Redis only (dedup record without journal entry or decision)"
+	default:
+		r.Status = StatusUnknown
+		r.Where = "no trace of this requestId in Postgres or in the Redis keys of the items searched"
+	}
+	if pending > 0 {
+		r.Where += fmt.Sprintf("; %d compensation(s) still to apply in Redis", pending)
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// Text renders the report as a block for a terminal.
+func (r Report) Text() string {
+	var b strings.Builder
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(&b, "%-13s %s\n", label, fmt.Sprintf(format, args...))
+	}
+	line("request", "%s", r.RequestID)
+	status := r.Status
+	if r.Reason != "" {
+		status += " (" + r.Reason + ")"
+	}
+	line("status", "%s: %s", status, r.Where)
+	if r.OrderNo != "" {
+		line("order", "%s  activity %d item %d  user %d  quantity %d", r.OrderNo, r.ActivityID, r.ItemID, r.UserID, r.Quantity)
+	}
+	switch {
+	case r.TraceID != "":
+		line("trace", "%s  (traceparent %s)", r.TraceID, r.TraceParent)
+	case r.Status != StatusUnknown:
+		line("trace", "unknown (not sampled, or the dedup record has expired)")
+	}
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02T15:04:05.000Z")
+	}
+	if r.Status != StatusUnknown {
+		line("timeline", "reserved %s  processed %s  created %s  paid %s  closed %s", ts(r.Timeline.ReservedAt),
+			ts(r.Timeline.ProcessedAt), ts(r.Timeline.CreatedAt), ts(r.Timeline.PaidAt), ts(r.Timeline.ClosedAt))
+	}
+	if p := r.Processed; p != nil {
+		reason := ""
+		if p.Reason != "" {
+			reason = " " + p.Reason
+		}
+		line("postgres", "processed_requests: %s%s at %s", p.Outcome, reason, ts(&p.ProcessedAt))
+	} else {
+		line("postgres", "processed_requests: none (not decided by a worker)")
+	}
+	if o := r.Order; o != nil {
+		line("", "orders: %s %s", o.OrderNo, o.Status)
+	}
+	if len(r.Redis) == 0 {
+		line("redis", "nothing (searched %d item(s))", r.ItemsSearched)
+	}
+	for i, st := range r.Redis {
+		label := ""
+		if i == 0 {
+			label = "redis"
+		}
+		line(label, "item %d:%d", st.ActivityID, st.ItemID)
+		if st.Dedup != nil {
+			line("", "  dedup record %s: orderNo %s, remaining %s", st.Dedup.Key, st.Dedup.OrderNo, st.Dedup.Remaining)
+		} else {
+			line("", "  dedup record: none")
+		}
+		if st.Journal != nil {
+			line("", "  journal entry: present (not yet decided in Postgres)")
+		} else {
+			line("", "  journal entry: none")
+		}
+		line("", "  fate: %s  limit marker held: %s", cmpOr(st.Fate, "-"), strconv.FormatBool(st.LimitHeld))
+	}
+	if len(r.Compensations) == 0 {
+		line("compensation", "none")
+	}
+	for i, c := range r.Compensations {
+		label := ""
+		if i == 0 {
+			label = "compensation"
+		}
+		detail := fmt.Sprintf("%s %s for %s, written %s", c.Status, c.Reason, c.OrderNo, ts(&c.CreatedAt))
+		if c.AppliedAt != nil {
+			detail += ", applied " + ts(c.AppliedAt)
+		} else if c.Attempts > 0 {
+			detail += fmt.Sprintf(", %d failed attempt(s): %s", c.Attempts, c.LastError)
+		}
+		line(label, "%s", detail)
+	}
+	return b.String()
+}
