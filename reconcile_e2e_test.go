@@ -313,6 +313,15 @@ func TestReconcilerRedisLoss(t *testing.T) {
 	if code, out := p.reconcile(t, "--once"); code != 0 {
 		t.Errorf("after the fix: exit %d\n%s", code, out)
 	}
+	// The fix rebuilt the lost dedup records: a client retrying an accepted
+	// request gets its first order number back, not a new reservation.
+	var firstNo string
+	if err := p.DB.Pool.QueryRow(ctx, `SELECT order_no FROM orders WHERE request_id = 'before-4'`).Scan(&firstNo); err != nil {
+		t.Fatal(err)
+	}
+	if r := buy("before-4", 4); r.Status != http.StatusOK || r.Body["replayed"] != true || r.Str("orderNo") != firstNo {
+		t.Errorf("retry after the fix: %d %v; want a replay of %s", r.Status, r.Body, firstNo)
+	}
 	p.assertInvariants(t, it)
 }
 

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -117,8 +115,9 @@ type Audit struct {
 	LostSample      []string         `json:"lostSample,omitempty"`
 }
 
-// audit checks the activity against the requests the client saw accepted.
-func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance) (Audit, error) {
+// audit checks the activity against the requests the client saw accepted;
+// users are the workload's users by item.
+func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance, users map[int64][]int64) (Audit, error) {
 	au := Audit{OrdersByStatus: map[string]int64{}, RejectedInDB: map[string]int64{}}
 	st := stock.New(a.rdb, a.prefix)
 
@@ -250,7 +249,7 @@ func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance) (Audit,
 		if ia.Journal, err = a.rdb.HLen(ctx, keys.Journal).Result(); err != nil {
 			return au, fmt.Errorf("reading journal of item %d: %w", id, err)
 		}
-		markers, err := a.markers(ctx, keys)
+		markers, err := a.markers(ctx, keys, users[id])
 		if err != nil {
 			return au, err
 		}
@@ -274,46 +273,27 @@ func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance) (Audit,
 	return au, nil
 }
 
-// markers reads an item's limit markers: user → requestId holding it.
-func (a *auditor) markers(ctx context.Context, keys stock.Keys) (map[int64]string, error) {
-	pattern := keys.LimitPattern()
-	base := strings.TrimSuffix(pattern, "*")
+// markers reads the limit markers of the given users on one item: user →
+// requestId holding it. The activity is the bench's own, so only users of its
+// workload can hold one; reading their keys directly avoids a SCAN, which
+// walks the whole keyspace of a shared Redis.
+func (a *auditor) markers(ctx context.Context, keys stock.Keys, users []int64) (map[int64]string, error) {
 	out := map[int64]string{}
-	var batch []string
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
+	for start := 0; start < len(users); start += 500 {
+		batch := users[start:min(start+500, len(users))]
+		names := make([]string, len(batch))
+		for i, u := range batch {
+			names[i] = keys.Limit(u)
 		}
-		vals, err := a.rdb.MGet(ctx, batch...).Result()
+		vals, err := a.rdb.MGet(ctx, names...).Result()
 		if err != nil {
-			return fmt.Errorf("reading limit markers: %w", err)
+			return nil, fmt.Errorf("reading limit markers: %w", err)
 		}
-		for i, k := range batch {
-			user, err := strconv.ParseInt(strings.TrimPrefix(k, base), 10, 64)
-			if err != nil {
-				continue
-			}
-			if s, ok := vals[i].(string); ok {
-				out[user] = s
+		for i, v := range vals {
+			if s, ok := v.(string); ok {
+				out[batch[i]] = s
 			}
 		}
-		batch = batch[:0]
-		return nil
-	}
-	iter := a.rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 500 {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return nil, fmt.Errorf("scanning limit markers: %w", err)
-	}
-	if err := flush(); err != nil {
-		return nil, err
 	}
 	return out, nil
 }

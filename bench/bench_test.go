@@ -111,6 +111,9 @@ func TestAuditCatches(t *testing.T) {
 		{"LimitMarkerMissing", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			rd.Client.Del(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(2))
 		}, []string{"I5 Redis agrees with Postgres"}},
+		{"ExtraLimitMarker", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
+			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(3), "stray", time.Hour)
+		}, []string{"I5 Redis agrees with Postgres"}},
 		{"ReplayNamedAnotherOrder", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			acc[fmt.Sprintf("a%d-u1", a.activityID)].orderNo = "someone-else"
 		}, []string{"I3 one order per requestId"}},
@@ -122,7 +125,7 @@ func TestAuditCatches(t *testing.T) {
 			if tt.breakFunc != nil {
 				tt.breakFunc(t, a, acc)
 			}
-			au, err := a.audit(ctx, acc)
+			au, err := a.audit(ctx, acc, map[int64][]int64{1: {1, 2, 3}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -74,7 +74,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	acc := accepted(work, answers)
 	drainedAt, drainErr := a.waitDrained(ctx, len(acc), loadEnd, cfg.DrainTimeout, scr, cfg.Progress)
 
-	audit, err := a.audit(ctx, acc)
+	audit, err := a.audit(ctx, acc, usersByItem(work))
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +233,20 @@ func plan(cfg Config, items []int64) []request {
 		r := request{id: run + strconv.Itoa(i), userID: rng.Int64N(1<<40) + 1, itemID: items[rng.IntN(len(items))], kind: fresh}
 		r.body = orderBody(r, cfg)
 		out[i] = r
+	}
+	return out
+}
+
+// usersByItem lists each item's distinct users in the workload.
+func usersByItem(work []request) map[int64][]int64 {
+	seen := map[[2]int64]bool{}
+	out := map[int64][]int64{}
+	for _, r := range work {
+		k := [2]int64{r.itemID, r.userID}
+		if !seen[k] {
+			seen[k] = true
+			out[r.itemID] = append(out[r.itemID], r.userID)
+		}
 	}
 	return out
 }

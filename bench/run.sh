@@ -25,10 +25,13 @@ REDIS_HOST=${REDIS_HOST:-127.0.0.1}
 REDIS_PORT=${REDIS_PORT:-6379}
 KEEP=${KEEP:-}
 
+# A port below the kernel's ephemeral range, so no client socket or test
+# listening on port 0 takes it between this check and the pipeline's bind.
 free_port() {
-  local p
+  local low p
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((10000 + RANDOM % (low - 10000)))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       echo "$p"
       return
@@ -43,25 +46,18 @@ db="orderpipe_bench_$run"
 export DATABASE_URL="$PG/$db?sslmode=disable"
 export REDIS_ADDR="$REDIS_HOST:$REDIS_PORT"
 export REDIS_KEY_PREFIX="bench$run:"
-http_port=$(free_port)
-kafka_port=$(free_port)
-export HTTP_ADDR="127.0.0.1:$http_port"
-export KAFKA_EMBEDDED_PORT="$kafka_port"
 export ADMIN_TOKEN="${ADMIN_TOKEN:-bench-$run}"
 rbprefix="benchrb$run:"
 rb_dirty=""
+pid=""
 mkdir -p "$OUT"
 log="$OUT/pipeline-$run.log"
-
-echo "bench: starting orderpipe all on $HTTP_ADDR (database $db, key prefix $REDIS_KEY_PREFIX, kafka :$KAFKA_EMBEDDED_PORT); log $log"
-"$BIN" all >"$log" 2>&1 &
-pid=$!
 
 unlink_prefix() { # SCAN COUNT 1000 + UNLINK: fast even when Redis holds millions of other keys
   REDIS_KEY_PREFIX="$1" "$BIN" bench --purge-keys || true
 }
 cleanup() {
-  if kill -0 "$pid" 2>/dev/null; then
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
     kill "$pid"
     wait "$pid" 2>/dev/null || true
   fi
@@ -80,6 +76,32 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+
+# Start the pipeline; if it dies before it listens (a port taken meanwhile),
+# try again on other ports.
+for attempt in 1 2 3; do
+  http_port=$(free_port)
+  kafka_port=$(free_port)
+  export HTTP_ADDR="127.0.0.1:$http_port"
+  export KAFKA_EMBEDDED_PORT="$kafka_port"
+  echo "bench: starting orderpipe all on $HTTP_ADDR (database $db, key prefix $REDIS_KEY_PREFIX, kafka :$KAFKA_EMBEDDED_PORT); log $log"
+  "$BIN" all >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$pid" 2>/dev/null || (exec 3<>"/dev/tcp/127.0.0.1/$http_port") 2>/dev/null; then
+      break
+    fi
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    break
+  fi
+  wait "$pid" 2>/dev/null || true
+  echo "bench: the pipeline exited before listening (attempt $attempt): $(tail -1 "$log")" >&2
+  if [ "$attempt" -eq 3 ]; then
+    exit 2
+  fi
+done
 
 status=0
 "$BIN" bench -c "$C" -n "$N" --stock "$STOCK" --items "$ITEMS" --retry-share "$RETRY" --repeat-share "$REPEAT" \

@@ -127,14 +127,13 @@ func RunStrategies(ctx context.Context, cfg StrategyConfig) (*StrategyReport, er
 		rand.Read(b[:]) //nolint:errcheck // never fails since Go 1.24
 		cfg.KeyPrefix = "bench:" + hex.EncodeToString(b[:]) + ":"
 	}
-	// One sweep for all three strategies: a SCAN walks the whole keyspace.
-	defer deleteKeys(context.WithoutCancel(ctx), rdb, cfg.KeyPrefix) //nolint:errcheck // best effort, like a test cleanup
 	item := stock.Item{ActivityID: 1, ItemID: 1}
 
 	for _, name := range []string{"naive", "lock", "reserve"} {
 		prefix := cfg.KeyPrefix + name + ":"
 		res, err := func() (StrategyResult, error) {
 			st := stock.New(rdb, prefix)
+			defer dropStrategyKeys(context.WithoutCancel(ctx), rdb, st, prefix, item, users)
 			now := time.Now()
 			// Preheat as the product does: the reserve script also needs the sale window.
 			if _, err := st.Preheat(ctx, stock.Sale{Item: item, Stock: cfg.Stock, StartsAt: now.Add(-time.Minute),
@@ -217,7 +216,7 @@ func newStrategy(name string, rdb *redis.Client, st *stock.Store, lk *lock.Locke
 		// release) around the same critical section, one lock per item;
 		// a busy lock is retried with jittered exponential backoff from 2ms
 		// up to 50ms, and the request fails fast after LockWait.
-		name := item.Tag() + ":stock"
+		name := lockName(item)
 		return strategy{name: "lock", take: func(ctx context.Context, _ int, user int64) (outcome, error) {
 			l, err := lk.Acquire(ctx, name, time.Second, lock.WithBackoff(2*time.Millisecond, 50*time.Millisecond), lock.WithMaxWait(lockWait))
 			if errors.Is(err, lock.ErrNotAcquired) {
@@ -237,8 +236,8 @@ func newStrategy(name string, rdb *redis.Client, st *stock.Store, lk *lock.Locke
 		}}
 	default:
 		return strategy{name: "reserve", take: func(ctx context.Context, i int, user int64) (outcome, error) {
-			rid := "s" + strconv.Itoa(i)
-			res, err := st.Reserve(ctx, stock.Reservation{Item: item, RequestID: rid, OrderNo: "o" + strconv.Itoa(i), UserID: user,
+			rid := strategyRequestID(i)
+			res, err := st.Reserve(ctx, stock.Reservation{Item: item, RequestID: rid, OrderNo: strategyOrderNo(i), UserID: user,
 				Quantity: 1, Fingerprint: strconv.FormatInt(user, 36), Event: []byte(`{"requestId":"` + rid + `"}`), Now: time.Now()})
 			if err != nil {
 				return failed, err
@@ -253,6 +252,29 @@ func newStrategy(name string, rdb *redis.Client, st *stock.Store, lk *lock.Locke
 			}
 			return failed, fmt.Errorf("reserve answered %s", res.Outcome)
 		}}
+	}
+}
+
+func lockName(it stock.Item) string  { return it.Tag() + ":stock" }
+func strategyRequestID(i int) string { return "s" + strconv.Itoa(i) }
+func strategyOrderNo(i int) string   { return "o" + strconv.Itoa(i) }
+
+// dropStrategyKeys deletes every key a strategy run can have written, by
+// name: a SCAN would walk the whole keyspace of a shared Redis.
+// TestRedisStrategies checks by SCAN that nothing is left.
+func dropStrategyKeys(ctx context.Context, rdb *redis.Client, st *stock.Store, prefix string, it stock.Item, users []int64) {
+	k := st.Keys(it)
+	names := []string{k.Stock, k.Sale, k.Journal, prefix + "lock:" + lockName(it), prefix + "fence:" + lockName(it)}
+	seen := map[int64]bool{}
+	for i, u := range users {
+		names = append(names, k.Req(strategyRequestID(i)), k.Order(strategyOrderNo(i)))
+		if !seen[u] {
+			seen[u] = true
+			names = append(names, k.Limit(u))
+		}
+	}
+	for start := 0; start < len(names); start += 500 {
+		rdb.Unlink(ctx, names[start:min(start+500, len(names))]...)
 	}
 }
 

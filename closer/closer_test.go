@@ -209,7 +209,7 @@ func assertSettled(tb testing.TB, e env, ps []placed) {
 			live[p.Item] += int64(p.Quantity)
 			liveReq[e.Stock.Keys(p.Item).Limit(p.UserID)] = p.RequestID
 		case order.StatusClosed:
-			fate, err := e.Redis.Client.Get(ctx, e.Stock.Keys(p.Item).Fate(p.RequestID)).Result()
+			fate, err := e.Redis.Client.Get(ctx, e.Stock.Keys(p.Item).Fate(p.OrderNo)).Result()
 			if err != nil || fate != "released:"+p.OrderNo {
 				tb.Errorf("%s is CLOSED but its reservation fate is %q (%v)", p.OrderNo, fate, err)
 			}

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+
+	"orderpipe/pkg/stock"
 )
 
 // MaxBodyBytes is the contract's body limit for order requests.
@@ -40,8 +40,7 @@ type orderRequest struct {
 
 // fingerprint identifies the payload, so a retry is told from a reused key.
 func (o orderRequest) fingerprint() string {
-	h := sha256.Sum256([]byte(fmt.Sprintf("%d|%d|%d|%d", o.UserID, o.ActivityID, o.ItemID, o.Quantity)))
-	return hex.EncodeToString(h[:12])
+	return stock.Fingerprint(o.UserID, o.ActivityID, o.ItemID, o.Quantity)
 }
 
 // parseOrderRequest decodes and validates an order request. It is pure, so

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -119,6 +120,9 @@ func New(cfg Config, deps Deps) *Reconciler {
 type ItemReport struct {
 	ActivityID int64 `json:"activityId"`
 	ItemID     int64 `json:"itemId"`
+	// RestoredDedup counts dedup records a fix rebuilt (requests decided in
+	// the last 24 h whose record Redis had lost), so retries replay.
+	RestoredDedup int64 `json:"restoredDedup,omitempty"`
 	// RedisStock is nil when the stock key is missing or not a number (StockKey says which).
 	RedisStock *int64 `json:"redisStock"`
 	StockKey   string `json:"stockKey"` // ok, missing, invalid
@@ -414,7 +418,7 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []
 			args = append(args, rid, ono)
 		}
 		for _, c := range li.Pending {
-			keys = append(keys, k.Fate(c.RequestID))
+			keys = append(keys, k.Fate(c.OrderNo))
 			args = append(args, c.RequestID, c.OrderNo, c.Quantity)
 		}
 		for _, u := range users {
@@ -427,7 +431,33 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []
 		}
 		return decode(out, li.Stock, users, &rep)
 	})
+	if err == nil && l != nil {
+		err = r.restoreDedup(ctx, it, &rep)
+	}
 	return rep, err
+}
+
+// restoreDedup rebuilds lost dedup records of recently decided requests, so
+// a client retrying an accepted request after a Redis failover gets its
+// first answer back instead of a new reservation that Postgres would refuse.
+func (r *Reconciler) restoreDedup(ctx context.Context, it stock.Item, rep *ItemReport) error {
+	decided, err := r.deps.Orders.ProcessedSince(ctx, it.ActivityID, it.ItemID, stock.DedupLifetime)
+	if err != nil {
+		return err
+	}
+	recs := make([]stock.Decided, len(decided))
+	for i, d := range decided {
+		ev := event.OrderRequested{RequestID: d.RequestID, OrderNo: d.OrderNo, UserID: d.UserID, ActivityID: d.ActivityID,
+			ItemID: d.ItemID, Quantity: d.Quantity, ReservedAt: d.ReservedAt.UTC()}
+		recs[i] = stock.Decided{RequestID: d.RequestID, OrderNo: d.OrderNo, Event: ev.Marshal(),
+			Fingerprint: stock.Fingerprint(d.UserID, d.ActivityID, d.ItemID, d.Quantity)}
+	}
+	remaining := int64(0)
+	if rep.RedisStock != nil {
+		remaining = *rep.RedisStock
+	}
+	rep.RestoredDedup, err = r.deps.Stock.RestoreDedup(ctx, it, recs, remaining)
+	return err
 }
 
 // decode fills rep from the script's answer:

@@ -116,9 +116,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		CommitInterval:   0, // synchronous: an offset is committed only when we say so
 		StartOffset:      kafka.FirstOffset,
 		JoinGroupBackoff: 500 * time.Millisecond,
-		ReadBackoffMin:   10 * time.Millisecond,
-		ReadBackoffMax:   500 * time.Millisecond,
-		MaxAttempts:      5,
+		// A killed worker never says goodbye: the group notices only when its
+		// session times out, and its partitions wait that long (kafka-go's
+		// default is 30 s). 6 s is the brokers' usual minimum.
+		SessionTimeout:    6 * time.Second,
+		HeartbeatInterval: time.Second,
+		RebalanceTimeout:  6 * time.Second,
+		ReadBackoffMin:    10 * time.Millisecond,
+		ReadBackoffMax:    500 * time.Millisecond,
+		MaxAttempts:       5,
 	})
 	defer r.Close()
 

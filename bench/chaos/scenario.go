@@ -461,8 +461,9 @@ func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
 	lr.mu.Lock()
 	for rid, r := range lr.requests {
 		k := s.stock.Keys(stockItem(act, r.body.ItemID))
-		keys = append(keys, k.Req(rid), k.Fate(rid))
+		keys = append(keys, k.Req(rid))
 		if r.orderNo != "" {
+			keys = append(keys, k.Fate(r.orderNo))
 			orderNos[r.orderNo] = r.body.ItemID
 		}
 	}

@@ -249,13 +249,12 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 	type cmds struct {
 		dedup   *redis.MapStringStringCmd
 		journal *redis.StringCmd
-		fate    *redis.StringCmd
 	}
 	got := make([]cmds, len(items))
 	_, err := f.Stock.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, it := range items {
 			k := f.Stock.Keys(it)
-			got[i] = cmds{dedup: p.HGetAll(ctx, k.Req(rid)), journal: p.HGet(ctx, k.Journal, rid), fate: p.Get(ctx, k.Fate(rid))}
+			got[i] = cmds{dedup: p.HGetAll(ctx, k.Req(rid)), journal: p.HGet(ctx, k.Journal, rid)}
 		}
 		return nil
 	})
@@ -263,7 +262,7 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 		return fmt.Errorf("reading redis: %w", err)
 	}
 	for _, c := range got {
-		for _, err := range []error{c.dedup.Err(), c.journal.Err(), c.fate.Err()} {
+		for _, err := range []error{c.dedup.Err(), c.journal.Err()} {
 			if err != nil && !errors.Is(err, redis.Nil) {
 				return fmt.Errorf("reading redis: %w", err)
 			}
@@ -278,7 +277,20 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 		if j, err := got[i].journal.Result(); err == nil {
 			st.Journal = rawJSON(j)
 		}
-		st.Fate = got[i].fate.Val()
+		// The release guard is keyed by the reservation's orderNo.
+		orderNo := ""
+		if st.Dedup != nil {
+			orderNo = st.Dedup.OrderNo
+		} else if ev, ok := st.event(); ok {
+			orderNo = ev.OrderNo
+		}
+		if orderNo != "" {
+			fate, err := f.Stock.Client().Get(ctx, f.Stock.Keys(it).Fate(orderNo)).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return fmt.Errorf("reading redis: %w", err)
+			}
+			st.Fate = fate
+		}
 		if st.Dedup == nil && st.Journal == nil && st.Fate == "" {
 			continue
 		}

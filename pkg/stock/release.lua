@@ -26,7 +26,10 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
 end
 local entry = redis.call('HGET', KEYS[3], ARGV[1])
 if entry and cjson.decode(entry)['orderNo'] == ARGV[2] then redis.call('HDEL', KEYS[3], ARGV[1]) end
-if ARGV[4] == 'abort' and redis.call('HGET', KEYS[5], 'orderNo') == ARGV[2] then
+-- ARGV[7] "1": forget the dedup record too (a reservation refused because its
+-- requestId was already decided for another one: replaying it would only
+-- show a number that never becomes an order).
+if (ARGV[4] == 'abort' or ARGV[7] == '1') and redis.call('HGET', KEYS[5], 'orderNo') == ARGV[2] then
   redis.call('DEL', KEYS[5], KEYS[6])
 end
 return 'RELEASED'

@@ -7,7 +7,9 @@ package stock
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -25,11 +27,14 @@ var (
 	claimLua string
 	//go:embed ack.lua
 	ackLua string
+	//go:embed restore.lua
+	restoreLua string
 
 	reserveScript = redis.NewScript(reserveLua)
 	releaseScript = redis.NewScript(releaseLua)
 	claimScript   = redis.NewScript(claimLua)
 	ackScript     = redis.NewScript(ackLua)
+	restoreScript = redis.NewScript(restoreLua)
 )
 
 const (
@@ -74,8 +79,11 @@ func (k Keys) Req(requestID string) string { return k.prefix + "req:" + k.tag + 
 // Order maps an orderNo to its requestId while the dedup record lives.
 func (k Keys) Order(orderNo string) string { return k.prefix + "ord:" + k.tag + ":" + orderNo }
 
-// Fate guards a reservation's release: "claimed:<orderNo>" or "released:<orderNo>".
-func (k Keys) Fate(requestID string) string { return k.prefix + "fate:" + k.tag + ":" + requestID }
+// Fate guards one reservation's release: "claimed:<orderNo>" or
+// "released:<orderNo>". It is keyed by orderNo, not requestId: a requestId
+// whose produce failed twice has two aborted reservations, and each must stay
+// remembered as released.
+func (k Keys) Fate(orderNo string) string { return k.prefix + "fate:" + k.tag + ":" + orderNo }
 
 // LimitPattern matches every limit marker of the item.
 func (k Keys) LimitPattern() string { return k.prefix + "limit:" + k.tag + ":*" }
@@ -113,6 +121,13 @@ const (
 	SoldOut              Outcome = "SOLD_OUT"
 	AlreadyPurchased     Outcome = "ALREADY_PURCHASED"
 )
+
+// Fingerprint identifies an order request's payload, so the reserve script
+// tells a retry (same payload) from a reused requestId.
+func Fingerprint(userID, activityID, itemID int64, quantity int) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("%d|%d|%d|%d", userID, activityID, itemID, quantity)))
+	return hex.EncodeToString(h[:12])
+}
 
 // Reservation is one order request as the reserve script sees it.
 type Reservation struct {
@@ -176,6 +191,8 @@ type Release struct {
 	// LimitOwner, when set, hands the user's marker to that requestId instead
 	// of deleting it (the user still holds that live order).
 	LimitOwner string
+	// Forget drops the reservation's dedup record as well (compensate mode).
+	Forget bool
 }
 
 // ReleaseOutcome is what the release script did.
@@ -203,9 +220,13 @@ func (s *Store) Compensate(ctx context.Context, r Release) (ReleaseOutcome, erro
 
 func (s *Store) release(ctx context.Context, r Release, mode string) (ReleaseOutcome, error) {
 	k := s.Keys(r.Item)
+	forget := "0"
+	if r.Forget {
+		forget = "1"
+	}
 	res, err := releaseScript.Run(ctx, s.rdb,
-		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.RequestID), k.Req(r.RequestID), k.Order(r.OrderNo)},
-		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second),
+		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.OrderNo), k.Req(r.RequestID), k.Order(r.OrderNo)},
+		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second), forget,
 	).Text()
 	if err != nil {
 		return "", fmt.Errorf("running release script: %w", err)
@@ -233,7 +254,7 @@ func (s *Store) Claim(ctx context.Context, it Item, refs []Ref) ([]ClaimStatus, 
 	keys = append(keys, k.Journal)
 	args = append(args, int64(FateLifetime/time.Second))
 	for _, r := range refs {
-		keys = append(keys, k.Fate(r.RequestID))
+		keys = append(keys, k.Fate(r.OrderNo))
 		args = append(args, r.RequestID, r.OrderNo)
 	}
 	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
@@ -338,3 +359,37 @@ func (s *Store) TraceParent(ctx context.Context, it Item, requestID string) (str
 
 // Client is the Redis client the store runs on.
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Decided is a decided request whose dedup record RestoreDedup rebuilds.
+type Decided struct {
+	RequestID   string
+	OrderNo     string
+	Fingerprint string
+	Event       []byte
+}
+
+// RestoreDedup rebuilds the missing dedup records (and order-number index)
+// of decided requests of one item, leaving existing ones alone; remaining is
+// what a replay will report. It returns how many it rebuilt.
+func (s *Store) RestoreDedup(ctx context.Context, it Item, recs []Decided, remaining int64) (int64, error) {
+	k := s.Keys(it)
+	expireAt := time.Now().Add(DedupLifetime).Unix()
+	var total int64
+	for len(recs) > 0 {
+		chunk := recs[:min(len(recs), 500)]
+		recs = recs[len(chunk):]
+		keys := make([]string, 0, 2*len(chunk))
+		args := make([]any, 0, 1+5*len(chunk))
+		args = append(args, expireAt)
+		for _, r := range chunk {
+			keys = append(keys, k.Req(r.RequestID), k.Order(r.OrderNo))
+			args = append(args, r.Fingerprint, r.OrderNo, remaining, r.Event, r.RequestID)
+		}
+		n, err := restoreScript.Run(ctx, s.rdb, keys, args...).Int64()
+		if err != nil {
+			return total, fmt.Errorf("restoring dedup records of %s: %w", it, err)
+		}
+		total += n
+	}
+	return total, nil
+}

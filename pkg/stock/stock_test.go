@@ -199,3 +199,83 @@ func TestPreheatDoesNotOverwriteRunningStock(t *testing.T) {
 		t.Errorf("preheating an ended sale: %v", err)
 	}
 }
+
+// TestEveryAbortedReservationStaysReleased: a requestId whose produce failed
+// twice has two aborted reservations; a late event of the first must still
+// be recognised as a ghost after the second abort and a third, successful
+// reservation.
+func TestEveryAbortedReservationStaysReleased(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 1)
+	abort := func(orderNo string) {
+		t.Helper()
+		if out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: orderNo}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
+			t.Fatalf("abort %s: %s %v", orderNo, out, err)
+		}
+	}
+	f.reserve(t, "r", "A", 1, 1, "fp")
+	abort("A")
+	f.reserve(t, "r", "A2", 1, 1, "fp")
+	abort("A2")
+	f.reserve(t, "r", "B", 1, 1, "fp")
+	claims, err := f.s.Claim(ctx, f.item, []stock.Ref{{RequestID: "r", OrderNo: "A"}, {RequestID: "r", OrderNo: "A2"}, {RequestID: "r", OrderNo: "B"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []stock.ClaimStatus{stock.ClaimReleased, stock.ClaimReleased, stock.ClaimOK}
+	for i := range want {
+		if claims[i] != want[i] {
+			t.Errorf("claim #%d: %s, want %s", i, claims[i], want[i])
+		}
+	}
+	if f.stock(t) != 4 {
+		t.Errorf("stock %d, want 4 (only B holds a unit)", f.stock(t))
+	}
+}
+
+// TestForgetDropsTheDedupRecord: a reservation refused because its requestId
+// was decided for another one is given back without leaving a record that
+// would show its number as PENDING; a plain compensation keeps the record.
+func TestForgetDropsTheDedupRecord(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 1)
+	f.reserve(t, "kept", "ok", 1, 1, "fp")
+	f.reserve(t, "gone", "og", 2, 1, "fp")
+	if _, err := f.s.Compensate(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "kept", OrderNo: "ok"}, UserID: 1, Quantity: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.Compensate(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "gone", OrderNo: "og"}, UserID: 2, Quantity: 1, Forget: true}); err != nil {
+		t.Fatal(err)
+	}
+	if f.r.Client.Exists(ctx, f.keys.Req("kept"), f.keys.Order("ok")).Val() != 2 {
+		t.Error("a plain compensation dropped the dedup record")
+	}
+	if f.r.Client.Exists(ctx, f.keys.Req("gone"), f.keys.Order("og")).Val() != 0 {
+		t.Error("forget left the dedup record")
+	}
+	if _, found, _ := f.s.Pending(ctx, f.item, "og"); found {
+		t.Error("forgotten reservation still looks pending")
+	}
+	if f.stock(t) != 5 {
+		t.Errorf("stock %d, want 5", f.stock(t))
+	}
+}
+
+func TestRestoreDedupKeepsExistingRecords(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 1)
+	f.reserve(t, "live", "o-live", 1, 1, "fp-live")
+	n, err := f.s.RestoreDedup(ctx, f.item, []stock.Decided{
+		{RequestID: "live", OrderNo: "other", Fingerprint: "x", Event: []byte(`{}`)},
+		{RequestID: "lost", OrderNo: "o-lost", Fingerprint: "fp-lost", Event: []byte(`{"orderNo":"o-lost"}`)},
+	}, 4)
+	if err != nil || n != 1 {
+		t.Fatalf("restored %d (%v), want 1", n, err)
+	}
+	if res := f.reserve(t, "live", "new", 1, 1, "fp-live"); res.Outcome != stock.Replayed || res.OrderNo != "o-live" {
+		t.Errorf("existing record was overwritten: %+v", res)
+	}
+	if res := f.reserve(t, "lost", "new2", 2, 1, "fp-lost"); res.Outcome != stock.Replayed || res.OrderNo != "o-lost" || res.Remaining != 4 {
+		t.Errorf("restored record does not replay: %+v", res)
+	}
+}
