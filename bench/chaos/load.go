@@ -72,6 +72,12 @@ type loadResult struct {
 	// replayAnswers counts the answers to replays; all should be "200".
 	replayAnswers map[string]int
 	pays          map[string]payAnswer // by orderNo
+	// outage is set while a scenario has Redis without the sale (keys lost,
+	// not yet repaired): the gateway cannot know a replay then and refuses
+	// it as NOT_ON_SALE; such refusals are counted, not judged. Replays
+	// after the repair must return the first answer.
+	outage        bool
+	outageRefused int
 }
 
 func newLoadResult() *loadResult {
@@ -204,6 +210,8 @@ func (l *loader) replay(ctx context.Context, r *request) {
 	case a.orderNo != "" && a.orderNo != r.orderNo && !slices.Contains(r.mismatched, a.orderNo):
 		r.mismatched = append(r.mismatched, a.orderNo)
 	case a.orderNo != "" && a.orderNo != r.orderNo:
+	case a.orderNo == "" && !a.retriable() && l.res.outage:
+		l.res.outageRefused++
 	case a.orderNo == "" && !a.retriable():
 		r.refused = append(r.refused, a.String())
 	}
@@ -288,12 +296,14 @@ func decodeAnswer(res *http.Response) answer {
 type counts struct {
 	requests, attempts, accepted, replays, mismatched int
 	paid, payClosed, payOther                         int
+	outageRefused                                     int
 }
 
 func (r *loadResult) counts() counts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := counts{requests: len(r.requests), attempts: r.attempts, accepted: len(r.accepted), replays: r.replays}
+	c := counts{requests: len(r.requests), attempts: r.attempts, accepted: len(r.accepted), replays: r.replays,
+		outageRefused: r.outageRefused}
 	for _, q := range r.requests {
 		c.mismatched += len(q.mismatched)
 	}

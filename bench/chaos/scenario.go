@@ -100,6 +100,8 @@ func (s *Suite) measureResume(ctx context.Context, restart time.Time) {
 // leave drift for the next check).
 func redisKeysLost(ctx context.Context, s *Suite, act int64) (string, error) {
 	at := s.since()
+	s.setOutage(true)
+	defer s.setOutage(false)
 	n, err := s.loseSale(ctx, act)
 	if err != nil {
 		return "", err
@@ -118,6 +120,7 @@ func redisKeysLost(ctx context.Context, s *Suite, act int64) (string, error) {
 	}
 	fixAt := s.since()
 	code, out := s.reconcile(ctx, "--fix")
+	s.setOutage(false)
 	desc := fmt.Sprintf("deleted %d keys at %s, worker caught up, reconciler --once --fix at %s exit %d (done %s)",
 		n, at, fixAt, code, s.since())
 	if code != 0 {
@@ -220,8 +223,8 @@ func (r Result) Detail() string {
 	fmt.Fprintf(&b, "  fault: %s\n", r.Fault)
 	fmt.Fprintf(&b, "  attempts %d, rejected %d, closed %d, paid %d (pay answers: %d PAID, %d ORDER_CLOSED, %d other)\n",
 		r.Load.attempts, a.rejected, a.closed, a.paidDB, r.Load.paid, r.Load.payClosed, r.Load.payOther)
-	fmt.Fprintf(&b, "  replays %d %v (%d answered another orderNo, %d refused), duplicates in Postgres %d\n",
-		r.Load.replays, r.ReplayAnswers, r.Load.mismatched, a.refusedReplays, a.dbDuplicates)
+	fmt.Fprintf(&b, "  replays %d %v (%d answered another orderNo, %d refused, %d refused while the sale was lost), duplicates in Postgres %d\n",
+		r.Load.replays, r.ReplayAnswers, r.Load.mismatched, a.refusedReplays, r.Load.outageRefused, a.dbDuplicates)
 	fmt.Fprintf(&b, "  drained in %s, reconciler exit %d in %s; %s\n", r.Drained.Round(100*time.Millisecond),
 		r.ReconcileExit, r.Took.Round(100*time.Millisecond), r.Worker)
 	fmt.Fprintf(&b, "  answers %v", r.Answers)
@@ -506,4 +509,14 @@ func (s *Suite) getOrder(ctx context.Context, orderNo string) string {
 	}
 	json.NewDecoder(res.Body).Decode(&body) //nolint:errcheck
 	return strings.TrimSpace(fmt.Sprintf("%d %s %s %s", res.StatusCode, body.Status, body.Reason, body.Error.Code))
+}
+
+// setOutage marks the window in which the sale's Redis keys are lost.
+func (s *Suite) setOutage(on bool) {
+	if s.load == nil {
+		return
+	}
+	s.load.mu.Lock()
+	s.load.outage = on
+	s.load.mu.Unlock()
 }
