@@ -172,13 +172,8 @@ type orderView struct {
 }
 
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
-	orderNo := r.PathValue("orderNo")
-	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
-		span.SetAttributes(telemetry.AttrOrderNo.String(orderNo))
-	}
-	item, ok := parseOrderNo(orderNo)
+	orderNo, item, ok := orderFromPath(w, r)
 	if !ok {
-		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
 		return
 	}
 	o, err := s.lookupOrder(r.Context(), orderNo)
@@ -252,3 +247,17 @@ func (s *Server) lookupOrder(ctx context.Context, orderNo string) (order.Order, 
 
 // pgTimeout bounds a Postgres call made while a client waits.
 const pgTimeout = 2 * time.Second
+
+// orderFromPath reads {orderNo}, tags the request's span with it and finds
+// the item it names; an unparsable number is answered 404 here.
+func orderFromPath(w http.ResponseWriter, r *http.Request) (string, stock.Item, bool) {
+	orderNo := r.PathValue("orderNo")
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+		span.SetAttributes(telemetry.AttrOrderNo.String(orderNo))
+	}
+	item, ok := parseOrderNo(orderNo)
+	if !ok {
+		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
+	}
+	return orderNo, item, ok
+}

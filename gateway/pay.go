@@ -4,10 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"orderpipe/pkg/order"
-	"orderpipe/pkg/telemetry"
 )
 
 type orderPaid struct {
@@ -19,13 +16,8 @@ type orderPaid struct {
 // A closed order answers 409 ORDER_CLOSED, a reservation not yet persisted
 // 409 ORDER_PENDING (retry), a rejected request's number 409 ORDER_REJECTED.
 func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
-	orderNo := r.PathValue("orderNo")
-	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
-		span.SetAttributes(telemetry.AttrOrderNo.String(orderNo))
-	}
-	item, ok := parseOrderNo(orderNo)
+	orderNo, item, ok := orderFromPath(w, r)
 	if !ok {
-		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
 		return
 	}
 	_, err := s.deps.Orders.Pay(r.Context(), orderNo)
