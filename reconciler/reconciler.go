@@ -389,6 +389,13 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []
 		opts.FenceFunc = func(ctx context.Context, tx order.Execer) error { return l.CheckFence(ctx, tx) }
 	}
 	rep := ItemReport{ActivityID: it.ActivityID, ItemID: it.ItemID}
+	if l != nil {
+		// Before the fix puts the sale back on: a retry that arrives once it
+		// is on sale again must find its dedup record and replay.
+		if err := r.restoreDedup(ctx, it, &rep); err != nil {
+			return rep, err
+		}
+	}
 	err := r.deps.Orders.WithItemLocked(ctx, it.ActivityID, it.ItemID, opts, func(ctx context.Context, li *order.LockedItem) error {
 		// Read under the lock: an entry created as an order must be known
 		// as such, and no entry journaled from now on can be.
@@ -431,9 +438,6 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []
 		}
 		return decode(out, li.Stock, users, &rep)
 	})
-	if err == nil && l != nil {
-		err = r.restoreDedup(ctx, it, &rep)
-	}
 	return rep, err
 }
 
@@ -452,11 +456,9 @@ func (r *Reconciler) restoreDedup(ctx context.Context, it stock.Item, rep *ItemR
 		recs[i] = stock.Decided{RequestID: d.RequestID, OrderNo: d.OrderNo, Event: ev.Marshal(),
 			Fingerprint: stock.Fingerprint(d.UserID, d.ActivityID, d.ItemID, d.Quantity)}
 	}
-	remaining := int64(0)
-	if rep.RedisStock != nil {
-		remaining = *rep.RedisStock
-	}
-	rep.RestoredDedup, err = r.deps.Stock.RestoreDedup(ctx, it, recs, remaining)
+	// A replay reports the remaining stock of its first answer; that number
+	// is lost with the record, and 0 is the honest lower bound.
+	rep.RestoredDedup, err = r.deps.Stock.RestoreDedup(ctx, it, recs, 0)
 	return err
 }
 
