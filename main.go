@@ -90,6 +90,10 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		if err != nil {
 			return err
 		}
+		if telemetry.TracingOn() {
+			log.Info("tracing on", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+				"sampler", os.Getenv("OTEL_TRACES_SAMPLER"), "sampler_arg", os.Getenv("OTEL_TRACES_SAMPLER_ARG"))
+		}
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
