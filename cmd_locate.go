@@ -65,7 +65,7 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 		return err
 	}
 	defer pool.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 2,
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 2,
 		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	defer rdb.Close()
 	f := locate.Finder{Orders: order.NewStore(pool), Stock: stock.New(rdb, cfg.RedisPrefix)}

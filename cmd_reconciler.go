@@ -59,7 +59,7 @@ func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []str
 		return reconciler.ExitError
 	}
 	defer pool.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 8,
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 8,
 		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	defer rdb.Close()
 	telemetry.InstrumentRedis(rdb)

@@ -53,7 +53,7 @@ var envVars = [][3]string{
 	{"HTTP_ADDR", ":8080", "gateway listen address"},
 	{"DATABASE_URL", database.DefaultURL, "Postgres; the database is created if missing"},
 	{"DB_MAX_CONNS", "20", "Postgres pool size per process"},
-	{"REDIS_ADDR", "127.0.0.1:6379", "Redis host:port"},
+	{"REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated nodes ⇒ Redis Cluster"},
 	{"REDIS_KEY_PREFIX", "", "prefix of every Redis key (isolates tenants/tests)"},
 	{"KAFKA_BROKERS", "", "comma-separated brokers; empty ⇒ `all` starts an embedded broker"},
 	{"KAFKA_EMBEDDED_PORT", "9092", "port of the embedded broker (127.0.0.1)"},

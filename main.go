@@ -212,7 +212,9 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		return err
 	}
 	defer pool.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 256, MinIdleConns: 16,
+	// One address: a single Redis; several: a Redis Cluster (every script
+	// touches the keys of one hash tag, so it runs on any cluster layout).
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 256, MinIdleConns: 16,
 		DialTimeout: cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 	defer rdb.Close()
 	telemetry.InstrumentRedis(rdb)
@@ -293,7 +295,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	return errors.Join(errs...)
 }
 
-func readyChecks(rdb *redis.Client, pool *pgxpool.Pool, brokers []string) map[string]gateway.PingFunc {
+func readyChecks(rdb redis.UniversalClient, pool *pgxpool.Pool, brokers []string) map[string]gateway.PingFunc {
 	return map[string]gateway.PingFunc{
 		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		"postgres": func(ctx context.Context) error { return pool.Ping(ctx) },
@@ -311,4 +313,16 @@ func serveMetrics(ctx context.Context, addr string, m *telemetry.Metrics) error 
 		return fmt.Errorf("serving metrics on %s: %w", addr, err)
 	}
 	return nil
+}
+
+// redisAddrs splits REDIS_ADDR: one host:port, or a comma-separated list of
+// Redis Cluster nodes.
+func redisAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }

@@ -17,8 +17,11 @@ import (
 // traced pass makes no root spans. (redisotel builds the caller and the full
 // command text, the event JSON included, before it knows whether the span
 // records, and starts a root span for every parentless command.)
-func InstrumentRedis(rdb *redis.Client) {
-	host, _, _ := net.SplitHostPort(rdb.Options().Addr)
+func InstrumentRedis(rdb redis.UniversalClient) {
+	host := ""
+	if c, ok := rdb.(*redis.Client); ok {
+		host, _, _ = net.SplitHostPort(c.Options().Addr)
+	}
 	rdb.AddHook(redisHook{host: host})
 }
 
