@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -72,7 +73,7 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 	for _, it := range body.Items {
 		a.Items = append(a.Items, order.ItemStock{ActivityID: id, ItemID: it.ItemID, InitialStock: it.Stock})
 	}
-	err := s.deps.Orders.UpsertActivity(r.Context(), a)
+	err := s.inPostgres(r.Context(), func(ctx context.Context) error { return s.deps.Orders.UpsertActivity(ctx, a) })
 	if errors.Is(err, order.ErrStockBelowSold) {
 		writeError(w, http.StatusConflict, "STOCK_BELOW_SOLD", err.Error())
 		return
@@ -131,7 +132,7 @@ type itemView struct {
 }
 
 func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, id int64) {
-	a, err := s.deps.Orders.GetActivity(r.Context(), id)
+	a, err := s.activity(r.Context(), id)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 		return
@@ -154,7 +155,7 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
 	}
-	a, err := s.deps.Orders.GetActivity(r.Context(), id)
+	a, err := s.activity(r.Context(), id)
 	if errors.Is(err, order.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "ACTIVITY_NOT_FOUND", "no such activity")
 		return
@@ -165,9 +166,14 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 	}
 	v := viewOfActivity(a)
 	for i, it := range a.Items {
-		loaded, err := s.deps.Stock.Preheat(r.Context(), stock.Sale{
-			Item:  stock.Item{ActivityID: id, ItemID: it.ItemID},
-			Stock: it.Stock, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: a.PerUserLimit,
+		var loaded bool
+		err := s.inRedis(r.Context(), func(ctx context.Context) error {
+			var err error
+			loaded, err = s.deps.Stock.Preheat(ctx, stock.Sale{
+				Item:  stock.Item{ActivityID: id, ItemID: it.ItemID},
+				Stock: it.Stock, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: a.PerUserLimit,
+			})
+			return err
 		})
 		if errors.Is(err, stock.ErrSaleOver) {
 			writeError(w, http.StatusConflict, "SALE_ENDED", "the activity has ended")
@@ -179,7 +185,9 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// Postgres remembers what Redis must hold, for the reconciler.
-		if err := s.deps.Orders.MarkPreheated(r.Context(), id, it.ItemID); err != nil {
+		if err := s.inPostgres(r.Context(), func(ctx context.Context) error {
+			return s.deps.Orders.MarkPreheated(ctx, id, it.ItemID)
+		}); err != nil {
 			s.deps.Log.Error("marking preheated", "activity_id", id, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 			return
@@ -187,4 +195,14 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 		v.Items[i].Loaded = &loaded
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) activity(ctx context.Context, id int64) (order.Activity, error) {
+	var a order.Activity
+	err := s.inPostgres(ctx, func(ctx context.Context) error {
+		var err error
+		a, err = s.deps.Orders.GetActivity(ctx, id)
+		return err
+	})
+	return a, err
 }

@@ -69,11 +69,9 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 
 	var res stock.ReserveResult
 	start := time.Now()
-	err := s.redisCB.Do(func() error {
-		rctx, cancel := context.WithTimeout(ctx, s.cfg.ReserveTimeout)
-		defer cancel()
+	err := s.inRedis(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = s.deps.Stock.Reserve(rctx, stock.Reservation{
+		res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
 			Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
 			Fingerprint: req.fingerprint(), Event: msg.Value, Now: now, TraceParent: traceParent,
 		})
@@ -188,9 +186,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	var raw []byte
 	var found bool
-	err = s.redisCB.Do(func() error {
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReserveTimeout)
-		defer cancel()
+	err = s.inRedis(r.Context(), func(ctx context.Context) error {
 		var err error
 		raw, found, err = s.deps.Stock.Pending(ctx, item, orderNo)
 		return err
@@ -227,26 +223,13 @@ func viewOf(o order.Order) orderView {
 // time. order.ErrNotFound is an answer, not a failure.
 func (s *Server) lookupOrder(ctx context.Context, orderNo string) (order.Order, error) {
 	var o order.Order
-	var notFound error
-	err := s.pgCB.Do(func() error {
-		ctx, cancel := context.WithTimeout(ctx, pgTimeout)
-		defer cancel()
+	err := s.inPostgres(ctx, func(ctx context.Context) error {
 		var err error
 		o, err = s.deps.Orders.GetOrder(ctx, orderNo)
-		if errors.Is(err, order.ErrNotFound) {
-			notFound = err
-			return nil
-		}
 		return err
 	})
-	if notFound != nil {
-		return order.Order{}, notFound
-	}
 	return o, err
 }
-
-// pgTimeout bounds a Postgres call made while a client waits.
-const pgTimeout = 2 * time.Second
 
 // orderFromPath reads {orderNo}, tags the request's span with it and finds
 // the item it names; an unparsable number is answered 404 here.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -20,10 +21,21 @@ func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	_, err := s.deps.Orders.Pay(r.Context(), orderNo)
+	pay := func() error {
+		return s.inPostgres(r.Context(), func(ctx context.Context) error {
+			_, err := s.deps.Orders.Pay(ctx, orderNo)
+			return err
+		})
+	}
+	err := pay()
 	if errors.Is(err, order.ErrNotFound) {
 		// Maybe still only reserved: the worker has not persisted it yet.
-		_, found, perr := s.deps.Stock.Pending(r.Context(), item, orderNo)
+		var found bool
+		perr := s.inRedis(r.Context(), func(ctx context.Context) error {
+			var err error
+			_, found, err = s.deps.Stock.Pending(ctx, item, orderNo)
+			return err
+		})
 		if perr != nil {
 			s.deps.Log.ErrorContext(r.Context(), "looking up pending order", "order_no", orderNo, "err", perr)
 			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
@@ -35,7 +47,7 @@ func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
 		}
 		// The dedup record outlives the commit, and the worker may have
 		// committed between the two reads: Postgres wins.
-		_, err = s.deps.Orders.Pay(r.Context(), orderNo)
+		err = pay()
 		if errors.Is(err, order.ErrNotFound) {
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusConflict, "ORDER_PENDING", "order is not persisted yet; retry shortly")

@@ -1,0 +1,45 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+)
+
+// pgTimeout bounds a Postgres call made while a client waits.
+const pgTimeout = 2 * time.Second
+
+// inPostgres runs fn through the Postgres breaker, bounded in time. The
+// store's domain errors are answers, not failures: they never trip it.
+func (s *Server) inPostgres(ctx context.Context, fn func(ctx context.Context) error) error {
+	return guarded(ctx, s.pgCB.Do, pgTimeout, fn, order.ErrNotFound, order.ErrOrderClosed, order.ErrOrderRejected, order.ErrStockBelowSold)
+}
+
+// inRedis runs fn through the Redis breaker, bounded by REDIS_TIMEOUT.
+func (s *Server) inRedis(ctx context.Context, fn func(ctx context.Context) error) error {
+	return guarded(ctx, s.redisCB.Do, s.cfg.ReserveTimeout, fn, stock.ErrSaleOver)
+}
+
+func guarded(ctx context.Context, do func(func() error) error, timeout time.Duration,
+	fn func(ctx context.Context) error, answers ...error) error {
+	var answer error
+	err := do(func() error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		err := fn(ctx)
+		for _, a := range answers {
+			if errors.Is(err, a) {
+				answer = err
+				return nil
+			}
+		}
+		return err
+	})
+	if answer != nil {
+		return answer
+	}
+	return err
+}
