@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"orderpipe/pkg/breaker"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -69,7 +71,8 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 
 	var res stock.ReserveResult
 	start := time.Now()
-	err := s.inRedis(ctx, func(ctx context.Context) error {
+	// Not cancelled by a client hanging up: a reserve that ran must be known.
+	err := s.inRedis(context.WithoutCancel(ctx), func(ctx context.Context) error {
 		var err error
 		res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
 			Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
@@ -81,6 +84,14 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		telemetry.RecordError(span, err)
 		s.deps.Log.ErrorContext(ctx, "reserve failed", "request_id", req.RequestID, "err", err)
+		var opErr *net.OpError
+		neverSent := errors.Is(err, breaker.ErrOpen) || errors.As(err, &opErr) && opErr.Op == "dial"
+		if !neverSent {
+			// The script may have run and only its reply been lost: undo it,
+			// so "nothing was reserved" stays true.
+			s.abort(ctx, ev, err, w)
+			return
+		}
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 		return
 	}
@@ -134,10 +145,11 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
 }
 
-// abort gives a reservation back after a failed produce. If a worker has
-// already claimed it, the event did arrive and the answer is 202 after all.
-// If Redis cannot be reached either, the journal entry stays and the redrive
-// publishes it later; the client's retry with the same requestId replays it.
+// abort gives a reservation back after a failed produce (or a reserve whose
+// reply was lost). If a worker has already claimed it, the event did arrive
+// and the answer is 202 after all. If Redis cannot be reached, the outcome is
+// unknown: a journal entry, if any, is published later by the redrive, and
+// the client's retry with the same requestId replays it.
 func (s *Server) abort(ctx context.Context, ev event.OrderRequested, produceErr error, w http.ResponseWriter) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReserveTimeout)
 	defer cancel()
@@ -150,9 +162,15 @@ func (s *Server) abort(ctx context.Context, ev event.OrderRequested, produceErr 
 		writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending})
 		return
 	}
-	s.deps.Log.ErrorContext(ctx, "produce failed, reservation released", "request_id", ev.RequestID, "order_no", ev.OrderNo,
-		"err", produceErr, "release_err", err, "release", out)
-	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order queue unavailable, nothing was reserved; retry with the same requestId")
+	if err != nil {
+		s.deps.Log.ErrorContext(ctx, "release after a failure failed: outcome unknown", "request_id", ev.RequestID,
+			"order_no", ev.OrderNo, "err", produceErr, "release_err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "service unavailable; the outcome is unknown: retry with the same requestId")
+		return
+	}
+	s.deps.Log.ErrorContext(ctx, "request failed, nothing stays reserved", "request_id", ev.RequestID, "order_no", ev.OrderNo,
+		"err", produceErr, "release", out)
+	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "service unavailable, nothing was reserved; retry with the same requestId")
 }
 
 type orderView struct {

@@ -12,7 +12,15 @@
 --   still holds that live order) instead of being deleted.
 local fate = redis.call('GET', KEYS[4])
 if fate == 'released:' .. ARGV[2] then return 'ALREADY_RELEASED' end
-if ARGV[4] == 'abort' and fate == 'claimed:' .. ARGV[2] then return 'CLAIMED' end
+if ARGV[4] == 'abort' then
+  if fate == 'claimed:' .. ARGV[2] then return 'CLAIMED' end
+  -- An abort may follow a reserve whose reply was lost: give back only what
+  -- this orderNo actually reserved.
+  local e = redis.call('HGET', KEYS[3], ARGV[1])
+  if redis.call('HGET', KEYS[5], 'orderNo') ~= ARGV[2] and not (e and cjson.decode(e)['orderNo'] == ARGV[2]) then
+    return 'NOT_RESERVED'
+  end
+end
 redis.call('SET', KEYS[4], 'released:' .. ARGV[2], 'EX', ARGV[6])
 -- A missing stock key means Redis lost the sale; the reconciler rebuilds it
 -- from Postgres, which already counts this unit, so it is not recreated here.

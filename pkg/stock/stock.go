@@ -204,6 +204,9 @@ const (
 	// Claimed: an abort found the reservation owned by a worker; the event
 	// was delivered after all and nothing was released.
 	Claimed ReleaseOutcome = "CLAIMED"
+	// NotReserved: an abort found no reservation of that orderNo (the
+	// reserve whose reply was lost never ran); nothing changed.
+	NotReserved ReleaseOutcome = "NOT_RESERVED"
 )
 
 // Abort gives back a reservation whose event the gateway could not produce,

@@ -279,3 +279,25 @@ func TestRestoreDedupKeepsExistingRecords(t *testing.T) {
 		t.Errorf("restored record does not replay: %+v", res)
 	}
 }
+
+// TestAbortGivesBackOnlyWhatWasReserved: an abort after a reserve whose
+// reply was lost must not create stock when the reserve never ran.
+func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 1)
+	out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "never", OrderNo: "o-never"}, UserID: 1, Quantity: 1})
+	if err != nil || out != stock.NotReserved {
+		t.Fatalf("abort of a reserve that never ran: %s %v", out, err)
+	}
+	if f.stock(t) != 5 || f.r.Client.Exists(ctx, f.keys.Fate("o-never")).Val() != 0 {
+		t.Errorf("abort of nothing changed redis: stock %d", f.stock(t))
+	}
+	// A reserve that did run (its reply lost) is given back.
+	f.reserve(t, "ran", "o-ran", 1, 1, "fp")
+	if out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "ran", OrderNo: "o-ran"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
+		t.Fatalf("abort of a reserve that ran: %s %v", out, err)
+	}
+	if f.stock(t) != 5 {
+		t.Errorf("stock %d, want 5", f.stock(t))
+	}
+}
