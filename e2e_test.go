@@ -193,6 +193,33 @@ func TestAdminAPI(t *testing.T) {
 	if r := p.do(t, "PUT", "/admin/v1/activities/3", "application/json", bad, auth...); r.Status != 400 || r.Code() != "INVALID_REQUEST" {
 		t.Errorf("bad window: %d %v", r.Status, r.Body)
 	}
+	for _, tc := range []struct {
+		name, contentType, body string
+		status                  int
+		mentions                string
+	}{
+		{"BadDate", "application/json", `{"name":"x","startsAt":"yesterday","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "startsAt"},
+		{"DateNotString", "application/json", `{"name":"x","startsAt":5,"endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "startsAt"},
+		{"ControlCharInName", "application/json", `{"name":"a\u0000b","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "name"},
+		{"UnknownField", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[],"price":1}`, 400, "price"},
+		{"TrailingData", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]} junk`, 400, "one JSON object"},
+		{"NoItems", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[]}`, 400, "items"},
+		{"NotJSON", "text/plain", `{}`, 415, "Content-Type"},
+		{"TooLarge", "application/json", `{"name":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := p.do(t, "PUT", "/admin/v1/activities/3", tc.contentType, tc.body, auth...)
+			msg, _ := r.Body["error"].(map[string]any)["message"].(string)
+			if r.Status != tc.status || !strings.Contains(msg, tc.mentions) {
+				t.Errorf("got %d %v, want %d mentioning %q", r.Status, r.Body, tc.status, tc.mentions)
+			}
+		})
+	}
+	var activities int
+	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM activities`).Scan(&activities)
+	if activities != 0 {
+		t.Fatalf("rejected upserts created %d activities", activities)
+	}
 	if r := p.do(t, "POST", "/admin/v1/activities/3/preheat", "", nil, auth...); r.Status != 404 || r.Code() != "ACTIVITY_NOT_FOUND" {
 		t.Errorf("preheat unknown: %d %v", r.Status, r.Body)
 	}

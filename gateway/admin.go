@@ -3,12 +3,13 @@ package gateway
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -29,8 +30,8 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 
 type activityBody struct {
 	Name         string     `json:"name"`
-	StartsAt     time.Time  `json:"startsAt"`
-	EndsAt       time.Time  `json:"endsAt"`
+	StartsAt     string     `json:"startsAt"` // RFC 3339, parsed by validActivity
+	EndsAt       string     `json:"endsAt"`
 	PerUserLimit int        `json:"perUserLimit"`
 	Items        []itemBody `json:"items"`
 }
@@ -55,23 +56,17 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body activityBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		apiErr := jsonError(err)
+	if apiErr := decodeJSON(r.Header.Get("Content-Type"), http.MaxBytesReader(w, r.Body, maxAdminBody+1), maxAdminBody, &body); apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
 	}
 	if body.PerUserLimit == 0 {
 		body.PerUserLimit = 1
 	}
-	if apiErr := validActivity(body); apiErr != nil {
+	a, apiErr := validActivity(id, body)
+	if apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
-	}
-	a := order.Activity{ID: id, Name: body.Name, StartsAt: body.StartsAt, EndsAt: body.EndsAt, PerUserLimit: body.PerUserLimit}
-	for _, it := range body.Items {
-		a.Items = append(a.Items, order.ItemStock{ActivityID: id, ItemID: it.ItemID, InitialStock: it.Stock})
 	}
 	err := s.inPostgres(r.Context(), func(ctx context.Context) error { return s.deps.Orders.UpsertActivity(ctx, a) })
 	if errors.Is(err, order.ErrStockBelowSold) {
@@ -86,33 +81,46 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 	s.writeActivity(w, r, id)
 }
 
-func validActivity(b activityBody) *apiError {
+// maxAdminBody bounds an activity upsert (1000 items fit easily).
+const maxAdminBody = 1 << 20
+
+// validActivity checks an upsert and builds the activity it describes.
+func validActivity(id int64, b activityBody) (order.Activity, *apiError) {
+	a := order.Activity{ID: id, Name: b.Name, PerUserLimit: b.PerUserLimit}
+	var err error
+	if a.StartsAt, err = time.Parse(time.RFC3339, b.StartsAt); err != nil {
+		return a, invalid("startsAt must be an RFC 3339 time such as 2026-11-29T10:00:00Z")
+	}
+	if a.EndsAt, err = time.Parse(time.RFC3339, b.EndsAt); err != nil {
+		return a, invalid("endsAt must be an RFC 3339 time such as 2026-11-29T11:00:00Z")
+	}
 	switch {
 	case strings.TrimSpace(b.Name) == "" || len(b.Name) > 200:
-		return invalid("name must be 1-200 characters")
-	case b.StartsAt.IsZero() || b.EndsAt.IsZero():
-		return invalid("startsAt and endsAt are required (RFC 3339)")
-	case !b.EndsAt.After(b.StartsAt):
-		return invalid("endsAt must be after startsAt")
+		return a, invalid("name must be 1-200 characters")
+	case strings.IndexFunc(b.Name, unicode.IsControl) >= 0 || !utf8.ValidString(b.Name):
+		return a, invalid("name must be printable text")
+	case !a.EndsAt.After(a.StartsAt):
+		return a, invalid("endsAt must be after startsAt")
 	case b.PerUserLimit < 1 || b.PerUserLimit > 100:
-		return invalid("perUserLimit must be between 1 and 100")
+		return a, invalid("perUserLimit must be between 1 and 100")
 	case len(b.Items) == 0 || len(b.Items) > 1000:
-		return invalid("items must hold 1-1000 items")
+		return a, invalid("items must hold 1-1000 items")
 	}
 	seen := map[int64]bool{}
 	for _, it := range b.Items {
 		if it.ItemID <= 0 {
-			return invalid("items[].itemId must be a positive integer")
+			return a, invalid("items[].itemId must be a positive integer")
 		}
 		if it.Stock < 0 || it.Stock > 1_000_000_000 {
-			return invalid("items[].stock must be between 0 and 1000000000")
+			return a, invalid("items[].stock must be between 0 and 1000000000")
 		}
 		if seen[it.ItemID] {
-			return invalid("items[].itemId %d appears twice", it.ItemID)
+			return a, invalid("items[].itemId %d appears twice", it.ItemID)
 		}
 		seen[it.ItemID] = true
+		a.Items = append(a.Items, order.ItemStock{ActivityID: id, ItemID: it.ItemID, InitialStock: it.Stock})
 	}
-	return nil
+	return a, nil
 }
 
 type activityView struct {

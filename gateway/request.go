@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"orderpipe/pkg/stock"
 )
@@ -46,30 +47,9 @@ func (o orderRequest) fingerprint() string {
 // parseOrderRequest decodes and validates an order request. It is pure, so
 // the fuzzer can drive it: every failure is a 4xx apiError, never a panic.
 func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiError) {
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil || mt != "application/json" {
-		return orderRequest{}, &apiError{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
-			Message: "Content-Type must be application/json"}
-	}
-	raw, err := io.ReadAll(io.LimitReader(body, MaxBodyBytes+1))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return orderRequest{}, tooLarge()
-		}
-		return orderRequest{}, invalid("reading body: %v", err)
-	}
-	if len(raw) > MaxBodyBytes {
-		return orderRequest{}, tooLarge()
-	}
 	var req orderRequest
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return orderRequest{}, jsonError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return orderRequest{}, invalid("body must hold exactly one JSON object")
+	if apiErr := decodeJSON(contentType, body, MaxBodyBytes, &req); apiErr != nil {
+		return orderRequest{}, apiErr
 	}
 	if err := validRequestID(req.RequestID); err != nil {
 		return orderRequest{}, err
@@ -88,9 +68,32 @@ func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiEr
 	return req, nil
 }
 
-func tooLarge() *apiError {
-	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "PAYLOAD_TOO_LARGE",
-		Message: "body exceeds " + strconv.Itoa(MaxBodyBytes) + " bytes"}
+// decodeJSON reads one JSON object of at most limit bytes into v, unknown
+// fields refused. Every failure is a 4xx naming what is wrong.
+func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil || mt != "application/json" {
+		return &apiError{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
+			Message: "Content-Type must be application/json"}
+	}
+	raw, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || len(raw) > limit {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "PAYLOAD_TOO_LARGE",
+			Message: "body exceeds " + strconv.Itoa(limit) + " bytes"}
+	}
+	if err != nil {
+		return invalid("reading body: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return invalid("body must hold exactly one JSON object")
+	}
+	return nil
 }
 
 func jsonError(err error) *apiError {
@@ -105,8 +108,12 @@ func jsonError(err error) *apiError {
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return invalid("malformed JSON")
 	}
-	// encoding/json reports unknown fields as `json: unknown field "x"`.
-	return invalid("%s", bytes.TrimPrefix([]byte(err.Error()), []byte("json: ")))
+	// encoding/json reports unknown fields as `json: unknown field "x"`;
+	// anything else is not worth showing a client.
+	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
+		return invalid("%s", strings.TrimPrefix(msg, "json: "))
+	}
+	return invalid("malformed JSON")
 }
 
 func validRequestID(id string) *apiError {
