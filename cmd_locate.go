@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/database"
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/locate"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -36,7 +38,7 @@ Exit status: 0 found, 1 unknown requestId, 2 could not run.
 // runLocate is `orderpipe locate`.
 func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("locate", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs.SetOutput(io.Discard) // errors are reported once, below, with the usage
 	asJSON := fs.Bool("json", false, "JSON output")
 	activity := fs.Int64("activity", 0, "activity id")
 	item := fs.Int64("item", 0, "item id")
@@ -49,11 +51,21 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	if err != nil || len(pos) != 1 || (*item > 0 && *activity == 0) {
+	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, locateUsage)
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+		return nil
+	}
+	switch {
+	case err != nil:
+	case len(pos) != 1:
+		err = errors.New("want exactly one requestId")
+	case *activity < 0 || *item < 0 || (*item > 0 && *activity == 0):
+		err = errors.New("--activity and --item must be positive, and --item needs --activity")
+	case !event.ValidRequestID(pos[0]):
+		err = fmt.Errorf("requestId %q: want 1-64 characters of A-Z a-z 0-9 . _ : -", pos[0])
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orderpipe locate: %v\n%s", err, locateUsage)
 		return exitCode(2)
 	}
 	rid := pos[0]
@@ -62,7 +74,7 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 	defer cancel()
 	pool, err := database.Open(ctx, cfg.DatabaseURL, 2)
 	if err != nil {
-		return err
+		return couldNotRun(err)
 	}
 	defer pool.Close()
 	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 2,
@@ -71,7 +83,7 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 	f := locate.Finder{Orders: order.NewStore(pool), Stock: stock.New(rdb, cfg.RedisPrefix)}
 	rep, err := f.Find(ctx, locate.Query{RequestID: rid, ActivityID: *activity, ItemID: *item})
 	if err != nil {
-		return fmt.Errorf("locating %s: %w", rid, err)
+		return couldNotRun(fmt.Errorf("locating %s: %w", rid, err))
 	}
 	if *asJSON {
 		err = writeJSONLine(stdout, rep)
@@ -91,4 +103,11 @@ func writeJSONLine(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// couldNotRun reports err and exits 2: "could not look", never confused
+// with exit 1, "looked and found nothing".
+func couldNotRun(err error) error {
+	fmt.Fprintf(os.Stderr, "orderpipe locate: could not run: %v\n", err)
+	return exitCode(2)
 }

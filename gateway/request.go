@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
 )
 
@@ -120,12 +121,8 @@ func validRequestID(id string) *apiError {
 	if len(id) < 1 || len(id) > 64 {
 		return invalid("requestId must be 1-64 characters")
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-'
-		if !ok {
-			return invalid("requestId may hold only A-Z a-z 0-9 . _ : -")
-		}
+	if !event.ValidRequestID(id) {
+		return invalid("requestId may hold only A-Z a-z 0-9 . _ : -")
 	}
 	return nil
 }

@@ -65,6 +65,10 @@ func (c *Config) defaults() {
 	}
 }
 
+// batchTimeout bounds one attempt at a batch (Redis claims, the Postgres
+// transaction, acks and compensations).
+const batchTimeout = 30 * time.Second
+
 // Producer sends dead letters; *kafka.Writer is one.
 type Producer interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
@@ -177,7 +181,11 @@ func (w *Worker) fetch(ctx context.Context, r *kafka.Reader) ([]kafka.Message, e
 func (w *Worker) handle(ctx, stop context.Context, r *kafka.Reader, batch []kafka.Message) error {
 	backoff := 100 * time.Millisecond
 	for {
-		err := w.ProcessBatch(ctx, batch)
+		// Bounded per attempt: a Postgres that hangs instead of refusing
+		// must end in a retry, not a worker stuck forever.
+		actx, cancel := context.WithTimeout(ctx, batchTimeout)
+		err := w.ProcessBatch(actx, batch)
+		cancel()
 		if err == nil {
 			break
 		}

@@ -45,6 +45,20 @@ type OrderRequested struct {
 	ReservedAt time.Time `json:"reservedAt"`
 }
 
+// ValidRequestID is the contract's rule: 1–64 characters of [A-Za-z0-9._:-].
+func ValidRequestID(id string) bool {
+	if len(id) < 1 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // Key is the Kafka message key: one item's orders stay in one partition.
 func (e OrderRequested) Key() string { return fmt.Sprintf("%d:%d", e.ActivityID, e.ItemID) }
 
