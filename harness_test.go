@@ -10,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -31,6 +34,9 @@ type pipeline struct {
 	Admin  string // admin token
 	cancel context.CancelFunc
 	done   chan error
+
+	mu       sync.Mutex
+	accepted map[string]string // orderNo → requestId of every 202 this test saw
 }
 
 // mustPipeline starts a pipeline; it is stopped (and drained) at cleanup.
@@ -190,7 +196,16 @@ type orderBody struct {
 
 func (p *pipeline) order(tb testing.TB, b orderBody) apiResponse {
 	tb.Helper()
-	return p.do(tb, http.MethodPost, "/v1/orders", "application/json", b)
+	r := p.do(tb, http.MethodPost, "/v1/orders", "application/json", b)
+	if r.Status == http.StatusAccepted {
+		p.mu.Lock()
+		if p.accepted == nil {
+			p.accepted = map[string]string{}
+		}
+		p.accepted[r.Str("orderNo")] = b.RequestID
+		p.mu.Unlock()
+	}
+	return r
 }
 
 // mustSale creates activity id with items (itemID → stock) through the admin
@@ -285,13 +300,50 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	if rs := p.redisStock(tb, it); rs != s.Stock {
 		tb.Errorf("I5: redis stock %d != db stock %d", rs, s.Stock)
 	}
-	var liveUsers int64
-	if err := p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE activity_id = $1 AND item_id = $2
-		AND status IN ('UNPAID', 'PAID')`, it.ActivityID, it.ItemID).Scan(&liveUsers); err != nil {
+	// I5, markers: exactly one per live order, naming that order's request.
+	rows, err := p.DB.Pool.Query(ctx, `SELECT user_id, request_id FROM orders WHERE activity_id = $1 AND item_id = $2
+		AND status IN ('UNPAID', 'PAID')`, it.ActivityID, it.ItemID)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	if markers := int64(len(testenv.Keys(tb, p.Redis.Client, p.Stock.Keys(it).LimitPattern()))); markers != liveUsers {
+	var user int64
+	var rid string
+	liveUsers := 0
+	if _, err := pgx.ForEachRow(rows, []any{&user, &rid}, func() error {
+		liveUsers++
+		if got := p.Redis.Client.Get(ctx, p.Stock.Keys(it).Limit(user)).Val(); got != rid {
+			tb.Errorf("I5: user %d's limit marker is %q, want their live order's request %q", user, got, rid)
+		}
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	if markers := len(testenv.Keys(tb, p.Redis.Client, p.Stock.Keys(it).LimitPattern())); markers != liveUsers {
 		tb.Errorf("I5: %d limit markers for %d live orders", markers, liveUsers)
+	}
+	// I6: a paid order was never closed, and the status agrees with the times.
+	var badI6 int64
+	if err := p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE (paid_at IS NOT NULL AND closed_at IS NOT NULL)
+		OR (status = 'PAID') <> (paid_at IS NOT NULL) OR (status = 'CLOSED') <> (closed_at IS NOT NULL)`).Scan(&badI6); err != nil {
+		tb.Fatal(err)
+	}
+	if badI6 != 0 {
+		tb.Errorf("I6: %d orders whose status disagrees with paid_at/closed_at", badI6)
+	}
+	// I4: every 202 this test saw ended as an order of that request or a
+	// REJECTED row with a reason.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for orderNo, rid := range p.accepted {
+		var decided bool
+		if err := p.DB.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM orders WHERE order_no = $1 AND request_id = $2)
+			OR EXISTS (SELECT 1 FROM processed_requests WHERE order_no = $1 AND request_id = $2 AND outcome = 'REJECTED' AND reason <> '')`,
+			orderNo, rid).Scan(&decided); err != nil {
+			tb.Fatal(err)
+		}
+		if !decided {
+			tb.Errorf("I4: accepted %s (%s) is neither an order nor an explained rejection", orderNo, rid)
+		}
 	}
 }
 

@@ -197,3 +197,20 @@ func TestDueCompensationsBackOff(t *testing.T) {
 		t.Error("applied row is still due")
 	}
 }
+
+// TestI6IsATableRule: Postgres itself refuses an order both paid and closed,
+// or a status that disagrees with its times.
+func TestI6IsATableRule(t *testing.T) {
+	ctx := context.Background()
+	s := mustStore(t)
+	no := mustOrder(t, s, 1, 1)
+	for _, q := range []string{
+		`UPDATE orders SET status = 'PAID' WHERE order_no = $1`,
+		`UPDATE orders SET status = 'PAID', paid_at = now(), closed_at = now() WHERE order_no = $1`,
+		`UPDATE orders SET closed_at = now() WHERE order_no = $1`,
+	} {
+		if _, err := s.Pool().Exec(ctx, q, no); err == nil {
+			t.Errorf("Postgres accepted %s", q)
+		}
+	}
+}
