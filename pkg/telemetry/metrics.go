@@ -50,7 +50,6 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	f := func(c prometheus.Collector) { reg.MustRegister(c) }
 	latency := []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5}
 	m := &Metrics{
 		Registry: reg,
@@ -86,23 +85,22 @@ func NewMetrics() *Metrics {
 			Help: "Compensations written but not yet applied in Redis."}),
 		OrdersClosed: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_orders_closed_total",
 			Help: "UNPAID orders the closer closed (stock given back)."}),
+		Redriven: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_redrive_republished_total",
+			Help: "Journal entries re-published to Kafka because no worker had decided them (a gateway died before its produce)."}),
+		RedriveAcked: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_redrive_acked_total",
+			Help: "Journal entries of created orders the redrive acknowledged (a worker died before its ack)."}),
+		ReconcilerDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_drift",
+			Help: "Redis stock minus (DB stock minus in flight) per item at the last reconciler pass; 0 when consistent."}, []string{"activity", "item"}),
+		ReconcilerMarkerDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_marker_drift",
+			Help: "Limit markers missing, extra or held by the wrong request per item at the last reconciler pass."}, []string{"activity", "item"}),
+		ReconcilerPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_reconciler_passes_total",
+			Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ProduceSeconds, m.BatchSize, m.ConsumerLag,
-		m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied, m.CompensationsFailed,
-		m.CompensationsPending, m.OrdersClosed} {
-		f(c)
-	}
-	m.Redriven = prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_redrive_republished_total",
-		Help: "Journal entries re-published to Kafka because no worker had decided them (a gateway died before its produce)."})
-	m.RedriveAcked = prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_redrive_acked_total",
-		Help: "Journal entries of created orders the redrive acknowledged (a worker died before its ack)."})
-	m.ReconcilerDrift = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_drift",
-		Help: "Redis stock minus (DB stock minus in flight) per item at the last reconciler pass; 0 when consistent."}, []string{"activity", "item"})
-	m.ReconcilerMarkerDrift = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_marker_drift",
-		Help: "Limit markers missing, extra or held by the wrong request per item at the last reconciler pass."}, []string{"activity", "item"})
-	m.ReconcilerPasses = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_reconciler_passes_total",
-		Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"})
-	reg.MustRegister(m.Redriven, m.RedriveAcked, m.ReconcilerDrift, m.ReconcilerMarkerDrift, m.ReconcilerPasses)
+	// One list, so a new series cannot be declared and left unregistered.
+	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ProduceSeconds, m.BatchSize,
+		m.ConsumerLag, m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied,
+		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
+		m.ReconcilerMarkerDrift, m.ReconcilerPasses)
 	return m
 }
 
