@@ -170,6 +170,13 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return ExitError
 	}
+	// Flags are checked as given: a zero or negative value is a mistake to
+	// report, not something for defaults() to paper over.
+	if err := checkFlags(cfg); err != nil && !*purge {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		fs.Usage()
+		return ExitError
+	}
 
 	if *purge {
 		n, err := PurgeKeys(ctx, cfg.RedisAddr, cfg.RedisPrefix)
@@ -183,35 +190,57 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 	if *strategies {
 		rep, err := RunStrategies(ctx, StrategyConfig{RedisAddr: cfg.RedisAddr, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
 			Stock: cfg.Stock, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed, Progress: stderr})
-		if err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return ExitError
-		}
-		rep.WriteText(stdout)
-		if err := writeJSONFile(*jsonOut, rep); err != nil {
-			fmt.Fprintf(stderr, "bench: %v\n", err)
-			return ExitError
-		}
-		if !rep.OK {
-			return ExitFailed
-		}
-		return ExitOK
+		return finish(rep, err, *jsonOut, stdout, stderr)
 	}
-
 	rep, err := Run(ctx, cfg)
+	return finish(rep, err, *jsonOut, stdout, stderr)
+}
+
+// report is what both modes print and save.
+type report interface {
+	WriteText(io.Writer)
+	Passed() bool
+}
+
+// finish prints a run's report, saves it as JSON and turns it into the exit code.
+func finish[R report](rep R, err error, jsonOut string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return ExitError
 	}
 	rep.WriteText(stdout)
-	if err := writeJSONFile(*jsonOut, rep); err != nil {
+	if err := writeJSONFile(jsonOut, rep); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return ExitError
 	}
-	if !rep.OK {
+	if !rep.Passed() {
 		return ExitFailed
 	}
 	return ExitOK
+}
+
+// checkFlags refuses values defaults() would otherwise silently replace.
+func checkFlags(c Config) error {
+	var errs []string
+	if c.Concurrency < 1 {
+		errs = append(errs, "-c must be at least 1")
+	}
+	if c.Items < 1 {
+		errs = append(errs, "--items must be at least 1")
+	}
+	if c.Quantity < 1 {
+		errs = append(errs, "--quantity must be between 1 and 100")
+	}
+	if c.ActivityID < 0 {
+		errs = append(errs, "--activity must be positive (or 0 for one from the clock)")
+	}
+	if c.Timeout <= 0 || c.DrainTimeout <= 0 || c.WaitReady < 0 {
+		errs = append(errs, "--timeout and --drain-timeout must be positive, --wait-ready not negative")
+	}
+	if len(errs) > 0 {
+		return errors.Join(errors.New(strings.Join(errs, "; ")), c.validate())
+	}
+	return c.validate()
 }
 
 // defaultURL turns a listen address such as ":8080" into a URL on loopback.

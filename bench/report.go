@@ -314,3 +314,6 @@ func writeJSONFile(path string, v any) error {
 	}
 	return nil
 }
+
+// Passed reports whether every invariant held.
+func (r *Report) Passed() bool { return r.OK }

@@ -417,3 +417,6 @@ func (r *StrategyReport) WriteText(w io.Writer) {
 		fmt.Fprintln(w, "FAIL reserve script oversold or granted a user twice")
 	}
 }
+
+// Passed reports whether the reserve script neither oversold nor granted a user twice.
+func (r *StrategyReport) Passed() bool { return r.OK }
