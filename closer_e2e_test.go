@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
 )
 
 // fastCloser closes orders unpaid for a second, checking often.
@@ -29,7 +30,7 @@ func TestCloserClosesUnpaidOrder(t *testing.T) {
 	}
 	orderNo := r.Str("orderNo")
 	var closed apiResponse
-	waitFor(t, 20*time.Second, "the unpaid order CLOSED", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the unpaid order CLOSED", func() bool {
 		closed = p.do(t, http.MethodGet, "/v1/orders/"+orderNo, "", nil)
 		return closed.Str("status") == "CLOSED"
 	})
@@ -51,7 +52,7 @@ func TestCloserClosesUnpaidOrder(t *testing.T) {
 		t.Fatalf("ordering again after the close: %d %v, want 202", again.Status, again.Body)
 	}
 	var st string
-	waitFor(t, 20*time.Second, "the second order persisted", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the second order persisted", func() bool {
 		st = p.do(t, http.MethodGet, "/v1/orders/"+again.Str("orderNo"), "", nil).Str("status")
 		return st != "PENDING" && st != ""
 	})
@@ -59,7 +60,7 @@ func TestCloserClosesUnpaidOrder(t *testing.T) {
 		t.Fatalf("second order of the same user was rejected")
 	}
 	// Left unpaid as well, it closes too and everything adds up again.
-	waitFor(t, 20*time.Second, "the second order CLOSED", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the second order CLOSED", func() bool {
 		return p.do(t, http.MethodGet, "/v1/orders/"+again.Str("orderNo"), "", nil).Str("status") == "CLOSED"
 	})
 	p.waitDrained(t, it)
@@ -87,7 +88,7 @@ func TestPayOrder(t *testing.T) {
 		if r.Status != http.StatusAccepted {
 			t.Fatalf("order %s: %d %v", rid, r.Status, r.Body)
 		}
-		waitFor(t, 20*time.Second, rid+" UNPAID", func() bool {
+		testenv.WaitFor(t, 20*time.Second, rid+" UNPAID", func() bool {
 			return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "UNPAID"
 		})
 		return r.Str("orderNo")
@@ -117,7 +118,7 @@ func TestPayOrder(t *testing.T) {
 			WHERE order_no = ANY($1)`, []string{paidNo, closedNo}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 20*time.Second, "the aged unpaid order CLOSED", func() bool {
+		testenv.WaitFor(t, 20*time.Second, "the aged unpaid order CLOSED", func() bool {
 			return p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil).Str("status") == "CLOSED"
 		})
 		if r := pay(closedNo); r.Status != http.StatusConflict || r.Code() != "ORDER_CLOSED" {

@@ -27,7 +27,7 @@ func TestOrderBecomesUnpaid(t *testing.T) {
 	if r.Status != http.StatusAccepted || r.Str("status") != "PENDING" || r.Body["remaining"] != float64(9) {
 		t.Fatalf("order: %d %v", r.Status, r.Body)
 	}
-	waitFor(t, 10*time.Second, "order UNPAID", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "order UNPAID", func() bool {
 		g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
 		return g.Str("status") == "UNPAID"
 	})

@@ -87,7 +87,7 @@ func mustPipeline(tb testing.TB, comps components, mod func(*config)) *pipeline 
 	go func() { p.done <- runComponents(runCtx, log, cfg, comps, ln) }()
 	tb.Cleanup(p.Stop)
 	if comps.gateway {
-		waitFor(tb, 10*time.Second, "gateway /healthz", func() bool {
+		testenv.WaitFor(tb, 10*time.Second, "gateway /healthz", func() bool {
 			res, err := http.Get(p.URL + "/healthz")
 			if err != nil {
 				return false
@@ -110,18 +110,6 @@ func (p *pipeline) Stop() {
 	case <-p.done:
 	case <-time.After(40 * time.Second):
 		panic("pipeline did not stop")
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -265,7 +253,7 @@ func (p *pipeline) journalLen(tb testing.TB, it stock.Item) int64 {
 // waitDrained waits until the item's journal is empty and no compensation is pending.
 func (p *pipeline) waitDrained(tb testing.TB, it stock.Item) {
 	tb.Helper()
-	waitFor(tb, 30*time.Second, "the pipeline to drain", func() bool {
+	testenv.WaitFor(tb, 30*time.Second, "the pipeline to drain", func() bool {
 		n, err := p.Orders.CountPendingCompensations(context.Background())
 		return err == nil && n == 0 && p.journalLen(tb, it) == 0
 	})

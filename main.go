@@ -74,6 +74,10 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	if len(args) == 0 {
 		return errUsage
 	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Print(usage)
+		return nil
+	}
 	if args[0] == "env" {
 		for _, e := range envVars {
 			fmt.Printf("%-22s %-60q %s\n", e[0], e[1], e[2])
@@ -128,9 +132,6 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		if code := bench.Main(ctx, env, args[1:], os.Stdout, os.Stderr); code != 0 {
 			return exitCode(code)
 		}
-		return nil
-	case "help", "-h", "--help":
-		fmt.Print(usage)
 		return nil
 	}
 	return errUsage

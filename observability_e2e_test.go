@@ -26,6 +26,7 @@ import (
 	"orderpipe/pkg/locate"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/testenv"
 )
 
 // spans records every span the process ends while a test runs.
@@ -65,7 +66,7 @@ func (s spans) where(match func(sdktrace.ReadOnlySpan) bool) []sdktrace.ReadOnly
 func (s spans) waitOne(tb testing.TB, what string, match func(sdktrace.ReadOnlySpan) bool) sdktrace.ReadOnlySpan {
 	tb.Helper()
 	var got []sdktrace.ReadOnlySpan
-	waitFor(tb, 20*time.Second, what, func() bool {
+	testenv.WaitFor(tb, 20*time.Second, what, func() bool {
 		got = s.where(match)
 		return len(got) > 0
 	})
@@ -289,7 +290,7 @@ func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
 		}
 	}
 	var after map[string]float64
-	waitFor(t, 30*time.Second, "orders created, rejected and closed", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "orders created, rejected and closed", func() bool {
 		after = scrape(t, p.URL)
 		return after[`orderpipe_orders_closed_total`] >= 1 && after[`orderpipe_compensations_applied_total`] >= 2
 	})
@@ -336,7 +337,7 @@ func TestLocate(t *testing.T) {
 	ctx := context.Background()
 	wantStatus := func(rid, status string) {
 		t.Helper()
-		waitFor(t, 20*time.Second, rid+" "+status, func() bool { return mustLocate(t, p, rid).Status == status })
+		testenv.WaitFor(t, 20*time.Second, rid+" "+status, func() bool { return mustLocate(t, p, rid).Status == status })
 	}
 
 	// Closed: created, then closed by a closer pass.
@@ -389,7 +390,7 @@ func TestLocate(t *testing.T) {
 	}
 
 	// The worker acks the journal entry right after its commit.
-	waitFor(t, 10*time.Second, "loc-created's journal entry acked", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "loc-created's journal entry acked", func() bool {
 		rep := mustLocate(t, p, "loc-created")
 		return len(rep.Redis) == 1 && rep.Redis[0].Journal == nil
 	})
@@ -405,7 +406,7 @@ func TestLocate(t *testing.T) {
 		rejected.Order != nil {
 		t.Errorf("rejected: %+v", rejected)
 	}
-	waitFor(t, 10*time.Second, "the rejection's compensation applied", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the rejection's compensation applied", func() bool {
 		rep := mustLocate(t, p, "loc-rejected")
 		return len(rep.Compensations) == 1 && rep.Compensations[0].Status == "APPLIED"
 	})

@@ -20,6 +20,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
 	"orderpipe/reconciler"
 )
 
@@ -85,7 +86,7 @@ func TestRedriveStrandedReservation(t *testing.T) {
 	if err != nil || res.Outcome != stock.Reserved {
 		t.Fatalf("reserve: %v %v", res.Outcome, err)
 	}
-	waitFor(t, 20*time.Second, "the stranded reservation to become an order", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the stranded reservation to become an order", func() bool {
 		g := p.do(t, http.MethodGet, "/v1/orders/"+ev.OrderNo, "", nil)
 		return g.Str("status") == "UNPAID"
 	})
@@ -135,7 +136,7 @@ func TestReconcilerCountsCloserCompensations(t *testing.T) {
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("order: %d %v", r.Status, r.Body)
 	}
-	waitFor(t, 10*time.Second, "the order", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the order", func() bool {
 		return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "UNPAID"
 	})
 	p.waitDrained(t, it)
@@ -149,7 +150,7 @@ func TestReconcilerCountsCloserCompensations(t *testing.T) {
 		t.Errorf("closed, not released: exit %d, report %+v; want exit 0, 3 in flight, db 10, redis 7", code, rep)
 	}
 	healthy := closer.New(closer.Config{CloseAfter: time.Nanosecond, RetryBase: time.Millisecond}, closer.Deps{Orders: p.Orders, Stock: p.Stock, Log: testLog()})
-	waitFor(t, 10*time.Second, "the closer to apply its compensation", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the closer to apply its compensation", func() bool {
 		res, err := healthy.RunOnce(context.Background())
 		return err == nil && res.Pending == 0
 	})
@@ -171,7 +172,7 @@ func TestReconcilerNudgedStock(t *testing.T) {
 			t.Fatalf("order: %d %v", r.Status, r.Body)
 		}
 	}
-	waitFor(t, 20*time.Second, "5 orders", func() bool { return p.count(t, `SELECT count(*) FROM orders`) == 5 })
+	testenv.WaitFor(t, 20*time.Second, "5 orders", func() bool { return p.count(t, `SELECT count(*) FROM orders`) == 5 })
 	p.waitDrained(t, it)
 	if code, out := p.reconcile(t, "--once"); code != 0 {
 		t.Fatalf("before the nudge: exit %d\n%s", code, out)
@@ -276,7 +277,7 @@ func TestReconcilerRedisLoss(t *testing.T) {
 			t.Errorf("worker: %v", err)
 		}
 	})
-	waitFor(t, 30*time.Second, "all 16 requests decided", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "all 16 requests decided", func() bool {
 		return p.count(t, `SELECT count(*) FROM processed_requests`) == 16
 	})
 	p.waitDrained(t, it)
@@ -366,7 +367,7 @@ func TestReconcilerLoopDuringRace(t *testing.T) {
 		}
 	}()
 	passCount := func() int { mu.Lock(); defer mu.Unlock(); return len(passes) }
-	waitFor(t, 10*time.Second, "the first reconciler pass", func() bool { return passCount() > 0 })
+	testenv.WaitFor(t, 10*time.Second, "the first reconciler pass", func() bool { return passCount() > 0 })
 
 	var wg sync.WaitGroup
 	var accepted, soldOut, other sync.Map
@@ -392,7 +393,7 @@ func TestReconcilerLoopDuringRace(t *testing.T) {
 		}
 		// The next wave starts only after two more passes, so passes run
 		// while orders are being reserved and consumed.
-		waitFor(t, 30*time.Second, "two reconciler passes during the wave", func() bool { return passCount() >= before+2 })
+		testenv.WaitFor(t, 30*time.Second, "two reconciler passes during the wave", func() bool { return passCount() >= before+2 })
 	}
 	wg.Wait()
 	p.waitDrained(t, it)

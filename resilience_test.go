@@ -82,14 +82,14 @@ func TestRedisDownFailsClosed(t *testing.T) {
 		}()
 	}
 	count := func(status int) int { mu.Lock(); defer mu.Unlock(); return answers[status] }
-	waitFor(t, 10*time.Second, "traffic to flow", func() bool { return count(http.StatusAccepted) > 50 })
+	testenv.WaitFor(t, 10*time.Second, "traffic to flow", func() bool { return count(http.StatusAccepted) > 50 })
 	rs.Stop()
 	phase.Store(1)
-	waitFor(t, 20*time.Second, "503s while redis is down", func() bool { return count(http.StatusServiceUnavailable) > 50 })
+	testenv.WaitFor(t, 20*time.Second, "503s while redis is down", func() bool { return count(http.StatusServiceUnavailable) > 50 })
 	rs.Start(t)
 	phase.Store(2)
 	before := count(http.StatusAccepted)
-	waitFor(t, 20*time.Second, "orders accepted again after redis returned", func() bool { return count(http.StatusAccepted) > before+50 })
+	testenv.WaitFor(t, 20*time.Second, "orders accepted again after redis returned", func() bool { return count(http.StatusAccepted) > before+50 })
 	stop.Store(true)
 	wg.Wait()
 
@@ -102,7 +102,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 		t.Errorf("no 503 while redis was down: %v", downSeen)
 	}
 	// Every accepted order reaches Postgres once Redis is back.
-	waitFor(t, 30*time.Second, "accepted orders persisted", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "accepted orders persisted", func() bool {
 		var n int
 		p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE order_no = ANY($1)`, accepted).Scan(&n)
 		return n == len(accepted)
@@ -110,7 +110,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	// A reserve whose reply was lost as Redis died may still be in the
 	// journal: it is in flight, and I5's in-flight form must hold exactly.
 	ctx := context.Background()
-	waitFor(t, 10*time.Second, "db and redis to agree", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "db and redis to agree", func() bool {
 		db := p.dbStock(t, it)
 		redisStock, _ := rdb.Get(ctx, st.Keys(it).Stock).Int64()
 		var inflight int64
@@ -179,7 +179,7 @@ func TestWorkerWaitsForPostgres(t *testing.T) {
 			t.Fatalf("order %d: %d %v (the hot path must not need Postgres)", i, r.Status, r.Body)
 		}
 	}
-	waitFor(t, 20*time.Second, "the worker's Postgres breaker to open", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the worker's Postgres breaker to open", func() bool {
 		return p.metric(t, `orderpipe_breaker_state{name="worker-postgres"}`) == "2"
 	})
 	if got := committedOffsets(t, p); got != 0 {
@@ -192,7 +192,7 @@ func TestWorkerWaitsForPostgres(t *testing.T) {
 	}
 	proxy.Up(t)
 	p.waitDrained(t, it)
-	waitFor(t, 20*time.Second, "offsets committed", func() bool { return committedOffsets(t, p) == orders })
+	testenv.WaitFor(t, 20*time.Second, "offsets committed", func() bool { return committedOffsets(t, p) == orders })
 	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n)
 	if n != orders {
 		t.Errorf("%d orders after Postgres returned, want %d", n, orders)

@@ -189,7 +189,7 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 		}
 		if err != nil {
 			s.deps.Log.Error("preheating", "activity_id", id, "err", err)
-			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable; items may be partly preheated: retry (preheat is idempotent)")
 			return
 		}
 		// Postgres remembers what Redis must hold, for the reconciler.

@@ -292,7 +292,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	ready := true
 	for name, ping := range s.deps.Ready {
 		if err := ping(ctx); err != nil {
-			status[name] = err.Error()
+			// The probe is unauthenticated: addresses and DSNs go to the log only.
+			s.deps.Log.WarnContext(ctx, "not ready", "dependency", name, "err", err)
+			status[name] = "unavailable"
 			ready = false
 			continue
 		}

@@ -13,18 +13,6 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -44,7 +32,7 @@ func TestExpiredHolderCannotTouchNewHolder(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first acquire: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the first lock to expire", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the first lock to expire", func() bool {
 		return r.Client.Exists(ctx, key).Val() == 0
 	})
 	cur, err := lk.TryAcquire(ctx, "job", time.Minute)
@@ -123,7 +111,7 @@ func TestWatchdog(t *testing.T) {
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
-		waitFor(t, 20*ttl, "the unwatched lock to expire", func() bool {
+		testenv.WaitFor(t, 20*ttl, "the unwatched lock to expire", func() bool {
 			return r.Client.Exists(ctx, r.Prefix+"lock:short").Val() == 0
 		})
 		if err := l.Release(ctx); !errors.Is(err, lock.ErrNotHeld) {
@@ -188,7 +176,7 @@ func TestStaleFenceRefusedByPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first acquire: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the first lock to expire", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the first lock to expire", func() bool {
 		return r.Client.Exists(ctx, r.Prefix+"lock:fix").Val() == 0
 	})
 	cur, err := lk.TryAcquire(ctx, "fix", time.Minute)

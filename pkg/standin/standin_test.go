@@ -19,18 +19,8 @@ import (
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
 )
-
-func waitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 func mustRedis(t *testing.T) (*Redis, *redis.Client) {
 	t.Helper()
@@ -165,7 +155,7 @@ func TestRedisKeysExpireOnTheWallClock(t *testing.T) {
 		t.Fatalf("second acquire while held: %v", err)
 	}
 	var next *lock.Lock
-	waitFor(t, 5*time.Second, "the abandoned lock to expire", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "the abandoned lock to expire", func() bool {
 		next, err = lk.TryAcquire(ctx, "{standin}", time.Second)
 		return err == nil
 	})

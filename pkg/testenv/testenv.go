@@ -178,3 +178,15 @@ func MustKafka(tb testing.TB) Kafka {
 	tb.Cleanup(c.Close)
 	return Kafka{Brokers: c.ListenAddrs(), Cluster: c}
 }
+
+// WaitFor polls cond until it holds, failing the test after within.
+func WaitFor(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
