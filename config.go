@@ -31,6 +31,8 @@ type config struct {
 	BatchSize      int
 	BatchWait      time.Duration
 	ProduceTimeout time.Duration
+	PprofAddr      string
+	GCPercent      int // GOGC; -1 ⇒ off
 	MetricsAddr    string
 
 	RedriveAfter      time.Duration
@@ -67,6 +69,8 @@ var envVars = [][3]string{
 	{"WORKER_BATCH_SIZE", "500", "max messages per worker transaction"},
 	{"WORKER_BATCH_WAIT", "5ms", "how long a started batch waits for more messages"},
 	{"METRICS_ADDR", ":9090", "/metrics listener of a process without the gateway"},
+	{"GOGC", "200", "Go's garbage-collector target (the runtime reads it); orderpipe's default is 200, Go's own is 100; `off` or a percentage"},
+	{"PPROF_ADDR", "", "serve Go's net/http/pprof profiles on this address (keep it private); empty ⇒ off"},
 	{"RATE_LIMIT_USER_RPS", "5", "order requests per second per user and gateway (0 ⇒ off)"},
 	{"RATE_LIMIT_USER_BURST", "10", "burst of the per-user limit"},
 	{"RATE_LIMIT_GLOBAL_RPS", "0", "order requests per second per gateway (0 ⇒ off)"},
@@ -142,6 +146,7 @@ func loadConfig() (config, error) {
 		BatchWait:      durVar("WORKER_BATCH_WAIT"),
 		ProduceTimeout: durVar("PRODUCE_TIMEOUT"),
 		MetricsAddr:    getenv("METRICS_ADDR"),
+		PprofAddr:      getenv("PPROF_ADDR"),
 
 		RedriveAfter:      durVar("REDRIVE_AFTER"),
 		RedriveInterval:   durVar("REDRIVE_INTERVAL"),
@@ -156,6 +161,15 @@ func loadConfig() (config, error) {
 		RedisTimeout:   durVar("REDIS_TIMEOUT"),
 		CloseAfter:     durVar("CLOSE_AFTER"),
 		CloserInterval: durVar("CLOSER_INTERVAL"),
+	}
+	if g := getenv("GOGC"); g != "off" {
+		if n, err := strconv.Atoi(g); err != nil || n < 0 {
+			errs = append(errs, fmt.Sprintf("GOGC: want off or a non-negative percentage, got %q", g))
+		} else {
+			c.GCPercent = n
+		}
+	} else {
+		c.GCPercent = -1
 	}
 	if c.KafkaParts == 0 {
 		errs = append(errs, "KAFKA_PARTITIONS: want at least 1")

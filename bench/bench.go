@@ -41,11 +41,14 @@ type Env struct {
 
 // Config is one load run.
 type Config struct {
-	URL         string // base URL of the gateway, e.g. http://127.0.0.1:8080
-	AdminToken  string
-	DatabaseURL string
-	RedisAddr   string
-	RedisPrefix string
+	URL string // base URL of the gateway, e.g. http://127.0.0.1:8080
+	// WorkerMetrics is the worker's /metrics URL (consumer lag); empty ⇒
+	// the gateway's, as in `orderpipe all`.
+	WorkerMetrics string
+	AdminToken    string
+	DatabaseURL   string
+	RedisAddr     string
+	RedisPrefix   string
 
 	Concurrency int     // requests in flight at once
 	Requests    int     // requests in all, retries and repeats included
@@ -145,6 +148,7 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 	cfg := Config{AdminToken: env.AdminToken, DatabaseURL: env.DatabaseURL, RedisAddr: env.RedisAddr, RedisPrefix: env.RedisPrefix,
 		Progress: stderr}
 	fs.StringVar(&cfg.URL, "url", defaultURL(env.HTTPAddr), "gateway base URL (default from HTTP_ADDR)")
+	fs.StringVar(&cfg.WorkerMetrics, "worker-metrics", "", "the worker's /metrics URL, for the consumer lag (default: the gateway's, as in `orderpipe all`)")
 	fs.IntVar(&cfg.Concurrency, "c", 50, "concurrency: requests in flight at once")
 	fs.IntVar(&cfg.Requests, "n", 2000, "requests in all (retries and repeats included)")
 	fs.IntVar(&cfg.Items, "items", 1, "items on sale (1 = one hot item)")

@@ -54,7 +54,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	work := plan(cfg, items)
 
-	scr := newScraper(cfg.URL + "/metrics")
+	scr := newScraper(cfg.URL+"/metrics", cfg.WorkerMetrics)
 	scrCtx, stopScraper := context.WithCancel(ctx)
 	scrDone := make(chan struct{})
 	go func() { defer close(scrDone); scr.run(scrCtx, 100*time.Millisecond) }()
@@ -63,7 +63,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	a := &auditor{pool: pool, rdb: rdb, prefix: cfg.RedisPrefix, activityID: cfg.ActivityID, items: items}
 	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
 		cfg.ActivityID, cfg.Items, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.URL, cfg.Seed)
-	answers, loadTime, lastAccept := drive(ctx, client, cfg, work, scr)
+	answers, loadTime, lastAccept, err := drive(ctx, client, cfg, work, scr)
+	if err != nil {
+		return nil, err
+	}
 	loadEnd := time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("load interrupted: %w", err)
@@ -273,11 +276,17 @@ type counters struct {
 // drive sends the planned requests from cfg.Concurrency goroutines and
 // returns each answer (by plan index), the wall time of the load and when
 // the last 202 arrived (zero if none did).
-func drive(ctx context.Context, client *http.Client, cfg Config, work []request, scr *scraper) ([]answer, time.Duration, time.Time) {
+func drive(ctx context.Context, client *http.Client, cfg Config, work []request, scr *scraper) ([]answer, time.Duration, time.Time, error) {
+	senders := make([]*sender, cfg.Concurrency)
+	for i := range senders {
+		var err error
+		if senders[i], err = newSender(client, cfg.URL, cfg.Timeout); err != nil {
+			return nil, 0, time.Time{}, err
+		}
+	}
 	answers := make([]answer, len(work))
 	var next, lastAccept atomic.Int64
 	var cnt counters
-	url := cfg.URL + "/v1/orders"
 	stop := make(chan struct{})
 	progDone := make(chan struct{})
 	start := time.Now()
@@ -286,14 +295,17 @@ func drive(ctx context.Context, client *http.Client, cfg Config, work []request,
 		progress(cfg.Progress, start, len(work), &cnt, scr, stop)
 	}()
 	var wg sync.WaitGroup
-	for range cfg.Concurrency {
+	for _, snd := range senders {
 		wg.Go(func() {
+			defer snd.close()
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(work) || ctx.Err() != nil {
 					return
 				}
-				answers[i] = send(ctx, client, url, work[i].body)
+				t0 := time.Now()
+				status, raw := snd.send(ctx, work[i].body)
+				answers[i] = answerOf(status, raw, time.Since(t0))
 				cnt.done.Add(1)
 				switch a := answers[i]; {
 				case a.status == http.StatusAccepted:
@@ -319,7 +331,7 @@ func drive(ctx context.Context, client *http.Client, cfg Config, work []request,
 	if n := lastAccept.Load(); n > 0 {
 		last = time.Unix(0, n)
 	}
-	return answers, elapsed, last
+	return answers, elapsed, last, nil
 }
 
 func progress(w io.Writer, start time.Time, total int, cnt *counters, scr *scraper, stop <-chan struct{}) {
@@ -349,22 +361,11 @@ type orderAnswer struct {
 	} `json:"error"`
 }
 
-func send(ctx context.Context, client *http.Client, url string, body []byte) answer {
-	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return answer{latency: time.Since(start)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := client.Do(req)
-	if err != nil {
-		return answer{latency: time.Since(start)}
-	}
-	raw, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	a := answer{status: res.StatusCode, latency: time.Since(start)}
-	if err != nil {
-		return answer{latency: a.latency}
+// answerOf reads what the client needs from one answer.
+func answerOf(status int, raw []byte, latency time.Duration) answer {
+	a := answer{status: status, latency: latency}
+	if status == 0 {
+		return a
 	}
 	var oa orderAnswer
 	if json.Unmarshal(raw, &oa) != nil {
@@ -376,6 +377,25 @@ func send(ctx context.Context, client *http.Client, url string, body []byte) ans
 		a.code = "HTTP_" + strconv.Itoa(a.status)
 	}
 	return a
+}
+
+// sendClient posts body through client (the https path).
+func sendClient(ctx context.Context, client *http.Client, url string, body []byte) (int, []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	raw, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		return 0, nil
+	}
+	return res.StatusCode, raw
 }
 
 // acceptance is what the client was told about one requestId: a 202, or a

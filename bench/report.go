@@ -81,7 +81,7 @@ type Report struct {
 	PeakConsumerLag          float64 `json:"peakConsumerLag"`
 	LagZeroAfterMs           float64 `json:"lagZeroAfterMs"`
 	LagZeroAfterLastAcceptMs float64 `json:"lagZeroAfterLastAcceptMs"`
-	PeakRSSBytes             float64 `json:"peakRssBytes"` // of the process serving /metrics; -1: not readable
+	PeakRSSBytes             float64 `json:"peakRssBytes"` // of the process serving the gateway's /metrics; -1: not readable
 	RSSBytes                 float64 `json:"rssBytes"`
 
 	Checks []Check `json:"checks"`
@@ -263,7 +263,7 @@ func (r *Report) WriteText(w io.Writer) {
 	row("drain", "%s", drain)
 	row("consumer lag", "peak %s; 0 for good %s after the load, %s after the last 202", unknown(r.PeakConsumerLag, "%.0f"),
 		unknown(r.LagZeroAfterMs, "%.0f ms"), unknown(r.LagZeroAfterLastAcceptMs, "%.0f ms"))
-	row("pipeline RSS", "peak %s, end %s", unknown(r.PeakRSSBytes/(1<<20), "%.1f MiB"), unknown(r.RSSBytes/(1<<20), "%.1f MiB"))
+	row("gateway RSS", "peak %s, end %s", unknown(r.PeakRSSBytes/(1<<20), "%.1f MiB"), unknown(r.RSSBytes/(1<<20), "%.1f MiB"))
 	tw.Flush()
 	fmt.Fprintln(w, "invariants:")
 	for _, c := range r.Checks {

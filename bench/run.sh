@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# `make bench`: start `orderpipe all` on free ports with a fresh database and
-# Redis key prefix, run the standard scenario (c=500, one hot item, 20000
-# requests for 5000 units, 10% retries, 5% repeats), run redis-benchmark on
-# the same reserve script with EVALSHA at the same concurrency, race the Redis
-# strategies, then stop the pipeline and remove what the run created.
+# `make bench`: start the pipeline (kafka, worker, closer and gateway as
+# separate processes) on free ports with a fresh database and Redis key
+# prefix, run the standard scenario (c=500, one hot item, 100000 requests for
+# 25000 units, 10% retries, 5% repeats), run redis-benchmark on the same
+# reserve script with EVALSHA at the same concurrency, request count and
+# stock, race the Redis strategies, then stop the pipeline and remove what
+# the run created.
 # Every knob below can be overridden from the environment, e.g.
-#   C=200 N=5000 STOCK=1000 make bench     KEEP=1 make bench (keep DB and keys)
+#   C=200 N=20000 STOCK=5000 make bench     KEEP=1 make bench (keep DB and keys)
 # Exit status: the load run's (0 every invariant held, 1 one failed, 2 could
 # not run), else the strategies run's.
 set -euo pipefail
@@ -13,12 +15,14 @@ cd "$(dirname "$0")/.."
 
 BIN=${BIN:-bin/orderpipe}
 C=${C:-500}
-N=${N:-20000}
-STOCK=${STOCK:-5000}
+N=${N:-100000}
+STOCK=${STOCK:-25000}
 ITEMS=${ITEMS:-1}
 RETRY=${RETRY:-0.10}
 REPEAT=${REPEAT:-0.05}
-RB_N=${RB_N:-100000}          # redis-benchmark requests (stock scaled to keep N:STOCK)
+RB_N=${RB_N:-$N}              # redis-benchmark requests (stock scaled to keep N:STOCK)
+STRAT_N=${STRAT_N:-20000}     # the strategies race: the lock strategy is slow, so a smaller run
+STRAT_STOCK=${STRAT_STOCK:-5000}
 OUT=${OUT:-bin/bench}         # logs and JSON reports
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 REDIS_HOST=${REDIS_HOST:-127.0.0.1}
@@ -57,10 +61,7 @@ unlink_prefix() { # SCAN COUNT 1000 + UNLINK: fast even when Redis holds million
   REDIS_KEY_PREFIX="$1" "$BIN" bench --purge-keys || true
 }
 cleanup() {
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
-  fi
+  stop_all
   if [ -n "$rb_dirty" ]; then
     unlink_prefix "$rbprefix"
   fi
@@ -77,27 +78,62 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Start the pipeline; if it dies before it listens (a port taken meanwhile),
-# try again on other ports.
+# Start the pipeline as production runs it, one process per component: the
+# embedded broker (`orderpipe kafka`), the worker, the closer and the
+# gateway, so the gateway's own CPU and memory are what is measured. If a
+# process dies before the gateway listens (a port taken meanwhile), try again
+# on other ports.
+pids=()
+stop_all() {
+  local p
+  for p in "${pids[@]}"; do
+    kill "$p" 2>/dev/null || true
+  done
+  for p in "${pids[@]}"; do
+    wait "$p" 2>/dev/null || true
+  done
+  pids=()
+}
+alive() {
+  local p
+  for p in "${pids[@]}"; do
+    kill -0 "$p" 2>/dev/null || return 1
+  done
+}
+"$BIN" migrate >"$log" 2>&1 || { echo "bench: migrate failed; see $log" >&2; exit 2; }
 for attempt in 1 2 3; do
   http_port=$(free_port)
   kafka_port=$(free_port)
+  metrics_port=$(free_port)
   export HTTP_ADDR="127.0.0.1:$http_port"
-  export KAFKA_EMBEDDED_PORT="$kafka_port"
-  echo "bench: starting orderpipe all on $HTTP_ADDR (database $db, key prefix $REDIS_KEY_PREFIX, kafka :$KAFKA_EMBEDDED_PORT); log $log"
-  "$BIN" all >"$log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 600); do
-    if ! kill -0 "$pid" 2>/dev/null || (exec 3<>"/dev/tcp/127.0.0.1/$http_port") 2>/dev/null; then
+  export KAFKA_BROKERS="127.0.0.1:$kafka_port"
+  echo "bench: starting orderpipe kafka, worker, closer and gateway on $HTTP_ADDR (database $db, key prefix $REDIS_KEY_PREFIX, kafka $KAFKA_BROKERS); logs $log*"
+  KAFKA_BROKERS="" KAFKA_EMBEDDED_PORT="$kafka_port" "$BIN" kafka >"$log.kafka" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$kafka_port") 2>/dev/null || ! kill -0 "${pids[0]}" 2>/dev/null; then
       break
     fi
     sleep 0.1
   done
-  if kill -0 "$pid" 2>/dev/null; then
+  METRICS_ADDR="127.0.0.1:$metrics_port" "$BIN" worker >"$log.worker" 2>&1 &
+  pids+=($!)
+  METRICS_ADDR="127.0.0.1:0" "$BIN" closer >"$log.closer" 2>&1 &
+  pids+=($!)
+  "$BIN" gateway >"$log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  for _ in $(seq 1 600); do
+    if ! alive || (exec 3<>"/dev/tcp/127.0.0.1/$http_port") 2>/dev/null; then
+      break
+    fi
+    sleep 0.1
+  done
+  if alive; then
     break
   fi
-  wait "$pid" 2>/dev/null || true
-  echo "bench: the pipeline exited before listening (attempt $attempt): $(tail -1 "$log")" >&2
+  echo "bench: a component exited before the gateway listened (attempt $attempt): $(tail -q -n1 "$log" "$log.kafka" "$log.worker" "$log.closer" 2>/dev/null | tr '\n' ' ')" >&2
+  stop_all
   if [ "$attempt" -eq 3 ]; then
     exit 2
   fi
@@ -105,10 +141,10 @@ done
 
 status=0
 "$BIN" bench -c "$C" -n "$N" --stock "$STOCK" --items "$ITEMS" --retry-share "$RETRY" --repeat-share "$REPEAT" \
-  --wait-ready 60s --json-out "$OUT/load-$run.json" || status=$?
-if ! kill -0 "$pid" 2>/dev/null; then
-  echo "bench: the pipeline exited; last lines of $log:" >&2
-  tail -20 "$log" >&2
+  --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --wait-ready 60s --json-out "$OUT/load-$run.json" || status=$?
+if ! alive; then
+  echo "bench: a component exited; last lines of $log*:" >&2
+  tail -n 20 "$log" "$log.kafka" "$log.worker" "$log.closer" >&2
   exit 2
 fi
 if [ ! -f "$OUT/load-$run.json" ]; then
@@ -147,13 +183,13 @@ fi
 
 echo
 echo "summary (standard scenario, $(nproc) cores):"
-echo "  gateway: ${gw_rps:-?} req/s; pipeline RSS after the run: $((${rss_kb:-0} / 1024)) MiB (ps, pid $pid)"
+echo "  gateway: ${gw_rps:-?} req/s; gateway RSS after the run: $((${rss_kb:-0} / 1024)) MiB (ps, pid $pid)"
 if [ -n "$rb_rps" ] && [ -n "$gw_rps" ]; then
   echo "  redis-benchmark EVALSHA: $rb_rps req/s; gateway / redis-benchmark = $(awk -v a="$gw_rps" -v b="$rb_rps" 'BEGIN{printf "%.3f", a/b}')"
 fi
 
 sstatus=0
-"$BIN" bench --redis-strategies -c "$C" -n "$N" --stock "$STOCK" --repeat-share "$REPEAT" \
+"$BIN" bench --redis-strategies -c "$C" -n "$STRAT_N" --stock "$STRAT_STOCK" --repeat-share "$REPEAT" \
   --json-out "$OUT/strategies-$run.json" || sstatus=$?
 echo
 echo "bench: reports in $OUT/load-$run.json and $OUT/strategies-$run.json"

@@ -16,11 +16,11 @@ const (
 	rssSeries = "process_resident_memory_bytes"
 )
 
-// scraper polls the gateway's /metrics for the worker's consumer lag and the
-// process's resident memory. In `orderpipe all` that is the one process
-// running gateway, worker and broker; a gateway alone has no lag series.
+// scraper polls the gateway's /metrics for its resident memory and the
+// worker's /metrics for the consumer lag. In `orderpipe all` both are the
+// one process running gateway, worker and broker.
 type scraper struct {
-	url    string
+	urls   []string // the gateway's, then the worker's if it is another
 	client *http.Client
 
 	mu       sync.Mutex
@@ -39,15 +39,21 @@ type lagSample struct {
 	lag float64
 }
 
-func newScraper(url string) *scraper {
-	return &scraper{url: url, client: &http.Client{Timeout: 2 * time.Second}}
+func newScraper(gateway, worker string) *scraper {
+	urls := []string{gateway}
+	if worker != "" && worker != gateway {
+		urls = append(urls, worker)
+	}
+	return &scraper{urls: urls, client: &http.Client{Timeout: 2 * time.Second}}
 }
 
 func (s *scraper) run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		s.scrape(ctx)
+		for i, u := range s.urls {
+			s.scrape(ctx, u, i == 0, i == len(s.urls)-1)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -56,8 +62,9 @@ func (s *scraper) run(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (s *scraper) scrape(ctx context.Context) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url, nil)
+// scrape reads one endpoint: the resident memory if rss, the lag if lag.
+func (s *scraper) scrape(ctx context.Context, url string, rss, lag bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return
 	}
@@ -78,7 +85,7 @@ func (s *scraper) scrape(ctx context.Context) {
 	for sc.Scan() {
 		line := sc.Text()
 		name, val, ok := strings.Cut(line, " ")
-		if !ok || (name != lagSeries && name != rssSeries) {
+		if !ok || !(lag && name == lagSeries || rss && name == rssSeries) {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)

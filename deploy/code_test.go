@@ -329,6 +329,7 @@ var emptyByDesign = map[string]string{
 	"API_TOKENS":         "the order API is reached by the storefront backend on a private network",
 	"ADMIN_ADDR":         "admin API on HTTP_ADDR (the Kubernetes manifests move it to :8081)",
 	"KAFKA_EMBEDDED_DIR": "only `orderpipe all` reads it (the embedded broker); deployments use real Kafka",
+	"PPROF_ADDR":         "profiles expose internals: off unless someone measuring turns them on",
 }
 
 // given reports whether env gives name, directly or as NAME_FILE.

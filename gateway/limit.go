@@ -5,54 +5,64 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/time/rate"
 )
 
 // limiter is the gateway's in-process rate limit: a token bucket per user,
-// kept in an LRU so memory stays bounded however many users appear, plus an
-// optional global bucket. It adds no Redis round trip to the hot path; with
-// several gateway replicas each enforces its own share.
+// kept in bounded memory however many users appear, plus an optional global
+// bucket. It adds no Redis round trip to the hot path; with several gateway
+// replicas each enforces its own share.
+//
+// The per-user buckets are plain values in maps without pointers, so the
+// garbage collector never scans them: a flash sale brings hundreds of
+// thousands of users, and a pointer per user (rate.Limiter in an LRU) made
+// every collection walk them all.
 type limiter struct {
-	perUser rate.Limit
-	burst   int
+	perUser float64 // tokens per second; 0 ⇒ off
+	burst   float64
 	global  *rate.Limiter // nil ⇒ off
-	mu      sync.Mutex
-	users   *lru.Cache[int64, *rate.Limiter]
+	shards  [limiterShards]userBuckets
 }
 
-// maxTrackedUsers bounds the limiter's memory (~100 B per user). A user
-// evicted from the LRU starts again with a full bucket, which only matters
-// for a flood of more distinct users than this within a few seconds.
-const maxTrackedUsers = 200_000
+const (
+	limiterShards = 16
+	// maxTrackedUsers bounds the limiter's memory (about 40 B per user). A
+	// user not seen while maxTrackedUsers/2 others arrived is forgotten and
+	// starts again with a full bucket, which only matters for a flood of
+	// more distinct users than this within a few seconds.
+	maxTrackedUsers = 200_000
+)
+
+// userBuckets is one shard: the buckets of users seen lately (cur) and
+// before that (prev). When cur is full, prev is dropped and cur becomes
+// prev: an approximate LRU without per-entry pointers.
+type userBuckets struct {
+	mu        sync.Mutex
+	cur, prev map[int64]bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     int64 // unix nanoseconds of the last refill
+}
 
 func newLimiter(userRPS float64, userBurst int, globalRPS float64, globalBurst int) *limiter {
-	l := &limiter{perUser: rate.Limit(userRPS), burst: userBurst}
-	if userRPS <= 0 {
-		l.perUser = rate.Inf
-	}
+	l := &limiter{perUser: userRPS, burst: float64(max(userBurst, 1))}
 	if globalRPS > 0 {
 		l.global = rate.NewLimiter(rate.Limit(globalRPS), max(globalBurst, 1))
 	}
-	l.users, _ = lru.New[int64, *rate.Limiter](maxTrackedUsers)
+	for i := range l.shards {
+		l.shards[i].cur = map[int64]bucket{}
+	}
 	return l
 }
 
 // allow takes a token for the user (and the global bucket); when refused it
 // says which limit and how long to wait.
 func (l *limiter) allow(userID int64, now time.Time) (scope string, retryAfter time.Duration) {
-	if l.perUser != rate.Inf {
-		l.mu.Lock()
-		lim, ok := l.users.Get(userID)
-		if !ok {
-			lim = rate.NewLimiter(l.perUser, l.burst)
-			l.users.Add(userID, lim)
-		}
-		l.mu.Unlock()
-		r := lim.ReserveN(now, 1)
-		if d := r.DelayFrom(now); d > 0 {
-			r.CancelAt(now)
-			return "user", d
+	if l.perUser > 0 {
+		if wait := l.takeUser(userID, now.UnixNano()); wait > 0 {
+			return "user", wait
 		}
 	}
 	if l.global != nil {
@@ -63,6 +73,38 @@ func (l *limiter) allow(userID int64, now time.Time) (scope string, retryAfter t
 		}
 	}
 	return "", 0
+}
+
+// takeUser takes one token from the user's bucket, or says how long until
+// there is one (taking nothing).
+func (l *limiter) takeUser(userID int64, now int64) time.Duration {
+	sh := &l.shards[uint64(userID)%limiterShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	b, inCur := sh.cur[userID]
+	if !inCur {
+		var inPrev bool
+		if b, inPrev = sh.prev[userID]; inPrev {
+			delete(sh.prev, userID)
+		} else {
+			b = bucket{tokens: l.burst, at: now}
+		}
+	}
+	if now > b.at {
+		b.tokens = min(l.burst, b.tokens+float64(now-b.at)/1e9*l.perUser)
+		b.at = now
+	}
+	var wait time.Duration
+	if b.tokens >= 1 {
+		b.tokens--
+	} else {
+		wait = time.Duration((1 - b.tokens) / l.perUser * 1e9)
+	}
+	if !inCur && len(sh.cur) >= maxTrackedUsers/limiterShards/2 {
+		sh.prev, sh.cur = sh.cur, make(map[int64]bucket, len(sh.cur))
+	}
+	sh.cur[userID] = b
+	return max(wait, 0)
 }
 
 // retryAfterSeconds rounds a wait up to whole seconds for the header.

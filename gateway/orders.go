@@ -85,7 +85,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		telemetry.RecordError(span, err)
 		s.deps.Log.ErrorContext(ctx, "reserve failed", "request_id", req.RequestID, "err", err)
 		var opErr *net.OpError
-		neverSent := errors.Is(err, breaker.ErrOpen) || errors.As(err, &opErr) && opErr.Op == "dial"
+		neverSent := errors.Is(err, breaker.ErrOpen) || errors.Is(err, stock.ErrNotSent) || errors.As(err, &opErr) && opErr.Op == "dial"
 		if !neverSent {
 			// The script may have run and only its reply been lost: undo it,
 			// so "nothing was reserved" stays true.

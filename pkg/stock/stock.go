@@ -90,12 +90,15 @@ func (k Keys) LimitPattern() string { return k.prefix + "limit:" + k.tag + ":*" 
 
 // Store runs the scripts against one Redis (or cluster).
 type Store struct {
-	rdb    redis.UniversalClient
-	prefix string
+	rdb      redis.UniversalClient
+	prefix   string
+	reserves *batcher
 }
 
 // New returns a Store; prefix is prepended to every key (tests isolate with it).
-func New(rdb redis.UniversalClient, prefix string) *Store { return &Store{rdb: rdb, prefix: prefix} }
+func New(rdb redis.UniversalClient, prefix string) *Store {
+	return &Store{rdb: rdb, prefix: prefix, reserves: &batcher{rdb: rdb, script: reserveScript}}
+}
 
 // Keys returns the item's keys.
 func (s *Store) Keys(it Item) Keys {
@@ -153,10 +156,13 @@ type ReserveResult struct {
 	Remaining int64
 }
 
-// Reserve runs the reserve script: one round trip.
+// Reserve runs the reserve script: one round trip, in a pipeline shared
+// with the concurrent calls (see batcher). A context that ends before the
+// call is sent fails it with ErrNotSent; one that ends later does not
+// cancel it.
 func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, error) {
 	k := s.Keys(r.Item)
-	res, err := reserveScript.Run(ctx, s.rdb,
+	res, err := s.reserves.run(ctx,
 		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo)},
 		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, r.Now.UnixMilli(), int64(DedupLifetime/time.Second),
 		r.TraceParent,

@@ -27,6 +27,17 @@ func InstrumentRedis(rdb redis.UniversalClient) {
 
 type redisHook struct{ host string }
 
+// StartRedisSpan starts the span the hook would give cmd, for a command sent
+// in a pipeline shared with other requests (the hook sees only the
+// pipeline, outside any request's trace).
+func StartRedisSpan(ctx context.Context, rdb redis.UniversalClient, cmd redis.Cmder) (context.Context, trace.Span) {
+	host := ""
+	if c, ok := rdb.(*redis.Client); ok {
+		host, _, _ = net.SplitHostPort(c.Options().Addr)
+	}
+	return redisHook{host: host}.start(ctx, cmd.FullName(), 1, statement(cmd))
+}
+
 func (redisHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {

@@ -1,0 +1,82 @@
+package event
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func sample() OrderRequested {
+	return OrderRequested{RequestID: "req-1", OrderNo: "a1i1-20261129-00af", UserID: 7, ActivityID: 1, ItemID: 2,
+		Quantity: 1, ReservedAt: time.Date(2026, 11, 29, 10, 0, 0, 123456000, time.UTC)}
+}
+
+func TestDecodeAcceptsWhatTheSchemaAccepts(t *testing.T) {
+	canonical := string(sample().Marshal())
+	for name, v := range map[string]string{
+		"canonical": canonical,
+		"spaced":    strings.ReplaceAll(canonical, `,"`, `, "`),
+		"keys reordered": `{"orderNo":"o","requestId":"r","userId":1,"activityId":1,"itemId":1,"quantity":100,` +
+			`"reservedAt":"2026-11-29T10:00:00+08:00"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := Validate([]byte(v)); err != nil {
+				t.Fatalf("the schema refuses %s: %v", v, err)
+			}
+			e, err := Decode([]byte(v))
+			if err != nil {
+				t.Fatalf("Decode(%s): %v", v, err)
+			}
+			if e.RequestID == "" || e.Quantity == 0 || e.ReservedAt.IsZero() {
+				t.Fatalf("Decode(%s) = %+v", v, e)
+			}
+		})
+	}
+	if _, ok := decodeCanonical([]byte(canonical)); !ok {
+		t.Fatal("the gateway's own encoding does not take the fast path")
+	}
+}
+
+func TestDecodeRefusesWhatTheSchemaRefuses(t *testing.T) {
+	canonical := string(sample().Marshal())
+	for name, v := range map[string]string{
+		"key in another case": strings.Replace(canonical, `"requestId"`, `"RequestID"`, 1),
+		"extra property":      strings.Replace(canonical, `{`, `{"x":1,`, 1),
+		"missing reservedAt":  canonical[:strings.Index(canonical, `,"reservedAt"`)] + "}",
+		"quantity 101":        strings.Replace(canonical, `"quantity":1`, `"quantity":101`, 1),
+		"quantity 0":          strings.Replace(canonical, `"quantity":1`, `"quantity":0`, 1),
+		"userId 0":            strings.Replace(canonical, `"userId":7`, `"userId":0`, 1),
+		"userId as string":    strings.Replace(canonical, `"userId":7`, `"userId":"7"`, 1),
+		"userId fractional":   strings.Replace(canonical, `"userId":7`, `"userId":7.5`, 1),
+		"bad requestId":       strings.Replace(canonical, `"req-1"`, `"req 1"`, 1),
+		"long orderNo":        strings.Replace(canonical, `"a1i1-20261129-00af"`, `"`+strings.Repeat("o", 97)+`"`, 1),
+		"empty orderNo":       strings.Replace(canonical, `"a1i1-20261129-00af"`, `""`, 1),
+		"bad time":            strings.Replace(canonical, `2026-11-29T`, `2026-11-29 `, 1),
+		"null requestId":      strings.Replace(canonical, `"req-1"`, `null`, 1),
+		"array":               "[" + canonical + "]",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if Validate([]byte(v)) == nil {
+				t.Fatalf("test case is valid by the schema: %s", v)
+			}
+			if e, err := Decode([]byte(v)); err == nil {
+				t.Fatalf("Decode(%s) = %+v, want an error", v, e)
+			}
+		})
+	}
+}
+
+// FuzzDecodeAgreesWithSchema: whatever Decode accepts, the JSON Schema
+// accepts too (the fast path never lets through what the schema refuses).
+func FuzzDecodeAgreesWithSchema(f *testing.F) {
+	f.Add(sample().Marshal())
+	f.Add([]byte(`{"requestId":"r","orderNo":"o","userId":1,"activityId":1,"itemId":1,"quantity":1,"reservedAt":"2026-11-29T10:00:00Z"}`))
+	f.Add([]byte(`{"RequestId":"r","orderNo":"o","userId":1,"activityId":1,"itemId":1,"quantity":1,"reservedAt":"2026-11-29T10:00:00Z"}`))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if _, err := Decode(v); err == nil {
+			if err := Validate(v); err != nil {
+				t.Fatalf("Decode accepted %q, the schema refuses it: %v", v, err)
+			}
+		}
+	})
+}

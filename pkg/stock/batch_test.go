@@ -1,0 +1,150 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/testenv"
+)
+
+// pipelineSizes records the size of every pipeline a client sends.
+type pipelineSizes struct{ max atomic.Int64 }
+
+func (*pipelineSizes) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*pipelineSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelineSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for n := int64(len(cmds)); n > h.max.Load() && !h.max.CompareAndSwap(h.max.Load(), n); {
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func preheated(t *testing.T, rdb redis.UniversalClient, prefix string, units int64) (*Store, Item) {
+	t.Helper()
+	s := New(rdb, prefix)
+	it := Item{ActivityID: 9, ItemID: 1}
+	now := time.Now()
+	if _, err := s.Preheat(context.Background(), Sale{Item: it, Stock: units, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return s, it
+}
+
+func reservation(it Item, n int) Reservation {
+	id := fmt.Sprint(n)
+	return Reservation{Item: it, RequestID: "r" + id, OrderNo: "o" + id, UserID: int64(n), Quantity: 1, Fingerprint: "fp" + id,
+		Event: []byte(`{"requestId":"r` + id + `"}`), Now: time.Now()}
+}
+
+// TestConcurrentReservesShareOnePipeline: a crowd of concurrent reserves
+// goes out in shared pipelines, and each script still decides on its own:
+// exactly the stock is reserved, each once.
+func TestConcurrentReservesShareOnePipeline(t *testing.T) {
+	r := testenv.MustRedis(t)
+	sizes := &pipelineSizes{}
+	r.Client.AddHook(sizes)
+	s, it := preheated(t, r.Client, r.Prefix, 500)
+	var reserved, soldOut atomic.Int64
+	var wg sync.WaitGroup
+	for n := 1; n <= 2000; n++ {
+		wg.Go(func() {
+			res, err := s.Reserve(context.Background(), reservation(it, n))
+			switch {
+			case err != nil:
+				t.Errorf("reserve %d: %v", n, err)
+			case res.Outcome == Reserved:
+				reserved.Add(1)
+			case res.Outcome == SoldOut:
+				soldOut.Add(1)
+			default:
+				t.Errorf("reserve %d: %s", n, res.Outcome)
+			}
+		})
+	}
+	wg.Wait()
+	if reserved.Load() != 500 || soldOut.Load() != 1500 {
+		t.Fatalf("reserved %d, sold out %d; want 500 and 1500", reserved.Load(), soldOut.Load())
+	}
+	k := s.Keys(it)
+	if left, _ := r.Client.Get(context.Background(), k.Stock).Int64(); left != 0 {
+		t.Errorf("stock left %d", left)
+	}
+	if n, _ := r.Client.HLen(context.Background(), k.Journal).Result(); n != 500 {
+		t.Errorf("journal holds %d entries, want 500", n)
+	}
+	if sizes.max.Load() < 2 {
+		t.Errorf("2000 concurrent reserves never shared a pipeline (largest %d)", sizes.max.Load())
+	}
+}
+
+// TestQueuedReserveIsNeverSentOnceItsContextEnds: with every pipeline busy,
+// a call waits in the queue; if its context ends there it fails with
+// ErrNotSent, and the pipelines that send the queue later skip it — so a
+// 503 built on ErrNotSent really reserved nothing.
+func TestQueuedReserveIsNeverSentOnceItsContextEnds(t *testing.T) {
+	r := testenv.MustRedis(t)
+	s, it := preheated(t, r.Client, r.Prefix, 10)
+	b := s.reserves
+	b.mu.Lock()
+	b.running = maxPipelines // as if every pipeline were in flight
+	b.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := s.Reserve(ctx, reservation(it, 1))
+	if !errors.Is(err, ErrNotSent) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued reserve whose context ended: %v, want ErrNotSent", err)
+	}
+	b.mu.Lock()
+	queued := len(b.queue)
+	b.running = maxPipelines - 1 // one pipeline finished: the next call sends the queue
+	b.mu.Unlock()
+	if queued != 1 {
+		t.Fatalf("%d calls queued, want the abandoned one", queued)
+	}
+	if res, err := s.Reserve(context.Background(), reservation(it, 2)); err != nil || res.Outcome != Reserved {
+		t.Fatalf("next reserve: %v %v", res, err)
+	}
+	k := s.Keys(it)
+	if left, _ := r.Client.Get(context.Background(), k.Stock).Int64(); left != 9 {
+		t.Errorf("stock %d after one reserve, want 9: the abandoned call was sent", left)
+	}
+	if n, _ := r.Client.Exists(context.Background(), k.Req("r1")).Result(); n != 0 {
+		t.Error("the abandoned call left a dedup record")
+	}
+	// A context already over is refused before it is queued.
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := s.Reserve(done, reservation(it, 3)); !errors.Is(err, ErrNotSent) {
+		t.Errorf("reserve with a cancelled context: %v, want ErrNotSent", err)
+	}
+}
+
+// TestReserveAfterScriptCacheFlush: a pipeline refused with NOSCRIPT (Redis
+// restarted or flushed its scripts) is sent again with EVAL, once.
+func TestReserveAfterScriptCacheFlush(t *testing.T) {
+	srv := testenv.MustRedisServer(t) // private: flushing scripts must not touch the shared Redis
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	s, it := preheated(t, rdb, "", 10)
+	if res, err := s.Reserve(context.Background(), reservation(it, 1)); err != nil || res.Outcome != Reserved {
+		t.Fatalf("first reserve: %v %v", res, err)
+	}
+	if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Reserve(context.Background(), reservation(it, 2)); err != nil || res.Outcome != Reserved || res.Remaining != 8 {
+		t.Fatalf("reserve after SCRIPT FLUSH: %+v %v, want RESERVED with 8 left", res, err)
+	}
+	if res, err := s.Reserve(context.Background(), reservation(it, 2)); err != nil || res.Outcome != Replayed {
+		t.Fatalf("retry after SCRIPT FLUSH: %+v %v, want REPLAYED (the script ran once)", res, err)
+	}
+}
