@@ -28,6 +28,8 @@ PG=${PG:-postgres://postgres@127.0.0.1:5432}
 REDIS_HOST=${REDIS_HOST:-127.0.0.1}
 REDIS_PORT=${REDIS_PORT:-6379}
 KEEP=${KEEP:-}
+PPROF=${PPROF:-}              # e.g. 127.0.0.1:6060: the gateway serves its profiles there
+unset PPROF_ADDR              # one listener per process: only the gateway's, from PPROF
 
 # A port below the kernel's ephemeral range, so no client socket or test
 # listening on port 0 takes it between this check and the pipeline's bind.
@@ -120,7 +122,7 @@ for attempt in 1 2 3; do
   pids+=($!)
   METRICS_ADDR="127.0.0.1:0" "$BIN" closer >"$log.closer" 2>&1 &
   pids+=($!)
-  "$BIN" gateway >"$log" 2>&1 &
+  PPROF_ADDR="$PPROF" "$BIN" gateway >"$log" 2>&1 &
   pid=$!
   pids+=("$pid")
   for _ in $(seq 1 600); do

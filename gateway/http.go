@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"strconv"
 )
 
 // recorder remembers the status and error code a handler answered with.
@@ -25,11 +26,21 @@ type errorBody struct {
 	} `json:"error"`
 }
 
+// writeJSON answers v as JSON (one line) with its Content-Length.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
+	b, err := json.Marshal(v)
+	if err != nil { // only plain data types reach here
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"INTERNAL","message":"internal error"}}`)
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h["Content-Type"] = contentTypeJSON
+	h["Content-Length"] = []string{strconv.Itoa(len(b))}
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(b)
 }
+
+var contentTypeJSON = []string{"application/json"}
 
 func writeError(w http.ResponseWriter, status int, code, message string) {
 	if rec, ok := w.(*recorder); ok {
