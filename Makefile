@@ -20,11 +20,12 @@ test: vet ## vet, then unit and integration tests with the race detector
 	$(GO) test -race -count=1 -p 1 -timeout 25m ./...
 
 FUZZTIME ?= 30s
-fuzz: ## fuzz the order endpoint's decoding/validation (go test runs its seed corpus too)
+fuzz: ## fuzz the order endpoint's decoding/validation and the worker's event decoding (go test runs their seed corpora too)
 	$(GO) test -run '^$$' -fuzz FuzzParseOrderRequest -fuzztime $(FUZZTIME) ./gateway/
+	$(GO) test -run '^$$' -fuzz FuzzDecodeAgreesWithSchema -fuzztime $(FUZZTIME) ./pkg/event/
 
 bench: build ## load-test a fresh local pipeline (c=500, one hot item), then race the Redis strategies; see docs/benchmarks.md
 	./bench/run.sh
 
-chaos: build ## kill, cut and poison each part of a separately-run pipeline under load, then check I1–I6 (~3-7 min); see docs/benchmarks.md
+chaos: build ## kill, cut and poison each part of a separately-run pipeline under load, then check I1–I6 (~1.5-3 min); see docs/benchmarks.md
 	CHAOS_BIN=$(CURDIR)/bin/orderpipe CHAOS_OUT=$(CURDIR)/bin/chaos $(GO) test -tags chaos -run TestChaos -count=1 -v -timeout 20m ./bench/chaos/
