@@ -316,7 +316,14 @@ func newOrderNo(activityID, itemID int64, now time.Time) string {
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand never fails on supported platforms
 	}
-	return fmt.Sprintf("%d-%d-%s%s", activityID, itemID, strconv.FormatInt(now.UnixMilli(), 36), hex.EncodeToString(b[:]))
+	out := make([]byte, 0, 64)
+	out = strconv.AppendInt(out, activityID, 10)
+	out = append(out, '-')
+	out = strconv.AppendInt(out, itemID, 10)
+	out = append(out, '-')
+	out = strconv.AppendInt(out, now.UnixMilli(), 36)
+	out = hex.AppendEncode(out, b[:])
+	return string(out)
 }
 
 // parseOrderNo returns the item an order number names.

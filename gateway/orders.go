@@ -57,7 +57,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		RequestID: req.RequestID, OrderNo: newOrderNo(req.ActivityID, req.ItemID, now), UserID: req.UserID,
 		ActivityID: req.ActivityID, ItemID: req.ItemID, Quantity: req.Quantity, ReservedAt: now.UTC().Truncate(time.Microsecond),
 	}
-	msg := event.NewMessage(ev)
+	value := ev.Marshal()
 	// The trace is kept with the reservation (when sampled, i.e. exported)
 	// so `orderpipe locate` and the release can find it from the requestId.
 	var traceParent string
@@ -76,7 +76,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		var err error
 		res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
 			Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
-			Fingerprint: req.fingerprint(), Event: msg.Value, Now: now, TraceParent: traceParent,
+			Fingerprint: req.fingerprint(), Event: value, Now: now, TraceParent: traceParent,
 		})
 		return err
 	})
@@ -125,6 +125,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	msg := event.MessageOf(ev, value)
 	start = time.Now()
 	// Not the request's context: a client hanging up must not turn a
 	// produce in flight into an abort. The send span's context is what the

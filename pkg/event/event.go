@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,15 +62,51 @@ func ValidRequestID(id string) bool {
 }
 
 // Key is the Kafka message key: one item's orders stay in one partition.
-func (e OrderRequested) Key() string { return fmt.Sprintf("%d:%d", e.ActivityID, e.ItemID) }
+func (e OrderRequested) Key() string {
+	return strconv.FormatInt(e.ActivityID, 10) + ":" + strconv.FormatInt(e.ItemID, 10)
+}
 
-// Marshal encodes the event.
+// Marshal encodes the event exactly as encoding/json does. Events in UTC
+// whose strings need no escaping (the gateway's always: requestIds are
+// [A-Za-z0-9._:-], orderNos its own) are written by hand, without
+// reflection: the gateway encodes one per order request.
 func (e OrderRequested) Marshal() []byte {
+	if _, offset := e.ReservedAt.Zone(); offset == 0 && plain(e.RequestID) && plain(e.OrderNo) &&
+		e.ReservedAt.Year() >= 0 && e.ReservedAt.Year() <= 9999 {
+		b := make([]byte, 0, 160+len(e.RequestID)+len(e.OrderNo))
+		b = append(b, `{"requestId":"`...)
+		b = append(b, e.RequestID...)
+		b = append(b, `","orderNo":"`...)
+		b = append(b, e.OrderNo...)
+		b = append(b, `","userId":`...)
+		b = strconv.AppendInt(b, e.UserID, 10)
+		b = append(b, `,"activityId":`...)
+		b = strconv.AppendInt(b, e.ActivityID, 10)
+		b = append(b, `,"itemId":`...)
+		b = strconv.AppendInt(b, e.ItemID, 10)
+		b = append(b, `,"quantity":`...)
+		b = strconv.AppendInt(b, int64(e.Quantity), 10)
+		b = append(b, `,"reservedAt":"`...)
+		b = e.ReservedAt.AppendFormat(b, time.RFC3339Nano)
+		return append(b, `"}`...)
+	}
 	b, err := json.Marshal(e)
 	if err != nil {
-		panic(fmt.Sprintf("encoding event: %v", err)) // only plain fields: cannot fail
+		panic(fmt.Sprintf("encoding event: %v", err)) // only plain fields and an in-range time: cannot fail
 	}
 	return b
+}
+
+// plain reports whether encoding/json writes s unchanged: printable ASCII
+// without quotes, backslashes or the HTML characters it escapes.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 var (
@@ -177,10 +214,13 @@ func Message(ctx context.Context, e OrderRequested) kafka.Message {
 
 // NewMessage builds the Kafka message for an event without trace context:
 // StartSend injects the context of the send span.
-func NewMessage(e OrderRequested) kafka.Message {
+func NewMessage(e OrderRequested) kafka.Message { return MessageOf(e, e.Marshal()) }
+
+// MessageOf is NewMessage for an event already encoded (value = e.Marshal()).
+func MessageOf(e OrderRequested, value []byte) kafka.Message {
 	return kafka.Message{
 		Key:   []byte(e.Key()),
-		Value: e.Marshal(),
+		Value: value,
 		// Room for traceparent, tracestate and baggage.
 		Headers: append(make([]kafka.Header, 0, 5),
 			kafka.Header{Key: HeaderSchema, Value: []byte(SchemaV1)},

@@ -1,6 +1,9 @@
 package event
 
 import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +80,45 @@ func FuzzDecodeAgreesWithSchema(f *testing.F) {
 			if err := Validate(v); err != nil {
 				t.Fatalf("Decode accepted %q, the schema refuses it: %v", v, err)
 			}
+		}
+	})
+}
+
+// TestMarshalIsEncodingJSON: the hand-written encoding is byte for byte
+// encoding/json's, which the worker's fast path (and every stored journal
+// entry) relies on.
+func TestMarshalIsEncodingJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	strs := []string{"", "r-1", "a1i1-20261129-00af", `q"uote`, `back\slash`, "<tag>&", "tab\t", "é", "\u2028", strings.Repeat("x", 64)}
+	zones := []*time.Location{time.UTC, time.FixedZone("UTC+8", 8*3600), time.FixedZone("odd", -3*3600-1800)}
+	for i := range 2000 {
+		e := OrderRequested{RequestID: strs[rng.IntN(len(strs))], OrderNo: strs[rng.IntN(len(strs))],
+			UserID: rng.Int64() - rng.Int64(), ActivityID: rng.Int64N(1 << 40), ItemID: rng.Int64N(100), Quantity: rng.IntN(200) - 50,
+			ReservedAt: time.Unix(rng.Int64N(1<<34), rng.Int64N(1e9)).In(zones[rng.IntN(len(zones))])}
+		if i%7 == 0 {
+			e.ReservedAt = e.ReservedAt.Truncate(time.Second) // no fraction
+		}
+		want, err := json.Marshal(e)
+		if err != nil {
+			continue
+		}
+		if got := e.Marshal(); !bytes.Equal(got, want) {
+			t.Fatalf("Marshal(%+v)\n got %s\nwant %s", e, got, want)
+		}
+	}
+}
+
+func FuzzMarshalIsEncodingJSON(f *testing.F) {
+	f.Add("r-1", "1-1-abc", int64(7), int64(1), int64(2), 1, int64(1_800_000_000_123_456_789))
+	f.Fuzz(func(t *testing.T, rid, ono string, user, act, item int64, q int, nanos int64) {
+		e := OrderRequested{RequestID: rid, OrderNo: ono, UserID: user, ActivityID: act, ItemID: item, Quantity: q,
+			ReservedAt: time.Unix(0, nanos).UTC()}
+		want, err := json.Marshal(e)
+		if err != nil {
+			return
+		}
+		if got := e.Marshal(); !bytes.Equal(got, want) {
+			t.Fatalf("Marshal(%+v)\n got %s\nwant %s", e, got, want)
 		}
 	})
 }

@@ -128,7 +128,17 @@ const (
 // Fingerprint identifies an order request's payload, so the reserve script
 // tells a retry (same payload) from a reused requestId.
 func Fingerprint(userID, activityID, itemID int64, quantity int) string {
-	h := sha256.Sum256([]byte(fmt.Sprintf("%d|%d|%d|%d", userID, activityID, itemID, quantity)))
+	// "<user>|<activity>|<item>|<quantity>": stored in dedup records, so it
+	// must never change.
+	var buf [80]byte
+	b := strconv.AppendInt(buf[:0], userID, 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, activityID, 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, itemID, 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(quantity), 10)
+	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:12])
 }
 

@@ -2,6 +2,9 @@ package stock_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"testing"
 	"time"
 
@@ -299,5 +302,20 @@ func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
 	}
 	if f.stock(t) != 5 {
 		t.Errorf("stock %d, want 5", f.stock(t))
+	}
+}
+
+// TestFingerprintIsStable: dedup records written by earlier releases hold
+// fingerprints of "<user>|<activity>|<item>|<quantity>"; a retry must still
+// match them.
+func TestFingerprintIsStable(t *testing.T) {
+	for _, c := range [][4]int64{{1, 1, 1, 1}, {1 << 40, 1795949354781, 7, 100}, {-5, 0, 9223372036854775807, -1}} {
+		h := sha256.Sum256([]byte(fmt.Sprintf("%d|%d|%d|%d", c[0], c[1], c[2], c[3])))
+		if got, want := stock.Fingerprint(c[0], c[1], c[2], int(c[3])), hex.EncodeToString(h[:12]); got != want {
+			t.Errorf("Fingerprint%v = %s, want %s", c, got, want)
+		}
+	}
+	if got := stock.Fingerprint(7, 1, 2, 1); got != "6fe6218db5d394f94e51487c" {
+		t.Errorf("Fingerprint(7,1,2,1) = %s: the stored format changed", got)
 	}
 }
