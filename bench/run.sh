@@ -141,9 +141,56 @@ for attempt in 1 2 3; do
   fi
 done
 
+# CPU time of every process on this machine that takes part, read from
+# /proc before and after the load run (it includes the sale's creation, the
+# drain and the audit): where the two cores went.
+cpu_ticks() { # utime+stime of the given pids, summed
+  local p t=0
+  for p in "$@"; do
+    if [ -r "/proc/$p/stat" ]; then
+      t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    fi
+  done
+  echo "$t"
+}
+names=(gateway worker closer kafka redis postgres)
+procs() { # the pids of one name, now
+  case "$1" in
+    gateway) echo "$pid" ;;
+    worker) echo "${pids[1]}" ;;
+    closer) echo "${pids[2]}" ;;
+    kafka) echo "${pids[0]}" ;;
+    redis) pgrep -x redis-server || true ;;
+    postgres) pgrep -x postgres || true ;;
+  esac
+}
+declare -A before
+for n in "${names[@]}"; do
+  # shellcheck disable=SC2046
+  before[$n]=$(cpu_ticks $(procs "$n"))
+done
+# The load client's CPU: `times` in this shell (not in a subshell, which
+# would report its own) gives the user+sys of the children it waited for.
+times_file="$OUT/times-$run"
+children_cpu() { tail -1 "$times_file" | awk '{gsub(/[ms]/, " "); print ($1 * 60 + $2) + ($3 * 60 + $4)}'; }
+times >"$times_file"
+client_before=$(children_cpu)
+
 status=0
 "$BIN" bench -c "$C" -n "$N" --stock "$STOCK" --items "$ITEMS" --retry-share "$RETRY" --repeat-share "$REPEAT" \
   --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --wait-ready 60s --json-out "$OUT/load-$run.json" || status=$?
+times >"$times_file"
+client_after=$(children_cpu)
+rm -f "$times_file"
+
+hz=$(getconf CLK_TCK)
+cpu_line="  CPU seconds during the load run:"
+for n in "${names[@]}"; do
+  # shellcheck disable=SC2046
+  after=$(cpu_ticks $(procs "$n"))
+  cpu_line+=" $n $(awk -v t=$((after - ${before[$n]})) -v hz="$hz" 'BEGIN{printf "%.2f", t / hz}')"
+done
+cpu_line+=" load-client $(awk -v a="$client_after" -v b="$client_before" 'BEGIN{printf "%.2f", a - b}')"
 if ! alive; then
   echo "bench: a component exited; last lines of $log*:" >&2
   tail -n 20 "$log" "$log.kafka" "$log.worker" "$log.closer" >&2
@@ -197,6 +244,7 @@ fi
 echo
 echo "summary (standard scenario, $(nproc) cores):"
 echo "  gateway: ${gw_rps:-?} req/s; gateway RSS after the run: $((${rss_kb:-0} / 1024)) MiB (ps, pid $pid)"
+echo "$cpu_line (redis and postgres: every such process on this machine)"
 if [ -n "$rb_rps" ] && [ -n "$gw_rps" ]; then
   echo "  redis-benchmark EVALSHA (median of 3): $rb_rps req/s; gateway / redis-benchmark = $(awk -v a="$gw_rps" -v b="$rb_rps" 'BEGIN{printf "%.3f", a/b}')"
 fi
