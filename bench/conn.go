@@ -31,6 +31,9 @@ type sender struct {
 	conn net.Conn
 	br   *bufio.Reader
 	buf  []byte
+	// unwatch stops the watch that breaks off the connection's I/O when
+	// the run's context ends (Ctrl-C), instead of waiting out the timeout.
+	unwatch func() bool
 }
 
 func newSender(client *http.Client, base string, timeout time.Duration) (*sender, error) {
@@ -65,12 +68,17 @@ func (s *sender) send(ctx context.Context, body []byte) (int, []byte) {
 			return 0, nil
 		}
 		s.conn, s.br = c, bufio.NewReaderSize(c, 4096)
+		s.unwatch = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	}
 	s.buf = append(s.buf[:0], s.head...)
 	s.buf = strconv.AppendInt(s.buf, int64(len(body)), 10)
 	s.buf = append(s.buf, "\r\n\r\n"...)
 	s.buf = append(s.buf, body...)
 	_ = s.conn.SetDeadline(time.Now().Add(s.timeout))
+	if ctx.Err() != nil { // ended before the deadline above could be broken off
+		s.close()
+		return 0, nil
+	}
 	if _, err := s.conn.Write(s.buf); err != nil {
 		s.close()
 		return 0, nil
@@ -166,7 +174,8 @@ func skipTrailer(br *bufio.Reader) error {
 
 func (s *sender) close() {
 	if s.conn != nil {
+		s.unwatch()
 		s.conn.Close()
-		s.conn, s.br = nil, nil
+		s.conn, s.br, s.unwatch = nil, nil, nil
 	}
 }

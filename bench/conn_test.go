@@ -2,8 +2,12 @@ package bench
 
 import (
 	"bufio"
+	"context"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestReadResponse(t *testing.T) {
@@ -34,5 +38,48 @@ func TestReadResponse(t *testing.T) {
 		if status, _, _, err := readResponse(bufio.NewReader(strings.NewReader(bad))); err == nil {
 			t.Errorf("%q: status %d, want an error", bad, status)
 		}
+	}
+}
+
+// TestSenderStopsWhenTheRunIsCancelled: a request in flight to a gateway
+// that never answers is broken off when the run's context ends (Ctrl-C),
+// not after the per-request timeout.
+func TestSenderStopsWhenTheRunIsCancelled(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }() // reads, never answers
+		}
+	}()
+	s, err := newSender(nil, "http://"+ln.Addr().String(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		status, _ := s.send(ctx, []byte(`{}`))
+		done <- status
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case status := <-done:
+		if status != 0 {
+			t.Fatalf("status %d from a server that never answered", status)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("send still waiting 30 s after its context ended (timeout is an hour)")
+	}
+	if status, _ := s.send(ctx, []byte(`{}`)); status != 0 {
+		t.Fatalf("send with an ended context: status %d", status)
 	}
 }
