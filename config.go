@@ -77,7 +77,7 @@ var envVars = [][3]string{
 	{"API_TOKENS", "", "comma-separated bearer tokens the order API requires; empty ⇒ open"},
 	{"ADMIN_ADDR", "", "serve the admin API on this address instead of HTTP_ADDR"},
 	{"BREAKER_OPEN_FOR", "2s", "how long a tripped circuit breaker refuses calls before probing"},
-	{"REDIS_TIMEOUT", "1s", "bound on one Redis call (dial, read, write, the reserve script)"},
+	{"REDIS_TIMEOUT", "1s", "bound on one Redis call (dial, read, write) and on a reserve call's wait for a pipeline"},
 	{"PRODUCE_TIMEOUT", "3s", "bound on one produce before the reservation is released and 503 answered"},
 	{"REDRIVE_AFTER", "30s", "journal entries older than this that no worker decided are re-published"},
 	{"REDRIVE_INTERVAL", "5s", "pause between redrive passes (one worker replica redrives at a time)"},
