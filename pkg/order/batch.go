@@ -408,19 +408,11 @@ func recordRejections(ctx context.Context, tx pgx.Tx, out []Decision) error {
 // PendingCompensations lists unapplied compensations created before
 // now - olderThan (by the database clock), oldest first.
 func (s *Store) PendingCompensations(ctx context.Context, olderThan time.Duration, limit int) ([]Compensation, error) {
-	rows, err := s.pool.Query(ctx, `
+	return queryAll[Compensation](ctx, s.pool, "listing pending compensations", `
 		SELECT id, request_id, order_no, activity_id, item_id, user_id, quantity, reason, COALESCE(limit_owner, '')
 		FROM redis_compensations
 		WHERE applied_at IS NULL AND created_at < now() - $1::interval
 		ORDER BY id LIMIT $2`, olderThan, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing pending compensations: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Compensation])
-	if err != nil {
-		return nil, fmt.Errorf("listing pending compensations: %w", err)
-	}
-	return out, nil
 }
 
 // CountPendingCompensations counts unapplied compensations.

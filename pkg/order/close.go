@@ -59,7 +59,7 @@ func (s *Store) CloseExpired(ctx context.Context, olderThan time.Duration, limit
 // closeDue locks the oldest due orders other transactions are not holding and
 // closes them.
 func closeDue(ctx context.Context, tx pgx.Tx, olderThan time.Duration, limit int) ([]closedOrder, error) {
-	rows, err := tx.Query(ctx, `
+	return queryAll[closedOrder](ctx, tx, "closing expired orders", `
 		WITH due AS (
 			SELECT order_no FROM orders
 			WHERE status = 'UNPAID' AND created_at < now() - $1::interval
@@ -71,14 +71,6 @@ func closeDue(ctx context.Context, tx pgx.Tx, olderThan time.Duration, limit int
 		FROM due
 		WHERE o.order_no = due.order_no AND o.status = 'UNPAID'
 		RETURNING o.request_id, o.order_no, o.activity_id, o.item_id, o.user_id, o.quantity`, olderThan, limit)
-	if err != nil {
-		return nil, fmt.Errorf("closing expired orders: %w", err)
-	}
-	closed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[closedOrder])
-	if err != nil {
-		return nil, fmt.Errorf("closing expired orders: %w", err)
-	}
-	return closed, nil
 }
 
 // restoreStock gives the closed units back, one update per item, in item
@@ -123,21 +115,13 @@ func outboxClosed(ctx context.Context, tx pgx.Tx, closed []closedOrder) ([]Compe
 		rids[i], onos[i], acts[i], items[i], users[i], quants[i] =
 			c.RequestID, c.OrderNo, c.ActivityID, c.ItemID, c.UserID, int32(c.Quantity)
 	}
-	rows, err := tx.Query(ctx, `
+	return queryAll[Compensation](ctx, tx, "writing close compensations", `
 		INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason)
 		SELECT r, o, a, i, u, q, $7
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[]) AS t(r, o, a, i, u, q)
 		ON CONFLICT (order_no) DO NOTHING
 		RETURNING id, request_id, order_no, activity_id, item_id, user_id, quantity, reason, COALESCE(limit_owner, '')`,
 		rids, onos, acts, items, users, quants, ReasonClosedUnpaid)
-	if err != nil {
-		return nil, fmt.Errorf("writing close compensations: %w", err)
-	}
-	comps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Compensation])
-	if err != nil {
-		return nil, fmt.Errorf("writing close compensations: %w", err)
-	}
-	return comps, nil
 }
 
 // DueCompensations lists unapplied compensations of one reason whose next
@@ -146,19 +130,11 @@ func outboxClosed(ctx context.Context, tx pgx.Tx, closed []closedOrder) ([]Compe
 // the database clock. base also keeps a sweep off rows whose writer is still
 // applying them right after its commit.
 func (s *Store) DueCompensations(ctx context.Context, reason string, base, maxDelay time.Duration, limit int) ([]Compensation, error) {
-	rows, err := s.pool.Query(ctx, `
+	return queryAll[Compensation](ctx, s.pool, "listing due compensations", `
 		SELECT id, request_id, order_no, activity_id, item_id, user_id, quantity, reason, COALESCE(limit_owner, '')
 		FROM redis_compensations
 		WHERE applied_at IS NULL AND ($1 = '' OR reason = $1)
 		  AND created_at < now() - LEAST($2::interval * power(2, LEAST(attempts, 30)), $3::interval)
 		ORDER BY attempts, id
 		LIMIT $4`, reason, base, maxDelay, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing due compensations: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Compensation])
-	if err != nil {
-		return nil, fmt.Errorf("listing due compensations: %w", err)
-	}
-	return out, nil
 }

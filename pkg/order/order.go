@@ -119,14 +119,10 @@ func (s *Store) GetActivity(ctx context.Context, id int64) (Activity, error) {
 	if err != nil {
 		return Activity{}, fmt.Errorf("reading activity %d: %w", id, err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT activity_id, item_id, initial_stock, stock, version
-		FROM item_stock WHERE activity_id = $1 ORDER BY item_id`, id)
+	a.Items, err = queryAll[ItemStock](ctx, s.pool, fmt.Sprintf("reading items of activity %d", id),
+		`SELECT activity_id, item_id, initial_stock, stock, version FROM item_stock WHERE activity_id = $1 ORDER BY item_id`, id)
 	if err != nil {
-		return Activity{}, fmt.Errorf("reading items of activity %d: %w", id, err)
-	}
-	a.Items, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ItemStock])
-	if err != nil {
-		return Activity{}, fmt.Errorf("reading items of activity %d: %w", id, err)
+		return Activity{}, err
 	}
 	return a, nil
 }

@@ -46,17 +46,9 @@ func (s *Store) RecentItems(ctx context.Context, endedWithin time.Duration) ([]S
 }
 
 func (s *Store) saleItems(ctx context.Context, where string, d time.Duration) ([]SaleItem, error) {
-	rows, err := s.pool.Query(ctx, `SELECT s.activity_id, s.item_id, a.starts_at, a.ends_at, a.per_user_limit
+	return queryAll[SaleItem](ctx, s.pool, "listing sale items", `SELECT s.activity_id, s.item_id, a.starts_at, a.ends_at, a.per_user_limit
 		FROM item_stock s JOIN activities a ON a.id = s.activity_id
 		WHERE `+where+` ORDER BY s.activity_id, s.item_id`, d)
-	if err != nil {
-		return nil, fmt.Errorf("listing sale items: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[SaleItem])
-	if err != nil {
-		return nil, fmt.Errorf("listing sale items: %w", err)
-	}
-	return out, nil
 }
 
 // Processed is how a request was decided: its processed_requests row.
@@ -76,19 +68,29 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+// queryAll runs sql on q (the pool or a transaction) and collects its rows
+// into Ts by column position; what names the query in errors.
+func queryAll[T any](ctx context.Context, q querier, what, sql string, args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[T])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
 func processedAmong(ctx context.Context, q querier, requestIDs []string, createdOnly bool) (map[string]Processed, error) {
 	out := make(map[string]Processed, len(requestIDs))
 	if len(requestIDs) == 0 {
 		return out, nil
 	}
-	rows, err := q.Query(ctx, `SELECT request_id, outcome, order_no FROM processed_requests
+	ps, err := queryAll[Processed](ctx, q, "reading processed requests", `SELECT request_id, outcome, order_no FROM processed_requests
 		WHERE request_id = ANY($1) AND (NOT $2 OR outcome = 'CREATED')`, requestIDs, createdOnly)
 	if err != nil {
-		return nil, fmt.Errorf("reading processed requests: %w", err)
-	}
-	ps, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Processed])
-	if err != nil {
-		return nil, fmt.Errorf("reading processed requests: %w", err)
+		return nil, err
 	}
 	for _, p := range ps {
 		out[p.RequestID] = p
@@ -197,17 +199,13 @@ func lockItem(ctx context.Context, tx pgx.Tx, activityID, itemID int64) (*Locked
 	if err != nil {
 		return nil, fmt.Errorf("locking item %d:%d: %w", activityID, itemID, err)
 	}
-	rows, err := tx.Query(ctx, `
+	if it.Pending, err = queryAll[Compensation](ctx, tx, "reading pending compensations", `
 		SELECT id, request_id, order_no, activity_id, item_id, user_id, quantity, reason, COALESCE(limit_owner, '')
 		FROM redis_compensations WHERE activity_id = $1 AND item_id = $2 AND applied_at IS NULL ORDER BY id`,
-		activityID, itemID)
-	if err != nil {
-		return nil, fmt.Errorf("reading pending compensations: %w", err)
+		activityID, itemID); err != nil {
+		return nil, err
 	}
-	if it.Pending, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Compensation]); err != nil {
-		return nil, fmt.Errorf("reading pending compensations: %w", err)
-	}
-	rows, err = tx.Query(ctx, `SELECT user_id, request_id FROM orders
+	rows, err := tx.Query(ctx, `SELECT user_id, request_id FROM orders
 		WHERE activity_id = $1 AND item_id = $2 AND status IN ('UNPAID', 'PAID')`, activityID, itemID)
 	if err != nil {
 		return nil, fmt.Errorf("reading live orders: %w", err)
