@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/lock"
+	"orderpipe/pkg/rediskeys"
 	"orderpipe/pkg/stock"
 )
 
@@ -351,36 +352,6 @@ func race(ctx context.Context, s strategy, users []int64, cfg StrategyConfig) St
 	return res
 }
 
-// deleteKeys removes every key under prefix and says how many it removed.
-func deleteKeys(ctx context.Context, rdb *redis.Client, prefix string) (int, error) {
-	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var batch []string
-	n := 0
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		if err := rdb.Unlink(ctx, batch...).Err(); err != nil {
-			return fmt.Errorf("deleting keys under %s: %w", prefix, err)
-		}
-		n += len(batch)
-		batch = batch[:0]
-		return nil
-	}
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 500 {
-			if err := flush(); err != nil {
-				return n, err
-			}
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return n, fmt.Errorf("scanning keys under %s: %w", prefix, err)
-	}
-	return n, flush()
-}
-
 // PurgeKeys deletes every Redis key under prefix, which must not be empty:
 // how `make bench` removes the keys of its throwaway pipeline.
 func PurgeKeys(ctx context.Context, redisAddr, prefix string) (int, error) {
@@ -389,7 +360,7 @@ func PurgeKeys(ctx context.Context, redisAddr, prefix string) (int, error) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ReadTimeout: 5 * time.Second})
 	defer rdb.Close()
-	return deleteKeys(ctx, rdb, prefix)
+	return rediskeys.Delete(ctx, rdb, prefix+"*")
 }
 
 // WriteText writes the comparison as a table.

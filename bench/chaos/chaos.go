@@ -37,6 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/rediskeys"
 	"orderpipe/pkg/stock"
 )
 
@@ -277,7 +278,7 @@ func (s *Suite) Close() {
 		s.logf("kept database %s, Redis keys under %s and %s", s.dbName, s.prefix, s.kafkaDir)
 	} else {
 		if s.rdb != nil {
-			if err := deleteKeys(ctx, s.rdb, s.prefix+"*"); err != nil {
+			if _, err := rediskeys.Delete(ctx, s.rdb, s.prefix+"*"); err != nil {
 				s.logf("deleting redis keys: %v", err)
 			}
 		}
@@ -401,27 +402,4 @@ func freeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// deleteKeys unlinks every key matching pattern; it returns how many.
-func deleteKeys(ctx context.Context, rdb *redis.Client, pattern string) error {
-	_, err := unlinkMatching(ctx, rdb, pattern)
-	return err
-}
-
-func unlinkMatching(ctx context.Context, rdb *redis.Client, pattern string) (int, error) {
-	var keys []string
-	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return 0, err
-	}
-	for i := 0; i < len(keys); i += 500 {
-		if err := rdb.Unlink(ctx, keys[i:min(i+500, len(keys))]...).Err(); err != nil {
-			return 0, err
-		}
-	}
-	return len(keys), nil
 }

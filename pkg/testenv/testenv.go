@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"orderpipe/pkg/database"
+	"orderpipe/pkg/rediskeys"
 )
 
 // DatabaseURL is the server tests create their databases on.
@@ -127,20 +128,7 @@ func MustRedis(tb testing.TB) Redis {
 // DeleteKeys removes every key starting with prefix, a thousand per UNLINK,
 // so a benchmark's hundreds of thousands of keys go within the cleanup's time.
 func DeleteKeys(ctx context.Context, client *redis.Client, prefix string) {
-	iter := client.Scan(ctx, 0, prefix+"*", 5000).Iterator()
-	batch := make([]string, 0, 1000)
-	flush := func() {
-		if len(batch) > 0 {
-			client.Unlink(ctx, batch...)
-			batch = batch[:0]
-		}
-	}
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == cap(batch) {
-			flush()
-		}
-	}
-	flush()
+	rediskeys.Delete(ctx, client, prefix+"*") //nolint:errcheck // best effort at cleanup
 }
 
 // Keys lists the keys under prefix (sorted by the caller if needed).
