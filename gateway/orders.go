@@ -89,7 +89,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		if !neverSent {
 			// The script may have run and only its reply been lost: undo it,
 			// so "nothing was reserved" stays true.
-			s.abort(ctx, ev, err, w)
+			s.abort(ctx, ev, -1, err, w)
 			return
 		}
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
@@ -140,7 +140,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	s.deps.Metrics.ProduceSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		telemetry.RecordError(span, err)
-		s.abort(ctx, ev, err, w)
+		s.abort(ctx, ev, res.Remaining, err, w)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
@@ -151,7 +151,10 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 // and the answer is 202 after all. If Redis cannot be reached, the outcome is
 // unknown: a journal entry, if any, is published later by the redrive, and
 // the client's retry with the same requestId replays it.
-func (s *Server) abort(ctx context.Context, ev event.OrderRequested, produceErr error, w http.ResponseWriter) {
+//
+// remaining is the stock the reserve script reported, -1 when its reply was
+// lost; a 202 then says 0, as nothing better is known.
+func (s *Server) abort(ctx context.Context, ev event.OrderRequested, remaining int64, produceErr error, w http.ResponseWriter) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReserveTimeout)
 	defer cancel()
 	// Not through the Redis breaker: giving a reservation back is always worth a try.
@@ -160,7 +163,8 @@ func (s *Server) abort(ctx context.Context, ev event.OrderRequested, produceErr 
 		Ref:  stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}, UserID: ev.UserID, Quantity: ev.Quantity,
 	})
 	if err == nil && out == stock.Claimed {
-		writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending})
+		writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending,
+			Remaining: max(remaining, 0)})
 		return
 	}
 	if err != nil {

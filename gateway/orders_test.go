@@ -1,0 +1,91 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/testenv"
+)
+
+// failingProducer reports every produce as failed. With claim set, the
+// event "arrived" first: a worker claimed its reservation in Redis, as
+// happens when a produce times out on the client but lands on the broker.
+type failingProducer struct {
+	st    *stock.Store
+	claim bool
+}
+
+func (p failingProducer) WriteMessages(ctx context.Context, msgs ...kafka.Message) error {
+	for _, m := range msgs {
+		ev, err := event.Decode(m.Value)
+		if err != nil {
+			return err
+		}
+		if p.claim {
+			it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID}
+			if _, err := p.st.Claim(ctx, it, []stock.Ref{{RequestID: ev.RequestID, OrderNo: ev.OrderNo}}); err != nil {
+				return err
+			}
+		}
+	}
+	return errors.New("produce: i/o timeout")
+}
+
+func TestFailedProduce(t *testing.T) {
+	for _, landed := range []bool{false, true} {
+		name := map[bool]string{false: "LostIsGivenBack", true: "LandedIsAccepted"}[landed]
+		t.Run(name, func(t *testing.T) {
+			r := testenv.MustRedis(t)
+			st := stock.New(r.Client, r.Prefix)
+			it := stock.Item{ActivityID: 1, ItemID: 1}
+			ctx := context.Background()
+			if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
+				EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
+				t.Fatal(err)
+			}
+			s := New(Config{}, Deps{Stock: st, Producer: failingProducer{st: st, claim: landed}, Metrics: telemetry.NewMetrics(),
+				Log: slog.New(slog.DiscardHandler)})
+			req := httptest.NewRequest(http.MethodPost, "/v1/orders",
+				strings.NewReader(`{"requestId":"r1","userId":7,"activityId":1,"itemId":1,"quantity":1}`))
+			req.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			s.Handler().ServeHTTP(w, req)
+
+			k := st.Keys(it)
+			left, _ := r.Client.Get(ctx, k.Stock).Int64()
+			journal, _ := r.Client.HLen(ctx, k.Journal).Result()
+			marker, _ := r.Client.Exists(ctx, k.Limit(7)).Result()
+			if !landed {
+				if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+					t.Fatalf("answer %d %s, want 503 with Retry-After", w.Code, w.Body)
+				}
+				if left != 10 || journal != 0 || marker != 0 {
+					t.Fatalf("after the 503: stock %d, journal %d, marker %d; want 10, 0, 0 (nothing reserved)", left, journal, marker)
+				}
+				return
+			}
+			var got orderAccepted
+			if w.Code != http.StatusAccepted || json.Unmarshal(w.Body.Bytes(), &got) != nil {
+				t.Fatalf("answer %d %s, want 202: the event arrived", w.Code, w.Body)
+			}
+			if got.OrderNo == "" || got.Remaining != 9 {
+				t.Fatalf("202 %+v, want its orderNo and remaining 9", got)
+			}
+			if left != 9 || journal != 1 || marker != 1 {
+				t.Fatalf("stock %d, journal %d, marker %d; want 9, 1, 1 (the reservation stands)", left, journal, marker)
+			}
+		})
+	}
+}
