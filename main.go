@@ -224,7 +224,12 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	defer pool.Close()
 	// One address: a single Redis; several: a Redis Cluster (every script
 	// touches the keys of one hash tag, so it runs on any cluster layout).
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 256, MinIdleConns: 16,
+	// MaxRetries -1: go-redis would resend a command or pipeline whose reply
+	// did not come in time, so a reserve script could run twice (the second
+	// run replaying the first) and a hung Redis would hold a request for
+	// several REDIS_TIMEOUTs. Every caller decides itself what a failure
+	// means: the gateway gives the reservation back, the others retry later.
+	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 256, MinIdleConns: 16, MaxRetries: -1,
 		DialTimeout: cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
 	defer rdb.Close()
 	telemetry.InstrumentRedis(rdb)

@@ -286,3 +286,35 @@ func TestAPITokensAndAdminListener(t *testing.T) {
 		t.Errorf("valid token: %d %v", r.Status, r.Body)
 	}
 }
+
+// TestHungRedisAnswers503InTime: a Redis that stops answering without
+// closing anything (a hung server, a black-holed network) gets a 503 within
+// about two REDIS_TIMEOUTs — the reserve, then the attempt to give it back —
+// never a resent script or a request held for many timeouts; and nothing
+// is reserved.
+func TestHungRedisAnswers503InTime(t *testing.T) {
+	proxy := testenv.MustProxy(t, testenv.RedisAddr())
+	const redisTimeout = 500 * time.Millisecond
+	p := mustPipeline(t, components{gateway: true}, func(c *config) { c.RedisAddr = proxy.Addr; c.RedisTimeout = redisTimeout })
+	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
+	it := stock.Item{ActivityID: 1, ItemID: 1}
+	k := p.Stock.Keys(it)
+	proxy.Hang()
+
+	start := time.Now()
+	r := p.order(t, orderBody{RequestID: "hung-1", UserID: 7, ActivityID: 1, ItemID: 1, Quantity: 1})
+	took := time.Since(start)
+	if r.Status != http.StatusServiceUnavailable || r.Code() != "UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("answer %d %v, want 503 UNAVAILABLE with Retry-After", r.Status, r.Body)
+	}
+	// go-redis's own retries resent the pipeline three times and the
+	// release as often: about 8 timeouts. Three leave room for a slow machine.
+	if took > 3*redisTimeout+time.Second {
+		t.Errorf("503 after %v with REDIS_TIMEOUT=%v: the call was retried or waited beyond its bound", took, redisTimeout)
+	}
+	ctx := context.Background()
+	if left, _ := p.Redis.Client.Get(ctx, k.Stock).Int64(); left != 10 ||
+		p.Redis.Client.Exists(ctx, k.Limit(7), k.Req("hung-1")).Val() != 0 || p.Redis.Client.HLen(ctx, k.Journal).Val() != 0 {
+		t.Errorf("a hung Redis left a reservation: stock %d", left)
+	}
+}

@@ -95,8 +95,16 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 		return
 	}
+	if res.Outcome == stock.Replayed && res.OrderNo == ev.OrderNo {
+		// Our own reservation, seen by a second run of the same call: it
+		// still has to be produced.
+		res.Outcome = stock.Reserved
+	}
 	switch res.Outcome {
 	case stock.Reserved:
+	case stock.Aborted:
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
+		return
 	case stock.Replayed:
 		if recording {
 			span.SetAttributes(telemetry.AttrOrderNo.String(res.OrderNo), telemetry.AttrOutcome.String(string(res.Outcome)))

@@ -18,6 +18,9 @@ if ARGV[4] == 'abort' then
   -- this orderNo actually reserved.
   local e = redis.call('HGET', KEYS[3], ARGV[1])
   if redis.call('HGET', KEYS[5], 'orderNo') ~= ARGV[2] and not (e and cjson.decode(e)['orderNo'] == ARGV[2]) then
+    -- Remembered all the same: a reserve of this orderNo still on its way
+    -- (sent before the abort, run after it) must not take stock.
+    redis.call('SET', KEYS[4], 'released:' .. ARGV[2], 'EX', ARGV[6])
     return 'NOT_RESERVED'
   end
 end

@@ -1,5 +1,6 @@
 -- reserve: the gateway's one round trip per order request.
--- KEYS: 1 stock, 2 sale, 3 limit marker, 4 dedup record, 5 journal, 6 order index
+-- KEYS: 1 stock, 2 sale, 3 limit marker, 4 dedup record, 5 journal, 6 order index,
+--       7 the orderNo's fate key
 -- ARGV: 1 requestId, 2 fingerprint, 3 orderNo, 4 quantity, 5 event JSON,
 --       6 now (unix ms), 7 minimum dedup lifetime (s), 8 traceparent ('' if none)
 -- Order matters: dedup first (a retry never reserves twice), then the sale,
@@ -10,6 +11,9 @@ if rec[1] then
   if rec[1] ~= ARGV[2] then return {'IDEMPOTENCY_KEY_REUSED', rec[2], 0} end
   return {'REPLAYED', rec[2], tonumber(rec[3])}
 end
+-- This orderNo was already given back (the gateway aborted it): a late copy
+-- of its reserve changes nothing.
+if redis.call('EXISTS', KEYS[7]) == 1 then return {'ABORTED', '', 0} end
 local sale = redis.call('HMGET', KEYS[2], 'starts', 'ends', 'cap')
 local stock = redis.call('GET', KEYS[1])
 if not stock or not sale[1] or not sale[2] or not sale[3] then return {'NOT_ON_SALE', '', 0} end

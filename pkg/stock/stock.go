@@ -123,6 +123,9 @@ const (
 	OverCap              Outcome = "OVER_CAP"
 	SoldOut              Outcome = "SOLD_OUT"
 	AlreadyPurchased     Outcome = "ALREADY_PURCHASED"
+	// Aborted: this orderNo was given back before its reserve ran (a late
+	// copy of the call); nothing changed.
+	Aborted Outcome = "ABORTED"
 )
 
 // Fingerprint identifies an order request's payload, so the reserve script
@@ -173,7 +176,7 @@ type ReserveResult struct {
 func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, error) {
 	k := s.Keys(r.Item)
 	res, err := s.reserves.run(ctx,
-		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo)},
+		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo), k.Fate(r.OrderNo)},
 		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, r.Now.UnixMilli(), int64(DedupLifetime/time.Second),
 		r.TraceParent,
 	).Slice()

@@ -154,6 +154,44 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 	})
 }
 
+// TestLateReserveAfterAbortChangesNothing: a reserve call that reaches
+// Redis after the gateway gave its orderNo back (a delayed or resent copy)
+// takes nothing, whether the abort released it or found nothing to release.
+func TestLateReserveAfterAbortChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 1)
+	nothingHeld := func(what string) {
+		t.Helper()
+		if f.stock(t) != 5 || f.r.Client.Exists(ctx, f.keys.Limit(1), f.keys.Req("r"), f.keys.Order("o1"), f.keys.Order("o2")).Val() != 0 ||
+			f.r.Client.HLen(ctx, f.keys.Journal).Val() != 0 {
+			t.Fatalf("%s: stock %d, or a marker, dedup record or journal entry left", what, f.stock(t))
+		}
+	}
+	// Released, then the same call runs again.
+	f.reserve(t, "r", "o1", 1, 1, "fp")
+	rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
+	if out, err := f.s.Abort(ctx, rel); err != nil || out != stock.Released {
+		t.Fatalf("abort: %s %v", out, err)
+	}
+	if res := f.reserve(t, "r", "o1", 1, 1, "fp"); res.Outcome != stock.Aborted {
+		t.Fatalf("late copy of an aborted reserve: %+v, want ABORTED", res)
+	}
+	nothingHeld("late copy after a release")
+	// The abort ran first and found nothing; the reserve arrives after it.
+	rel.OrderNo = "o2"
+	if out, err := f.s.Abort(ctx, rel); err != nil || out != stock.NotReserved {
+		t.Fatalf("abort of a reserve that has not run: %s %v", out, err)
+	}
+	if res := f.reserve(t, "r", "o2", 1, 1, "fp"); res.Outcome != stock.Aborted {
+		t.Fatalf("reserve after its abort: %+v, want ABORTED", res)
+	}
+	nothingHeld("reserve after its abort")
+	// The client's retry (a new orderNo) is served as usual.
+	if res := f.reserve(t, "r", "o3", 1, 1, "fp"); res.Outcome != stock.Reserved {
+		t.Fatalf("retry: %+v", res)
+	}
+}
+
 func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
@@ -292,8 +330,11 @@ func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
 	if err != nil || out != stock.NotReserved {
 		t.Fatalf("abort of a reserve that never ran: %s %v", out, err)
 	}
-	if f.stock(t) != 5 || f.r.Client.Exists(ctx, f.keys.Fate("o-never")).Val() != 0 {
-		t.Errorf("abort of nothing changed redis: stock %d", f.stock(t))
+	// Nothing given back; only the fate key remembers the orderNo, so that
+	// its reserve, should it still arrive, takes nothing.
+	if fate := f.r.Client.Get(ctx, f.keys.Fate("o-never")).Val(); f.stock(t) != 5 || fate != "released:o-never" ||
+		f.r.Client.Exists(ctx, f.keys.Limit(1), f.keys.Req("never")).Val() != 0 {
+		t.Errorf("abort of nothing: stock %d, fate %q, or a marker or dedup record appeared", f.stock(t), fate)
 	}
 	// A reserve that did run (its reply lost) is given back.
 	f.reserve(t, "ran", "o-ran", 1, 1, "fp")

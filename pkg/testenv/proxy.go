@@ -1,13 +1,13 @@
 package testenv
 
 import (
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,6 +20,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	ln     net.Listener
 	conns  map[net.Conn]struct{}
+	hung   atomic.Bool
 }
 
 // MustProxy starts a proxy to target on a free local port, closed at cleanup.
@@ -65,10 +66,31 @@ func (p *Proxy) pipe(c net.Conn) {
 	}
 	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 	p.mu.Unlock()
-	go func() { io.Copy(up, c); up.Close() }() //nolint:errcheck
-	io.Copy(c, up)                             //nolint:errcheck
+	go func() { p.copy(up, c); up.Close() }()
+	p.copy(c, up)
 	c.Close()
 }
+
+// copy forwards src to dst, dropping what arrives while the proxy hangs.
+func (p *Proxy) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.hung.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Hang turns the proxy into a black hole: connections stay open and are
+// accepted, but nothing is forwarded either way, like a server that stopped
+// answering without closing anything.
+func (p *Proxy) Hang() { p.hung.Store(true) }
 
 // Down refuses new connections and resets open ones.
 func (p *Proxy) Down() {
