@@ -97,6 +97,10 @@ type Result struct {
 
 func (r Result) zero() bool { return r.Closed == 0 && r.Applied == 0 && r.Failed == 0 }
 
+// passTimeout bounds one pass (its batches and their compensations); below
+// the 30 s a stopping process waits for its components.
+const passTimeout = 20 * time.Second
+
 // Run passes every Interval until ctx ends; a pass in hand finishes its batch
 // first. A failed pass is logged and the next one retries.
 func (c *Closer) Run(ctx context.Context) error {
@@ -104,7 +108,11 @@ func (c *Closer) Run(ctx context.Context) error {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
-		res, err := c.pass(context.WithoutCancel(ctx), ctx)
+		// A batch in hand finishes after ctx ends, but no pass waits forever
+		// on a Postgres or Redis that hangs instead of refusing.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), passTimeout)
+		res, err := c.pass(pctx, ctx)
+		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.deps.Log.Error("closer pass failed", "err", err, "closed", res.Closed, "applied", res.Applied, "failed", res.Failed)
