@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -197,31 +198,45 @@ func TestAdminAPI(t *testing.T) {
 		name, contentType, body string
 		status                  int
 		mentions                string
+		path                    string // default /admin/v1/activities/3
 	}{
-		{"BadDate", "application/json", `{"name":"x","startsAt":"yesterday","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "startsAt"},
-		{"DateNotString", "application/json", `{"name":"x","startsAt":5,"endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "startsAt"},
-		{"ControlCharInName", "application/json", `{"name":"a\u0000b","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "name"},
-		{"UnknownField", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[],"price":1}`, 400, "price"},
-		{"TrailingData", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]} junk`, 400, "one JSON object"},
-		{"NoItems", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[]}`, 400, "items"},
-		{"NotJSON", "text/plain", `{}`, 415, "Content-Type"},
-		{"TooLarge", "application/json", `{"name":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "bytes"},
+		{"BadDate", "application/json", `{"name":"x","startsAt":"yesterday","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "startsAt", ""},
+		{"DateNotString", "application/json", `{"name":"x","startsAt":5,"endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "startsAt", ""},
+		{"ControlCharInName", "application/json", `{"name":"a\u0000b","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "name", ""},
+		{"UnknownField", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[],"price":1}`, 400, "price", ""},
+		{"TrailingData", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]} junk`, 400, "one JSON object", ""},
+		{"NoItems", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[]}`, 400, "items", ""},
+		{"NotJSON", "text/plain", `{}`, 415, "Content-Type", ""},
+		{"TooLarge", "application/json", `{"name":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "bytes", ""},
+		{"Malformed", "application/json", `{"name":"x",`, 400, "malformed", ""},
+		{"PerUserLimitTooHigh", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","perUserLimit":101,"items":[{"itemId":1,"stock":5}]}`, 400, "perUserLimit", ""},
+		{"NegativeStock", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":-1}]}`, 400, "stock", ""},
+		{"DuplicateItem", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5},{"itemId":1,"stock":6}]}`, 400, "twice", ""},
+		{"ZeroActivityID", "application/json", `{}`, 400, "activityId", "/admin/v1/activities/0"},
+		{"TextActivityID", "application/json", `{}`, 400, "activityId", "/admin/v1/activities/abc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := p.do(t, "PUT", "/admin/v1/activities/3", tc.contentType, tc.body, auth...)
+			path := cmp.Or(tc.path, "/admin/v1/activities/3")
+			r := p.do(t, "PUT", path, tc.contentType, tc.body, auth...)
 			msg, _ := r.Body["error"].(map[string]any)["message"].(string)
 			if r.Status != tc.status || !strings.Contains(msg, tc.mentions) {
 				t.Errorf("got %d %v, want %d mentioning %q", r.Status, r.Body, tc.status, tc.mentions)
 			}
 		})
 	}
-	var activities int
-	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM activities`).Scan(&activities)
-	if activities != 0 {
-		t.Fatalf("rejected upserts created %d activities", activities)
+	if r := p.do(t, "POST", "/admin/v1/activities/abc/preheat", "", nil, auth...); r.Status != 400 || r.Code() != "INVALID_REQUEST" {
+		t.Errorf("preheat of a bad id: %d %v", r.Status, r.Body)
 	}
 	if r := p.do(t, "POST", "/admin/v1/activities/3/preheat", "", nil, auth...); r.Status != 404 || r.Code() != "ACTIVITY_NOT_FOUND" {
 		t.Errorf("preheat unknown: %d %v", r.Status, r.Body)
+	}
+	var activities, items int
+	p.DB.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM activities), (SELECT count(*) FROM item_stock)`).Scan(&activities, &items)
+	if activities != 0 || items != 0 {
+		t.Fatalf("rejected requests created %d activities and %d items", activities, items)
+	}
+	if keys := testenv.Keys(t, p.Redis.Client, p.Redis.Prefix); len(keys) != 0 {
+		t.Fatalf("rejected requests wrote to Redis: %v", keys)
 	}
 	if r := p.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, auth...); r.Status != 200 {
 		t.Fatalf("upsert: %d %v", r.Status, r.Body)
@@ -238,6 +253,18 @@ func TestAdminAPI(t *testing.T) {
 	}
 	if got := p.redisStock(t, stock.Item{ActivityID: 3, ItemID: 1}); got != 4 {
 		t.Errorf("redis stock after second preheat = %d, want 4", got)
+	}
+	// A sale that ended more than an hour ago is not loaded.
+	ended := map[string]any{"name": "old", "startsAt": time.Now().Add(-5 * time.Hour).UTC(), "endsAt": time.Now().Add(-2 * time.Hour).UTC(),
+		"items": []map[string]any{{"itemId": 1, "stock": 5}}}
+	if r := p.do(t, "PUT", "/admin/v1/activities/4", "application/json", ended, auth...); r.Status != 200 {
+		t.Fatalf("upsert of an ended sale: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(t, "POST", "/admin/v1/activities/4/preheat", "", nil, auth...); r.Status != 409 || r.Code() != "SALE_ENDED" {
+		t.Errorf("preheat of an ended sale: %d %v", r.Status, r.Body)
+	}
+	if keys := testenv.Keys(t, p.Redis.Client, p.Redis.Prefix+"stock:{a4:"); len(keys) != 0 {
+		t.Errorf("an ended sale was loaded: %v", keys)
 	}
 	off := mustPipeline(t, components{gateway: true}, func(c *config) { c.AdminToken = "" })
 	if r := off.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer "); r.Status != 404 {
