@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -211,6 +212,65 @@ func TestI6IsATableRule(t *testing.T) {
 	} {
 		if _, err := s.Pool().Exec(ctx, q, no); err == nil {
 			t.Errorf("Postgres accepted %s", q)
+		}
+	}
+}
+
+// TestUpsertAfterSalesMovesStockByTheChange is I1 across an admin edit: the
+// units sold stay sold, and stock below them is refused without a change.
+func TestUpsertAfterSalesMovesStockByTheChange(t *testing.T) {
+	ctx := context.Background()
+	s := mustStore(t)
+	mustOrder(t, s, 1, 3)
+	a := order.Activity{ID: 1, Name: "sale", StartsAt: time.Now().Add(-time.Hour), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 5,
+		Items: []order.ItemStock{{ItemID: 10, InitialStock: 120}}}
+	if err := s.UpsertActivity(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if it := stockOf(t, s); it.InitialStock != 120 || it.Stock != 117 {
+		t.Fatalf("after raising to 120 with 3 sold: initial %d stock %d, want 120 and 117", it.InitialStock, it.Stock)
+	}
+	a.Items[0].InitialStock = 2
+	if err := s.UpsertActivity(ctx, a); !errors.Is(err, order.ErrStockBelowSold) {
+		t.Fatalf("stock 2 below 3 sold: %v, want ErrStockBelowSold", err)
+	}
+	if it := stockOf(t, s); it.InitialStock != 120 || it.Stock != 117 {
+		t.Fatalf("a refused edit changed the item: initial %d stock %d", it.InitialStock, it.Stock)
+	}
+}
+
+// TestPaidOrderIsLive is I2 after payment: a PAID order still blocks the
+// user's second order of the item.
+func TestPaidOrderIsLive(t *testing.T) {
+	ctx := context.Background()
+	s := mustStore(t)
+	no := mustOrder(t, s, 1, 1)
+	if _, err := s.Pay(ctx, no); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.ProcessBatch(ctx, []order.Request{{RequestID: "second", OrderNo: "1-10-second", UserID: 1, ActivityID: 1, ItemID: 10,
+		Quantity: 1, ReservedAt: time.Now(), Held: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Outcome != order.Rejected || ds[0].Reason != order.ReasonDuplicateLiveOrder {
+		t.Fatalf("second order of a user holding a PAID one: %s %s, want REJECTED %s", ds[0].Outcome, ds[0].Reason, order.ReasonDuplicateLiveOrder)
+	}
+}
+
+// TestBackstopsAreTableRules: the table refuses negative stock (I1) and a
+// second order of one requestId (I3) whatever the code does.
+func TestBackstopsAreTableRules(t *testing.T) {
+	ctx := context.Background()
+	s := mustStore(t)
+	mustOrder(t, s, 1, 1)
+	for _, c := range []struct{ sql, rule string }{
+		{`UPDATE item_stock SET stock = -1 WHERE activity_id = 1 AND item_id = 10`, "item_stock_stock_check"},
+		{`INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, status, reserved_at)
+			VALUES ('1-10-dup', 'r-1', 2, 1, 10, 1, 'UNPAID', now())`, "orders_request_id_key"},
+	} {
+		if _, err := s.Pool().Exec(ctx, c.sql); err == nil || !strings.Contains(err.Error(), c.rule) {
+			t.Errorf("%s: %v, want a violation of %s", c.sql, err, c.rule)
 		}
 	}
 }

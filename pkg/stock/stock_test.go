@@ -70,6 +70,8 @@ func TestReserveOutcomes(t *testing.T) {
 		{"r4", "o4", 3, 2, "fp4", stock.SoldOut, "", 1},
 		{"r5", "o5", 3, 1, "fp5", stock.Reserved, "o5", 0},
 		{"r6", "o6", 4, 1, "fp6", stock.SoldOut, "", 0},
+		// Sold out since, but a replay is the first answer, remaining included.
+		{"r1", "o-late", 1, 2, "fp1", stock.Replayed, "o1", 1},
 	}
 	for _, s := range steps {
 		res := f.reserve(t, s.rid, s.orderNo, s.user, s.q, s.fp)
@@ -83,6 +85,13 @@ func TestReserveOutcomes(t *testing.T) {
 	}
 	if n := f.r.Client.HLen(context.Background(), f.keys.Journal).Val(); n != 2 {
 		t.Errorf("journal holds %d entries, want 2", n)
+	}
+	// Replays and the redrive need the dedup record, the order index and the
+	// journal for at least a day (the contract: ≥ 24 h).
+	for _, k := range []string{f.keys.Req("r1"), f.keys.Order("o1"), f.keys.Journal} {
+		if ttl := f.r.Client.TTL(context.Background(), k).Val(); ttl < stock.DedupLifetime-time.Minute {
+			t.Errorf("%s lives %v, want ≥ %v", k, ttl, stock.DedupLifetime)
+		}
 	}
 }
 
