@@ -292,3 +292,49 @@ func TestGhostEventIsSkipped(t *testing.T) {
 		t.Errorf("db stock %d, want 9", n)
 	}
 }
+
+// TestSweepAppliesCompensationsLeftByACrash: a worker that died between its
+// commit and Redis left a rejection's compensation pending; the sweep of a
+// running worker applies it (I5), exactly once.
+func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
+	f := mustFixture(t, 10)
+	ctx := context.Background()
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE item_stock SET stock = 1, initial_stock = 1`); err != nil {
+		t.Fatal(err)
+	}
+	f.reserve(t, "a", 1)
+	f.reserve(t, "b", 2)
+	refs := []stock.Ref{{RequestID: "a", OrderNo: "1-2-a"}, {RequestID: "b", OrderNo: "1-2-b"}}
+	if _, err := f.stock.Claim(ctx, f.item, refs); err != nil {
+		t.Fatal(err)
+	}
+	// The crashed worker's transaction: b is refused, its compensation written, never applied.
+	reqs := make([]order.Request, len(refs))
+	for i, r := range refs {
+		reqs[i] = order.Request{RequestID: r.RequestID, OrderNo: r.OrderNo, UserID: int64(i + 1), ActivityID: 1, ItemID: 2, Quantity: 1,
+			ReservedAt: time.Now(), Held: true}
+	}
+	if _, err := f.orders.ProcessBatch(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.redisStock(t); got != 8 {
+		t.Fatalf("redis stock %d before the sweep, want 8", got)
+	}
+	w := New(Config{SweepInterval: 20 * time.Millisecond, SweepAfter: time.Millisecond},
+		Deps{Orders: f.orders, Stock: f.stock, DLQ: f.dlq, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); w.sweepLoop(sctx) }()
+	testenv.WaitFor(t, 10*time.Second, "the pending compensation applied", func() bool {
+		return f.count(t, `SELECT count(*) FROM redis_compensations WHERE applied_at IS NULL`) == 0
+	})
+	time.Sleep(100 * time.Millisecond) // more sweeps: none may apply it again
+	stop()
+	<-done
+	if got := f.redisStock(t); got != 9 {
+		t.Errorf("redis stock %d after the sweep, want 9 (b's unit back, once)", got)
+	}
+	if f.rdb.Client.Exists(ctx, f.stock.Keys(f.item).Limit(2)).Val() != 0 {
+		t.Error("the refused user's limit marker was not freed")
+	}
+}
