@@ -112,6 +112,7 @@ type Audit struct {
 	WrongOrderNo    int64            `json:"wrongOrderNo"`      // accepted requests whose row carries another orderNo
 	Unanswered      int64            `json:"unansweredButProcessed"`
 	MarkerMismatch  int64            `json:"limitMarkerMismatch"` // markers missing, extra or naming another requestId
+	PaidAndClosed   int64            `json:"paidAndClosed"`       // orders that were both paid and closed (I6)
 	LostSample      []string         `json:"lostSample,omitempty"`
 }
 
@@ -146,6 +147,13 @@ func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance, users m
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return au, fmt.Errorf("reading orders: %w", err)
+	}
+	// I6: never both paid and closed (the table refuses it too; the audit
+	// does not take that on trust).
+	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE activity_id = $1
+		AND (status = 'PAID' AND closed_at IS NOT NULL OR status = 'CLOSED' AND paid_at IS NOT NULL
+		     OR paid_at IS NOT NULL AND closed_at IS NOT NULL)`, a.activityID).Scan(&au.PaidAndClosed); err != nil {
+		return au, fmt.Errorf("counting paid and closed orders: %w", err)
 	}
 	rejected := map[string]row{}
 	rows, err = a.pool.Query(ctx, `SELECT request_id, order_no, outcome, COALESCE(reason, '')

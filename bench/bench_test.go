@@ -117,6 +117,22 @@ func TestAuditCatches(t *testing.T) {
 		{"ReplayNamedAnotherOrder", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			acc[fmt.Sprintf("a%d-u1", a.activityID)].orderNo = "someone-else"
 		}, []string{"I3 one order per requestId"}},
+		{"StockGivenBackTwice", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
+			mustExec(t, a, `UPDATE item_stock SET stock = 2 WHERE activity_id = $1`, a.activityID)
+			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
+		}, []string{"I1 no oversell"}},
+		// The last cases take the table's rules away (for this test's
+		// database), to see that the audit does not rely on them.
+		{"SecondLiveOrder", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
+			mustExec(t, a, `DROP INDEX IF EXISTS orders_one_live_per_user`)
+			mustExec(t, a, `INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, status, reserved_at)
+				VALUES ($2, $3, 1, $1, 1, 1, 'UNPAID', now())`, a.activityID, fmt.Sprintf("o%d-again", a.activityID), fmt.Sprintf("a%d-again", a.activityID))
+		}, []string{"I1 no oversell", "I2 one live order per user", "counts add up"}},
+		{"PaidAndClosed", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
+			mustExec(t, a, `ALTER TABLE orders DROP CONSTRAINT IF EXISTS orders_status_matches_times, DROP CONSTRAINT IF EXISTS orders_check`)
+			mustExec(t, a, `UPDATE orders SET status = 'PAID', paid_at = now(), closed_at = now() WHERE request_id = $1`,
+				fmt.Sprintf("a%d-u1", a.activityID))
+		}, []string{"I6 never paid and closed"}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

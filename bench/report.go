@@ -209,6 +209,7 @@ func (r *Report) check() {
 		})),
 		verdict("I4 nothing lost", i4),
 		verdict("I5 Redis agrees with Postgres", i5),
+		verdict("I6 never paid and closed", nonzero(map[string]int64{"orders both paid and closed": au.PaidAndClosed})),
 		verdict("counts add up", counts),
 	}
 	r.OK = true
