@@ -134,6 +134,10 @@ func TestAuditCatches(t *testing.T) {
 				fmt.Sprintf("a%d-u1", a.activityID))
 		}, []string{"I6 never paid and closed"}},
 	}
+	// Checks whose verdict a case leaves open: with two live orders the
+	// user's marker names one of them, and which one the audit compares it
+	// with depends on map order.
+	mayFail := map[string][]string{"SecondLiveOrder": {"I5 Redis agrees with Postgres"}}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &auditor{pool: db.Pool, rdb: rd.Client, prefix: rd.Prefix, activityID: int64(100 + i), items: []int64{1}}
@@ -148,6 +152,9 @@ func TestAuditCatches(t *testing.T) {
 			rep := &Report{Scenario: Scenario{Quantity: 1}, Audit: au, AcceptedRequests: len(acc)}
 			rep.check()
 			for _, c := range rep.Checks {
+				if slices.Contains(mayFail[tt.name], c.Name) {
+					continue
+				}
 				if want := !slices.Contains(tt.fails, c.Name); c.OK != want {
 					t.Errorf("%s: ok=%v, want %v (%s)", c.Name, c.OK, want, c.Detail)
 				}
