@@ -25,7 +25,7 @@ func runKafka(ctx context.Context, log *slog.Logger, cfg config) error {
 	defer emb.Close()
 	// A data dir from an earlier run is reloaded as it was: topics it lacks
 	// (another KAFKA_TOPIC) are created here, not by the seed.
-	if err := event.EnsureTopics(ctx, emb.Brokers, cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic); err != nil {
+	if err := event.EnsureTopics(ctx, emb.Brokers, cfg.KafkaParts, 1, cfg.KafkaTopic, cfg.KafkaDLQTopic); err != nil {
 		return err
 	}
 	dir := cfg.KafkaDir

@@ -26,10 +26,12 @@ type config struct {
 	KafkaDLQTopic  string
 	KafkaGroup     string
 	KafkaParts     int
+	KafkaRF        int
 	KafkaBatchWait time.Duration
 	AdminToken     string
 	BatchSize      int
 	BatchWait      time.Duration
+	LagInterval    time.Duration
 	ProduceTimeout time.Duration
 	PprofAddr      string
 	GCPercent      int // GOGC; -1 ⇒ off
@@ -64,10 +66,12 @@ var envVars = [][3]string{
 	{"KAFKA_DLQ_TOPIC", event.DLQTopic, "dead-letter topic"},
 	{"KAFKA_GROUP", "orderpipe-worker", "worker consumer group"},
 	{"KAFKA_PARTITIONS", "8", "partitions when orderpipe creates the topics"},
+	{"KAFKA_REPLICATION_FACTOR", "1", "replicas per partition when orderpipe creates the topics (3 on a 3-broker cluster; with min.insync.replicas=2 an acknowledged event survives one broker's loss)"},
 	{"KAFKA_BATCH_TIMEOUT", "2ms", "producer linger before a batch is sent"},
 	{"ADMIN_TOKEN", "", "bearer token of the admin API; empty ⇒ admin API off"},
 	{"WORKER_BATCH_SIZE", "500", "max messages per worker transaction"},
 	{"WORKER_BATCH_WAIT", "5ms", "how long a started batch waits for more messages"},
+	{"WORKER_LAG_INTERVAL", "2s", "how often a worker reads its group's total consumer lag from the broker (the lag gauge)"},
 	{"METRICS_ADDR", ":9090", "/metrics listener of a process without the gateway"},
 	{"GOGC", "200", "Go's garbage-collector target (the runtime reads it); orderpipe's default is 200, Go's own is 100; `off` or a percentage"},
 	{"PPROF_ADDR", "", "serve Go's net/http/pprof profiles on this address (keep it private); empty ⇒ off"},
@@ -140,10 +144,12 @@ func loadConfig() (config, error) {
 		KafkaDLQTopic:  getenv("KAFKA_DLQ_TOPIC"),
 		KafkaGroup:     getenv("KAFKA_GROUP"),
 		KafkaParts:     intVar("KAFKA_PARTITIONS"),
+		KafkaRF:        intVar("KAFKA_REPLICATION_FACTOR"),
 		KafkaBatchWait: durVar("KAFKA_BATCH_TIMEOUT"),
 		AdminToken:     getenv("ADMIN_TOKEN"),
 		BatchSize:      intVar("WORKER_BATCH_SIZE"),
 		BatchWait:      durVar("WORKER_BATCH_WAIT"),
+		LagInterval:    durVar("WORKER_LAG_INTERVAL"),
 		ProduceTimeout: durVar("PRODUCE_TIMEOUT"),
 		MetricsAddr:    getenv("METRICS_ADDR"),
 		PprofAddr:      getenv("PPROF_ADDR"),
@@ -173,6 +179,9 @@ func loadConfig() (config, error) {
 	}
 	if c.KafkaParts == 0 {
 		errs = append(errs, "KAFKA_PARTITIONS: want at least 1")
+	}
+	if c.KafkaRF < 1 {
+		errs = append(errs, "KAFKA_REPLICATION_FACTOR: want at least 1")
 	}
 	for _, e := range envVars {
 		if _, _, err := fromFile(e[0]); err != nil {

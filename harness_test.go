@@ -32,17 +32,19 @@ type pipeline struct {
 	Stock  *stock.Store
 	Orders *order.Store
 	Admin  string // admin token
+	comps  components
 	cancel context.CancelFunc
 	done   chan error
 
 	mu       sync.Mutex
-	accepted map[string]string // orderNo → requestId of every 202 this test saw
+	accepted map[string]string // orderNo → requestId of every 2xx (202 or replayed 200) this test saw
 }
 
 // mustPipeline starts a pipeline; it is stopped (and drained) at cleanup.
 func mustPipeline(tb testing.TB, comps components, mod func(*config)) *pipeline {
 	tb.Helper()
-	p := &pipeline{DB: testenv.MustDatabase(tb), Redis: testenv.MustRedis(tb), Kafka: testenv.MustKafka(tb), Admin: "test-admin-token"}
+	p := &pipeline{DB: testenv.MustDatabase(tb), Redis: testenv.MustRedis(tb), Kafka: testenv.MustKafka(tb), Admin: "test-admin-token",
+		comps: comps}
 	cfg, err := loadConfig()
 	if err != nil {
 		tb.Fatal(err)
@@ -185,7 +187,9 @@ type orderBody struct {
 func (p *pipeline) order(tb testing.TB, b orderBody) apiResponse {
 	tb.Helper()
 	r := p.do(tb, http.MethodPost, "/v1/orders", "application/json", b)
-	if r.Status == http.StatusAccepted {
+	// Every orderNo a client is shown in a 2xx (202, or 200 replayed) must
+	// resolve: assertInvariants checks them all (I4).
+	if (r.Status == http.StatusAccepted || r.Status == http.StatusOK) && r.Str("orderNo") != "" {
 		p.mu.Lock()
 		if p.accepted == nil {
 			p.accepted = map[string]string{}
@@ -318,20 +322,36 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	if badI6 != 0 {
 		tb.Errorf("I6: %d orders whose status disagrees with paid_at/closed_at", badI6)
 	}
-	// I4: every 202 this test saw ended as an order of that request or a
-	// REJECTED row with a reason.
+	// I4: every orderNo this test saw in a 2xx ended as an order of that
+	// request or a REJECTED record with a reason, and GET says so.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for orderNo, rid := range p.accepted {
-		var decided bool
-		if err := p.DB.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM orders WHERE order_no = $1 AND request_id = $2)
-			OR EXISTS (SELECT 1 FROM processed_requests WHERE order_no = $1 AND request_id = $2 AND outcome = 'REJECTED' AND reason <> '')`,
-			orderNo, rid).Scan(&decided); err != nil {
-			tb.Fatal(err)
-		}
-		if !decided {
-			tb.Errorf("I4: accepted %s (%s) is neither an order nor an explained rejection", orderNo, rid)
-		}
+		p.assertResolved(tb, orderNo, rid)
+	}
+}
+
+// assertResolved checks that orderNo, shown to a client of request rid in a
+// 2xx, is decided in Postgres (an order, or a REJECTED record with a reason)
+// and, when a gateway runs, that GET /v1/orders/{orderNo} answers it.
+func (p *pipeline) assertResolved(tb testing.TB, orderNo, rid string) {
+	tb.Helper()
+	o, err := p.Orders.GetOrder(context.Background(), orderNo)
+	switch {
+	case err != nil:
+		tb.Errorf("I4: %s, shown to request %s in a 2xx, is neither an order nor an explained rejection: %v", orderNo, rid, err)
+		return
+	case o.RequestID != rid:
+		tb.Errorf("I4: %s, shown to request %s, is recorded for request %s", orderNo, rid, o.RequestID)
+	case o.Status == order.StatusRejected && o.Reason == "":
+		tb.Errorf("I4: %s was rejected without a reason", orderNo)
+	}
+	if p.URL == "" || !p.comps.gateway || p.cancel == nil {
+		return
+	}
+	g := p.do(tb, http.MethodGet, "/v1/orders/"+orderNo, "", nil)
+	if g.Status != http.StatusOK || g.Str("status") != o.Status || g.Str("requestId") != rid {
+		tb.Errorf("I4: GET %s answered %d %v, want %s of request %s", orderNo, g.Status, g.Body, o.Status, rid)
 	}
 }
 

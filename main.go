@@ -45,6 +45,8 @@ commands:
   locate     where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown
   migrate    create the database if missing and apply the migrations
   kafka      the embedded Kafka-protocol broker alone on KAFKA_EMBEDDED_PORT (on disk with KAFKA_EMBEDDED_DIR)
+  topics     create the order and dead-letter topics on KAFKA_BROKERS if missing
+             (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)
   bench      load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)
   env        print every environment variable with its default
 
@@ -128,6 +130,16 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		return runComponents(ctx, log, cfg, components{worker: true}, nil)
 	case "kafka":
 		return runKafka(ctx, log, cfg)
+	case "topics":
+		if len(cfg.KafkaBrokers) == 0 {
+			return errors.New("KAFKA_BROKERS is empty: topics are created on a real cluster (the embedded broker creates its own)")
+		}
+		if err := ensureTopics(ctx, cfg); err != nil {
+			return err
+		}
+		log.Info("topics ready", "topics", []string{cfg.KafkaTopic, cfg.KafkaDLQTopic}, "partitions", cfg.KafkaParts,
+			"replication_factor", cfg.KafkaRF)
+		return nil
 	case "closer":
 		return runComponents(ctx, log, cfg, components{closer: true}, nil)
 	case "reconciler":
@@ -203,7 +215,7 @@ func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
 
 // ensureTopics creates the order and dead-letter topics if missing.
 func ensureTopics(ctx context.Context, cfg config) error {
-	return event.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic)
+	return event.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaRF, cfg.KafkaTopic, cfg.KafkaDLQTopic)
 }
 
 // components picks what a process runs.
@@ -217,7 +229,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	if (comps.gateway || comps.worker) && len(cfg.KafkaBrokers) == 0 {
 		return errors.New("KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
 	}
-	pool, err := database.Open(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
+	pool, err := openPool(ctx, log, cfg, comps)
 	if err != nil {
 		return err
 	}
@@ -259,7 +271,8 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		dlq := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, BatchTimeout: cfg.KafkaBatchWait})
 		defer dlq.Close()
 		w := worker.New(worker.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, DLQTopic: cfg.KafkaDLQTopic,
-			GroupID: cfg.KafkaGroup, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, BreakerOpenFor: cfg.BreakerOpenFor},
+			GroupID: cfg.KafkaGroup, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, BreakerOpenFor: cfg.BreakerOpenFor,
+			LagInterval: cfg.LagInterval},
 			worker.Deps{Orders: orders, Stock: st, DLQ: dlq, Metrics: metrics, Log: log.With("component", "worker")})
 		start("worker", w.Run)
 		events := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait})
@@ -281,7 +294,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 			AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
 			BreakerOpenFor: cfg.BreakerOpenFor, Topic: cfg.KafkaTopic},
 			gateway.Deps{Stock: st, Orders: orders, Producer: writer, Metrics: metrics, Log: log.With("component", "gateway"),
-				Ready: readyChecks(rdb, pool, cfg.KafkaBrokers)})
+				Ready: readyChecks(rdb, cfg.KafkaBrokers)})
 		start("gateway", func(ctx context.Context) error {
 			if ln != nil {
 				return gw.Serve(ctx, ln)
@@ -314,11 +327,40 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	return errors.Join(errs...)
 }
 
-func readyChecks(rdb redis.UniversalClient, pool *pgxpool.Pool, brokers []string) map[string]gateway.PingFunc {
+// openPool opens the Postgres pool. A gateway alone starts without
+// Postgres: taking an order never needs it, so a gateway started (or
+// restarted, or added by the autoscaler) during a Postgres outage serves
+// orders, and its lookups answer 503 until Postgres returns. A process with
+// a worker or closer needs Postgres for its main job and refuses to start
+// without it (the orchestrator retries).
+func openPool(ctx context.Context, log *slog.Logger, cfg config, comps components) (*pgxpool.Pool, error) {
+	if comps.worker || comps.closer {
+		return database.Open(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
+	}
+	pool, err := database.OpenLazy(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		log.Warn("postgres unreachable at start: taking orders; order lookups, pay and the admin API answer 503 until it answers",
+			"database", database.Redact(cfg.DatabaseURL), "err", err)
+	}
+	return pool, nil
+}
+
+// readyChecks are what the gateway's /readyz asks: the dependencies of
+// taking an order (the reserve script in Redis, the produce to Kafka). Not
+// Postgres: POST /v1/orders never touches it, and during a Postgres outage
+// the queue holds the accepted orders until the workers catch up, so the
+// gateways must stay in service (order lookups, pay and the admin API answer
+// 503 meanwhile). The other components serve no traffic and have no
+// readiness beyond /healthz: each waits for its own dependencies.
+func readyChecks(rdb redis.UniversalClient, brokers []string) map[string]gateway.PingFunc {
 	return map[string]gateway.PingFunc{
-		"redis":    func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-		"postgres": func(ctx context.Context) error { return pool.Ping(ctx) },
-		"kafka":    func(ctx context.Context) error { return event.Ping(ctx, brokers) },
+		"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		"kafka": func(ctx context.Context) error { return event.Ping(ctx, brokers) },
 	}
 }
 

@@ -266,7 +266,7 @@ func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
 	series := []string{
 		`orderpipe_http_requests_total{code="202",route="POST /v1/orders"}`,
 		`orderpipe_reserve_seconds_count`, `orderpipe_produce_seconds_count`, `orderpipe_worker_batch_size_count`,
-		`orderpipe_worker_consumer_lag`, `orderpipe_orders_created_total`,
+		`orderpipe_worker_consumer_lag_messages`, `orderpipe_orders_created_total`,
 		`orderpipe_orders_rejected_total{reason="DB_STOCK_MISMATCH"}`, `orderpipe_orders_rejected_total{reason="DUPLICATE_LIVE_ORDER"}`,
 		`orderpipe_worker_dlq_total`, `orderpipe_compensations_pending`, `orderpipe_compensations_applied_total`,
 		`orderpipe_orders_closed_total`, `orderpipe_breaker_state{name="gateway-redis"}`, `orderpipe_breaker_state{name="gateway-kafka"}`,

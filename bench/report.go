@@ -76,8 +76,10 @@ type Report struct {
 	DrainMs                float64 `json:"drainMs"`
 	DrainAfterLastAcceptMs float64 `json:"drainAfterLastAcceptMs"`
 	DrainError             string  `json:"drainError,omitempty"`
-	// The worker's orderpipe_worker_consumer_lag gauge, sampled every 100ms
-	// (-1: not readable); "zero after" is when it read 0 for good.
+	// The worker's orderpipe_worker_consumer_lag_messages gauge, sampled every 100ms
+	// (-1: not readable); "zero after" is when it read 0 for good. The worker
+	// updates it every WORKER_LAG_INTERVAL (bench/run.sh sets 100ms; the 2s
+	// default would round these times up by as much).
 	PeakConsumerLag          float64 `json:"peakConsumerLag"`
 	LagZeroAfterMs           float64 `json:"lagZeroAfterMs"`
 	LagZeroAfterLastAcceptMs float64 `json:"lagZeroAfterLastAcceptMs"`

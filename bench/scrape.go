@@ -12,7 +12,7 @@ import (
 
 // Series the bench reads from the pipeline's /metrics.
 const (
-	lagSeries = "orderpipe_worker_consumer_lag"
+	lagSeries = "orderpipe_worker_consumer_lag_messages"
 	rssSeries = "process_resident_memory_bytes"
 )
 

@@ -156,7 +156,10 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 
 // abort gives a reservation back after a failed produce (or a reserve whose
 // reply was lost). If a worker has already claimed it, the event did arrive
-// and the answer is 202 after all. If Redis cannot be reached, the outcome is
+// and the answer is 202 after all. If a retry of the request was answered
+// 200 replayed with this orderNo meanwhile, it is not given back either (an
+// orderNo seen in a 2xx must resolve): the journal entry stays, the redrive
+// publishes it, and the answer is 202. If Redis cannot be reached, the outcome is
 // unknown: a journal entry, if any, is published later by the redrive, and
 // the client's retry with the same requestId replays it.
 //
@@ -170,7 +173,13 @@ func (s *Server) abort(ctx context.Context, ev event.OrderRequested, remaining i
 		Item: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID},
 		Ref:  stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}, UserID: ev.UserID, Quantity: ev.Quantity,
 	})
-	if err == nil && out == stock.Claimed {
+	if err == nil && (out == stock.Claimed || out == stock.Shown) {
+		if out == stock.Shown {
+			// A retry was already told this orderNo: it is kept, and the
+			// redrive publishes it once REDRIVE_AFTER has passed.
+			s.deps.Log.WarnContext(ctx, "produce failed after a replay showed the orderNo; left to the redrive",
+				"request_id", ev.RequestID, "order_no", ev.OrderNo, "err", produceErr)
+		}
 		writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending,
 			Remaining: max(remaining, 0)})
 		return

@@ -26,7 +26,7 @@ func TestRedrivePass(t *testing.T) {
 	db, r, k := testenv.MustDatabase(t), testenv.MustRedis(t), testenv.MustKafka(t)
 	ctx := context.Background()
 	topic := testenv.UniqueName("orders.requested.")
-	if err := event.EnsureTopics(ctx, k.Brokers, 1, topic); err != nil {
+	if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic); err != nil {
 		t.Fatal(err)
 	}
 	orders, st := order.NewStore(db.Pool), stock.New(r.Client, r.Prefix)

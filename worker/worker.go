@@ -39,6 +39,9 @@ type Config struct {
 	SweepAfter    time.Duration
 	// BreakerOpenFor is how long the Postgres breaker stays open once tripped.
 	BreakerOpenFor time.Duration
+	// LagInterval is how often the group's consumer lag is read from the
+	// broker for the lag gauge.
+	LagInterval time.Duration
 }
 
 func (c *Config) defaults() {
@@ -62,6 +65,9 @@ func (c *Config) defaults() {
 	}
 	if c.SweepAfter <= 0 {
 		c.SweepAfter = 5 * time.Second
+	}
+	if c.LagInterval <= 0 {
+		c.LagInterval = 2 * time.Second
 	}
 }
 
@@ -132,9 +138,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	defer r.Close()
 
+	// The background loops end with Run, however Run ends.
+	loopCtx, stopLoops := context.WithCancel(ctx)
 	sweepDone := make(chan struct{})
-	go func() { defer close(sweepDone); w.sweepLoop(ctx) }()
+	go func() { defer close(sweepDone); w.sweepLoop(loopCtx) }()
 	defer func() { <-sweepDone }()
+	lagDone := make(chan struct{})
+	go func() { defer close(lagDone); w.lagLoop(loopCtx) }()
+	defer func() { <-lagDone }()
+	defer stopLoops()
 
 	for {
 		batch, err := w.fetch(ctx, r)
@@ -152,7 +164,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := w.handle(context.WithoutCancel(ctx), ctx, r, batch); err != nil {
 			return err
 		}
-		w.deps.Metrics.ConsumerLag.Set(float64(r.Stats().Lag))
 	}
 }
 
@@ -242,8 +253,8 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 			msgs[i].outcome("DEAD_LETTERED", "")
 			dead = append(dead, deadLetter(m, err))
 			deadIdx = append(deadIdx, i)
-			if lenient, ok := event.DecodeLenient(m.Value); ok {
-				deadEvents = append(deadEvents, deadEvent{ev: lenient, ctx: msgs[i].ctx})
+			if ref, ok := event.DecodeRef(m.Value); ok {
+				deadEvents = append(deadEvents, deadEvent{ev: ref, ctx: msgs[i].ctx})
 			}
 			continue
 		}
@@ -426,7 +437,10 @@ type deadEvent struct {
 }
 
 // releaseDead gives back the reservations of invalid messages that still name
-// one held in the journal: no order can come of them.
+// one held in the journal: no order can come of them. The message only
+// names the reservation (item, requestId, orderNo); what is given back — the
+// quantity and the user whose marker is freed — comes from the journal
+// entry the gateway wrote, never from the message, which is corrupt.
 func (w *Worker) releaseDead(evs []deadEvent) error {
 	for _, de := range evs {
 		ev, ctx := de.ev, de.ctx
@@ -439,21 +453,73 @@ func (w *Worker) releaseDead(evs []deadEvent) error {
 		if claims[0] != stock.ClaimOK {
 			continue
 		}
-		if _, err := w.deps.Stock.Compensate(ctx, stock.Release{Item: it, Ref: ref, UserID: ev.UserID, Quantity: ev.Quantity}); err != nil {
+		raw, found, err := w.deps.Stock.Journaled(ctx, it, ev.RequestID)
+		if err != nil {
+			return fmt.Errorf("reading dead-lettered reservation: %w", err)
+		}
+		entry, err := event.Decode(raw)
+		if !found || err != nil || entry.OrderNo != ev.OrderNo || entry.ActivityID != ev.ActivityID || entry.ItemID != ev.ItemID {
+			// Left to the reconciler: nothing trustworthy says what to give back.
+			w.deps.Log.WarnContext(ctx, "dead letter names a reservation whose journal entry is unusable; not released",
+				"request_id", ev.RequestID, "order_no", ev.OrderNo, "found", found, "err", err)
+			continue
+		}
+		if _, err := w.deps.Stock.Compensate(ctx, stock.Release{Item: it, Ref: ref, UserID: entry.UserID, Quantity: entry.Quantity}); err != nil {
 			return fmt.Errorf("releasing dead-lettered reservation: %w", err)
 		}
 	}
 	return nil
 }
 
+// Dead letters are bounded, so one always fits the DLQ topic (a broker's
+// message.max.bytes is 1 MiB by default) and a poison message of any size
+// never stops its partition: a longer value is cut to MaxDeadLetterValue
+// bytes, a longer key to MaxDeadLetterKey, and the original headers are kept
+// only while they total at most MaxDeadLetterHeaders bytes. What was cut is
+// said in headers: original-size, truncated, headers-dropped.
+const (
+	MaxDeadLetterValue   = 64 << 10
+	MaxDeadLetterKey     = 1 << 10
+	MaxDeadLetterHeaders = 16 << 10
+)
+
+// Headers a dead letter carries besides event.HeaderError.
+const (
+	HeaderSourcePartition = "source-partition"
+	HeaderSourceOffset    = "source-offset"
+	HeaderOriginalSize    = "original-size"
+	HeaderTruncated       = "truncated"
+	HeaderHeadersDropped  = "headers-dropped"
+)
+
 func deadLetter(m kafka.Message, cause error) kafka.Message {
-	headers := append([]kafka.Header{}, m.Headers...)
+	var headers []kafka.Header
+	size := 0
+	for _, h := range m.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	if size <= MaxDeadLetterHeaders {
+		headers = append(headers, m.Headers...)
+	} else {
+		headers = append(headers, kafka.Header{Key: HeaderHeadersDropped, Value: []byte(fmt.Sprint(len(m.Headers)))})
+	}
+	errText := cause.Error()
+	if len(errText) > 1024 {
+		errText = errText[:1024]
+	}
 	headers = append(headers,
-		kafka.Header{Key: event.HeaderError, Value: []byte(cause.Error())},
-		kafka.Header{Key: "source-partition", Value: []byte(fmt.Sprint(m.Partition))},
-		kafka.Header{Key: "source-offset", Value: []byte(fmt.Sprint(m.Offset))},
+		kafka.Header{Key: event.HeaderError, Value: []byte(errText)},
+		kafka.Header{Key: HeaderSourcePartition, Value: []byte(fmt.Sprint(m.Partition))},
+		kafka.Header{Key: HeaderSourceOffset, Value: []byte(fmt.Sprint(m.Offset))},
+		kafka.Header{Key: HeaderOriginalSize, Value: []byte(fmt.Sprint(len(m.Value)))},
 	)
-	return kafka.Message{Key: m.Key, Value: m.Value, Headers: headers}
+	key, value := m.Key, m.Value
+	if len(value) > MaxDeadLetterValue || len(key) > MaxDeadLetterKey {
+		headers = append(headers, kafka.Header{Key: HeaderTruncated, Value: []byte("true")})
+		value = value[:min(len(value), MaxDeadLetterValue)]
+		key = key[:min(len(key), MaxDeadLetterKey)]
+	}
+	return kafka.Message{Key: key, Value: value, Headers: headers}
 }
 
 func (w *Worker) sweepLoop(ctx context.Context) {

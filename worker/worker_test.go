@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -193,7 +194,7 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 	dlqTopic := topic + ".dlq"
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := event.EnsureTopics(ctx, k.Brokers, 1, topic, dlqTopic); err != nil {
+	if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic, dlqTopic); err != nil {
 		t.Fatal(err)
 	}
 	dlq := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: dlqTopic})
@@ -337,4 +338,105 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	if f.rdb.Client.Exists(ctx, f.stock.Keys(f.item).Limit(2)).Val() != 0 {
 		t.Error("the refused user's limit marker was not freed")
 	}
+}
+
+// TestDeadLetterReleasesByTheJournal: a corrupt copy of an event names a
+// real reservation but claims another user and quantity. The release gives
+// back what the journal says was reserved (1 unit, user 3's marker), not
+// what the message claims (50 units, user 4's marker).
+func TestDeadLetterReleasesByTheJournal(t *testing.T) {
+	f := mustFixture(t, 10)
+	ctx := context.Background()
+	f.reserve(t, "victim", 3)
+	f.reserve(t, "bystander", 4)
+	corrupt := kafka.Message{Key: []byte("1:2"), Value: []byte(`{"requestId":"victim","orderNo":"1-2-victim","userId":4,` +
+		`"activityId":1,"itemId":2,"quantity":50,"reservedAt":"2026-01-01T00:00:00Z","extra":true}`)}
+	if err := f.w.ProcessBatch(ctx, []kafka.Message{corrupt}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.dlq.msgs) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(f.dlq.msgs))
+	}
+	if got := f.redisStock(t); got != 9 {
+		t.Errorf("redis stock %d, want 9 (the victim's 1 unit back, the bystander's held)", got)
+	}
+	keys := f.stock.Keys(f.item)
+	if n := f.rdb.Client.Exists(ctx, keys.Limit(3)).Val(); n != 0 {
+		t.Error("the released reservation's user keeps the marker")
+	}
+	if got := f.rdb.Client.Get(ctx, keys.Limit(4)).Val(); got != "bystander" {
+		t.Errorf("user 4's marker is %q, want bystander's", got)
+	}
+	if f.rdb.Client.HExists(ctx, keys.Journal, "victim").Val() {
+		t.Error("the released reservation is still journaled")
+	}
+}
+
+// TestOversizedPoisonDoesNotBlock: a poison message far over what the DLQ
+// topic takes (a broker's default is 1 MiB) is dead-lettered truncated, with
+// its size and source offset in headers, and the partition goes on.
+func TestOversizedPoisonDoesNotBlock(t *testing.T) {
+	f := mustFixture(t, 10)
+	k := testenv.MustKafka(t)
+	topic := testenv.UniqueName("orders.")
+	dlqTopic := topic + ".dlq"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The order topic takes large messages (a misconfigured producer
+	// elsewhere); the DLQ topic keeps the broker's default limit.
+	res, err := (&kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second}).CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: -1,
+			ConfigEntries: []kafka.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: fmt.Sprint(8 << 20)}}}}})
+	if err != nil || res.Errors[topic] != nil {
+		t.Fatalf("creating %s: %v %v", topic, err, res)
+	}
+	if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, dlqTopic); err != nil {
+		t.Fatal(err)
+	}
+	dlq := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: dlqTopic})
+	defer dlq.Close()
+	w := New(Config{Brokers: k.Brokers, Topic: topic, DLQTopic: dlqTopic, GroupID: testenv.UniqueName("g")},
+		Deps{Orders: f.orders, Stock: f.stock, DLQ: dlq, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+
+	const poisonSize = 3 << 20
+	poison := kafka.Message{Key: []byte("1:2"), Value: bytes.Repeat([]byte("x"), poisonSize),
+		Headers: []kafka.Header{{Key: "junk", Value: bytes.Repeat([]byte("h"), 64<<10)}}}
+	good := f.reserve(t, "after-poison", 4)
+	prod := &kafka.Writer{Addr: kafka.TCP(k.Brokers...), Topic: topic, BatchBytes: 8 << 20, BatchTimeout: time.Millisecond,
+		RequiredAcks: kafka.RequireAll}
+	defer prod.Close()
+	if err := prod.WriteMessages(ctx, poison, good); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	testenv.WaitFor(t, 30*time.Second, "the order behind the poison message", func() bool {
+		return f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'after-poison'`) == 1
+	})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: dlqTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	m, err := r.ReadMessage(rctx)
+	if err != nil {
+		t.Fatalf("reading dlq: %v", err)
+	}
+	if len(m.Value) != MaxDeadLetterValue || event.Header(m, HeaderTruncated) != "true" ||
+		event.Header(m, HeaderOriginalSize) != fmt.Sprint(poisonSize) || event.Header(m, HeaderSourceOffset) != "0" ||
+		event.Header(m, HeaderSourcePartition) != "0" || event.Header(m, event.HeaderError) == "" ||
+		event.Header(m, HeaderHeadersDropped) != "1" || event.Header(m, "junk") != "" {
+		t.Errorf("dead letter: %d bytes, headers %v", len(m.Value), headerNames(m))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func headerNames(m kafka.Message) map[string]int {
+	out := map[string]int{}
+	for _, h := range m.Headers {
+		out[h.Key] = len(h.Value)
+	}
+	return out
 }

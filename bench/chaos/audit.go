@@ -125,6 +125,26 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 		return nil, err
 	}
 
+	// Reservations refused because their requestId was first used for
+	// another item: REJECTED records of their own (orderNo → requestId).
+	refused := map[string]string{}
+	rows, err = tx.Query(ctx, `SELECT order_no, request_id FROM rejected_reservations WHERE activity_id = $1`, act)
+	if err != nil {
+		return nil, fmt.Errorf("reading refused reservations: %w", err)
+	}
+	for rows.Next() {
+		var no, rid string
+		if err := rows.Scan(&no, &rid); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		refused[no] = rid
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+
 	res.mu.Lock()
 	defer res.mu.Unlock()
 
@@ -139,6 +159,7 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 			switch {
 			case isOrder && o.requestID == rid:
 			case p.outcome == "REJECTED" && p.orderNo == no:
+			case refused[no] == rid:
 			default:
 				lost = append(lost, fmt.Sprintf("%s→%s (processed: %q %q %q)", rid, no, p.outcome, p.orderNo, p.reason))
 				a.lostOrderNos = append(a.lostOrderNos, no)

@@ -26,6 +26,23 @@ const DefaultURL = "postgres://postgres@127.0.0.1:5432/orderpipe?sslmode=disable
 
 // Open connects a pool and checks the server answers.
 func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	pool, err := OpenLazy(ctx, dsn, maxConns)
+	if err != nil {
+		return nil, err
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pinging database %s: %w", Redact(dsn), err)
+	}
+	return pool, nil
+}
+
+// OpenLazy is Open without the check: the pool connects when first used, so
+// a process that can work without Postgres (the gateway takes orders without
+// it) starts during a Postgres outage.
+func OpenLazy(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parsing database url: %w", err)
@@ -39,12 +56,6 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening database: %w", err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("pinging database %s: %w", Redact(dsn), err)
 	}
 	return pool, nil
 }

@@ -193,15 +193,22 @@ func decodeCanonical(value []byte) (OrderRequested, bool) {
 	return e, true
 }
 
-// DecodeLenient recovers what it can of an invalid message, so the worker
-// can still release a reservation it names. ok reports whether every field a
-// release needs is usable.
-func DecodeLenient(value []byte) (e OrderRequested, ok bool) {
-	if err := json.Unmarshal(value, &e); err != nil {
+// DecodeRef recovers from an invalid message which reservation it names
+// (requestId, orderNo, activityId, itemId), so the worker can still release
+// it — by its journal entry, not by what the message claims. ok reports
+// whether all four are usable.
+func DecodeRef(value []byte) (e OrderRequested, ok bool) {
+	var ref struct {
+		RequestID  string `json:"requestId"`
+		OrderNo    string `json:"orderNo"`
+		ActivityID int64  `json:"activityId"`
+		ItemID     int64  `json:"itemId"`
+	}
+	if err := json.Unmarshal(value, &ref); err != nil {
 		return OrderRequested{}, false
 	}
-	ok = e.RequestID != "" && e.OrderNo != "" && e.UserID > 0 && e.ActivityID > 0 && e.ItemID > 0 && e.Quantity > 0
-	return e, ok
+	e = OrderRequested{RequestID: ref.RequestID, OrderNo: ref.OrderNo, ActivityID: ref.ActivityID, ItemID: ref.ItemID}
+	return e, e.RequestID != "" && e.OrderNo != "" && e.ActivityID > 0 && e.ItemID > 0
 }
 
 // Message builds the Kafka message for an event, with the trace context of

@@ -58,12 +58,17 @@ func NewWriter(c WriterConfig) *kafka.Writer {
 	}
 }
 
-// EnsureTopics creates the topics that do not exist yet.
-func EnsureTopics(ctx context.Context, brokers []string, partitions int, topics ...string) error {
+// EnsureTopics creates the topics that do not exist yet, with partitions
+// partitions of replication copies each (replication <= 0: the broker's
+// default.replication.factor). An existing topic is left as it is.
+func EnsureTopics(ctx context.Context, brokers []string, partitions, replication int, topics ...string) error {
 	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second}
 	req := &kafka.CreateTopicsRequest{}
+	if replication <= 0 {
+		replication = -1
+	}
 	for _, t := range topics {
-		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: -1})
+		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: replication})
 	}
 	res, err := client.CreateTopics(ctx, req)
 	if err != nil {

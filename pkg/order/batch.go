@@ -255,43 +255,86 @@ func decideItem(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, idx [
 	if len(created) == 0 {
 		return nil
 	}
-	tag, err := tx.Exec(ctx, `UPDATE item_stock SET stock = stock - $3, version = version + 1, updated_at = now()
-		WHERE activity_id = $1 AND item_id = $2 AND stock >= $3`, k.activityID, k.itemID, total)
+	var after int64
+	err = tx.QueryRow(ctx, `UPDATE item_stock SET stock = stock - $3, version = version + 1, updated_at = now()
+		WHERE activity_id = $1 AND item_id = $2 AND stock >= $3 RETURNING stock`, k.activityID, k.itemID, total).Scan(&after)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return decideOneByOne(ctx, tx, k, out, idx, created)
+	}
 	if err != nil {
 		return fmt.Errorf("taking stock: %w", err)
 	}
-	if tag.RowsAffected() == 1 {
-		for _, i := range created {
-			out[i].Outcome = Created
-		}
-		return nil
+	for _, i := range created {
+		out[i].Outcome = Created
 	}
-	return decideOneByOne(ctx, tx, k, out, created)
+	// One by one, a refused second order is checked for stock before the
+	// live-order index: one that would not have fit is a stock mismatch.
+	if len(dupUsers) > 0 {
+		var taken int64
+		for _, i := range idx {
+			d := &out[i]
+			switch {
+			case d.Outcome == Created:
+				taken += int64(d.Quantity)
+			case int64(d.Quantity) > after+total-taken:
+				d.Reason = ReasonDBStockMismatch // the user's marker still goes to their live order
+			}
+		}
+	}
+	return nil
 }
 
 // decideOneByOne is the fallback when the item's stock does not cover the
-// whole batch: in batch order, an order is kept while stock remains, and the
-// rest are removed again and rejected.
-func decideOneByOne(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, created []int) error {
+// whole batch. The bulk insert's verdicts are undone and every request of
+// the item is decided again as the contract's per-message steps would, in
+// batch order: too little stock left ⇒ DB_STOCK_MISMATCH (before the
+// live-order check, so a request that does not fit never blocks a later one
+// of the same user that does), else the order insert, which the live-order
+// index may refuse (DUPLICATE_LIVE_ORDER).
+func decideOneByOne(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, idx []int, created []int) error {
+	nos := make([]string, len(created))
+	for j, i := range created {
+		nos[j] = out[i].OrderNo
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE order_no = ANY($1)`, nos); err != nil {
+		return fmt.Errorf("undoing the bulk insert: %w", err)
+	}
 	var left int64
 	err := tx.QueryRow(ctx, `SELECT stock FROM item_stock WHERE activity_id = $1 AND item_id = $2 FOR UPDATE`, k.activityID, k.itemID).Scan(&left)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("reading stock: %w", err)
 	}
 	var taken int64
-	var drop []string
-	for _, i := range created {
-		q := int64(out[i].Quantity)
-		if q <= left-taken {
-			taken += q
-			out[i].Outcome = Created
+	var rejUsers []int64
+	for _, i := range idx {
+		d := &out[i]
+		d.Outcome, d.Reason, d.limitOwner = "", "", ""
+		q := int64(d.Quantity)
+		if q > left-taken {
+			d.Outcome, d.Reason = Rejected, ReasonDBStockMismatch
+			rejUsers = append(rejUsers, d.UserID)
 			continue
 		}
-		out[i].Outcome, out[i].Reason = Rejected, ReasonDBStockMismatch
-		drop = append(drop, out[i].OrderNo)
+		tag, err := tx.Exec(ctx, `INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, status, reserved_at)
+			VALUES ($1, $2, $3, $4, $5, $6, 'UNPAID', $7) ON CONFLICT DO NOTHING`,
+			d.OrderNo, d.RequestID, d.UserID, k.activityID, k.itemID, d.Quantity, d.ReservedAt)
+		if err != nil {
+			return fmt.Errorf("inserting order: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			d.Outcome, d.Reason = Rejected, ReasonDuplicateLiveOrder
+			rejUsers = append(rejUsers, d.UserID)
+			continue
+		}
+		d.Outcome = Created
+		taken += q
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM orders WHERE order_no = ANY($1)`, drop); err != nil {
-		return fmt.Errorf("removing orders without stock: %w", err)
+	// A rejected request's user may hold a live order all the same (an
+	// earlier one, or a later one of this batch): their marker goes to it.
+	if len(rejUsers) > 0 {
+		if err := setLimitOwners(ctx, tx, k, out, idx, rejUsers); err != nil {
+			return err
+		}
 	}
 	if taken == 0 {
 		return nil
@@ -303,8 +346,9 @@ func decideOneByOne(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, c
 	return nil
 }
 
-// setLimitOwners finds, for users refused a second live order, the request
-// of the order they hold, so their Redis marker is handed to it.
+// setLimitOwners finds, for users of rejected requests, the request of the
+// live order they hold, if any, so their Redis marker is handed to it rather
+// than freed.
 func setLimitOwners(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, idx []int, users []int64) error {
 	rows, err := tx.Query(ctx, `SELECT user_id, request_id FROM orders
 		WHERE activity_id = $1 AND item_id = $2 AND user_id = ANY($3) AND status IN ('UNPAID', 'PAID')`, k.activityID, k.itemID, users)
@@ -318,7 +362,7 @@ func setLimitOwners(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, i
 		return fmt.Errorf("reading live orders: %w", err)
 	}
 	for _, i := range idx {
-		if out[i].Reason == ReasonDuplicateLiveOrder {
+		if out[i].Outcome == Rejected {
 			out[i].limitOwner = owner[out[i].UserID]
 		}
 	}
@@ -329,7 +373,7 @@ func setLimitOwners(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, i
 // held reservations (Rejected and Foreign), and settles second copies.
 func recordRejections(ctx context.Context, tx pgx.Tx, out []Decision) error {
 	var rejIDs, rejReasons []string
-	var comps []int
+	var comps, foreign []int
 	first := map[string]int{}
 	for i := range out {
 		d := &out[i]
@@ -343,6 +387,7 @@ func recordRejections(ctx context.Context, tx pgx.Tx, out []Decision) error {
 				}
 			} else {
 				d.Outcome, d.Reason = Foreign, ReasonKeyReused
+				foreign = append(foreign, i)
 				if d.Held {
 					comps = append(comps, i)
 				}
@@ -357,10 +402,14 @@ func recordRejections(ctx context.Context, tx pgx.Tx, out []Decision) error {
 				comps = append(comps, i)
 			}
 		case Foreign:
+			foreign = append(foreign, i)
 			if d.Held {
 				comps = append(comps, i)
 			}
 		}
+	}
+	if err := recordForeign(ctx, tx, out, foreign); err != nil {
+		return err
 	}
 	if len(rejIDs) > 0 {
 		if _, err := tx.Exec(ctx, `UPDATE processed_requests p SET outcome = 'REJECTED', reason = x.reason
@@ -401,6 +450,33 @@ func recordRejections(ctx context.Context, tx pgx.Tx, out []Decision) error {
 			d.Compensation = &Compensation{ID: id, RequestID: d.RequestID, OrderNo: d.OrderNo, ActivityID: d.ActivityID, ItemID: d.ItemID,
 				UserID: d.UserID, Quantity: d.Quantity, Reason: d.Reason, LimitOwner: d.limitOwner}
 		}
+	}
+	return nil
+}
+
+// recordForeign keeps the reservations refused because their requestId
+// belongs to another one as REJECTED records GET can return: their orderNo
+// was shown in a 202 (I3, I4).
+func recordForeign(ctx context.Context, tx pgx.Tx, out []Decision, idx []int) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	n := len(idx)
+	nos, ids, reasons := make([]string, n), make([]string, n), make([]string, n)
+	users, acts, items, qs := make([]int64, n), make([]int64, n), make([]int64, n), make([]int32, n)
+	ats := make([]time.Time, n)
+	for j, i := range idx {
+		d := out[i]
+		nos[j], ids[j], reasons[j] = d.OrderNo, d.RequestID, d.Reason
+		users[j], acts[j], items[j], qs[j], ats[j] = d.UserID, d.ActivityID, d.ItemID, int32(d.Quantity), d.ReservedAt
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO rejected_reservations (order_no, request_id, user_id, activity_id, item_id, quantity, reason, reserved_at)
+		SELECT o, r, u, a, i, q, why, t
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[], $7::text[], $8::timestamptz[])
+			AS x(o, r, u, a, i, q, why, t)
+		ON CONFLICT (order_no) DO NOTHING`, nos, ids, users, acts, items, qs, reasons, ats); err != nil {
+		return fmt.Errorf("recording refused reservations: %w", err)
 	}
 	return nil
 }

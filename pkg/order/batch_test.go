@@ -84,6 +84,104 @@ func TestProcessBatchDecidesLikeOneByOne(t *testing.T) {
 	}
 }
 
+// TestProcessBatchOneUserTwoRequests: one user's R1 (q=2) and R2 (q=1) in one
+// batch. One by one, R1 is checked for stock first, so whether it fits
+// decides both: the batch must agree, and the user's marker must name the
+// order they hold.
+func TestProcessBatchOneUserTwoRequests(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		stock    int64
+		outcomes [2]order.Outcome
+		reasons  [2]string
+		owners   [2]string // the compensation's limit owner ("-" ⇒ no compensation)
+		left     int64
+	}{
+		// R1 does not fit: rejected for stock, R2 fits and is created; R1's
+		// compensation hands the marker to R2.
+		{"FirstDoesNotFit", 1, [2]order.Outcome{order.Rejected, order.Created},
+			[2]string{order.ReasonDBStockMismatch, ""}, [2]string{"r2", "-"}, 0},
+		// R1 fits and is created; R2, checked for stock first, no longer fits.
+		{"SecondDoesNotFit", 2, [2]order.Outcome{order.Created, order.Rejected},
+			[2]string{"", order.ReasonDBStockMismatch}, [2]string{"-", "r1"}, 0},
+		// Both would fit: R2 is a second live order.
+		{"BothFit", 3, [2]order.Outcome{order.Created, order.Rejected},
+			[2]string{"", order.ReasonDuplicateLiveOrder}, [2]string{"-", "r1"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustStore(t)
+			if _, err := s.Pool().Exec(ctx, `UPDATE item_stock SET stock = $1, initial_stock = $1`, tc.stock); err != nil {
+				t.Fatal(err)
+			}
+			ds, err := s.ProcessBatch(ctx, []order.Request{req("r1", 1, 2), req("r2", 1, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range ds {
+				if d.Outcome != tc.outcomes[i] || d.Reason != tc.reasons[i] {
+					t.Errorf("%s: %s %q, want %s %q", d.RequestID, d.Outcome, d.Reason, tc.outcomes[i], tc.reasons[i])
+				}
+				switch {
+				case tc.owners[i] == "-" && d.Compensation != nil:
+					t.Errorf("%s: unexpected compensation %+v", d.RequestID, d.Compensation)
+				case tc.owners[i] != "-" && (d.Compensation == nil || d.Compensation.LimitOwner != tc.owners[i]):
+					t.Errorf("%s: compensation %+v, want the marker handed to %s", d.RequestID, d.Compensation, tc.owners[i])
+				}
+			}
+			if st := stockOf(t, s); st.Stock != tc.left {
+				t.Errorf("stock %d, want %d", st.Stock, tc.left)
+			}
+			var orders int64
+			if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM orders WHERE status = 'UNPAID'`).Scan(&orders); err != nil {
+				t.Fatal(err)
+			}
+			if orders != 1 {
+				t.Errorf("%d live orders, want 1", orders)
+			}
+		})
+	}
+}
+
+// TestForeignReservationIsReadable: a requestId reused for another item gets
+// its reservation refused, and its orderNo (shown in a 202) reads as
+// REJECTED IDEMPOTENCY_KEY_REUSED, also when both are in one batch.
+func TestForeignReservationIsReadable(t *testing.T) {
+	ctx := context.Background()
+	s := mustStore(t)
+	other := func(rid, no string) order.Request {
+		r := req(rid, 1, 1)
+		r.OrderNo, r.ItemID = no, 11
+		return r
+	}
+	if _, err := s.ProcessBatch(ctx, []order.Request{req("x", 1, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := s.ProcessBatch(ctx, []order.Request{other("x", "1-11-later"), req("y", 2, 1), other("y", "1-11-same-batch")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Outcome != order.Foreign || ds[2].Outcome != order.Foreign || ds[1].Outcome != order.Created {
+		t.Fatalf("decisions: %+v", ds)
+	}
+	for _, c := range []struct{ no, rid string }{{"1-11-later", "x"}, {"1-11-same-batch", "y"}} {
+		o, err := s.GetOrder(ctx, c.no)
+		if err != nil || o.Status != order.StatusRejected || o.Reason != order.ReasonKeyReused || o.RequestID != c.rid || o.ItemID != 11 {
+			t.Errorf("GetOrder(%s) = %+v, %v", c.no, o, err)
+		}
+	}
+	// The first reservations are untouched.
+	for _, no := range []string{"1-10-x", "1-10-y"} {
+		if o, err := s.GetOrder(ctx, no); err != nil || o.Status != order.StatusUnpaid {
+			t.Errorf("GetOrder(%s) = %+v, %v", no, o, err)
+		}
+	}
+	// Redelivered: nothing new.
+	if _, err := s.ProcessBatch(ctx, []order.Request{other("x", "1-11-later")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // BenchmarkProcessBatch measures one worker transaction of 500 orders of
 // one hot item (the aggregated stock update).
 func BenchmarkProcessBatch(b *testing.B) {

@@ -155,7 +155,8 @@ type Order struct {
 }
 
 // GetOrder finds an order by number: the order row, or else the rejected
-// request that carried that number.
+// request (or refused reservation of a reused requestId) that carried that
+// number.
 func (s *Store) GetOrder(ctx context.Context, orderNo string) (Order, error) {
 	o := Order{OrderNo: orderNo}
 	err := s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at
@@ -167,8 +168,14 @@ func (s *Store) GetOrder(ctx context.Context, orderNo string) (Order, error) {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, fmt.Errorf("reading order %s: %w", orderNo, err)
 	}
+	// A rejected request, or a reservation refused because its requestId
+	// belongs to another one.
 	err = s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, reason, processed_at
-		FROM processed_requests WHERE order_no = $1 AND outcome = 'REJECTED'`, orderNo).
+		FROM processed_requests WHERE order_no = $1 AND outcome = 'REJECTED'
+		UNION ALL
+		SELECT request_id, user_id, activity_id, item_id, quantity, reason, rejected_at
+		FROM rejected_reservations WHERE order_no = $1
+		LIMIT 1`, orderNo).
 		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Reason, &o.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, fmt.Errorf("order %s: %w", orderNo, ErrNotFound)

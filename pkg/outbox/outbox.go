@@ -55,7 +55,6 @@ func (a *Applier) apply(ctx context.Context, c order.Compensation, res *Result) 
 		UserID:     c.UserID,
 		Quantity:   c.Quantity,
 		LimitOwner: c.LimitOwner,
-		Forget:     c.Reason == order.ReasonKeyReused,
 	})
 	if cerr != nil {
 		res.Failed++

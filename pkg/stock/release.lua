@@ -5,7 +5,9 @@
 -- ARGV: 1 requestId, 2 orderNo, 3 quantity, 4 mode, 5 limit owner, 6 fate lifetime (s)
 -- mode "abort": the gateway could not produce the event. If a worker has
 --   already claimed the reservation the event did arrive, so nothing is
---   released (answer CLAIMED); otherwise the dedup record is dropped too, so a
+--   released (answer CLAIMED); if a retry of the request was already told
+--   this orderNo, nothing is released either (answer SHOWN: the redrive
+--   publishes the journal entry); otherwise the dedup record is dropped too, so a
 --   retry with the same requestId starts afresh.
 -- mode "compensate": the worker or closer decided in Postgres; always applies.
 -- limit owner: when not empty, the marker is handed to that request (the user
@@ -14,6 +16,12 @@ local fate = redis.call('GET', KEYS[4])
 if fate == 'released:' .. ARGV[2] then return 'ALREADY_RELEASED' end
 if ARGV[4] == 'abort' then
   if fate == 'claimed:' .. ARGV[2] then return 'CLAIMED' end
+  -- A retry was already answered 2xx with this orderNo (reserve.lua marks the
+  -- dedup record): giving it back would make that answer a lie. It stays
+  -- journaled and the redrive publishes it.
+  if redis.call('HGET', KEYS[5], 'orderNo') == ARGV[2] and redis.call('HEXISTS', KEYS[5], 'shown') == 1 then
+    return 'SHOWN'
+  end
   -- An abort may follow a reserve whose reply was lost: give back only what
   -- this orderNo actually reserved.
   local e = redis.call('HGET', KEYS[3], ARGV[1])
@@ -37,10 +45,10 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
 end
 local entry = redis.call('HGET', KEYS[3], ARGV[1])
 if entry and cjson.decode(entry)['orderNo'] == ARGV[2] then redis.call('HDEL', KEYS[3], ARGV[1]) end
--- ARGV[7] "1": forget the dedup record too (a reservation refused because its
--- requestId was already decided for another one: replaying it would only
--- show a number that never becomes an order).
-if (ARGV[4] == 'abort' or ARGV[7] == '1') and redis.call('HGET', KEYS[5], 'orderNo') == ARGV[2] then
+-- An abort forgets the dedup record too, so a retry starts afresh. A
+-- compensation keeps it: that orderNo was shown and is decided in Postgres
+-- (an order, or a REJECTED record), so a replay names it again (I3).
+if ARGV[4] == 'abort' and redis.call('HGET', KEYS[5], 'orderNo') == ARGV[2] then
   redis.call('DEL', KEYS[5], KEYS[6])
 end
 return 'RELEASED'

@@ -9,6 +9,12 @@
 local rec = redis.call('HMGET', KEYS[4], 'fp', 'orderNo', 'remaining')
 if rec[1] then
   if rec[1] ~= ARGV[2] then return {'IDEMPOTENCY_KEY_REUSED', rec[2], 0} end
+  -- Another attempt is about to be told this orderNo (200 replayed): from
+  -- now on it must resolve, so the first attempt's abort, should its produce
+  -- fail, may no longer give the reservation back (release.lua: SHOWN); the
+  -- redrive publishes it instead. A second run of the same attempt (same
+  -- orderNo) has told nobody anything yet.
+  if rec[2] ~= ARGV[3] then redis.call('HSET', KEYS[4], 'shown', '1') end
   return {'REPLAYED', rec[2], tonumber(rec[3])}
 end
 -- This orderNo was already given back (the gateway aborted it): a late copy

@@ -210,8 +210,6 @@ type Release struct {
 	// LimitOwner, when set, hands the user's marker to that requestId instead
 	// of deleting it (the user still holds that live order).
 	LimitOwner string
-	// Forget drops the reservation's dedup record as well (compensate mode).
-	Forget bool
 }
 
 // ReleaseOutcome is what the release script did.
@@ -223,6 +221,10 @@ const (
 	// Claimed: an abort found the reservation owned by a worker; the event
 	// was delivered after all and nothing was released.
 	Claimed ReleaseOutcome = "CLAIMED"
+	// Shown: an abort found that a retry of the request was already answered
+	// with this orderNo (200 replayed); nothing was released and the journal
+	// entry is left for the redrive to publish.
+	Shown ReleaseOutcome = "SHOWN"
 	// NotReserved: an abort found no reservation of that orderNo (the
 	// reserve whose reply was lost never ran); nothing changed.
 	NotReserved ReleaseOutcome = "NOT_RESERVED"
@@ -242,13 +244,9 @@ func (s *Store) Compensate(ctx context.Context, r Release) (ReleaseOutcome, erro
 
 func (s *Store) release(ctx context.Context, r Release, mode string) (ReleaseOutcome, error) {
 	k := s.Keys(r.Item)
-	forget := "0"
-	if r.Forget {
-		forget = "1"
-	}
 	res, err := releaseScript.Run(ctx, s.rdb,
 		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.OrderNo), k.Req(r.RequestID), k.Order(r.OrderNo)},
-		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second), forget,
+		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second),
 	).Text()
 	if err != nil {
 		return "", fmt.Errorf("running release script: %w", err)
@@ -364,6 +362,19 @@ func (s *Store) Pending(ctx context.Context, it Item, orderNo string) ([]byte, b
 		return nil, false, fmt.Errorf("reading dedup record of %s: %w", rid, err)
 	}
 	return ev, true, nil
+}
+
+// Journaled is a request's journal entry (the event JSON the gateway
+// reserved), if the item's journal still holds it.
+func (s *Store) Journaled(ctx context.Context, it Item, requestID string) ([]byte, bool, error) {
+	raw, err := s.rdb.HGet(ctx, s.Keys(it).Journal, requestID).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("reading journal entry of %s: %w", requestID, err)
+	}
+	return raw, true, nil
 }
 
 // TraceParent is the W3C traceparent the gateway kept in a request's dedup

@@ -283,10 +283,11 @@ func TestEveryAbortedReservationStaysReleased(t *testing.T) {
 	}
 }
 
-// TestForgetDropsTheDedupRecord: a reservation refused because its requestId
-// was decided for another one is given back without leaving a record that
-// would show its number as PENDING; a plain compensation keeps the record.
-func TestForgetDropsTheDedupRecord(t *testing.T) {
+// TestCompensationKeepsTheDedupRecord: a compensated reservation was shown
+// to its client and is decided in Postgres (an order later closed, or a
+// REJECTED record), so its dedup record stays and a replay names it again;
+// only an abort forgets it.
+func TestCompensationKeepsTheDedupRecord(t *testing.T) {
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "kept", "ok", 1, 1, "fp")
@@ -294,17 +295,14 @@ func TestForgetDropsTheDedupRecord(t *testing.T) {
 	if _, err := f.s.Compensate(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "kept", OrderNo: "ok"}, UserID: 1, Quantity: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.Compensate(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "gone", OrderNo: "og"}, UserID: 2, Quantity: 1, Forget: true}); err != nil {
+	if _, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "gone", OrderNo: "og"}, UserID: 2, Quantity: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if f.r.Client.Exists(ctx, f.keys.Req("kept"), f.keys.Order("ok")).Val() != 2 {
-		t.Error("a plain compensation dropped the dedup record")
+		t.Error("a compensation dropped the dedup record")
 	}
 	if f.r.Client.Exists(ctx, f.keys.Req("gone"), f.keys.Order("og")).Val() != 0 {
-		t.Error("forget left the dedup record")
-	}
-	if _, found, _ := f.s.Pending(ctx, f.item, "og"); found {
-		t.Error("forgotten reservation still looks pending")
+		t.Error("an abort left the dedup record")
 	}
 	if f.stock(t) != 5 {
 		t.Errorf("stock %d, want 5", f.stock(t))
@@ -367,5 +365,48 @@ func TestFingerprintIsStable(t *testing.T) {
 	}
 	if got := stock.Fingerprint(7, 1, 2, 1); got != "6fe6218db5d394f94e51487c" {
 		t.Errorf("Fingerprint(7,1,2,1) = %s: the stored format changed", got)
+	}
+}
+
+// TestAbortKeepsAShownReservation: a retry (another attempt, another
+// orderNo) was answered 200 replayed with the first attempt's orderNo, so
+// the first attempt's abort must not give it back: it answers SHOWN and the
+// journal entry stays for the redrive. A second run of the same attempt
+// (same orderNo) shows nothing, and its abort still releases.
+func TestAbortKeepsAShownReservation(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 1)
+	abort := func(rid, no string, user int64) stock.ReleaseOutcome {
+		t.Helper()
+		out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: rid, OrderNo: no}, UserID: user, Quantity: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	f.reserve(t, "shown", "o-first", 1, 1, "fp")
+	if r := f.reserve(t, "shown", "o-retry", 1, 1, "fp"); r.Outcome != stock.Replayed || r.OrderNo != "o-first" {
+		t.Fatalf("retry: %+v", r)
+	}
+	if out := abort("shown", "o-first", 1); out != stock.Shown {
+		t.Errorf("abort of a shown reservation: %s, want %s", out, stock.Shown)
+	}
+	if f.stock(t) != 4 || f.r.Client.HExists(ctx, f.keys.Journal, "shown").Val() != true {
+		t.Errorf("shown reservation given back: stock %d, journaled %v", f.stock(t), f.r.Client.HExists(ctx, f.keys.Journal, "shown").Val())
+	}
+	if r := f.reserve(t, "shown", "o-later", 1, 1, "fp"); r.Outcome != stock.Replayed || r.OrderNo != "o-first" {
+		t.Errorf("a later retry: %+v, want a replay of o-first", r)
+	}
+
+	f.reserve(t, "unseen", "o-2", 2, 1, "fp")
+	if r := f.reserve(t, "unseen", "o-2", 2, 1, "fp"); r.Outcome != stock.Replayed {
+		t.Fatalf("second run of the same attempt: %+v", r)
+	}
+	if out := abort("unseen", "o-2", 2); out != stock.Released {
+		t.Errorf("abort of an unseen reservation: %s, want %s", out, stock.Released)
+	}
+	if f.stock(t) != 4 {
+		t.Errorf("stock %d, want 4 (only the shown reservation holds a unit)", f.stock(t))
 	}
 }
