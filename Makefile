@@ -5,7 +5,7 @@ GO ?= go
 ADMIN_TOKEN ?= dev-admin-token
 export ADMIN_TOKEN
 
-.PHONY: run test build vet bench fuzz chaos
+.PHONY: run test build vet bench fuzz chaos kafka
 
 run: ## the whole pipeline in the foreground (gateway + worker + closer + embedded Kafka)
 	$(GO) run . all
@@ -29,3 +29,6 @@ bench: build ## load-test a fresh local pipeline (c=500, one hot item), then rac
 
 chaos: build ## kill, cut and poison each part of a separately-run pipeline under load, then check I1–I6 (~1.5-3 min); see docs/benchmarks.md
 	CHAOS_BIN=$(CURDIR)/bin/orderpipe CHAOS_OUT=$(CURDIR)/bin/chaos $(GO) test -tags chaos -run TestChaos -count=1 -v -timeout 20m ./bench/chaos/
+
+kafka: ## a real Apache Kafka 4.1 in the foreground, jars fetched by Maven (KAFKA_NODES=3 for 3 brokers on 9092-9094); see deploy/kafka/kafka.sh
+	deploy/kafka/kafka.sh run

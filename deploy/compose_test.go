@@ -166,11 +166,15 @@ func TestComposeTopics(t *testing.T) {
 			t.Errorf("%s KAFKA_PARTITIONS=%s, but kafka-init creates %s partitions", name, got, m[1])
 		}
 	}
-	if got := envOf(p.Services["kafka"])["KAFKA_AUTO_CREATE_TOPICS_ENABLE"]; got != "false" {
-		t.Errorf("kafka KAFKA_AUTO_CREATE_TOPICS_ENABLE=%q: a typo'd topic would be created with default partitions", got)
+	broker := kafkaBrokerConfig(t, p)
+	if got := broker["auto.create.topics.enable"]; got != "false" {
+		t.Errorf("kafka auto.create.topics.enable=%q: a typo'd topic would be created with default partitions", got)
 	}
-	if roles := envOf(p.Services["kafka"])["KAFKA_PROCESS_ROLES"]; !strings.Contains(roles, "controller") {
-		t.Errorf("kafka is not in KRaft mode: KAFKA_PROCESS_ROLES=%q", roles)
+	if roles := broker["process.roles"]; !strings.Contains(roles, "controller") {
+		t.Errorf("kafka is not in KRaft mode: process.roles=%q", roles)
+	}
+	if got := broker["num.partitions"]; got != m[1] {
+		t.Errorf("kafka num.partitions=%q, but kafka-init creates %s partitions", got, m[1])
 	}
 	for name := range components {
 		if name == "migrate" {
@@ -184,6 +188,41 @@ func TestComposeTopics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// kafkaBrokerConfig is the kafka service's broker configuration as the
+// apache/kafka image builds it: the server.properties mounted into
+// /mnt/shared/config (deploy/kafka/server.properties, shared with
+// deploy/kafka/kafka.sh), then the KAFKA_* variables, which win.
+func kafkaBrokerConfig(t *testing.T, p *types.Project) map[string]string {
+	t.Helper()
+	s := p.Services["kafka"]
+	cfg := map[string]string{}
+	for _, v := range s.Volumes {
+		if v.Type != types.VolumeTypeBind || v.Target != "/mnt/shared/config/server.properties" {
+			continue
+		}
+		for _, line := range strings.Split(string(mustRead(t, v.Source)), "\n") {
+			line = strings.TrimSpace(line)
+			if k, val, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+				cfg[strings.TrimSpace(k)] = strings.TrimSpace(val)
+			}
+		}
+	}
+	if len(cfg) == 0 {
+		t.Errorf("kafka mounts no server.properties at /mnt/shared/config (volumes %+v)", s.Volumes)
+	}
+	for k, v := range envOf(s) {
+		name, ok := strings.CutPrefix(k, "KAFKA_")
+		if !ok || strings.HasSuffix(name, "_OPTS") {
+			continue
+		}
+		// The image's mapping: _ is ., __ is _, ___ is -.
+		name = strings.ReplaceAll(strings.ToLower(name), "_", ".")
+		name = strings.ReplaceAll(strings.ReplaceAll(name, "...", "-"), "..", "_")
+		cfg[name] = v
+	}
+	return cfg
 }
 
 // TestComposeEnvironment: every variable set is one the code reads; every
