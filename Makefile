@@ -5,7 +5,7 @@ GO ?= go
 ADMIN_TOKEN ?= dev-admin-token
 export ADMIN_TOKEN
 
-.PHONY: run test build vet bench fuzz chaos kafka
+.PHONY: run services test test-kafka build vet bench fuzz chaos kafka
 
 run: ## the whole pipeline in the foreground (gateway + worker + closer + embedded Kafka)
 	$(GO) run . all
@@ -16,8 +16,20 @@ build:
 vet:
 	$(GO) vet ./...
 
-test: vet ## vet, then unit and integration tests with the race detector
+# PostgreSQL and Redis for the tests: installed (Debian packages) and started
+# when absent, a no-op where they run or where TEST_DATABASE_URL and
+# TEST_REDIS_ADDR point elsewhere.
+services: ## make PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) available for the tests
+	@if [ -n "$$TEST_DATABASE_URL" ] && [ -n "$$TEST_REDIS_ADDR" ]; then :; else deploy/local/services.sh; fi
+
+test: vet services ## vet, then unit and integration tests with the race detector
 	$(GO) test -race -count=1 -p 1 -timeout 25m ./...
+
+# The real-engine tier: the end-to-end tests (root package, gateway, worker)
+# on a real Apache Kafka — a 3-broker KRaft cluster (RF 3,
+# min.insync.replicas=2) started for the run, or TEST_KAFKA_BROKERS.
+test-kafka: vet services ## the end-to-end tests on a real 3-broker Apache Kafka (fetched by Maven, started and stopped for the run)
+	deploy/kafka/with-cluster.sh $(GO) test -race -count=1 -p 1 -timeout 25m . ./gateway/ ./worker/
 
 FUZZTIME ?= 30s
 fuzz: ## fuzz the order endpoint's decoding/validation and the worker's event decoding (go test runs their seed corpora too)
