@@ -8,6 +8,12 @@
 # the run created.
 # Every knob below can be overridden from the environment, e.g.
 #   C=200 N=20000 STOCK=5000 make bench     KEEP=1 make bench (keep DB and keys)
+# With KAFKA_BROKERS set the pipeline uses that cluster instead of starting
+# the embedded broker: a real Apache Kafka, e.g.
+#   KAFKA_NODES=3 deploy/kafka/kafka.sh start   # prints 127.0.0.1:9092,...
+#   KAFKA_BROKERS=127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 KAFKA_REPLICATION_FACTOR=3 make bench
+# The run then creates its own topics and consumer group (named after the
+# run) with `orderpipe topics`, and deletes the topics afterwards.
 # Exit status: the load run's (0 every invariant held, 1 one failed, 2 could
 # not run), else the strategies run's.
 set -euo pipefail
@@ -30,6 +36,7 @@ REDIS_PORT=${REDIS_PORT:-6379}
 KEEP=${KEEP:-}
 PPROF=${PPROF:-}              # e.g. 127.0.0.1:6060: the gateway serves its profiles there
 unset PPROF_ADDR              # one listener per process: only the gateway's, from PPROF
+REAL_KAFKA=${KAFKA_BROKERS:-} # a real cluster to use instead of the embedded broker
 
 # A port below the kernel's ephemeral range, so no client socket or test
 # listening on port 0 takes it between this check and the pipeline's bind.
@@ -72,6 +79,12 @@ cleanup() {
     return
   fi
   unlink_prefix "$REDIS_KEY_PREFIX"
+  if [ -n "$REAL_KAFKA" ]; then
+    for t in "$KAFKA_TOPIC" "$KAFKA_DLQ_TOPIC"; do
+      deploy/kafka/kafka.sh java org.apache.kafka.tools.TopicCommand --bootstrap-server "$REAL_KAFKA" \
+        --delete --topic "$t" >/dev/null 2>&1 || echo "bench: topic $t left on $REAL_KAFKA" >&2
+    done
+  fi
   if command -v psql >/dev/null; then
     psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true
   else
@@ -86,6 +99,7 @@ trap cleanup EXIT
 # process dies before the gateway listens (a port taken meanwhile), try again
 # on other ports.
 pids=()
+kafka_pid="" worker_pid="" closer_pid=""
 stop_all() {
   local p
   for p in "${pids[@]}"; do
@@ -103,26 +117,39 @@ alive() {
   done
 }
 "$BIN" migrate >"$log" 2>&1 || { echo "bench: migrate failed; see $log" >&2; exit 2; }
+if [ -n "$REAL_KAFKA" ]; then
+  export KAFKA_TOPIC="orders.requested.bench$run" KAFKA_GROUP="orderpipe-bench$run"
+  export KAFKA_DLQ_TOPIC="$KAFKA_TOPIC.dlq"
+  "$BIN" topics >>"$log" 2>&1 || { echo "bench: creating topics on $REAL_KAFKA failed; see $log" >&2; exit 2; }
+fi
 for attempt in 1 2 3; do
   http_port=$(free_port)
-  kafka_port=$(free_port)
   metrics_port=$(free_port)
   export HTTP_ADDR="127.0.0.1:$http_port"
-  export KAFKA_BROKERS="127.0.0.1:$kafka_port"
-  echo "bench: starting orderpipe kafka, worker, closer and gateway on $HTTP_ADDR (database $db, key prefix $REDIS_KEY_PREFIX, kafka $KAFKA_BROKERS); logs $log*"
-  KAFKA_BROKERS="" KAFKA_EMBEDDED_PORT="$kafka_port" "$BIN" kafka >"$log.kafka" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$kafka_port") 2>/dev/null || ! kill -0 "${pids[0]}" 2>/dev/null; then
-      break
-    fi
-    sleep 0.1
-  done
+  if [ -n "$REAL_KAFKA" ]; then
+    export KAFKA_BROKERS="$REAL_KAFKA"
+    echo "bench: starting worker, closer and gateway on $HTTP_ADDR (database $db, key prefix $REDIS_KEY_PREFIX, kafka $KAFKA_BROKERS, topic $KAFKA_TOPIC); logs $log*"
+  else
+    kafka_port=$(free_port)
+    export KAFKA_BROKERS="127.0.0.1:$kafka_port"
+    echo "bench: starting orderpipe kafka, worker, closer and gateway on $HTTP_ADDR (database $db, key prefix $REDIS_KEY_PREFIX, kafka $KAFKA_BROKERS); logs $log*"
+    KAFKA_BROKERS="" KAFKA_EMBEDDED_PORT="$kafka_port" "$BIN" kafka >"$log.kafka" 2>&1 &
+    kafka_pid=$!
+    pids+=("$kafka_pid")
+    for _ in $(seq 1 100); do
+      if (exec 3<>"/dev/tcp/127.0.0.1/$kafka_port") 2>/dev/null || ! kill -0 "$kafka_pid" 2>/dev/null; then
+        break
+      fi
+      sleep 0.1
+    done
+  fi
   # The lag gauge at the bench's sampling period (100 ms), not the 2 s default.
   METRICS_ADDR="127.0.0.1:$metrics_port" WORKER_LAG_INTERVAL=100ms "$BIN" worker >"$log.worker" 2>&1 &
-  pids+=($!)
+  worker_pid=$!
+  pids+=("$worker_pid")
   METRICS_ADDR="127.0.0.1:0" "$BIN" closer >"$log.closer" 2>&1 &
-  pids+=($!)
+  closer_pid=$!
+  pids+=("$closer_pid")
   PPROF_ADDR="$PPROF" "$BIN" gateway >"$log" 2>&1 &
   pid=$!
   pids+=("$pid")
@@ -158,9 +185,9 @@ names=(gateway worker closer kafka redis postgres)
 procs() { # the pids of one name, now
   case "$1" in
     gateway) echo "$pid" ;;
-    worker) echo "${pids[1]}" ;;
-    closer) echo "${pids[2]}" ;;
-    kafka) echo "${pids[0]}" ;;
+    worker) echo "$worker_pid" ;;
+    closer) echo "$closer_pid" ;;
+    kafka) if [ -n "$REAL_KAFKA" ]; then pgrep -f 'kafka[.]Kafka' || true; else echo "$kafka_pid"; fi ;;
     redis) pgrep -x redis-server || true ;;
     postgres) pgrep -x postgres || true ;;
   esac
