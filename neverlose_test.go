@@ -116,6 +116,11 @@ func TestRequestIDReusedForAnotherItem(t *testing.T) {
 	if r := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 2, Quantity: 1}); r.Str("orderNo") != b.Str("orderNo") {
 		t.Errorf("replay after the refusal: %d %v, want orderNo %s", r.Status, r.Body, b.Str("orderNo"))
 	}
+	// On call sees both reservations of the requestId.
+	if rep := mustLocate(t, p, "reused"); rep.OrderNo != a.Str("orderNo") || len(rep.Refused) != 1 ||
+		rep.Refused[0].OrderNo != b.Str("orderNo") || rep.Refused[0].Reason != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("locate reused: orderNo %s, refused %+v", rep.OrderNo, rep.Refused)
+	}
 	p.waitDrained(t, second)
 	p.assertInvariants(t, first)
 	p.assertInvariants(t, second)

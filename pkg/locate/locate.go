@@ -67,6 +67,10 @@ type Report struct {
 	Processed     *Processed     `json:"processed,omitempty"`
 	Order         *Order         `json:"order,omitempty"`
 	Compensations []Compensation `json:"compensations"`
+	// Refused are reservations of this requestId refused because it was
+	// first used for another reservation (a reuse for another item): each
+	// orderNo reads as REJECTED IDEMPOTENCY_KEY_REUSED.
+	Refused []Refused `json:"refused,omitempty"`
 	// ItemsSearched is how many activity items' Redis keys were read.
 	ItemsSearched int `json:"itemsSearched"`
 }
@@ -121,6 +125,15 @@ type Order struct {
 	CreatedAt time.Time  `json:"createdAt"`
 	PaidAt    *time.Time `json:"paidAt,omitempty"`
 	ClosedAt  *time.Time `json:"closedAt,omitempty"`
+}
+
+// Refused is a rejected_reservations row of the request.
+type Refused struct {
+	OrderNo    string    `json:"orderNo"`
+	ActivityID int64     `json:"activityId"`
+	ItemID     int64     `json:"itemId"`
+	Reason     string    `json:"reason"`
+	RejectedAt time.Time `json:"rejectedAt"`
 }
 
 // Compensation is an outbox row of the request.
@@ -229,6 +242,18 @@ func (f *Finder) postgres(ctx context.Context, rep *Report) ([]stock.Item, error
 			}
 			rep.Compensations = append(rep.Compensations, c)
 			items = appendItem(items, it)
+		}
+		return rows.Err()
+	})
+	b.Queue(`SELECT order_no, activity_id, item_id, reason, rejected_at FROM rejected_reservations
+		WHERE request_id = $1 ORDER BY rejected_at`, rid).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var r Refused
+			if err := rows.Scan(&r.OrderNo, &r.ActivityID, &r.ItemID, &r.Reason, &r.RejectedAt); err != nil {
+				return fmt.Errorf("reading rejected_reservations: %w", err)
+			}
+			rep.Refused = append(rep.Refused, r)
+			items = appendItem(items, stock.Item{ActivityID: r.ActivityID, ItemID: r.ItemID})
 		}
 		return rows.Err()
 	})
@@ -477,6 +502,9 @@ func (r Report) Text() string {
 	}
 	if o := r.Order; o != nil {
 		line("", "orders: %s %s", o.OrderNo, o.Status)
+	}
+	for _, rf := range r.Refused {
+		line("", "rejected_reservations: %s (item %d:%d) REJECTED %s at %s", rf.OrderNo, rf.ActivityID, rf.ItemID, rf.Reason, ts(&rf.RejectedAt))
 	}
 	if len(r.Redis) == 0 {
 		line("redis", "nothing (searched %d item(s))", r.ItemsSearched)
