@@ -274,3 +274,35 @@ func TestBackstopsAreTableRules(t *testing.T) {
 		}
 	}
 }
+
+// TestPayWhileTheWorkerInserts: a client pays an order while the worker
+// inserts it. The pay either finds nothing yet (ErrNotFound: the gateway
+// answers ORDER_PENDING) or pays it — never an error for an order that
+// turned up UNPAID between its update and its read.
+func TestPayWhileTheWorkerInserts(t *testing.T) {
+	ctx := context.Background()
+	s := mustStore(t)
+	for i := range 60 {
+		r := req(fmt.Sprintf("race%d", i), int64(1000+i), 1)
+		done := make(chan error, 1)
+		go func() {
+			for {
+				o, err := s.Pay(ctx, r.OrderNo)
+				if errors.Is(err, order.ErrNotFound) {
+					continue
+				}
+				if err == nil && o.Status != order.StatusPaid {
+					err = fmt.Errorf("paid order is %s", o.Status)
+				}
+				done <- err
+				return
+			}
+		}()
+		if _, err := s.ProcessBatch(ctx, []order.Request{r}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("paying %s while it is inserted: %v", r.OrderNo, err)
+		}
+	}
+}

@@ -24,6 +24,22 @@ var (
 // Errors: ErrNotFound (unknown to Postgres: maybe still only reserved in
 // Redis, which the caller checks), ErrOrderClosed, ErrOrderRejected.
 func (s *Store) Pay(ctx context.Context, orderNo string) (Order, error) {
+	// Twice at most: a worker may insert the order between a first update
+	// that found no row and the read that follows it; the second update
+	// then finds it UNPAID.
+	for attempt := 0; ; attempt++ {
+		o, err := s.pay(ctx, orderNo)
+		if errors.Is(err, errRaced) && attempt == 0 {
+			continue
+		}
+		return o, err
+	}
+}
+
+// errRaced: the order turned up UNPAID after the update found no such row.
+var errRaced = errors.New("order appeared while paying")
+
+func (s *Store) pay(ctx context.Context, orderNo string) (Order, error) {
 	o := Order{OrderNo: orderNo}
 	err := s.pool.QueryRow(ctx, `
 		UPDATE orders SET status = 'PAID', paid_at = now()
@@ -49,6 +65,6 @@ func (s *Store) Pay(ctx context.Context, orderNo string) (Order, error) {
 	case StatusRejected:
 		return o, fmt.Errorf("order %s: %w", orderNo, ErrOrderRejected)
 	}
-	// UNPAID again: only if the row was updated back, which nothing does.
-	return Order{}, fmt.Errorf("paying order %s: unexpected status %s", orderNo, o.Status)
+	// UNPAID: the worker inserted it after the update looked.
+	return Order{}, fmt.Errorf("paying order %s: %w", orderNo, errRaced)
 }
