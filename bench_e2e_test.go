@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"orderpipe/bench"
+	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
 )
@@ -19,7 +20,7 @@ func TestBenchLoadAudit(t *testing.T) {
 	const requests, units = 500, 200
 	var progress bytes.Buffer
 	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,
-		RedisAddr: testenv.RedisAddr(), RedisPrefix: p.Redis.Prefix, Concurrency: 50, Requests: requests, Items: 1,
+		Redis: redisconn.Config{Addr: testenv.RedisAddr()}, RedisPrefix: p.Redis.Prefix, Concurrency: 50, Requests: requests, Items: 1,
 		Stock: units, RetryShare: 0.10, RepeatShare: 0.05, Seed: 42, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)

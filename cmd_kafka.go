@@ -1,3 +1,5 @@
+//go:build dev
+
 package main
 
 import (
@@ -6,9 +8,8 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/standin"
 )
 
 // runKafka is `orderpipe kafka`: the embedded broker alone, so the components
@@ -18,21 +19,21 @@ import (
 // loses no acknowledged message and a restart resumes the topics and the
 // consumer groups' committed offsets.
 func runKafka(ctx context.Context, log *slog.Logger, cfg config) error {
-	emb, err := startBroker(cfg)
+	brokers, stop, err := startBroker(cfg)
 	if err != nil {
 		return fmt.Errorf("%w (set KAFKA_EMBEDDED_PORT to another port)", err)
 	}
-	defer emb.Close()
+	defer stop()
 	// A data dir from an earlier run is reloaded as it was: topics it lacks
 	// (another KAFKA_TOPIC) are created here, not by the seed.
-	if err := event.EnsureTopics(ctx, emb.Brokers, cfg.KafkaParts, 1, cfg.KafkaTopic, cfg.KafkaDLQTopic); err != nil {
+	if err := event.EnsureTopics(ctx, brokers, cfg.KafkaParts, 1, cfg.KafkaTopic, cfg.KafkaDLQTopic); err != nil {
 		return err
 	}
 	dir := cfg.KafkaDir
 	if dir == "" {
 		dir = "(in memory)"
 	}
-	log.Info("kafka broker listening", "brokers", strings.Join(emb.Brokers, ","), "data_dir", dir,
+	log.Info("kafka broker listening", "brokers", strings.Join(brokers, ","), "data_dir", dir,
 		"topics", []string{cfg.KafkaTopic, cfg.KafkaDLQTopic})
 	<-ctx.Done()
 	log.Info("kafka broker stopping")
@@ -41,21 +42,11 @@ func runKafka(ctx context.Context, log *slog.Logger, cfg config) error {
 
 // startBroker starts the embedded kfake broker of `all` and `kafka` on
 // KAFKA_EMBEDDED_PORT, persistent when KAFKA_EMBEDDED_DIR is set.
-func startBroker(cfg config) (*event.Embedded, error) {
-	if cfg.KafkaDir == "" {
-		return event.StartEmbedded(cfg.KafkaPort, cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic)
-	}
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(),
-		kfake.SeedTopics(int32(cfg.KafkaParts), cfg.KafkaTopic, cfg.KafkaDLQTopic),
-		// Every produce (and offset commit) is fsynced before it is
-		// acknowledged: the gateway answers 202 only after the ack.
-		kfake.DataDir(cfg.KafkaDir), kfake.SyncWrites()}
-	if cfg.KafkaPort > 0 {
-		opts = append(opts, kfake.Ports(cfg.KafkaPort))
-	}
-	c, err := kfake.NewCluster(opts...)
+func startBroker(cfg config) (brokers []string, stop func(), err error) {
+	k, err := standin.StartKafka(standin.KafkaOptions{Port: cfg.KafkaPort, Partitions: cfg.KafkaParts,
+		Topics: []string{cfg.KafkaTopic, cfg.KafkaDLQTopic}, Dir: cfg.KafkaDir})
 	if err != nil {
-		return nil, fmt.Errorf("starting embedded kafka in %s: %w", cfg.KafkaDir, err)
+		return nil, nil, err
 	}
-	return &event.Embedded{Cluster: c, Brokers: c.ListenAddrs()}, nil
+	return k.Brokers, k.Close, nil
 }

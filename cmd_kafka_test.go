@@ -1,3 +1,5 @@
+//go:build dev
+
 package main
 
 import (
@@ -25,11 +27,11 @@ func TestEmbeddedBrokerDataDirSurvivesRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	emb, err := startBroker(cfg)
+	brokers, stop, err := startBroker(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := event.NewWriter(event.WriterConfig{Brokers: emb.Brokers, Topic: cfg.KafkaTopic})
+	w := event.NewWriter(event.WriterConfig{Brokers: brokers, Topic: cfg.KafkaTopic})
 	for i := range 10 {
 		if err := w.WriteMessages(ctx, kafka.Message{Key: fmt.Appendf(nil, "k%d", i%3), Value: fmt.Appendf(nil, "m%d", i)}); err != nil {
 			t.Fatal(err)
@@ -37,20 +39,20 @@ func TestEmbeddedBrokerDataDirSurvivesRestart(t *testing.T) {
 	}
 	w.Close()
 	seen := map[string]bool{}
-	consume(ctx, t, emb.Brokers, cfg.KafkaTopic, 4, seen)
-	emb.Close()
+	consume(ctx, t, brokers, cfg.KafkaTopic, 4, seen)
+	stop()
 
-	emb, err = startBroker(cfg) // same dir, another port
+	brokers, stop, err = startBroker(cfg) // same dir, another port
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer emb.Close()
-	consume(ctx, t, emb.Brokers, cfg.KafkaTopic, 6, seen)
+	defer stop()
+	consume(ctx, t, brokers, cfg.KafkaTopic, 6, seen)
 	if len(seen) != 10 {
 		t.Errorf("after the restart the group read %d distinct messages of 10: it did not resume at its offsets", len(seen))
 	}
 	// Nothing is left: the group's offsets were all committed.
-	r := groupReader(emb.Brokers, cfg.KafkaTopic)
+	r := groupReader(brokers, cfg.KafkaTopic)
 	defer r.Close()
 	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
 	defer cancelShort()

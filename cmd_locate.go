@@ -10,12 +10,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/locate"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/secret"
 	"orderpipe/pkg/stock"
 )
 
@@ -35,13 +35,22 @@ are searched (--activity/--item narrow that).
 Exit status: 0 found, 1 unknown requestId, 2 could not run.
 `
 
-// runLocate is `orderpipe locate`.
-func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+// locateArgs are the operand and flags of `orderpipe locate`.
+type locateArgs struct {
+	requestID      string
+	json           bool
+	activity, item int64
+}
+
+// parseLocateArgs reads and checks the arguments, touching nothing
+// (flag.ErrHelp for -h/--help).
+func parseLocateArgs(args []string) (locateArgs, error) {
+	var a locateArgs
 	fs := flag.NewFlagSet("locate", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported once, below, with the usage
-	asJSON := fs.Bool("json", false, "JSON output")
-	activity := fs.Int64("activity", 0, "activity id")
-	item := fs.Int64("item", 0, "item id")
+	fs.SetOutput(io.Discard) // errors are reported once, by the caller, with the usage
+	fs.BoolVar(&a.json, "json", false, "JSON output")
+	fs.Int64Var(&a.activity, "activity", 0, "activity id")
+	fs.Int64Var(&a.item, "item", 0, "item id")
 	// The requestId may come before, between or after the flags.
 	var pos []string
 	var err error
@@ -51,24 +60,32 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, locateUsage)
-		return nil
-	}
 	switch {
 	case err != nil:
 	case len(pos) != 1:
 		err = errors.New("want exactly one requestId")
-	case *activity < 0 || *item < 0 || (*item > 0 && *activity == 0):
+	case a.activity < 0 || a.item < 0 || (a.item > 0 && a.activity == 0):
 		err = errors.New("--activity and --item must be positive, and --item needs --activity")
 	case !event.ValidRequestID(pos[0]):
 		err = fmt.Errorf("requestId %q: want 1-64 characters of A-Z a-z 0-9 . _ : -", pos[0])
+	default:
+		a.requestID = pos[0]
+	}
+	return a, err
+}
+
+// runLocate is `orderpipe locate`.
+func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
+	a, err := parseLocateArgs(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, locateUsage)
+		return nil
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "orderpipe locate: %v\n%s", err, locateUsage)
 		return exitCode(2)
 	}
-	rid := pos[0]
+	rid, asJSON, activity, item := a.requestID, &a.json, &a.activity, &a.item
 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -77,8 +94,10 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 		return couldNotRun(err)
 	}
 	defer pool.Close()
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 2,
-		DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	rdb, err := cfg.redis().New(redisconn.Options{PoolSize: 2, DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second})
+	if err != nil {
+		return couldNotRun(err)
+	}
 	defer rdb.Close()
 	f := locate.Finder{Orders: order.NewStore(pool), Stock: stock.New(rdb, cfg.RedisPrefix)}
 	rep, err := f.Find(ctx, locate.Query{RequestID: rid, ActivityID: *activity, ItemID: *item})
@@ -108,6 +127,6 @@ func writeJSONLine(w io.Writer, v any) error {
 // couldNotRun reports err and exits 2: "could not look", never confused
 // with exit 1, "looked and found nothing".
 func couldNotRun(err error) error {
-	fmt.Fprintf(os.Stderr, "orderpipe locate: could not run: %v\n", err)
+	fmt.Fprintf(os.Stderr, "orderpipe locate: could not run: %v\n", secret.Scrub(err.Error()))
 	return exitCode(2)
 }

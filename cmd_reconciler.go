@@ -9,11 +9,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/reconciler"
@@ -36,21 +35,39 @@ reservations in flight, and reports drift. Postgres is the truth.
 Without --once it runs a pass every RECONCILE_INTERVAL and serves /metrics on METRICS_ADDR.
 `
 
+// reconcilerArgs are the flags of `orderpipe reconciler`.
+type reconcilerArgs struct{ once, fix, json bool }
+
+// parseReconcilerArgs reads the flags, touching nothing (flag.ErrHelp for
+// -h/--help).
+func parseReconcilerArgs(args []string) (reconcilerArgs, error) {
+	var a reconcilerArgs
+	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&a.once, "once", false, "one pass, then exit")
+	fs.BoolVar(&a.fix, "fix", false, "repair Redis from Postgres")
+	fs.BoolVar(&a.json, "json", false, "JSON output")
+	if err := fs.Parse(args); err != nil {
+		return a, err
+	}
+	if fs.NArg() > 0 {
+		return a, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return a, nil
+}
+
 // runReconciler is `orderpipe reconciler`: it returns the exit code and
 // writes its report to stdout (logs go to log).
 func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []string, stdout io.Writer) int {
-	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	once := fs.Bool("once", false, "one pass, then exit")
-	fix := fs.Bool("fix", false, "repair Redis from Postgres")
-	asJSON := fs.Bool("json", false, "JSON output")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+	a, err := parseReconcilerArgs(args)
+	if err != nil {
 		fmt.Fprint(stdout, reconcilerUsage)
 		if errors.Is(err, flag.ErrHelp) {
 			return reconciler.ExitClean
 		}
 		return reconciler.ExitError
 	}
+	once, fix, asJSON := &a.once, &a.fix, &a.json
 	log = log.With("component", "reconciler")
 
 	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
@@ -59,12 +76,15 @@ func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []str
 		return reconciler.ExitError
 	}
 	defer pool.Close()
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 8,
-		DialTimeout: time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	rdb, err := cfg.redis().New(redisconn.Options{PoolSize: 8, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
+	if err != nil {
+		log.Error("reconciler cannot run", "err", err)
+		return reconciler.ExitError
+	}
 	defer rdb.Close()
 	telemetry.InstrumentRedis(rdb)
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		log.Error("reconciler cannot run", "err", fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err))
+		log.Error("reconciler cannot run", "err", fmt.Errorf("reaching redis at %s: %w", cfg.redis(), err))
 		return reconciler.ExitError
 	}
 	metrics := telemetry.NewMetrics()

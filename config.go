@@ -9,6 +9,8 @@ import (
 
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/secret"
 )
 
 // config is every environment variable the binary reads, with its default.
@@ -18,6 +20,12 @@ type config struct {
 	DatabaseURL    string
 	DBMaxConns     int
 	RedisAddr      string
+	RedisURL       string
+	RedisUsername  string
+	RedisPassword  string
+	RedisTLSCA     string
+	RedisTLSCert   string
+	RedisTLSKey    string
 	RedisPrefix    string
 	KafkaBrokers   []string
 	KafkaPort      int
@@ -28,6 +36,8 @@ type config struct {
 	KafkaParts     int
 	KafkaRF        int
 	KafkaBatchWait time.Duration
+	KafkaSecurity  event.Security // KAFKA_TLS*, KAFKA_SASL_*
+	kafkaSASLPass  string         // only for registerSecrets
 	AdminToken     string
 	BatchSize      int
 	BatchWait      time.Duration
@@ -58,6 +68,12 @@ var envVars = [][3]string{
 	{"DATABASE_URL", database.DefaultURL, "Postgres; the database is created if missing"},
 	{"DB_MAX_CONNS", "20", "Postgres pool size per process"},
 	{"REDIS_ADDR", "127.0.0.1:6379", "Redis host:port; comma-separated nodes ⇒ Redis Cluster"},
+	{"REDIS_URL", "", "instead of REDIS_ADDR: redis://[user[:password]@]host:port[/db], rediss:// for TLS; several hosts after one userinfo (rediss://u:p@h1:6379,h2:6379) ⇒ Redis Cluster"},
+	{"REDIS_USERNAME", "", "Redis ACL user (when REDIS_URL names none)"},
+	{"REDIS_PASSWORD", "", "Redis password of REDIS_USERNAME, or of the default user (requirepass); when REDIS_URL has none"},
+	{"REDIS_TLS_CA_FILE", "", "PEM CA certificate(s) that verify the Redis server (rediss:// only); empty ⇒ the system's roots"},
+	{"REDIS_TLS_CERT_FILE", "", "PEM client certificate for mutual TLS with Redis (with REDIS_TLS_KEY_FILE)"},
+	{"REDIS_TLS_KEY_FILE", "", "PEM private key of REDIS_TLS_CERT_FILE"},
 	{"REDIS_KEY_PREFIX", "", "prefix of every Redis key (isolates tenants/tests)"},
 	{"KAFKA_BROKERS", "", "comma-separated brokers; empty ⇒ `all` starts an embedded broker"},
 	{"KAFKA_EMBEDDED_PORT", "9092", "port of the embedded broker (127.0.0.1)"},
@@ -68,6 +84,13 @@ var envVars = [][3]string{
 	{"KAFKA_PARTITIONS", "8", "partitions when orderpipe creates the topics"},
 	{"KAFKA_REPLICATION_FACTOR", "1", "replicas per partition when orderpipe creates the topics (3 on a 3-broker cluster; with min.insync.replicas=2 an acknowledged event survives one broker's loss)"},
 	{"KAFKA_BATCH_TIMEOUT", "2ms", "producer linger before a batch is sent"},
+	{"KAFKA_TLS", "false", "true ⇒ TLS to every broker, verified against KAFKA_TLS_CA_FILE (else the system's roots) and the broker's host name"},
+	{"KAFKA_TLS_CA_FILE", "", "PEM CA certificate(s) that verify the brokers (with KAFKA_TLS=true)"},
+	{"KAFKA_TLS_CERT_FILE", "", "PEM client certificate for mutual TLS with the brokers (with KAFKA_TLS_KEY_FILE)"},
+	{"KAFKA_TLS_KEY_FILE", "", "PEM private key of KAFKA_TLS_CERT_FILE"},
+	{"KAFKA_SASL_MECHANISM", "", "SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with KAFKA_TLS=true: SASL_SSL); empty ⇒ no SASL"},
+	{"KAFKA_SASL_USERNAME", "", "SASL user"},
+	{"KAFKA_SASL_PASSWORD", "", "SASL password (usually KAFKA_SASL_PASSWORD_FILE)"},
 	{"ADMIN_TOKEN", "", "bearer token of the admin API; empty ⇒ admin API off"},
 	{"WORKER_BATCH_SIZE", "500", "max messages per worker transaction"},
 	{"WORKER_BATCH_WAIT", "5ms", "how long a started batch waits for more messages"},
@@ -136,6 +159,12 @@ func loadConfig() (config, error) {
 		DatabaseURL:    getenv("DATABASE_URL"),
 		DBMaxConns:     intVar("DB_MAX_CONNS"),
 		RedisAddr:      getenv("REDIS_ADDR"),
+		RedisURL:       getenv("REDIS_URL"),
+		RedisUsername:  getenv("REDIS_USERNAME"),
+		RedisPassword:  getenv("REDIS_PASSWORD"),
+		RedisTLSCA:     getenv("REDIS_TLS_CA_FILE"),
+		RedisTLSCert:   getenv("REDIS_TLS_CERT_FILE"),
+		RedisTLSKey:    getenv("REDIS_TLS_KEY_FILE"),
 		RedisPrefix:    getenv("REDIS_KEY_PREFIX"),
 		KafkaBrokers:   event.ParseBrokers(getenv("KAFKA_BROKERS")),
 		KafkaPort:      intVar("KAFKA_EMBEDDED_PORT"),
@@ -177,6 +206,17 @@ func loadConfig() (config, error) {
 	} else {
 		c.GCPercent = -1
 	}
+	kafkaTLS, err := strconv.ParseBool(getenv("KAFKA_TLS"))
+	if err != nil {
+		errs = append(errs, fmt.Sprintf("KAFKA_TLS: want true or false, got %q", getenv("KAFKA_TLS")))
+	}
+	c.kafkaSASLPass = getenv("KAFKA_SASL_PASSWORD")
+	c.KafkaSecurity, err = event.SecurityConfig{TLS: kafkaTLS, CAFile: getenv("KAFKA_TLS_CA_FILE"), CertFile: getenv("KAFKA_TLS_CERT_FILE"),
+		KeyFile: getenv("KAFKA_TLS_KEY_FILE"), Mechanism: getenv("KAFKA_SASL_MECHANISM"), Username: getenv("KAFKA_SASL_USERNAME"),
+		Password: c.kafkaSASLPass}.Load()
+	if err != nil {
+		errs = append(errs, err.Error())
+	}
 	if c.KafkaParts == 0 {
 		errs = append(errs, "KAFKA_PARTITIONS: want at least 1")
 	}
@@ -188,10 +228,35 @@ func loadConfig() (config, error) {
 			errs = append(errs, err.Error())
 		}
 	}
+	if c.RedisURL != "" && envSet("REDIS_ADDR") {
+		errs = append(errs, "REDIS_URL and REDIS_ADDR are both set: set one")
+	} else if err := c.redis().Check(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if len(errs) > 0 {
 		return config{}, fmt.Errorf("bad configuration:\n  %s", strings.Join(errs, "\n  "))
 	}
+	registerSecrets(c)
 	return c, nil
+}
+
+// registerSecrets hands every secret of the configuration to package
+// secret, whose log handler and writers mask them wherever they would
+// appear (an error a library formatted, a report): the code already never
+// formats one, this is the net under that rule.
+func registerSecrets(c config) {
+	secret.Register(secret.URLPassword(c.DatabaseURL)...)
+	secret.Register(c.AdminToken)
+	secret.Register(c.APITokens...)
+	secret.Register(c.redis().Passwords()...)
+	secret.Register(c.kafkaSASLPass)
+}
+
+// redis is where Redis is and how to log in; every component and command
+// builds its client from it (redisconn.Config.New).
+func (c config) redis() redisconn.Config {
+	return redisconn.Config{URL: c.RedisURL, Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword,
+		CAFile: c.RedisTLSCA, CertFile: c.RedisTLSCert, KeyFile: c.RedisTLSKey, Timeout: c.RedisTimeout}
 }
 
 // fromFile reads the file NAME_FILE names, without the trailing newline

@@ -42,3 +42,34 @@ func TestBadConfigurationIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestFileVariables: NAME_FILE supplies a variable (Docker/Kubernetes
+// secrets); setting both, or naming a missing file, is a configuration error.
+func TestFileVariables(t *testing.T) {
+	dir := t.TempDir()
+	secret := dir + "/admin_token"
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unsetenv(t, "ADMIN_TOKEN", "ADMIN_TOKEN_FILE", "DATABASE_URL", "DATABASE_URL_FILE")
+
+	t.Setenv("ADMIN_TOKEN_FILE", secret)
+	cfg, err := loadConfig()
+	if err != nil || cfg.AdminToken != "s3cret" {
+		t.Fatalf("from file: %q %v", cfg.AdminToken, err)
+	}
+	if !envSet("ADMIN_TOKEN") || envSet("DATABASE_URL") {
+		t.Errorf("envSet: ADMIN_TOKEN %v, DATABASE_URL %v", envSet("ADMIN_TOKEN"), envSet("DATABASE_URL"))
+	}
+
+	t.Setenv("ADMIN_TOKEN", "direct")
+	if _, err := loadConfig(); err == nil {
+		t.Error("ADMIN_TOKEN and ADMIN_TOKEN_FILE both set: no error")
+	}
+	os.Unsetenv("ADMIN_TOKEN")
+
+	t.Setenv("ADMIN_TOKEN_FILE", dir+"/missing")
+	if _, err := loadConfig(); err == nil {
+		t.Error("missing ADMIN_TOKEN_FILE: no error")
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"orderpipe/gateway"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
@@ -90,12 +91,8 @@ func mustPipeline(tb testing.TB, comps components, mod func(*config)) *pipeline 
 	tb.Cleanup(p.Stop)
 	if comps.gateway {
 		testenv.WaitFor(tb, 10*time.Second, "gateway /healthz", func() bool {
-			res, err := http.Get(p.URL + "/healthz")
-			if err != nil {
-				return false
-			}
-			res.Body.Close()
-			return res.StatusCode == http.StatusOK
+			res, _, err := get(tb, p.URL+"/healthz")
+			return err == nil && res.StatusCode == http.StatusOK
 		})
 	}
 	return p
@@ -137,17 +134,20 @@ var httpClient = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transp
 // do sends a request; body may be a string (sent raw) or a value (JSON).
 func (p *pipeline) do(tb testing.TB, method, path, contentType string, body any, header ...string) apiResponse {
 	tb.Helper()
-	var rd io.Reader
+	var reqBody []byte
 	switch b := body.(type) {
 	case nil:
 	case string:
-		rd = bytes.NewBufferString(b)
+		reqBody = []byte(b)
 	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
+		var err error
+		if reqBody, err = json.Marshal(b); err != nil {
 			tb.Fatal(err)
 		}
-		rd = bytes.NewReader(raw)
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(reqBody)
 	}
 	req, err := http.NewRequest(method, p.URL+path, rd)
 	if err != nil {
@@ -159,13 +159,11 @@ func (p *pipeline) do(tb testing.TB, method, path, contentType string, body any,
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	res, err := httpClient.Do(req)
+	res, raw, err := exchange(tb, req, reqBody)
 	if err != nil {
 		tb.Errorf("%s %s: %v", method, path, err)
 		return apiResponse{}
 	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
 	out := apiResponse{Status: res.StatusCode, Header: res.Header}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &out.Body); err != nil {
@@ -173,6 +171,47 @@ func (p *pipeline) do(tb testing.TB, method, path, contentType string, body any,
 		}
 	}
 	return out
+}
+
+// apiContract is the gateway's OpenAPI description, which every exchange
+// of these tests with a gateway is checked against.
+var apiContract = sync.OnceValues(func() (*testenv.APIContract, error) {
+	return testenv.NewAPIContract(gateway.OpenAPI())
+})
+
+// exchange sends req (whose body is reqBody) to a gateway, reads the answer
+// and fails tb if the request or the answer breaks the OpenAPI contract
+// (gateway/openapi.json): an undocumented status, body, error code or
+// missing header, or a request the contract refuses that was not refused.
+func exchange(tb testing.TB, req *http.Request, reqBody []byte) (*http.Response, []byte, error) {
+	tb.Helper()
+	contract, err := apiContract()
+	if err != nil {
+		tb.Fatalf("the OpenAPI contract: %v", err)
+	}
+	res, err := httpClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := contract.Check(req, reqBody, res, raw); err != nil {
+		tb.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	return res, raw, nil
+}
+
+// get is GET url (a gateway's), checked against the contract like p.do.
+func get(tb testing.TB, url string) (*http.Response, []byte, error) {
+	tb.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return exchange(tb, req, nil)
 }
 
 // orderBody is a POST /v1/orders payload.

@@ -29,29 +29,14 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/secret"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/worker"
 )
 
-const usage = `usage: orderpipe <command>
-
-commands:
-  all        gateway + worker + closer in one process; embedded Kafka unless KAFKA_BROKERS is set
-  gateway    the HTTP service (needs KAFKA_BROKERS)
-  worker     the Kafka consumer writing orders to Postgres (needs KAFKA_BROKERS)
-  closer     closes orders unpaid after CLOSE_AFTER and gives their stock back (no Kafka)
-  reconciler compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run
-  locate     where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown
-  migrate    create the database if missing and apply the migrations
-  kafka      the embedded Kafka-protocol broker alone on KAFKA_EMBEDDED_PORT (on disk with KAFKA_EMBEDDED_DIR)
-  topics     create the order and dead-letter topics on KAFKA_BROKERS if missing
-             (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)
-  bench      load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)
-  env        print every environment variable with its default
-
-configuration: environment variables, see README.md or 'orderpipe env'.
-`
+// The commands, their usage and the checks of their arguments are in cli.go.
 
 func main() {
 	log := telemetry.NewLogger()
@@ -59,8 +44,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log, os.Args[1:]); err != nil {
-		if errors.Is(err, errUsage) {
-			fmt.Fprint(os.Stderr, usage)
+		var ue *usageError
+		if errors.As(err, &ue) {
+			reportUsageError(os.Stderr, ue)
 			os.Exit(2)
 		}
 		var code exitCode
@@ -72,21 +58,11 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage")
-
 func run(ctx context.Context, log *slog.Logger, args []string) error {
-	if len(args) == 0 {
-		return errUsage
-	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Print(usage)
-		return nil
-	}
-	if args[0] == "env" {
-		for _, e := range envVars {
-			fmt.Printf("%-22s %-60q %s\n", e[0], e[1], e[2])
-		}
-		return nil
+	// Help, version, env and a wrong command line are answered from the
+	// arguments alone: nothing below runs for them.
+	if done, err := preflight(args, os.Stdout); done {
+		return err
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -120,6 +96,8 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	switch args[0] {
 	case "locate":
 		return runLocate(ctx, cfg, args[1:], os.Stdout)
+	case "dlq":
+		return runDLQ(ctx, cfg, args[1:], os.Stdout, os.Stderr)
 	case "migrate":
 		return migrate(ctx, log, cfg)
 	case "all":
@@ -149,13 +127,13 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		return nil
 	case "bench":
 		env := bench.Env{HTTPAddr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, DatabaseURL: cfg.DatabaseURL,
-			RedisAddr: cfg.RedisAddr, RedisPrefix: cfg.RedisPrefix}
-		if code := bench.Main(ctx, env, args[1:], os.Stdout, os.Stderr); code != 0 {
+			Redis: cfg.redis(), RedisPrefix: cfg.RedisPrefix}
+		if code := bench.Main(ctx, env, args[1:], os.Stdout, secret.Writer(os.Stderr)); code != 0 {
 			return exitCode(code)
 		}
 		return nil
 	}
-	return errUsage
+	return &usageError{err: fmt.Errorf("unknown command %q", args[0])}
 }
 
 func migrate(ctx context.Context, log *slog.Logger, cfg config) error {
@@ -175,10 +153,31 @@ func migrate(ctx context.Context, log *slog.Logger, cfg config) error {
 	return nil
 }
 
+// errNoEmbedded is what `all` without KAFKA_BROKERS and `kafka` answer in
+// the production build, which links no test fake (standin_prod.go).
+var errNoEmbedded = errors.New("the embedded broker is not in this build: set KAFKA_BROKERS, or build with -tags dev (make run does)")
+
 // runAll is the local default: the database is created and migrated, and an
 // embedded broker stands in for Kafka unless KAFKA_BROKERS is set (likewise
 // for Redis and Postgres when unset and absent, see startStandins).
 func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
+	// The broker first: a production build, which has none, refuses
+	// before touching anything.
+	kafkaDesc := strings.Join(cfg.KafkaBrokers, ",")
+	embedded := len(cfg.KafkaBrokers) == 0
+	if embedded {
+		brokers, stop, err := startBroker(cfg)
+		if errors.Is(err, errNoEmbedded) {
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("%w (set KAFKA_EMBEDDED_PORT to another port, or KAFKA_BROKERS to a real cluster)", err)
+		}
+		defer stop()
+		cfg.KafkaBrokers = brokers
+		cfg.KafkaSecurity = event.Security{} // the embedded broker speaks plaintext
+		kafkaDesc = "embedded kfake at " + strings.Join(brokers, ",")
+	}
 	stopStandins, err := startStandins(ctx, log, &cfg)
 	if err != nil {
 		return err
@@ -187,17 +186,10 @@ func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
 	if err := migrate(ctx, log, cfg); err != nil {
 		return err
 	}
-	kafkaDesc := strings.Join(cfg.KafkaBrokers, ",")
-	if len(cfg.KafkaBrokers) == 0 {
-		emb, err := startBroker(cfg)
-		if err != nil {
-			return fmt.Errorf("%w (set KAFKA_EMBEDDED_PORT to another port, or KAFKA_BROKERS to a real cluster)", err)
+	if !embedded {
+		if err := ensureTopics(ctx, cfg); err != nil {
+			return err
 		}
-		defer emb.Close()
-		cfg.KafkaBrokers = emb.Brokers
-		kafkaDesc = "embedded kfake at " + strings.Join(emb.Brokers, ",")
-	} else if err := ensureTopics(ctx, cfg); err != nil {
-		return err
 	}
 	port := cfg.HTTPAddr
 	if _, p, err := net.SplitHostPort(cfg.HTTPAddr); err == nil {
@@ -208,14 +200,14 @@ func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
 		try += "  (admin API off: set ADMIN_TOKEN to create activities)"
 	}
 	log.Info("orderpipe all starting",
-		"http", cfg.HTTPAddr, "postgres", database.Redact(cfg.DatabaseURL), "redis", cfg.RedisAddr, "kafka", kafkaDesc,
+		"http", cfg.HTTPAddr, "postgres", database.Redact(cfg.DatabaseURL), "redis", cfg.redis().String(), "kafka", kafkaDesc,
 		"try", try)
 	return runComponents(ctx, log, cfg, components{gateway: true, worker: true, closer: true}, nil)
 }
 
 // ensureTopics creates the order and dead-letter topics if missing.
 func ensureTopics(ctx context.Context, cfg config) error {
-	return event.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaRF, cfg.KafkaTopic, cfg.KafkaDLQTopic)
+	return cfg.KafkaSecurity.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaRF, cfg.KafkaTopic, cfg.KafkaDLQTopic)
 }
 
 // components picks what a process runs.
@@ -229,6 +221,9 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	if (comps.gateway || comps.worker) && len(cfg.KafkaBrokers) == 0 {
 		return errors.New("KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
 	}
+	log.Info("starting", "gateway", comps.gateway, "worker", comps.worker, "closer", comps.closer,
+		"postgres", database.Redact(cfg.DatabaseURL), "redis", cfg.redis().String(), "kafka", strings.Join(cfg.KafkaBrokers, ","),
+		"kafka_security", cfg.KafkaSecurity.String())
 	pool, err := openPool(ctx, log, cfg, comps)
 	if err != nil {
 		return err
@@ -241,12 +236,14 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	// run replaying the first) and a hung Redis would hold a request for
 	// several REDIS_TIMEOUTs. Every caller decides itself what a failure
 	// means: the gateway gives the reservation back, the others retry later.
-	rdb := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: redisAddrs(cfg.RedisAddr), PoolSize: 256, MinIdleConns: 16, MaxRetries: -1,
-		DialTimeout: cfg.RedisTimeout, ReadTimeout: cfg.RedisTimeout, WriteTimeout: cfg.RedisTimeout})
+	rdb, err := cfg.redis().New(redisconn.Options{PoolSize: 256, MinIdleConns: 16, MaxRetries: -1})
+	if err != nil {
+		return err
+	}
 	defer rdb.Close()
 	telemetry.InstrumentRedis(rdb)
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
+		return fmt.Errorf("reaching redis at %s: %w", cfg.redis(), err)
 	}
 	metrics := telemetry.NewMetrics()
 	st := stock.New(rdb, cfg.RedisPrefix)
@@ -268,14 +265,16 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	}
 
 	if comps.worker {
-		dlq := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, BatchTimeout: cfg.KafkaBatchWait})
+		dlq := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaDLQTopic, BatchTimeout: cfg.KafkaBatchWait,
+			Security: cfg.KafkaSecurity})
 		defer dlq.Close()
 		w := worker.New(worker.Config{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, DLQTopic: cfg.KafkaDLQTopic,
 			GroupID: cfg.KafkaGroup, BatchSize: cfg.BatchSize, BatchWait: cfg.BatchWait, BreakerOpenFor: cfg.BreakerOpenFor,
-			LagInterval: cfg.LagInterval},
+			LagInterval: cfg.LagInterval, Security: cfg.KafkaSecurity},
 			worker.Deps{Orders: orders, Stock: st, DLQ: dlq, Metrics: metrics, Log: log.With("component", "worker")})
 		start("worker", w.Run)
-		events := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait})
+		events := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait,
+			Security: cfg.KafkaSecurity})
 		defer events.Close()
 		rd := worker.NewRedriver(worker.RedriveConfig{After: cfg.RedriveAfter, Interval: cfg.RedriveInterval, Topic: cfg.KafkaTopic},
 			worker.RedriveDeps{Orders: orders, Stock: st, Events: events, Locker: lock.New(rdb, cfg.RedisPrefix),
@@ -288,13 +287,14 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		start("closer", c.Run)
 	}
 	if comps.gateway {
-		writer := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait})
+		writer := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait,
+			Security: cfg.KafkaSecurity})
 		defer writer.Close()
 		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout, ReserveTimeout: cfg.RedisTimeout,
 			AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
 			BreakerOpenFor: cfg.BreakerOpenFor, Topic: cfg.KafkaTopic},
 			gateway.Deps{Stock: st, Orders: orders, Producer: writer, Metrics: metrics, Log: log.With("component", "gateway"),
-				Ready: readyChecks(rdb, cfg.KafkaBrokers)})
+				Ready: readyChecks(rdb, cfg.KafkaBrokers, cfg.KafkaSecurity)})
 		start("gateway", func(ctx context.Context) error {
 			if ln != nil {
 				return gw.Serve(ctx, ln)
@@ -357,10 +357,10 @@ func openPool(ctx context.Context, log *slog.Logger, cfg config, comps component
 // gateways must stay in service (order lookups, pay and the admin API answer
 // 503 meanwhile). The other components serve no traffic and have no
 // readiness beyond /healthz: each waits for its own dependencies.
-func readyChecks(rdb redis.UniversalClient, brokers []string) map[string]gateway.PingFunc {
+func readyChecks(rdb redis.UniversalClient, brokers []string, sec event.Security) map[string]gateway.PingFunc {
 	return map[string]gateway.PingFunc{
 		"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-		"kafka": func(ctx context.Context) error { return event.Ping(ctx, brokers) },
+		"kafka": func(ctx context.Context) error { return sec.Ping(ctx, brokers) },
 	}
 }
 
@@ -391,16 +391,4 @@ func servePprof(ctx context.Context, addr string) error {
 		return fmt.Errorf("serving pprof on %s: %w", addr, err)
 	}
 	return nil
-}
-
-// redisAddrs splits REDIS_ADDR: one host:port, or a comma-separated list of
-// Redis Cluster nodes.
-func redisAddrs(s string) []string {
-	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, a)
-		}
-	}
-	return out
 }

@@ -231,13 +231,12 @@ func TestTraceContinuesCallersTrace(t *testing.T) {
 // scrape reads the pipeline's /metrics into series → value.
 func scrape(tb testing.TB, url string) map[string]float64 {
 	tb.Helper()
-	res, err := http.Get(url + "/metrics")
+	_, raw, err := get(tb, url+"/metrics")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer res.Body.Close()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(res.Body)
+	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()

@@ -147,12 +147,8 @@ func startGateway(tb testing.TB, cfg config) *pipeline {
 			tb.Fatalf("gateway stopped before serving: %v", err)
 		default:
 		}
-		res, err := http.Get(g.URL + "/healthz")
-		if err != nil {
-			return false
-		}
-		res.Body.Close()
-		return res.StatusCode == http.StatusOK
+		res, _, err := get(tb, g.URL+"/healthz")
+		return err == nil && res.StatusCode == http.StatusOK
 	})
 	return g
 }

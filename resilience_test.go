@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -22,12 +21,10 @@ import (
 // metric reads one sample's value from the gateway's /metrics ("" if absent).
 func (p *pipeline) metric(tb testing.TB, series string) string {
 	tb.Helper()
-	res, err := http.Get(p.URL + "/metrics")
+	_, raw, err := get(tb, p.URL+"/metrics")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
 	for _, line := range strings.Split(string(raw), "\n") {
 		if strings.HasPrefix(line, series+" ") {
 			return strings.TrimPrefix(line, series+" ")

@@ -1,3 +1,5 @@
+//go:build dev
+
 package main
 
 import (
@@ -16,9 +18,10 @@ import (
 // probeTimeout bounds the check whether a default address answers.
 const probeTimeout = 500 * time.Millisecond
 
-// startStandins lets `orderpipe all` run on a machine that has only Go: for
-// Redis and for Postgres, when its variable (REDIS_ADDR, DATABASE_URL, or the
-// _FILE form) is unset and nothing answers on the default address, it starts
+// startStandins lets `orderpipe all` run on a machine that has only Go (in a
+// build with -tags dev: make run; the production build has no stand-ins): for
+// Redis and for Postgres, when its variable (REDIS_ADDR or REDIS_URL,
+// DATABASE_URL, or the _FILE form) is unset and nothing answers on the default address, it starts
 // a throwaway stand-in (package standin) and points cfg at it. A real server
 // is always preferred. stop ends the stand-ins; their data is gone.
 func startStandins(ctx context.Context, log *slog.Logger, cfg *config) (stop func(), err error) {
@@ -28,13 +31,13 @@ func startStandins(ctx context.Context, log *slog.Logger, cfg *config) (stop fun
 			stops[i]()
 		}
 	}
-	if !envSet("REDIS_ADDR") && !standin.Reachable(ctx, cfg.RedisAddr, probeTimeout) {
+	if !envSet("REDIS_ADDR") && !envSet("REDIS_URL") && !standin.Reachable(ctx, cfg.RedisAddr, probeTimeout) {
 		r, err := standin.StartRedis("127.0.0.1:0")
 		if err != nil {
 			return func() {}, err
 		}
 		stops = append(stops, r.Close)
-		log.Warn("no Redis answers at "+cfg.RedisAddr+" and REDIS_ADDR is unset: using an in-memory miniredis stand-in; "+
+		log.Warn("no Redis answers at "+cfg.RedisAddr+" and REDIS_ADDR and REDIS_URL are unset: using an in-memory miniredis stand-in; "+
 			"its data is lost on exit (set REDIS_ADDR or start redis-server for a real one)", "redis", r.Addr)
 		cfg.RedisAddr = r.Addr
 	}

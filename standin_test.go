@@ -1,11 +1,11 @@
+//go:build dev
+
 package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -14,24 +14,6 @@ import (
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/standin"
 )
-
-// unsetenv removes a variable for the test and restores it afterwards.
-func unsetenv(t *testing.T, names ...string) {
-	t.Helper()
-	for _, n := range names {
-		t.Setenv(n, "")
-		os.Unsetenv(n)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	port, err := standin.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port)
-}
 
 // TestStandinsReplaceOnlyMissingServices: `orderpipe all` starts a stand-in
 // only for a service whose variable is unset and whose default address is
@@ -113,35 +95,4 @@ func TestStandinsReplaceOnlyMissingServices(t *testing.T) {
 			t.Errorf("a stand-in replaced a configured server: %+v, was %+v", cfg, before)
 		}
 	})
-}
-
-// TestFileVariables: NAME_FILE supplies a variable (Docker/Kubernetes
-// secrets); setting both, or naming a missing file, is a configuration error.
-func TestFileVariables(t *testing.T) {
-	dir := t.TempDir()
-	secret := dir + "/admin_token"
-	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	unsetenv(t, "ADMIN_TOKEN", "ADMIN_TOKEN_FILE", "DATABASE_URL", "DATABASE_URL_FILE")
-
-	t.Setenv("ADMIN_TOKEN_FILE", secret)
-	cfg, err := loadConfig()
-	if err != nil || cfg.AdminToken != "s3cret" {
-		t.Fatalf("from file: %q %v", cfg.AdminToken, err)
-	}
-	if !envSet("ADMIN_TOKEN") || envSet("DATABASE_URL") {
-		t.Errorf("envSet: ADMIN_TOKEN %v, DATABASE_URL %v", envSet("ADMIN_TOKEN"), envSet("DATABASE_URL"))
-	}
-
-	t.Setenv("ADMIN_TOKEN", "direct")
-	if _, err := loadConfig(); err == nil {
-		t.Error("ADMIN_TOKEN and ADMIN_TOKEN_FILE both set: no error")
-	}
-	os.Unsetenv("ADMIN_TOKEN")
-
-	t.Setenv("ADMIN_TOKEN_FILE", dir+"/missing")
-	if _, err := loadConfig(); err == nil {
-		t.Error("missing ADMIN_TOKEN_FILE: no error")
-	}
 }

@@ -16,7 +16,7 @@ import (
 // auditor reads one activity's state in Postgres and Redis.
 type auditor struct {
 	pool       *pgxpool.Pool
-	rdb        *redis.Client
+	rdb        redis.UniversalClient
 	prefix     string
 	activityID int64
 	items      []int64

@@ -21,6 +21,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"orderpipe/pkg/redisconn"
 )
 
 // Exit codes of Main.
@@ -32,11 +34,11 @@ const (
 
 // Env is what the tool takes from the server's environment variables.
 type Env struct {
-	HTTPAddr    string // HTTP_ADDR: the default target is this port on 127.0.0.1
-	AdminToken  string // ADMIN_TOKEN: creates and preheats the activity
-	DatabaseURL string // DATABASE_URL: audited after the load
-	RedisAddr   string // REDIS_ADDR
-	RedisPrefix string // REDIS_KEY_PREFIX
+	HTTPAddr    string           // HTTP_ADDR: the default target is this port on 127.0.0.1
+	AdminToken  string           // ADMIN_TOKEN: creates and preheats the activity
+	DatabaseURL string           // DATABASE_URL: audited after the load
+	Redis       redisconn.Config // REDIS_URL or REDIS_ADDR, credentials, TLS
+	RedisPrefix string           // REDIS_KEY_PREFIX
 }
 
 // Config is one load run.
@@ -47,7 +49,7 @@ type Config struct {
 	WorkerMetrics string
 	AdminToken    string
 	DatabaseURL   string
-	RedisAddr     string
+	Redis         redisconn.Config
 	RedisPrefix   string
 
 	Concurrency int     // requests in flight at once
@@ -121,7 +123,8 @@ const usage = `usage: orderpipe bench [flags]
 Drives the HTTP API of a running pipeline, waits for it to drain and audits
 Postgres and Redis for the invariants I1–I5. Creates and preheats its own
 activity through the admin API (needs ADMIN_TOKEN). Reads DATABASE_URL,
-REDIS_ADDR and REDIS_KEY_PREFIX like the server. A line of progress per second
+REDIS_URL or REDIS_ADDR (with the REDIS_* credentials and TLS settings) and
+REDIS_KEY_PREFIX like the server. A line of progress per second
 goes to stderr; the report to stdout. Exit 0 all invariants hold, 1 one
 failed, 2 could not run.
 
@@ -136,17 +139,18 @@ a user twice.
 flags:
 `
 
-// Main is `orderpipe bench`: it parses args, runs, writes the report to
-// stdout and returns the exit code.
-func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) int {
+// modes are the flags that pick what Main does instead of a load run.
+type modes struct {
+	jsonOut    *string
+	strategies *bool
+	purge      *bool
+}
+
+// flagSet defines every flag of `orderpipe bench` on a fresh set, writing
+// into cfg; Main, CheckArgs and Usage share it.
+func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	cfg := Config{AdminToken: env.AdminToken, DatabaseURL: env.DatabaseURL, RedisAddr: env.RedisAddr, RedisPrefix: env.RedisPrefix,
-		Progress: stderr}
+	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.URL, "url", defaultURL(env.HTTPAddr), "gateway base URL (default from HTTP_ADDR)")
 	fs.StringVar(&cfg.WorkerMetrics, "worker-metrics", "", "the worker's /metrics URL, for the consumer lag (default: the gateway's, as in `orderpipe all`)")
 	fs.IntVar(&cfg.Concurrency, "c", 50, "concurrency: requests in flight at once")
@@ -161,13 +165,52 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.DurationVar(&cfg.WaitReady, "wait-ready", 10*time.Second, "wait this long for /readyz before starting")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", time.Minute, "how long the pipeline may take to drain")
-	jsonOut := fs.String("json-out", "", "also write the report as JSON to this file")
-	strategies := fs.Bool("redis-strategies", false, "race naive / lock / reserve script directly on Redis")
-	purge := fs.Bool("purge-keys", false, "delete every Redis key under REDIS_KEY_PREFIX and exit (refuses an empty prefix)")
+	var m modes
+	m.jsonOut = fs.String("json-out", "", "also write the report as JSON to this file")
+	m.strategies = fs.Bool("redis-strategies", false, "race naive / lock / reserve script directly on Redis")
+	m.purge = fs.Bool("purge-keys", false, "delete every Redis key under REDIS_KEY_PREFIX and exit (refuses an empty prefix)")
+	return fs, m
+}
+
+// CheckArgs parses args as Main does, touching nothing: flag.ErrHelp when
+// they ask for the usage, an error naming what is wrong when they are not
+// `orderpipe bench` arguments.
+func CheckArgs(args []string) error {
+	var cfg Config
+	fs, _ := flagSet(Env{}, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// Usage writes the usage of `orderpipe bench`, every flag with its default.
+func Usage(w io.Writer) {
+	var cfg Config
+	fs, _ := flagSet(Env{}, &cfg)
+	fs.SetOutput(w)
+	fmt.Fprint(w, usage)
+	fs.PrintDefaults()
+}
+
+// Main is `orderpipe bench`: it parses args, runs, writes the report to
+// stdout and returns the exit code.
+func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) int {
+	cfg := Config{AdminToken: env.AdminToken, DatabaseURL: env.DatabaseURL, Redis: env.Redis, RedisPrefix: env.RedisPrefix,
+		Progress: stderr}
+	fs, m := flagSet(env, &cfg)
+	fs.Usage = func() { Usage(stderr) }
+	jsonOut, strategies, purge := m.jsonOut, m.strategies, m.purge
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			Usage(stdout)
 			return ExitOK
 		}
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		Usage(stderr)
 		return ExitError
 	}
 	if fs.NArg() > 0 {
@@ -183,7 +226,7 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 	}
 
 	if *purge {
-		n, err := PurgeKeys(ctx, cfg.RedisAddr, cfg.RedisPrefix)
+		n, err := PurgeKeys(ctx, cfg.Redis, cfg.RedisPrefix)
 		if err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
 			return ExitError
@@ -192,7 +235,7 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 		return ExitOK
 	}
 	if *strategies {
-		rep, err := RunStrategies(ctx, StrategyConfig{RedisAddr: cfg.RedisAddr, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
+		rep, err := RunStrategies(ctx, StrategyConfig{Redis: cfg.Redis, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
 			Stock: cfg.Stock, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed, Progress: stderr})
 		return finish(rep, err, *jsonOut, stdout, stderr)
 	}

@@ -13,9 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/database"
+	"orderpipe/pkg/redisconn"
 )
 
 // Run creates and preheats a sale through the admin API, sends the load,
@@ -40,10 +39,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer pool.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: 8, ReadTimeout: 5 * time.Second})
+	rdb, err := cfg.Redis.New(redisconn.Options{PoolSize: 8, ReadTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
+		return nil, fmt.Errorf("reaching redis at %s: %w", cfg.Redis, err)
 	}
 	items := make([]int64, cfg.Items)
 	for i := range items {

@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BIN=${BIN:-bin/orderpipe}
+BIN=${BIN:-bin/orderpipe-dev}  # make build-dev: `orderpipe kafka` is only in -tags dev builds
 C=${C:-500}
 N=${N:-100000}
 STOCK=${STOCK:-25000}

@@ -18,13 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/lock"
+	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/rediskeys"
 	"orderpipe/pkg/stock"
 )
 
 // StrategyConfig is one --redis-strategies run.
 type StrategyConfig struct {
-	RedisAddr   string
+	Redis       redisconn.Config
 	Concurrency int
 	Requests    int
 	Stock       int64
@@ -113,11 +114,13 @@ func RunStrategies(ctx context.Context, cfg StrategyConfig) (*StrategyReport, er
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr, PoolSize: cfg.Concurrency + 8,
-		ReadTimeout: 5 * time.Second, PoolTimeout: 30 * time.Second})
+	rdb, err := cfg.Redis.New(redisconn.Options{PoolSize: cfg.Concurrency + 8, ReadTimeout: 5 * time.Second, PoolTimeout: 30 * time.Second})
+	if err != nil {
+		return nil, err
+	}
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
+		return nil, fmt.Errorf("reaching redis at %s: %w", cfg.Redis, err)
 	}
 
 	users, repeats := strategyUsers(cfg)
@@ -180,7 +183,7 @@ func strategyUsers(cfg StrategyConfig) (users []int64, repeats int) {
 	return users, repeats
 }
 
-func newStrategy(name string, rdb *redis.Client, st *stock.Store, lk *lock.Locker, item stock.Item, lockWait time.Duration) strategy {
+func newStrategy(name string, rdb redis.UniversalClient, st *stock.Store, lk *lock.Locker, item stock.Item, lockWait time.Duration) strategy {
 	keys := st.Keys(item)
 	// checkAndTake is the critical section written the obvious way: read,
 	// decide in the client, write. Four round trips with gaps between them.
@@ -263,7 +266,7 @@ func strategyOrderNo(i int) string   { return "o" + strconv.Itoa(i) }
 // dropStrategyKeys deletes every key a strategy run can have written, by
 // name: a SCAN would walk the whole keyspace of a shared Redis.
 // TestRedisStrategies checks by SCAN that nothing is left.
-func dropStrategyKeys(ctx context.Context, rdb *redis.Client, st *stock.Store, prefix string, it stock.Item, users []int64) {
+func dropStrategyKeys(ctx context.Context, rdb redis.UniversalClient, st *stock.Store, prefix string, it stock.Item, users []int64) {
 	k := st.Keys(it)
 	names := []string{k.Stock, k.Sale, k.Journal, prefix + "lock:" + lockName(it), prefix + "fence:" + lockName(it)}
 	seen := map[int64]bool{}
@@ -354,11 +357,14 @@ func race(ctx context.Context, s strategy, users []int64, cfg StrategyConfig) St
 
 // PurgeKeys deletes every Redis key under prefix, which must not be empty:
 // how `make bench` removes the keys of its throwaway pipeline.
-func PurgeKeys(ctx context.Context, redisAddr, prefix string) (int, error) {
+func PurgeKeys(ctx context.Context, rc redisconn.Config, prefix string) (int, error) {
 	if prefix == "" {
 		return 0, errors.New("refusing to purge without a key prefix (REDIS_KEY_PREFIX is empty)")
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ReadTimeout: 5 * time.Second})
+	rdb, err := rc.New(redisconn.Options{ReadTimeout: 5 * time.Second})
+	if err != nil {
+		return 0, err
+	}
 	defer rdb.Close()
 	return rediskeys.Delete(ctx, rdb, prefix+"*")
 }

@@ -6,13 +6,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/testenv"
 )
 
 func TestRedisStrategies(t *testing.T) {
 	prefix := testenv.UniqueName("tbench") + ":"
 	const requests, units = 400, 60
-	rep, err := RunStrategies(context.Background(), StrategyConfig{RedisAddr: testenv.RedisAddr(), Concurrency: 40,
+	rep, err := RunStrategies(context.Background(), StrategyConfig{Redis: redisconn.Config{Addr: testenv.RedisAddr()}, Concurrency: 40,
 		Requests: requests, Stock: units, RepeatShare: 0.2, Seed: 3, KeyPrefix: prefix})
 	if err != nil {
 		t.Fatal(err)

@@ -113,6 +113,11 @@ func (c *Closer) Run(ctx context.Context) error {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), passTimeout)
 		res, err := c.pass(pctx, ctx)
 		cancel()
+		if err == nil {
+			c.deps.Metrics.CloserPasses.WithLabelValues("ok").Inc()
+		} else if ctx.Err() == nil {
+			c.deps.Metrics.CloserPasses.WithLabelValues("error").Inc()
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.deps.Log.Error("closer pass failed", "err", err, "closed", res.Closed, "applied", res.Applied, "failed", res.Failed)
@@ -140,9 +145,10 @@ func (c *Closer) pass(ctx, stop context.Context) (res Result, err error) {
 	res.Pending = -1
 	m := c.deps.Metrics
 	defer func() {
-		if n, err := c.deps.Orders.CountPendingCompensations(ctx); err == nil {
+		if n, oldest, err := c.deps.Orders.CompensationBacklog(ctx); err == nil {
 			res.Pending = n
 			m.CompensationsPending.Set(float64(n))
+			m.CompensationsOldest.Set(oldest.Seconds())
 		}
 	}()
 

@@ -330,6 +330,21 @@ var emptyByDesign = map[string]string{
 	"ADMIN_ADDR":         "admin API on HTTP_ADDR (the Kubernetes manifests move it to :8081)",
 	"KAFKA_EMBEDDED_DIR": "only `orderpipe all` reads it (the embedded broker); deployments use real Kafka",
 	"PPROF_ADDR":         "profiles expose internals: off unless someone measuring turns them on",
+	// TLS and authentication: what the platform's Redis and Kafka require
+	// (docs/deploy.md); the compose stack and the manifests' defaults
+	// reach them on a private network without.
+	"REDIS_URL":            "REDIS_ADDR is the default form; REDIS_URL is for TLS, ACL users and credentials in one secret",
+	"REDIS_USERNAME":       "Redis without ACL users: the default user",
+	"REDIS_PASSWORD":       "Redis without requirepass on a private network",
+	"REDIS_TLS_CA_FILE":    "the system's roots verify a rediss:// server unless a private CA is given",
+	"REDIS_TLS_CERT_FILE":  "mutual TLS only where Redis requires client certificates",
+	"REDIS_TLS_KEY_FILE":   "mutual TLS only where Redis requires client certificates",
+	"KAFKA_TLS_CA_FILE":    "the system's roots verify the brokers unless a private CA is given",
+	"KAFKA_TLS_CERT_FILE":  "mutual TLS only where the brokers require client certificates",
+	"KAFKA_TLS_KEY_FILE":   "mutual TLS only where the brokers require client certificates",
+	"KAFKA_SASL_MECHANISM": "no SASL unless the brokers require it",
+	"KAFKA_SASL_USERNAME":  "no SASL unless the brokers require it",
+	"KAFKA_SASL_PASSWORD":  "no SASL unless the brokers require it",
 }
 
 // given reports whether env gives name, directly or as NAME_FILE.

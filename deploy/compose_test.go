@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -56,7 +57,7 @@ func envOf(s types.ServiceConfig) map[string]string {
 func TestComposeServices(t *testing.T) {
 	p := mustCompose(t)
 	c := mustCode(t)
-	want := []string{"postgres", "redis", "kafka", "kafka-init", "otel-collector", "jaeger",
+	want := []string{"postgres", "redis", "kafka", "kafka-init", "otel-collector", "jaeger", "prometheus", "grafana",
 		"migrate", "gateway", "worker", "closer", "reconciler"}
 	for _, name := range want {
 		if _, ok := p.Services[name]; !ok {
@@ -551,5 +552,156 @@ func TestDockerContextBuilds(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "orderpipe/schemas") {
 		t.Errorf("go list found no orderpipe/schemas among the dependencies:\n%s", out)
+	}
+}
+
+// mountOf finds the bind mount of service s whose target is target.
+func mountOf(s types.ServiceConfig, target string) (types.ServiceVolumeConfig, bool) {
+	for _, v := range s.Volumes {
+		if v.Type == types.VolumeTypeBind && v.Target == target {
+			return v, true
+		}
+	}
+	return types.ServiceVolumeConfig{}, false
+}
+
+// checkMount: service s mounts the repo file rel (read-only) at target.
+func checkMount(t *testing.T, s types.ServiceConfig, rel, target string) {
+	t.Helper()
+	v, ok := mountOf(s, target)
+	switch {
+	case !ok:
+		t.Errorf("%s does not mount %s at %s", s.Name, rel, target)
+	case filepath.Clean(v.Source) != filepath.Join(mustAbs(t, root), rel):
+		t.Errorf("%s mounts %s at %s, want %s", s.Name, v.Source, target, rel)
+	case !v.ReadOnly:
+		t.Errorf("%s mounts %s writable", s.Name, target)
+	}
+	if _, err := os.Stat(filepath.Join(root, rel)); err != nil {
+		t.Errorf("%s mounts %s, which does not exist", s.Name, rel)
+	}
+}
+
+func published(s types.ServiceConfig, port uint32) bool {
+	return slices.ContainsFunc(s.Ports, func(p types.ServicePortConfig) bool { return p.Target == port && p.Published != "" })
+}
+
+// TestComposeMonitoring: `docker compose up` runs Prometheus with the rules of
+// deploy/prometheus scraping every component on the port it listens on, and
+// Grafana with its datasource and the orderpipe dashboard provisioned.
+func TestComposeMonitoring(t *testing.T) {
+	p := mustCompose(t)
+	prom, ok := p.Services["prometheus"]
+	if !ok {
+		t.Fatal("no prometheus service")
+	}
+	const promDir = "/etc/prometheus"
+	var configTarget string
+	for _, arg := range prom.Command {
+		if v, ok := strings.CutPrefix(arg, "--config.file="); ok {
+			configTarget = v
+		}
+	}
+	if configTarget != promDir+"/prometheus.yml" {
+		t.Errorf("prometheus --config.file=%q, want %s/prometheus.yml", configTarget, promDir)
+	}
+	checkMount(t, prom, "deploy/prometheus/prometheus.yml", promDir+"/prometheus.yml")
+	if !published(prom, 9090) || prom.HealthCheck == nil {
+		t.Errorf("prometheus: port 9090 published %v, healthcheck %v", published(prom, 9090), prom.HealthCheck != nil)
+	}
+	var cfg struct {
+		RuleFiles     []string `json:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName      string `json:"job_name"`
+			DNSSDConfigs []struct {
+				Names []string `json:"names"`
+				Port  int      `json:"port"`
+			} `json:"dns_sd_configs"`
+		} `json:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(mustRead(t, filepath.Join(root, "deploy", "prometheus", "prometheus.yml")), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Each rule file resolves (relative to the config) to the repo's file.
+	if len(cfg.RuleFiles) == 0 {
+		t.Error("prometheus.yml loads no rule files")
+	}
+	for _, rf := range cfg.RuleFiles {
+		checkMount(t, prom, filepath.Join("deploy", "prometheus", filepath.Base(rf)), filepath.Join(promDir, rf))
+	}
+	// Every component is scraped, by service name, on its metrics port.
+	scraped := map[string]int{}
+	for _, sc := range cfg.ScrapeConfigs {
+		for _, sd := range sc.DNSSDConfigs {
+			for _, n := range sd.Names {
+				scraped[n] = sd.Port
+			}
+		}
+	}
+	for name, sub := range components {
+		if sub == "migrate" {
+			continue // a one-shot: nothing to scrape
+		}
+		env := envOf(p.Services[name])
+		addr := envOr(env, "METRICS_ADDR", ":9090")
+		if sub == "gateway" {
+			addr = envOr(env, "HTTP_ADDR", ":8080")
+		}
+		want := addrPort(t, addr)
+		if got, ok := scraped[name]; !ok || fmt.Sprint(got) != want {
+			t.Errorf("prometheus scrapes %s on port %d (scraped: %v), want %s (where it serves /metrics)", name, got, ok, want)
+		}
+	}
+
+	graf, ok := p.Services["grafana"]
+	if !ok {
+		t.Fatal("no grafana service")
+	}
+	checkMount(t, graf, "deploy/grafana/provisioning", "/etc/grafana/provisioning")
+	if !published(graf, 3000) || graf.HealthCheck == nil {
+		t.Errorf("grafana: port 3000 published %v, healthcheck %v", published(graf, 3000), graf.HealthCheck != nil)
+	}
+	if graf.DependsOn["prometheus"].Condition != types.ServiceConditionHealthy {
+		t.Errorf("grafana does not wait for a healthy prometheus")
+	}
+	// The dashboard provider reads the folder the dashboard is mounted in.
+	var prov struct {
+		Providers []struct {
+			Options struct {
+				Path string `json:"path"`
+			} `json:"options"`
+		} `json:"providers"`
+	}
+	if err := yaml.Unmarshal(mustRead(t, filepath.Join(root, "deploy", "grafana", "provisioning", "dashboards", "orderpipe.yml")), &prov); err != nil {
+		t.Fatal(err)
+	}
+	if len(prov.Providers) != 1 {
+		t.Fatalf("dashboard providers: %+v", prov.Providers)
+	}
+	dashTarget := prov.Providers[0].Options.Path + "/orderpipe.json"
+	checkMount(t, graf, "deploy/grafana/orderpipe.json", dashTarget)
+	if home := envOf(graf)["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]; home != dashTarget {
+		t.Errorf("home dashboard %q, want %s", home, dashTarget)
+	}
+	// The datasource is the prometheus service, with the uid the dashboard selects.
+	var ds struct {
+		Datasources []struct {
+			UID  string `json:"uid"`
+			Type string `json:"type"`
+			URL  string `json:"url"`
+		} `json:"datasources"`
+	}
+	if err := yaml.Unmarshal(mustRead(t, filepath.Join(root, "deploy", "grafana", "provisioning", "datasources", "prometheus.yml")), &ds); err != nil {
+		t.Fatal(err)
+	}
+	if len(ds.Datasources) != 1 {
+		t.Fatalf("datasources: %+v", ds.Datasources)
+	}
+	u, err := url.Parse(ds.Datasources[0].URL)
+	if err != nil || ds.Datasources[0].Type != "prometheus" || u.Hostname() != "prometheus" || u.Port() != "9090" {
+		t.Errorf("datasource %+v, want type prometheus at http://prometheus:9090", ds.Datasources[0])
+	}
+	if want := mustDashboard(t).defaultDatasource(); ds.Datasources[0].UID != want {
+		t.Errorf("datasource uid %q, but the dashboard selects %q", ds.Datasources[0].UID, want)
 	}
 }

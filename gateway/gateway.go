@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -111,6 +112,9 @@ type Server struct {
 	redisCB               *breaker.Breaker
 	kafkaCB               *breaker.Breaker
 	pgCB                  *breaker.Breaker
+	// stockGauges holds each item's orderpipe_stock_remaining child
+	// (stock.Item → prometheus.Gauge), so the hot path hashes no labels.
+	stockGauges sync.Map
 }
 
 // New builds the gateway.
@@ -155,7 +159,7 @@ func traced(mux *http.ServeMux) http.Handler {
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return spanName(r) }),
 		otelhttp.WithFilter(func(r *http.Request) bool {
 			switch r.URL.Path {
-			case "/healthz", "/readyz", "/metrics":
+			case "/healthz", "/readyz", "/metrics", "/openapi.json":
 				return false
 			}
 			return true
@@ -197,6 +201,7 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.handle("GET /readyz", s.readyz)
+	s.handle("GET /openapi.json", serveOpenAPI)
 	s.mux.Handle("GET /metrics", s.deps.Metrics.Handler())
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "NOT_FOUND", "no such route: "+r.Method+" "+r.URL.Path)
@@ -212,12 +217,15 @@ func (s *Server) handle(pattern string, h http.HandlerFunc) { s.handleOn(s.mux, 
 
 func (s *Server) handleOn(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
 	_, route, _ := strings.Cut(pattern, " ")
+	seconds := s.deps.Metrics.HTTPSeconds.WithLabelValues(pattern)
 	mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 			span.SetAttributes(semconv.HTTPRoute(route))
 		}
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		h(rec, r)
+		seconds.Observe(time.Since(start).Seconds())
 		code := rec.code
 		if code == "" {
 			code = strconv.Itoa(rec.status)

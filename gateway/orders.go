@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"orderpipe/pkg/breaker"
@@ -101,6 +102,11 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		res.Outcome = stock.Reserved
 	}
 	switch res.Outcome {
+	case stock.Reserved, stock.SoldOut, stock.AlreadyPurchased:
+		// The script reported the item's stock (after the reservation).
+		s.seeStock(item, res.Remaining)
+	}
+	switch res.Outcome {
 	case stock.Reserved:
 	case stock.Aborted:
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
@@ -152,6 +158,17 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
+}
+
+// seeStock sets the item's orderpipe_stock_remaining, the stock a reserve
+// script just reported; the gauge of each item is looked up once.
+func (s *Server) seeStock(it stock.Item, n int64) {
+	g, ok := s.stockGauges.Load(it)
+	if !ok {
+		g, _ = s.stockGauges.LoadOrStore(it, s.deps.Metrics.StockRemaining.WithLabelValues(
+			strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)))
+	}
+	g.(prometheus.Gauge).Set(float64(n))
 }
 
 // abort gives a reservation back after a failed produce (or a reserve whose

@@ -101,7 +101,7 @@ func partitionLag(logStart, highWatermark, committed int64) int64 {
 // Postgres outage) and never holds one up. A failed poll leaves the gauge
 // as it was and is logged at most every lagLogEvery.
 func (w *Worker) lagLoop(ctx context.Context) {
-	tr := &kafka.Transport{DialTimeout: lagTimeout}
+	tr := w.cfg.Security.Transport(lagTimeout)
 	defer tr.CloseIdleConnections()
 	c := &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Transport: tr}
 	t := time.NewTicker(w.cfg.LagInterval)

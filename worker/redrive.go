@@ -143,9 +143,18 @@ func (r *Redriver) Run(ctx context.Context) error {
 			return err
 		}, lock.WithMaxAttempts(1))
 		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, lock.ErrNotAcquired):
+			r.deps.Metrics.RedrivePasses.WithLabelValues("skipped").Inc()
+		case err != nil:
+			r.deps.Metrics.RedrivePasses.WithLabelValues("error").Inc()
+			r.deps.Log.Warn("redrive pass failed", "err", err)
+		default:
+			r.deps.Metrics.RedrivePasses.WithLabelValues("ok").Inc()
+		}
+		switch {
 		case errors.Is(err, lock.ErrNotAcquired), ctx.Err() != nil:
 		case err != nil:
-			r.deps.Log.Warn("redrive pass failed", "err", err)
 		case res.Republished+res.Acked > 0:
 			r.deps.Log.Info("redrive pass", "republished", res.Republished, "acked", res.Acked,
 				"rejected_waiting", res.Rejected, "entries", res.Entries)

@@ -42,6 +42,9 @@ type Config struct {
 	// LagInterval is how often the group's consumer lag is read from the
 	// broker for the lag gauge.
 	LagInterval time.Duration
+	// Security is TLS and SASL for the group reader and the lag reader
+	// (zero: plaintext).
+	Security event.Security
 }
 
 func (c *Config) defaults() {
@@ -115,7 +118,13 @@ func New(cfg Config, deps Deps) *Worker {
 // Run consumes until ctx ends; the batch in hand is finished first.
 func (w *Worker) Run(ctx context.Context) error {
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:          w.cfg.Brokers,
+		Brokers: w.cfg.Brokers,
+		Dialer:  w.cfg.Security.Dialer(10 * time.Second),
+		// Why consumption stalls (a dead leader or coordinator, a
+		// rebalance) is otherwise invisible: kafka-go retries silently.
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			w.deps.Log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
+		}),
 		GroupID:          w.cfg.GroupID,
 		Topic:            w.cfg.Topic,
 		MinBytes:         1,
@@ -326,7 +335,11 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 	var decisions []order.Decision
 	err = w.pgCB.Do(func() error {
 		var err error
+		start := time.Now()
 		decisions, err = w.deps.Orders.ProcessBatch(ctx, live)
+		if err == nil {
+			w.deps.Metrics.BatchCommitSeconds.Observe(time.Since(start).Seconds())
+		}
 		return err
 	})
 	if err != nil {
@@ -539,8 +552,9 @@ func (w *Worker) sweepLoop(ctx context.Context) {
 		if err != nil && !errors.Is(err, context.Canceled) {
 			w.deps.Log.Warn("sweeping compensations", "err", err)
 		}
-		if n, err := w.deps.Orders.CountPendingCompensations(ctx); err == nil {
+		if n, oldest, err := w.deps.Orders.CompensationBacklog(ctx); err == nil {
 			w.deps.Metrics.CompensationsPending.Set(float64(n))
+			w.deps.Metrics.CompensationsOldest.Set(oldest.Seconds())
 		}
 	}
 }

@@ -127,21 +127,8 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 
 	// Reservations refused because their requestId was first used for
 	// another item: REJECTED records of their own (orderNo → requestId).
-	refused := map[string]string{}
-	rows, err = tx.Query(ctx, `SELECT order_no, request_id FROM rejected_reservations WHERE activity_id = $1`, act)
+	refused, err := refusedReservations(ctx, tx, act)
 	if err != nil {
-		return nil, fmt.Errorf("reading refused reservations: %w", err)
-	}
-	for rows.Next() {
-		var no, rid string
-		if err := rows.Scan(&no, &rid); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		refused[no] = rid
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 
@@ -276,3 +263,28 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 }
 
 func stockItem(act, item int64) stock.Item { return stock.Item{ActivityID: act, ItemID: item} }
+
+// refusedReservations is, of activity act, the reservations refused because
+// their requestId was first used for another item (orderNo → requestId):
+// REJECTED records of their own. A schema from before that table (an older
+// binary run with CHAOS_BIN) has none.
+func refusedReservations(ctx context.Context, q pgx.Tx, act int64) (map[string]string, error) {
+	refused := map[string]string{}
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('rejected_reservations') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+		return refused, err
+	}
+	rows, err := q.Query(ctx, `SELECT order_no, request_id FROM rejected_reservations WHERE activity_id = $1`, act)
+	if err != nil {
+		return nil, fmt.Errorf("reading refused reservations: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var no, rid string
+		if err := rows.Scan(&no, &rid); err != nil {
+			return nil, err
+		}
+		refused[no] = rid
+	}
+	return refused, rows.Err()
+}

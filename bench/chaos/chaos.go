@@ -9,6 +9,13 @@
 // `orderpipe reconciler --once` and holds Postgres, Redis and the clients'
 // answers to the invariants I1–I6.
 //
+// With Config.KafkaNodes = 3 (`make chaos-kafka`) the broker is a real
+// Apache Kafka cluster instead (deploy/kafka/kafka.sh, each broker its own
+// process the suite kills, pauses and restarts), two workers share the
+// consumer group, and the scenarios only a real cluster has run too: a
+// partition leader killed, two of three brokers down, the controller killed
+// uncleanly, a worker killed while it holds partitions.
+//
 // It talks to 127.0.0.1 only, and it never runs in `make test`: the test
 // that drives it needs the build tag chaos. It never changes the product;
 // it only observes what the processes do.
@@ -27,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +71,21 @@ type Config struct {
 	Stock   int64
 	// DrainWithin bounds the wait for the pipeline to settle after a fault.
 	DrainWithin time.Duration
+	// KafkaNodes > 0 runs a real Apache Kafka cluster of that many brokers
+	// (only 3 is supported: RF 3, min.insync.replicas 2) instead of the
+	// kfake broker, started by KafkaScript (deploy/kafka/kafka.sh) on free
+	// ports, and a second worker.
+	KafkaNodes  int
+	KafkaScript string
+	// Gateways and Workers are how many of each run (0: one gateway; one
+	// worker, two on a real cluster). The nemesis runs two of each, and
+	// its clients spread over the gateways.
+	Gateways int
+	Workers  int
+	// ProduceTimeout, when set, is the gateways' PRODUCE_TIMEOUT: the
+	// nemesis sets it above some of its clients' timeouts, so a client
+	// gives up on a request whose produce is still in flight and retries.
+	ProduceTimeout time.Duration
 	// Keep leaves the database, the Redis keys and the broker's data dir.
 	Keep bool
 	// Log receives progress lines.
@@ -112,6 +135,8 @@ const (
 	kafkaTopic    = event.Topic
 	kafkaDLQTopic = event.DLQTopic
 	kafkaGroup    = "orderpipe-worker"
+	// kafkaPartitions is the topic's partition count on either broker.
+	kafkaPartitions = 4
 )
 
 // Suite is a running set of processes and what the scenarios share.
@@ -125,9 +150,11 @@ type Suite struct {
 	dbName        string
 	prefix        string
 	adminToken    string
-	httpURL       string
-	broker        string
-	workerMetrics string
+	httpURL       string   // the first gateway
+	httpURLs      []string // every gateway
+	brokers       []string // bootstrap list: the kfake broker, or every broker of the real cluster
+	kafkaProcs    []*proc  // the real cluster's brokers: node i is kafkaProcs[i-1]
+	workerMetrics []string // each worker's /metrics
 	baseEnv       []string
 
 	pool  *pgxpool.Pool
@@ -212,7 +239,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		return s, err
 	}
 	s.baseEnv = append(s.baseEnv, "REDIS_ADDR="+cfg.RedisAddr, "REDIS_KEY_PREFIX="+s.prefix, "ADMIN_TOKEN="+s.adminToken,
-		"RATE_LIMIT_USER_RPS=0", "KAFKA_PARTITIONS=4", "DB_MAX_CONNS=8", "LOG_LEVEL=info",
+		"RATE_LIMIT_USER_RPS=0", "KAFKA_PARTITIONS="+strconv.Itoa(kafkaPartitions), "DB_MAX_CONNS=8", "LOG_LEVEL=info",
 		"CLOSE_AFTER="+closeAfter, "CLOSER_INTERVAL=500ms", "REDRIVE_AFTER="+redriveAfter, "REDRIVE_INTERVAL=1s")
 
 	if out, err := s.command(ctx, "migrate", s.env("DATABASE_URL="+s.dbURL)); err != nil {
@@ -227,25 +254,81 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	s.stock = stock.New(s.rdb, s.prefix)
 
-	addrs := make([]string, 4)
+	addrs := make([]string, 2)
 	for i := range addrs {
 		if addrs[i], err = freeAddr(); err != nil {
 			return s, err
 		}
 	}
-	s.broker, s.httpURL, s.workerMetrics = addrs[0], "http://"+addrs[1], "http://"+addrs[2]+"/metrics"
-	_, kafkaPort, _ := net.SplitHostPort(s.broker)
-	s.procs = []*proc{
-		s.newProc("kafka", func(ctx context.Context) error { return event.Ping(ctx, []string{s.broker}) },
-			"KAFKA_EMBEDDED_PORT="+kafkaPort, "KAFKA_EMBEDDED_DIR="+s.kafkaDir),
-		s.newProc("worker", healthz("http://"+addrs[2]+"/healthz"),
-			"DATABASE_URL="+s.proxiedURL, "KAFKA_BROKERS="+s.broker, "METRICS_ADDR="+addrs[2]),
-		s.newProc("closer", healthz("http://"+addrs[3]+"/healthz"),
-			"DATABASE_URL="+s.proxiedURL, "METRICS_ADDR="+addrs[3]),
-		s.newProc("gateway", healthz(s.httpURL+"/readyz"),
-			"DATABASE_URL="+s.dbURL, "KAFKA_BROKERS="+s.broker, "HTTP_ADDR="+addrs[1]),
+	s.httpURL = "http://" + addrs[1]
+	if cfg.KafkaNodes > 0 {
+		// Every broker starts before any is waited for: each needs a quorum.
+		if err := s.startCluster(ctx); err != nil {
+			return s, err
+		}
+	} else {
+		s.brokers = []string{addrs[0]}
+		_, kafkaPort, _ := net.SplitHostPort(addrs[0])
+		kafka := s.newProc("kafka", func(ctx context.Context) error { return event.Ping(ctx, s.brokers) },
+			"KAFKA_EMBEDDED_PORT="+kafkaPort, "KAFKA_EMBEDDED_DIR="+s.kafkaDir)
+		s.procs = append(s.procs, kafka)
+		if err := kafka.start(); err != nil {
+			return s, err
+		}
+		if err := kafka.waitReady(ctx, 30*time.Second); err != nil {
+			return s, err
+		}
 	}
-	for _, p := range s.procs {
+	bootstrap := "KAFKA_BROKERS=" + strings.Join(s.brokers, ",")
+	nWorkers := cfg.Workers
+	if nWorkers <= 0 {
+		nWorkers = 1
+		if cfg.KafkaNodes > 0 {
+			// Two members share the group, as in production: a killed one's
+			// partitions move to the other after its session times out.
+			nWorkers = 2
+		}
+	}
+	var workers []string
+	var comps []*proc
+	for i := range nWorkers {
+		name := numbered("worker", i)
+		metricsAddr, err := freeAddr()
+		if err != nil {
+			return s, err
+		}
+		workers = append(workers, name)
+		s.workerMetrics = append(s.workerMetrics, "http://"+metricsAddr+"/metrics")
+		w := s.newProc(name, healthz("http://"+metricsAddr+"/healthz"),
+			"DATABASE_URL="+s.proxiedURL, bootstrap, "METRICS_ADDR="+metricsAddr)
+		w.args = []string{"worker"}
+		comps = append(comps, w)
+	}
+	closerAddr, err := freeAddr()
+	if err != nil {
+		return s, err
+	}
+	comps = append(comps, s.newProc("closer", healthz("http://"+closerAddr+"/healthz"),
+		"DATABASE_URL="+s.proxiedURL, "METRICS_ADDR="+closerAddr))
+	for i := range max(cfg.Gateways, 1) {
+		addr := addrs[1]
+		if i > 0 {
+			if addr, err = freeAddr(); err != nil {
+				return s, err
+			}
+		}
+		u := "http://" + addr
+		s.httpURLs = append(s.httpURLs, u)
+		env := []string{"DATABASE_URL=" + s.dbURL, bootstrap, "HTTP_ADDR=" + addr}
+		if cfg.ProduceTimeout > 0 {
+			env = append(env, "PRODUCE_TIMEOUT="+cfg.ProduceTimeout.String())
+		}
+		g := s.newProc(numbered("gateway", i), healthz(u+"/readyz"), env...)
+		g.args = []string{"gateway"}
+		comps = append(comps, g)
+	}
+	s.procs = append(s.procs, comps...)
+	for _, p := range comps {
 		if err := p.start(); err != nil {
 			return s, err
 		}
@@ -253,16 +336,47 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			return s, err
 		}
 	}
-	s.logf("started kafka %s, gateway %s, worker, closer (postgres for worker and closer through toxiproxy %s)",
-		s.broker, s.httpURL, s.toxi.Addr)
+	s.logf("started kafka %s, gateway %s, %s, closer (postgres for workers and closer through toxiproxy %s)",
+		strings.Join(s.brokers, ","), strings.Join(s.httpURLs, ", "), strings.Join(workers, ", "), s.toxi.Addr)
 	return s, nil
 }
+
+// numbered is the name of the i-th (from 0) process of a kind: worker,
+// worker-2, worker-3, ...
+func numbered(kind string, i int) string {
+	if i == 0 {
+		return kind
+	}
+	return kind + "-" + strconv.Itoa(i+1)
+}
+
+// workers are the worker processes, in the order of workerMetrics.
+func (s *Suite) workers() []*proc {
+	var ws []*proc
+	for _, p := range s.procs {
+		if strings.HasPrefix(p.name, "worker") {
+			ws = append(ws, p)
+		}
+	}
+	return ws
+}
+
+// real reports whether the broker is a real Kafka cluster.
+func (s *Suite) real() bool { return len(s.kafkaProcs) > 0 }
 
 // Close stops every process and, unless Keep, removes the database, the
 // Redis keys and the broker's data; the logs stay.
 func (s *Suite) Close() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
-		if err := s.procs[i].stop(); err != nil {
+		p := s.procs[i]
+		stop := p.stop
+		if slices.Contains(s.kafkaProcs, p) {
+			// The brokers' data is thrown away (or, kept, recovered by
+			// the next start): no controlled shutdown of a cluster whose
+			// quorum goes with it.
+			stop = p.kill
+		}
+		if err := stop(); err != nil {
 			s.logf("stopping: %v", err)
 		}
 	}

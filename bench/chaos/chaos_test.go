@@ -19,33 +19,14 @@ import (
 // one set of processes and fails if any invariant broke. Knobs:
 // CHAOS_BIN (else the binary is built), CHAOS_SEED, CHAOS_LOAD (Go duration
 // per scenario), CHAOS_OUT (log folder), CHAOS_KEEP=1, TEST_DATABASE_URL
-// (the server a database is created on), TEST_REDIS_ADDR.
+// (the server a database is created on), TEST_REDIS_ADDR;
+// CHAOS_KAFKA_NODES=3 runs on a real 3-broker Apache Kafka cluster the
+// suite starts with CHAOS_KAFKA_SCRIPT (default deploy/kafka/kafka.sh),
+// and adds the scenarios only a real cluster has (`make chaos-kafka`).
 //
 //	go test -tags chaos -run TestChaos -v -timeout 20m ./bench/chaos/
 func TestChaos(t *testing.T) {
-	cfg := Config{Bin: os.Getenv("CHAOS_BIN"), ServerURL: os.Getenv("TEST_DATABASE_URL"), RedisAddr: os.Getenv("TEST_REDIS_ADDR"),
-		OutDir: os.Getenv("CHAOS_OUT"), Keep: os.Getenv("CHAOS_KEEP") != "", Log: os.Stdout}
-	if v := os.Getenv("CHAOS_SEED"); v != "" {
-		seed, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("CHAOS_SEED: %v", err)
-		}
-		cfg.Seed = seed
-	}
-	if v := os.Getenv("CHAOS_LOAD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("CHAOS_LOAD: %v", err)
-		}
-		cfg.LoadFor = d
-	}
-	if cfg.Bin == "" {
-		cfg.Bin = filepath.Join(t.TempDir(), "orderpipe")
-		build := exec.Command("go", "build", "-o", cfg.Bin, "orderpipe")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("building orderpipe: %v\n%s", err, out)
-		}
-	}
+	cfg := chaosConfig(t)
 	var only map[string]bool
 	if v := os.Getenv("CHAOS_SCENARIOS"); v != "" {
 		only = map[string]bool{}
@@ -63,7 +44,7 @@ func TestChaos(t *testing.T) {
 	defer s.Close()
 	var lines []string
 	for i, sc := range Scenarios() {
-		if only != nil && !only[sc.Name] {
+		if only != nil && !only[sc.Name] || sc.RealOnly && cfg.KafkaNodes == 0 {
 			continue
 		}
 		t.Run(sc.Name, func(t *testing.T) {
@@ -77,9 +58,162 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
-	fmt.Printf("\nchaos summary (%d cores, seed %d, %s load per scenario, %s in all; logs %s):\n",
-		runtime.NumCPU(), s.cfg.Seed, s.cfg.LoadFor, time.Since(start).Round(time.Second), s.Dir)
+	broker := "kfake broker"
+	if cfg.KafkaNodes > 0 {
+		broker = fmt.Sprintf("real Kafka, %d brokers", cfg.KafkaNodes)
+	}
+	fmt.Printf("\nchaos summary (%s, %d cores, seed %d, %s load per scenario, %s in all; logs %s):\n",
+		broker, runtime.NumCPU(), s.cfg.Seed, s.cfg.LoadFor, time.Since(start).Round(time.Second), s.Dir)
 	for _, l := range lines {
 		fmt.Println(l)
 	}
+}
+
+// chaosConfig is the run's Config from the environment (see TestChaos);
+// without CHAOS_BIN it builds the binary.
+func chaosConfig(t *testing.T) Config {
+	t.Helper()
+	cfg := Config{Bin: os.Getenv("CHAOS_BIN"), ServerURL: os.Getenv("TEST_DATABASE_URL"), RedisAddr: os.Getenv("TEST_REDIS_ADDR"),
+		OutDir: os.Getenv("CHAOS_OUT"), Keep: os.Getenv("CHAOS_KEEP") != "", Log: os.Stdout}
+	if v := os.Getenv("CHAOS_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED: %v", err)
+		}
+		cfg.Seed = seed
+	}
+	if v := os.Getenv("CHAOS_LOAD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("CHAOS_LOAD: %v", err)
+		}
+		cfg.LoadFor = d
+	}
+	if v := os.Getenv("CHAOS_KAFKA_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("CHAOS_KAFKA_NODES: %v", err)
+		}
+		cfg.KafkaNodes = n
+		cfg.KafkaScript = os.Getenv("CHAOS_KAFKA_SCRIPT")
+		if cfg.KafkaScript == "" {
+			// go test runs in the package's folder.
+			script, err := filepath.Abs("../../deploy/kafka/kafka.sh")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.KafkaScript = script
+		}
+	}
+	if cfg.Bin == "" {
+		cfg.Bin = filepath.Join(t.TempDir(), "orderpipe")
+		// -tags dev: the suite runs `orderpipe kafka`, which only
+		// development builds have (make build-dev).
+		build := exec.Command("go", "build", "-tags", "dev", "-o", cfg.Bin, "orderpipe")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building orderpipe: %v\n%s", err, out)
+		}
+	}
+	return cfg
+}
+
+// TestNemesis runs the storefront load with a seeded random nemesis on two
+// gateways and two workers (plus the broker(s) and the closer), once per
+// seed, each on a sale of its own, and fails if the history checker finds
+// a violation. Knobs besides TestChaos's: CHAOS_SEED runs that one seed
+// (repeating a failure), else CHAOS_NEMESIS_SEEDS (comma-separated;
+// default 1,2,3); CHAOS_NEMESIS_LOAD (Go duration of each seed's load,
+// default 12s); CHAOS_SOAK (a Go duration: seeds CHAOS_SEED, +1, +2, ...
+// until it has passed — `make soak`).
+//
+//	CHAOS_SEED=7 go test -tags chaos -run TestNemesis -v -timeout 20m ./bench/chaos/
+func TestNemesis(t *testing.T) {
+	cfg := chaosConfig(t)
+	cfg.Gateways, cfg.Workers = 2, 2
+	// Above some client timeouts (300 ms, 700 ms, 1.5 s) and below others (5 s).
+	cfg.ProduceTimeout = 2 * time.Second
+	cfg.Clients, cfg.Think, cfg.Users, cfg.Stock = 16, 40*time.Millisecond, 3000, 20000
+	cfg.DrainWithin = 90 * time.Second
+	nc := NemesisConfig{LoadFor: 12 * time.Second,
+		Timeouts: []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond, 5 * time.Second}}
+	if v := os.Getenv("CHAOS_NEMESIS_LOAD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("CHAOS_NEMESIS_LOAD: %v", err)
+		}
+		nc.LoadFor = d
+	}
+	var seeds []uint64
+	var soak time.Duration
+	if v := os.Getenv("CHAOS_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("CHAOS_SOAK: %v", err)
+		}
+		soak = d
+	}
+	switch v := os.Getenv("CHAOS_NEMESIS_SEEDS"); {
+	case os.Getenv("CHAOS_SEED") != "":
+		seeds = []uint64{cfg.Seed}
+	case v != "":
+		for _, f := range strings.Split(v, ",") {
+			seed, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				t.Fatalf("CHAOS_NEMESIS_SEEDS: %v", err)
+			}
+			seeds = append(seeds, seed)
+		}
+	default:
+		seeds = []uint64{1, 2, 3}
+	}
+
+	ctx := context.Background()
+	start := time.Now()
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var lines []string
+	var ops, accepted, violations, faults int
+	next := func(i int) (uint64, bool) {
+		if soak > 0 {
+			return seeds[0] + uint64(i), i == 0 || time.Since(start) < soak
+		}
+		if i < len(seeds) {
+			return seeds[i], true
+		}
+		return 0, false
+	}
+	for i := 0; ; i++ {
+		seed, ok := next(i)
+		if !ok {
+			break
+		}
+		nc.Seed = seed
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			res := s.Nemesis(ctx, nc, int64(100+i))
+			lines = append(lines, res.Line())
+			fmt.Println(res.Report())
+			faults += len(res.Schedule)
+			if c := res.Check; c != nil {
+				ops += c.calls
+				accepted += c.accepted
+				violations += len(c.violations)
+			}
+			if !res.OK() {
+				t.Errorf("nemesis seed %d broke the rules (repeat: CHAOS_SEED=%d); see above", seed, seed)
+			}
+		})
+	}
+	broker := "kfake broker"
+	if cfg.KafkaNodes > 0 {
+		broker = fmt.Sprintf("real Kafka, %d brokers", cfg.KafkaNodes)
+	}
+	fmt.Printf("\nnemesis summary (%s, 2 gateways, 2 workers, PRODUCE_TIMEOUT %s, client timeouts %v, %d cores, %s load per seed, %s in all; logs %s):\n",
+		broker, cfg.ProduceTimeout, nc.Timeouts, runtime.NumCPU(), nc.LoadFor, time.Since(start).Round(time.Second), s.Dir)
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+	fmt.Printf("nemesis total: %d seeds, %d faults, %d calls, %d requests accepted, %d violations\n", len(lines), faults, ops, accepted, violations)
 }

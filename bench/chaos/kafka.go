@@ -5,15 +5,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 )
 
+// The helpers take the bootstrap list (the kfake broker, or every broker
+// of a real cluster, some of which may be down) and use a transport of
+// their own each time: kafka-go's default transport is shared and answers
+// Metadata from a cache, which after a broker's death names leaders that
+// are gone.
+
+// client is a kafka-go client on brokers with a fresh transport; done
+// closes its connections.
+func client(brokers []string) (c *kafka.Client, done func()) {
+	tr := &kafka.Transport{DialTimeout: 2 * time.Second, MetadataTTL: time.Second}
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 3 * time.Second, Transport: tr}, tr.CloseIdleConnections
+}
+
 // groupLag is how many messages of topic the consumer group has not
 // committed yet, over every partition.
-func groupLag(ctx context.Context, broker, topic, group string) (int64, error) {
-	ends, committed, err := groupOffsets(ctx, broker, topic, group)
+func groupLag(ctx context.Context, brokers []string, topic, group string) (int64, error) {
+	ends, committed, err := groupOffsets(ctx, brokers, topic, group)
 	if err != nil {
 		return 0, err
 	}
@@ -24,21 +38,24 @@ func groupLag(ctx context.Context, broker, topic, group string) (int64, error) {
 	return lag, nil
 }
 
-// committedSum is the sum of the group's committed offsets: it grows while
-// the group consumes.
-func committedSum(ctx context.Context, broker, topic, group string) (int64, error) {
-	_, committed, err := groupOffsets(ctx, broker, topic, group)
+// committedSum is the sum of the group's committed offsets of partitions
+// parts (nil: all): it grows while the group consumes them.
+func committedSum(ctx context.Context, brokers []string, topic, group string, parts []int) (int64, error) {
+	_, committed, err := groupOffsets(ctx, brokers, topic, group)
 	var sum int64
-	for _, c := range committed {
-		sum += c
+	for p, c := range committed {
+		if parts == nil || slices.Contains(parts, p) {
+			sum += c
+		}
 	}
 	return sum, err
 }
 
 // groupOffsets is, per partition of topic, the high watermark and the
 // group's committed offset (0 when none).
-func groupOffsets(ctx context.Context, broker, topic, group string) (ends, committed map[int]int64, err error) {
-	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 3 * time.Second}
+func groupOffsets(ctx context.Context, brokers []string, topic, group string) (ends, committed map[int]int64, err error) {
+	c, done := client(brokers)
+	defer done()
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading metadata: %w", err)
@@ -81,17 +98,20 @@ func groupOffsets(ctx context.Context, broker, topic, group string) (ends, commi
 
 // produceRaw writes messages as they are, bypassing every codec: how a
 // misbehaving producer would.
-func produceRaw(ctx context.Context, broker, topic string, msgs ...kafka.Message) error {
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: time.Millisecond, WriteTimeout: 5 * time.Second, MaxAttempts: 5}
+func produceRaw(ctx context.Context, brokers []string, topic string, msgs ...kafka.Message) error {
+	tr := &kafka.Transport{DialTimeout: 2 * time.Second, MetadataTTL: time.Second}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, WriteTimeout: 5 * time.Second, MaxAttempts: 5, Transport: tr}
 	defer w.Close()
 	return w.WriteMessages(ctx, msgs...)
 }
 
 // countDelivered reads topic from the start and counts the messages whose
 // value is one of values; it stops once all are found or within passes.
-func countDelivered(ctx context.Context, broker, topic string, values [][]byte, within time.Duration) (int, error) {
-	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 3 * time.Second}
+func countDelivered(ctx context.Context, brokers []string, topic string, values [][]byte, within time.Duration) (int, error) {
+	c, done := client(brokers)
+	defer done()
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return 0, err
@@ -103,7 +123,7 @@ func countDelivered(ctx context.Context, broker, topic string, values [][]byte, 
 	defer cancel()
 	found := map[int]bool{}
 	for _, p := range md.Topics[0].Partitions {
-		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, Partition: p.ID, MaxWait: 100 * time.Millisecond})
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p.ID, MaxWait: 100 * time.Millisecond})
 		end, err := lastOffset(ctx, c, topic, p.ID)
 		if err != nil {
 			r.Close()

@@ -78,11 +78,24 @@ type loadResult struct {
 	// after the repair must return the first answer.
 	outage        bool
 	outageRefused int
+	// posts is every POST /v1/orders attempt in the order they started
+	// (end zero while in flight), lastPost the latest of each requestId:
+	// the faults on a real cluster judge the answers of a time window.
+	posts    []post
+	lastPost map[string]int
+}
+
+// post is one attempt of POST /v1/orders.
+type post struct {
+	requestID  string
+	itemID     int64
+	start, end time.Time
+	answer     answer
 }
 
 func newLoadResult() *loadResult {
 	return &loadResult{requests: map[string]*request{}, answers: map[string]int{},
-		replayAnswers: map[string]int{}, pays: map[string]payAnswer{}}
+		replayAnswers: map[string]int{}, pays: map[string]payAnswer{}, lastPost: map[string]int{}}
 }
 
 type orderBody struct {
@@ -222,7 +235,15 @@ func (l *loader) post(ctx context.Context, b orderBody) answer {
 	raw, _ := json.Marshal(b)
 	backoff := 50 * time.Millisecond
 	for {
+		l.res.mu.Lock()
+		i := len(l.res.posts)
+		l.res.posts = append(l.res.posts, post{requestID: b.RequestID, itemID: b.ItemID, start: time.Now()})
+		l.res.lastPost[b.RequestID] = i
+		l.res.mu.Unlock()
 		a := l.do(ctx, http.MethodPost, "/v1/orders", raw)
+		l.res.mu.Lock()
+		l.res.posts[i].end, l.res.posts[i].answer = time.Now(), a
+		l.res.mu.Unlock()
 		if !a.retriable() || closed(l.stopped) || ctx.Err() != nil {
 			return a
 		}
@@ -327,4 +348,64 @@ func closed(c <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// acceptedWithin counts the 202s to attempts that started at or after from
+// and were answered by to.
+func (r *loadResult) acceptedWithin(from, to time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, p := range r.posts {
+		if p.answer.status == http.StatusAccepted && !p.start.Before(from) && !p.end.IsZero() && !p.end.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// firstAccepted is when the first 202 came to an attempt that started at
+// or after from (for one of items, or any when none given).
+func (r *loadResult) firstAccepted(from time.Time, items ...int64) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first time.Time
+	for _, p := range r.posts {
+		if p.answer.status != http.StatusAccepted || p.start.Before(from) || p.end.IsZero() ||
+			len(items) > 0 && !slices.Contains(items, p.itemID) {
+			continue
+		}
+		if first.IsZero() || p.end.Before(first) {
+			first = p.end
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// answersWithin counts the answers to attempts answered between from and
+// to, by answer.
+func (r *loadResult) answersWithin(from, to time.Time) map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, p := range r.posts {
+		if !p.end.IsZero() && !p.end.Before(from) && !p.end.After(to) {
+			out[p.answer.String()]++
+		}
+	}
+	return out
+}
+
+// ended503 is, per requestId whose latest attempt is over and was answered
+// 503, that attempt's index.
+func (r *loadResult) ended503() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for id, i := range r.lastPost {
+		if !r.posts[i].end.IsZero() && r.posts[i].answer.status == http.StatusServiceUnavailable {
+			out[id] = i
+		}
+	}
+	return out
 }

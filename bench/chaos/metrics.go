@@ -50,7 +50,47 @@ func scrape(ctx context.Context, url string, names []string) (map[string]float64
 	return out, sc.Err()
 }
 
-// counterDelta is what the worker counted during a scenario; a worker
+// workerSample is every worker's counters (nil when unreadable) and how
+// often each was started.
+type workerSample struct {
+	values []map[string]float64
+	starts []int
+}
+
+func (s *Suite) sampleWorkers(ctx context.Context) workerSample {
+	var w workerSample
+	for i, u := range s.workerMetrics {
+		v, err := scrape(ctx, u, workerCounters)
+		if err != nil {
+			v = nil
+		}
+		w.values = append(w.values, v)
+		w.starts = append(w.starts, s.workers()[i].startCount())
+	}
+	return w
+}
+
+// delta sums what the workers counted between w and after.
+func (w workerSample) delta(after workerSample) counterDelta {
+	d := counterDelta{values: map[string]float64{}}
+	for i := range w.values {
+		if w.values[i] == nil || after.values[i] == nil {
+			return counterDelta{}
+		}
+		restarted := after.starts[i] != w.starts[i]
+		d.restarted = d.restarted || restarted
+		for _, n := range workerCounters {
+			if restarted {
+				d.values[n] += after.values[i][n]
+			} else {
+				d.values[n] += after.values[i][n] - w.values[i][n]
+			}
+		}
+	}
+	return d
+}
+
+// counterDelta is what the workers counted during a scenario; a worker
 // restarted meanwhile counts from its restart, so the figure is a lower
 // bound ("≥").
 type counterDelta struct {

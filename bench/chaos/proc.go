@@ -11,8 +11,10 @@ import (
 	"time"
 )
 
-// proc is one orderpipe process the suite owns: started, killed and
-// restarted with the same command, environment and log file.
+// proc is one process the suite owns — an orderpipe component, or a Kafka
+// broker (`kafka.sh node`, which execs the JVM, so the pid is the broker's):
+// started, killed, paused and restarted with the same command, environment
+// and log file.
 type proc struct {
 	name    string
 	bin     string
@@ -29,7 +31,9 @@ type proc struct {
 	// stopping is set while the suite stops or kills the process; an exit
 	// without it is a crash.
 	stopping bool
-	crashes  []string
+	// paused is set between SIGSTOP and SIGCONT.
+	paused  bool
+	crashes []string
 }
 
 // start runs the process; its output is appended to the log file.
@@ -70,7 +74,7 @@ func (p *proc) start() error {
 		p.mu.Unlock()
 		close(done)
 	}()
-	p.cmd, p.done, p.stopping = cmd, done, false
+	p.cmd, p.done, p.stopping, p.paused = cmd, done, false, false
 	return nil
 }
 
@@ -105,11 +109,42 @@ func (p *proc) running() bool {
 	}
 }
 
+// isPaused reports whether the process is stopped by SIGSTOP.
+func (p *proc) isPaused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+// pause is SIGSTOP: the process holds its sockets and answers nothing, as a
+// process stuck in a long GC pause or a frozen VM would.
+func (p *proc) pause() error { return p.setPaused(true) }
+
+// resume is SIGCONT after pause.
+func (p *proc) resume() error { return p.setPaused(false) }
+
+func (p *proc) setPaused(on bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%s is not running", p.name)
+	}
+	sig := syscall.SIGCONT
+	if on {
+		sig = syscall.SIGSTOP
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signalling %s: %w", p.name, err)
+	}
+	p.paused = on
+	return nil
+}
+
 // signal sends sig and waits up to wait for the process to exit; on a
 // timeout it is killed.
 func (p *proc) signal(sig syscall.Signal, wait time.Duration) error {
 	p.mu.Lock()
-	cmd, done := p.cmd, p.done
+	cmd, done, paused := p.cmd, p.done, p.paused
 	p.stopping = true
 	p.mu.Unlock()
 	if cmd == nil {
@@ -122,6 +157,10 @@ func (p *proc) signal(sig syscall.Signal, wait time.Duration) error {
 	}
 	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("signalling %s: %w", p.name, err)
+	}
+	if paused && sig != syscall.SIGKILL {
+		// A stopped process acts on SIGTERM only once continued.
+		cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck
 	}
 	select {
 	case <-done:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,72 +25,125 @@ type Scenario struct {
 	Fault func(ctx context.Context, s *Suite, act int64) (string, error)
 	// Verify, when set, checks what the scenario is about once drained.
 	Verify func(ctx context.Context, s *Suite, act int64) error
+	// RealOnly: the fault needs a real Kafka cluster (Config.KafkaNodes);
+	// on the kfake broker the scenario does not run.
+	RealOnly bool
 }
 
-// Scenarios are the suite's faults, in the order they run.
+// Scenarios are the suite's faults, in the order they run; each runs on
+// activity (its index + 1), whichever run.
 func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "baseline", Fault: func(context.Context, *Suite, int64) (string, error) { return "no fault", nil }},
-		{Name: "kill-gateway", Fault: killRestart("gateway", 300*time.Millisecond, 1200*time.Millisecond)},
-		{Name: "kill-worker", Fault: killRestart("worker", 300*time.Millisecond, 1200*time.Millisecond)},
-		{Name: "kill-closer", Fault: killRestart("closer", 300*time.Millisecond, 1200*time.Millisecond)},
+		{Name: "kill-gateway", Fault: killRestart(named("gateway"), 300*time.Millisecond, 1200*time.Millisecond)},
+		{Name: "kill-worker", Fault: killRestart(named("worker"), 300*time.Millisecond, 1200*time.Millisecond)},
+		{Name: "kill-closer", Fault: killRestart(named("closer"), 300*time.Millisecond, 1200*time.Millisecond)},
 		{Name: "redis-keys-lost", Fault: redisKeysLost},
-		{Name: "broker-restart", Fault: killRestart("kafka", 1500*time.Millisecond, 3000*time.Millisecond)},
+		{Name: "broker-restart", Fault: killRestart(saleBroker, 1500*time.Millisecond, 3000*time.Millisecond)},
 		{Name: "postgres-toxics", Fault: postgresToxics},
 		{Name: "poison-message", Fault: poison, Verify: poisonDeadLettered},
+		{Name: "kill-partition-leader", Fault: killPartitionLeader, RealOnly: true},
+		{Name: "two-brokers-down", Fault: twoBrokersDown, RealOnly: true},
+		{Name: "unclean-broker-restart", Fault: uncleanBrokerRestart, RealOnly: true},
+		{Name: "worker-killed-mid-batch", Fault: workerKilledMidBatch, RealOnly: true},
 	}
 }
 
+// picker chooses the process a fault hits, says why, and which of the
+// sale's items it serves (a real broker: the partitions it leads).
+type picker func(ctx context.Context, s *Suite, act int64) (p *proc, why string, items []int64, err error)
+
+func named(name string) picker {
+	return func(_ context.Context, s *Suite, _ int64) (*proc, string, []int64, error) {
+		return s.proc(name), "", nil, nil
+	}
+}
+
+// saleBroker is the broker: kfake's only one, or on a real cluster the
+// leader of most of the sale's partitions.
+func saleBroker(ctx context.Context, s *Suite, act int64) (*proc, string, []int64, error) {
+	if !s.real() {
+		return s.proc("kafka"), "", nil, nil
+	}
+	id, err := s.saleLeader(ctx, act)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	items, why := s.roles(ctx, act, id)
+	return s.kafkaProcs[id-1], why, items, nil
+}
+
 // killRestart SIGKILLs a process and starts it again after a random pause.
-func killRestart(name string, minDown, maxDown time.Duration) func(context.Context, *Suite, int64) (string, error) {
-	return func(ctx context.Context, s *Suite, _ int64) (string, error) {
-		p := s.proc(name)
-		at := s.since()
-		if err := p.kill(); err != nil {
+func killRestart(pick picker, minDown, maxDown time.Duration) func(context.Context, *Suite, int64) (string, error) {
+	return func(ctx context.Context, s *Suite, act int64) (string, error) {
+		down := minDown + time.Duration(s.rng.Int64N(int64(maxDown-minDown)))
+		p, why, items, err := pick(ctx, s, act)
+		if err != nil {
 			return "", err
 		}
-		down := minDown + time.Duration(s.rng.Int64N(int64(maxDown-minDown)))
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		at := s.since()
+		realBroker := slices.Contains(s.kafkaProcs, p)
+		if realBroker {
+			// The other brokers serve on: consumption and intake are
+			// measured from the kill.
+			if _, err := s.killBroker(ctx, act, slices.Index(s.kafkaProcs, p)+1, items); err != nil {
+				return "", err
+			}
+		} else if err := p.kill(); err != nil {
+			return "", err
+		}
 		time.Sleep(down)
 		restart := time.Now()
 		if err := p.start(); err != nil {
 			return "", err
 		}
-		err := p.waitReady(ctx, 60*time.Second)
-		if err == nil && (name == "worker" || name == "kafka") {
-			s.measureResume(ctx, restart)
+		err = p.waitReady(ctx, 90*time.Second)
+		if err == nil && !realBroker && (strings.HasPrefix(p.name, "worker") || p.name == "kafka") {
+			s.resumeMeter(ctx, nil)(restart, "the restart")
 		}
-		return fmt.Sprintf("SIGKILL %s at %s, down %s, ready %s after restart", name, at,
-			down.Round(time.Millisecond), time.Since(restart).Round(time.Millisecond)), err
+		ready := "ready"
+		if realBroker {
+			ready = "in sync"
+		}
+		return fmt.Sprintf("SIGKILL %s%s at %s, down %s, %s %s after restart", p.name, why, at,
+			down.Round(time.Millisecond), ready, time.Since(restart).Round(time.Millisecond)), err
 	}
 }
 
-// measureResume notes how long after restart the worker's group committed
-// offsets again (a consumer group may wait for a dead member's session to
-// expire before it rebalances).
-func (s *Suite) measureResume(ctx context.Context, restart time.Time) {
+// resumeMeter samples the worker group's committed offsets of partitions
+// parts (nil: all); the function it returns notes, in the background, how
+// long after from (a restart, or a real broker's kill) they grew again (a
+// consumer group may wait for a dead member's session to expire before it
+// rebalances; a partition, for its new leader).
+func (s *Suite) resumeMeter(ctx context.Context, parts []int) func(from time.Time, what string) {
 	var base int64
 	var err error
 	for range 20 { // a broker just restarted may drop the first connection
-		if base, err = committedSum(ctx, s.broker, kafkaTopic, kafkaGroup); err == nil {
+		if base, err = committedSum(ctx, s.brokers, kafkaTopic, kafkaGroup, parts); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err != nil {
-		s.note(fmt.Sprintf("consumption resume not measured: %v", err))
-		return
-	}
-	s.async(func() string {
-		deadline := time.Now().Add(2 * time.Minute)
-		for time.Now().Before(deadline) {
-			if n, err := committedSum(ctx, s.broker, kafkaTopic, kafkaGroup); err == nil && n > base {
-				return fmt.Sprintf("worker group committed offsets again %s after the restart",
-					time.Since(restart).Round(100*time.Millisecond))
-			}
-			time.Sleep(100 * time.Millisecond)
+	return func(from time.Time, what string) {
+		if err != nil {
+			s.note(fmt.Sprintf("consumption resume not measured: %v", err))
+			return
 		}
-		return "worker group did not commit within 2m of the restart"
-	})
+		s.async(func() string {
+			deadline := time.Now().Add(2 * time.Minute)
+			for time.Now().Before(deadline) {
+				if n, err := committedSum(ctx, s.brokers, kafkaTopic, kafkaGroup, parts); err == nil && n > base {
+					return fmt.Sprintf("worker group committed offsets%s again %s after %s", partsText(parts),
+						time.Since(from).Round(100*time.Millisecond), what)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			return "worker group did not commit within 2m of " + what
+		})
+	}
 }
 
 // redisKeysLost deletes every Redis key of the sale's items — stock, sale
@@ -109,7 +163,7 @@ func redisKeysLost(ctx context.Context, s *Suite, act int64) (string, error) {
 	time.Sleep(time.Second) // the gateway answers NOT_ON_SALE meanwhile
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		lag, err := groupLag(ctx, s.broker, kafkaTopic, kafkaGroup)
+		lag, err := groupLag(ctx, s.brokers, kafkaTopic, kafkaGroup)
 		if err == nil && lag == 0 {
 			break
 		}
@@ -164,14 +218,14 @@ func poison(ctx context.Context, s *Suite, act int64) (string, error) {
 	for i, v := range poisonValues {
 		msgs = append(msgs, kafka.Message{Key: fmt.Appendf(nil, "%d:%d", act, 1+i%2), Value: v})
 	}
-	if err := produceRaw(ctx, s.broker, kafkaTopic, msgs...); err != nil {
+	if err := produceRaw(ctx, s.brokers, kafkaTopic, msgs...); err != nil {
 		return "", fmt.Errorf("producing poison: %w", err)
 	}
 	return fmt.Sprintf("%d poison messages produced at %s", len(msgs), at), nil
 }
 
 func poisonDeadLettered(ctx context.Context, s *Suite, _ int64) error {
-	n, err := countDelivered(ctx, s.broker, kafkaDLQTopic, poisonValues, 30*time.Second)
+	n, err := countDelivered(ctx, s.brokers, kafkaDLQTopic, poisonValues, 30*time.Second)
 	if err != nil {
 		return fmt.Errorf("reading the DLQ: %w", err)
 	}
@@ -209,7 +263,7 @@ func (r Result) Line() string {
 	if !r.OK() {
 		result = "FAIL"
 	}
-	return fmt.Sprintf("%-16s requests=%-5d accepted=%-4d orders=%-4d lost=%d duplicates=%d oversold=%d result=%s",
+	return fmt.Sprintf("%-23s requests=%-5d accepted=%-4d orders=%-4d lost=%d duplicates=%d oversold=%d result=%s",
 		r.Name, r.Load.requests, r.Load.accepted, a.orders, a.lost, a.duplicates, a.oversold, result)
 }
 
@@ -248,9 +302,7 @@ func (s *Suite) Run(ctx context.Context, sc Scenario, act int64) (res Result) {
 	// The fault lands between 15% and 60% into the load, so there is load
 	// before it, during the outage and after the heal.
 	faultAt := time.Duration(float64(s.cfg.LoadFor) * (0.15 + 0.45*s.rng.Float64()))
-	worker := s.proc("worker")
-	startsBefore := worker.startCount()
-	before, _ := scrape(ctx, s.workerMetrics, workerCounters)
+	before := s.sampleWorkers(ctx)
 	s.loadStart = time.Now()
 	loaded := make(chan *loadResult, 1)
 	s.load = newLoadResult()
@@ -271,22 +323,10 @@ func (s *Suite) Run(ctx context.Context, sc Scenario, act int64) (res Result) {
 	res.Answers, res.ReplayAnswers = lr.answers, lr.replayAnswers
 	lr.mu.Unlock()
 
-	// Heal: every process up (one that died by itself is a finding), no toxics.
-	for _, p := range s.procs {
-		for _, c := range p.takeCrashes() {
-			fail("%s", c)
-		}
-		if !p.running() {
-			if err := p.start(); err != nil {
-				fail("restarting %s: %v", p.name, err)
-			}
-		}
-		if err := p.waitReady(ctx, 60*time.Second); err != nil {
-			fail("healing: %v", err)
-		}
-	}
-	if err := s.toxi.heal(); err != nil {
-		fail("removing toxics: %v", err)
+	// Heal: every process up and continued (one that died by itself is a
+	// finding), no toxics.
+	for _, p := range s.heal(ctx) {
+		fail("%s", p)
 	}
 
 	drainStart := time.Now()
@@ -294,16 +334,7 @@ func (s *Suite) Run(ctx context.Context, sc Scenario, act int64) (res Result) {
 		fail("I4: %v", err)
 	}
 	res.Drained = time.Since(drainStart)
-	if after, err := scrape(ctx, s.workerMetrics, workerCounters); err == nil && before != nil {
-		res.Worker = counterDelta{values: map[string]float64{}, restarted: worker.startCount() != startsBefore}
-		for _, n := range workerCounters {
-			if res.Worker.restarted {
-				res.Worker.values[n] = after[n]
-			} else {
-				res.Worker.values[n] = after[n] - before[n]
-			}
-		}
-	}
+	res.Worker = before.delta(s.sampleWorkers(ctx))
 	if notes := s.takeNotes(); len(notes) > 0 {
 		res.Fault += "; " + strings.Join(notes, "; ")
 	}
@@ -393,7 +424,7 @@ func (s *Suite) inFlight(ctx context.Context, act int64, items []int64, accepted
 		Scan(&f.pending, &f.decided, &f.unpaid); err != nil {
 		return f, err
 	}
-	f.lag, err = groupLag(ctx, s.broker, kafkaTopic, kafkaGroup)
+	f.lag, err = groupLag(ctx, s.brokers, kafkaTopic, kafkaGroup)
 	return f, err
 }
 
@@ -519,4 +550,11 @@ func (s *Suite) setOutage(on bool) {
 	s.load.mu.Lock()
 	s.load.outage = on
 	s.load.mu.Unlock()
+}
+
+func partsText(parts []int) string {
+	if parts == nil {
+		return ""
+	}
+	return fmt.Sprintf(" of partitions %v", parts)
 }

@@ -61,6 +61,9 @@ func (t *toxi) resetPeer(toxicity float32) error {
 	return err
 }
 
+// remove removes one toxic by name.
+func (t *toxi) remove(name string) error { return t.proxy.RemoveToxic(name) }
+
 // heal removes every toxic.
 func (t *toxi) heal() error {
 	toxics, err := t.proxy.Toxics()

@@ -10,6 +10,15 @@
 #   deploy/kafka/kafka.sh stop         stop what `start` started and remove its data
 #   deploy/kafka/kafka.sh status       print the bootstrap list if `start`'s cluster runs
 #   deploy/kafka/kafka.sh props NODE   print node NODE's broker properties
+#   deploy/kafka/kafka.sh prepare DATADIR
+#                                      write each node's properties under DATADIR and format
+#                                      its storage (a formatted DATADIR is kept as it is);
+#                                      prints the bootstrap list. For a caller that runs the
+#                                      nodes itself, one process each (the chaos suite):
+#   deploy/kafka/kafka.sh node DATADIR NODE
+#                                      exec node NODE of a prepared DATADIR in the foreground
+#                                      (the JVM takes this script's pid, so a signal to that
+#                                      pid reaches the broker); it logs to stderr
 #   deploy/kafka/kafka.sh java CLASS ARGS...
 #                                      run a Kafka tool from the cache, e.g.
 #                                      `java org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:9092 --list`
@@ -207,7 +216,13 @@ prepare() {
     log "$data holds a cluster of another size than KAFKA_NODES=$nodes: remove it or use another KAFKA_DATA_DIR"
     return 1
   fi
-  cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  # A cluster id is 16 random bytes in URL-safe base64, but not one starting
+  # with "-": the formatter would take it for an option and fail (1 format
+  # in 64 did). Kafka's own Uuid.randomUuid skips those too.
+  cid=-
+  while [[ $cid == -* ]]; do
+    cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  done
   for ((i = 1; i <= nodes; i++)); do
     mkdir -p "$data/node-$i/data"
     props "$i" "$data" >"$data/node-$i/server.properties"
@@ -245,12 +260,18 @@ check_ports() {
   done
 }
 
+# broker_cmd: sets cmd to a broker's JVM command line, less its properties file.
+broker_cmd() {
+  # shellcheck disable=SC2206 # the option strings are word lists
+  cmd=("$java" $heap_opts $jvm_opts "-Dlog4j2.configurationFile=$here/log4j2.xml" -cp "$lib/*" kafka.Kafka)
+}
+
 # launch DATADIR DETACH: start every node; sets the pids array.
 pids=()
 launch() {
   local data=$1 detach=$2 i
-  # shellcheck disable=SC2206 # the option strings are word lists
-  local -a cmd=("$java" $heap_opts $jvm_opts "-Dlog4j2.configurationFile=$here/log4j2.xml" -cp "$lib/*" kafka.Kafka)
+  local -a cmd
+  broker_cmd
   for ((i = 1; i <= nodes; i++)); do
     local f=$data/node-$i/broker.log
     # stdin/stdout/stderr away from the caller's (a test reading `start`'s
@@ -469,6 +490,36 @@ cmd_stop() {
   rm -rf "$state_dir"
 }
 
+# ------------------------------------------------------- prepare/node ----
+
+cmd_prepare() {
+  if (($# != 1)) || [[ -z $1 ]]; then
+    die "usage: $prog prepare DATADIR"
+  fi
+  fetch
+  mkdir -p "$1"
+  local data
+  data=$(cd "$1" && pwd)
+  prepare "$data" || exit 1
+  log "$nodes node(s) prepared in $data; start each with: $prog node $data N"
+  bootstrap
+}
+
+cmd_node() {
+  if (($# != 2)) || [[ -z $1 || ! $2 =~ ^[0-9]+$ ]]; then
+    die "usage: $prog node DATADIR NODE"
+  fi
+  local data=$1 i=$2 f
+  f=$data/node-$i/server.properties
+  if [[ ! -f $f || ! -f $data/node-$i/data/meta.properties ]]; then
+    die "$data/node-$i is not prepared: run \`$prog prepare $data\` first"
+  fi
+  [[ -d $lib ]] || die "no Kafka jars in $lib: run \`$prog fetch\` first"
+  local -a cmd
+  broker_cmd
+  exec "${cmd[@]}" "$f" </dev/null
+}
+
 cmd_status() {
   [[ -f $state_dir/nodes ]] && nodes=$(cat "$state_dir/nodes")
   if running && cluster_ready; then
@@ -485,6 +536,14 @@ run) cmd_run ;;
 start) cmd_start ;;
 stop) cmd_stop ;;
 status) cmd_status ;;
+prepare)
+  shift
+  cmd_prepare "$@"
+  ;;
+node)
+  shift
+  cmd_node "$@"
+  ;;
 props)
   if ! [[ ${2:-} =~ ^[0-9]+$ ]] || (($2 < 1 || $2 > nodes)); then
     die "usage: $prog props NODE (1..KAFKA_NODES=$nodes)"

@@ -25,4 +25,8 @@ if [ ! -f admin_token ]; then
   random > admin_token
   echo "created admin_token (the admin API's bearer token: cat deploy/secrets/admin_token)"
 fi
-chmod 644 postgres_password database_url admin_token
+if [ ! -f grafana_admin_password ]; then
+  random > grafana_admin_password
+  echo "created grafana_admin_password (Grafana's admin login at http://localhost:3000)"
+fi
+chmod 644 postgres_password database_url admin_token grafana_admin_password

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -45,7 +46,7 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 func OpenLazy(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("parsing database url: %w", err)
+		return nil, parseError(dsn, err)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
@@ -63,17 +64,19 @@ func OpenLazy(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, e
 // EnsureDatabase creates the database named in dsn if it does not exist, by
 // connecting to the server's maintenance database.
 func EnsureDatabase(ctx context.Context, dsn string) error {
-	u, err := url.Parse(dsn)
+	// Parsed by pgx, so the maintenance connection keeps every setting of
+	// the URL (TLS: sslmode, sslrootcert, client certificates; passwords
+	// from the URL, PGPASSWORD or a passfile) and only the database differs.
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return fmt.Errorf("parsing database url: %w", err)
+		return parseError(dsn, err)
 	}
-	name := strings.TrimPrefix(u.Path, "/")
+	name := cfg.Database
 	if name == "" {
 		return errors.New("database url names no database")
 	}
-	admin := *u
-	admin.Path = "/postgres"
-	conn, err := pgx.Connect(ctx, admin.String())
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("connecting to maintenance database: %w", err)
 	}
@@ -146,11 +149,45 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) (applied []string, err err
 	return applied, nil
 }
 
-// Redact hides the password of a database url for logs.
+// Redact hides the password of a database url for logs: the userinfo
+// password and password=/sslpassword= values, in URL or keyword/value form.
 func Redact(dsn string) string {
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return kvPassword.ReplaceAllString(dsn, "${1}${2}password=xxxxx")
+	}
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return "(unparsable database url)"
 	}
+	q := u.Query()
+	masked := false
+	for k := range q {
+		if strings.EqualFold(k, "password") || strings.EqualFold(k, "sslpassword") {
+			q.Set(k, "xxxxx")
+			masked = true
+		}
+	}
+	if masked {
+		u.RawQuery = q.Encode()
+	}
 	return u.Redacted()
+}
+
+// kvPassword is a password setting in keyword/value form, quoted or not.
+var kvPassword = regexp.MustCompile(`(?i)(^|\s)(ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|\S*)`)
+
+// parseError reports a connection string that does not parse, without the
+// string itself: url.Parse's error quotes the whole URL, password included,
+// so only its reason is kept.
+func parseError(dsn string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("parsing database url %s: %v", Redact(dsn), ue.Err)
+	}
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		// Its message is the redacted string and the reason.
+		return fmt.Errorf("parsing database url: %s", pe.Error())
+	}
+	return fmt.Errorf("parsing database url %s: %v", Redact(dsn), err)
 }

@@ -498,6 +498,19 @@ func (s *Store) CountPendingCompensations(ctx context.Context) (int64, error) {
 	return n, err
 }
 
+// CompensationBacklog counts the compensations not yet applied in Redis
+// and gives the age of the oldest (database clock; 0 when none is pending):
+// one waiting long means Redis has refused its release for that long.
+func (s *Store) CompensationBacklog(ctx context.Context) (n int64, oldest time.Duration, err error) {
+	var secs float64
+	err = s.pool.QueryRow(ctx, `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+		FROM redis_compensations WHERE applied_at IS NULL`).Scan(&n, &secs)
+	if err != nil {
+		return 0, 0, fmt.Errorf("counting pending compensations: %w", err)
+	}
+	return n, time.Duration(max(secs, 0) * float64(time.Second)), nil
+}
+
 // MarkCompensationApplied records that Redis has the rollback.
 func (s *Store) MarkCompensationApplied(ctx context.Context, id int64) error {
 	_, err := s.pool.Exec(ctx, `UPDATE redis_compensations SET applied_at = now(), attempts = attempts + 1, last_error = NULL

@@ -7,12 +7,33 @@ package rediskeys
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Delete unlinks every key matching pattern and says how many it unlinked.
-func Delete(ctx context.Context, client *redis.Client, pattern string) (int, error) {
+// On a Redis Cluster it scans every primary.
+func Delete(ctx context.Context, client redis.UniversalClient, pattern string) (int, error) {
+	cc, ok := client.(*redis.ClusterClient)
+	if !ok {
+		return deleteOn(ctx, client, pattern, false)
+	}
+	var mu sync.Mutex
+	total := 0
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		n, err := deleteOn(ctx, node, pattern, true)
+		mu.Lock()
+		total += n
+		mu.Unlock()
+		return err
+	})
+	return total, err
+}
+
+// deleteOn deletes on one server. A Cluster node refuses a multi-key UNLINK
+// across hash slots, so there each key goes alone (pipelined).
+func deleteOn(ctx context.Context, client redis.UniversalClient, pattern string, perKey bool) (int, error) {
 	iter := client.Scan(ctx, 0, pattern, 1000).Iterator()
 	batch := make([]string, 0, 500)
 	n := 0
@@ -20,7 +41,18 @@ func Delete(ctx context.Context, client *redis.Client, pattern string) (int, err
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := client.Unlink(ctx, batch...).Err(); err != nil {
+		var err error
+		if perKey {
+			_, err = client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range batch {
+					p.Unlink(ctx, k)
+				}
+				return nil
+			})
+		} else {
+			err = client.Unlink(ctx, batch...).Err()
+		}
+		if err != nil {
 			return fmt.Errorf("deleting keys matching %s: %w", pattern, err)
 		}
 		n += len(batch)

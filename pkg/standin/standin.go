@@ -1,15 +1,17 @@
 // Package standin starts throwaway, in-process or child-process stand-ins for
-// Redis and Postgres so that `orderpipe all` (`make run`) works on a machine
-// that has nothing but Go: miniredis for Redis, and for Postgres the
-// machine's own PostgreSQL binaries in a temporary data directory, else
-// embedded-postgres (which downloads PostgreSQL on first use).
+// Kafka, Redis and Postgres so that `orderpipe all` (`make run`) works on a
+// machine that has nothing but Go: kfake for Kafka, miniredis for Redis, and
+// for Postgres the machine's own PostgreSQL binaries in a temporary data
+// directory, else embedded-postgres (which downloads PostgreSQL on first use).
 //
 // It never decides on its own to replace a real service: the caller starts a
 // stand-in only when the service's variable is unset and nothing answers on
 // the default address (see Reachable). Stand-ins keep their data in memory or
 // a temporary directory and lose it on Close; both lose it together, so Redis
 // and Postgres never disagree across restarts. Production components never
-// import this package.
+// import this package, and the production binary does not link it: only
+// the files of package main built with -tags dev do (make run, make
+// build-dev), and TestProductionBuildHasNoTestFakes keeps it so.
 package standin
 
 import (

@@ -13,6 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"orderpipe/pkg/secret"
+	"orderpipe/pkg/version"
 )
 
 // Metrics are all series of all components; one set per registry, so `all`
@@ -20,13 +23,16 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	Requests       *prometheus.CounterVec // route, code
-	RateLimited    *prometheus.CounterVec // scope: user, global
-	BreakerState   *prometheus.GaugeVec   // name; 0 closed, 1 half-open, 2 open
+	Requests       *prometheus.CounterVec   // route, code
+	HTTPSeconds    *prometheus.HistogramVec // route
+	RateLimited    *prometheus.CounterVec   // scope: user, global
+	StockRemaining *prometheus.GaugeVec     // activity, item
+	BreakerState   *prometheus.GaugeVec     // name; 0 closed, 1 half-open, 2 open
 	ReserveSeconds prometheus.Histogram
 	ProduceSeconds prometheus.Histogram
 
 	BatchSize            prometheus.Histogram
+	BatchCommitSeconds   prometheus.Histogram
 	ConsumerLag          prometheus.Gauge
 	OrdersCreated        prometheus.Counter
 	OrdersRejected       *prometheus.CounterVec // reason
@@ -36,10 +42,13 @@ type Metrics struct {
 	CompensationsApplied prometheus.Counter
 	CompensationsFailed  prometheus.Counter
 	CompensationsPending prometheus.Gauge
+	CompensationsOldest  prometheus.Gauge
 	OrdersClosed         prometheus.Counter
+	CloserPasses         *prometheus.CounterVec // result: ok, error
 
 	Redriven              prometheus.Counter
 	RedriveAcked          prometheus.Counter
+	RedrivePasses         *prometheus.CounterVec // result: ok, error, skipped
 	ReconcilerDrift       *prometheus.GaugeVec   // activity, item
 	ReconcilerMarkerDrift *prometheus.GaugeVec   // activity, item
 	ReconcilerPasses      *prometheus.CounterVec // result
@@ -50,6 +59,13 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Which build runs, as the usual constant-1 info series: join it on
+	// instance to see a rollout's progress, or alert on mixed versions.
+	v := version.Get()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_build_info",
+		Help: "Always 1; the labels say which build of orderpipe this process runs."}, []string{"version", "commit", "goversion"})
+	buildInfo.WithLabelValues(v.Version, v.Commit, v.GoVersion).Set(1)
+	reg.MustRegister(buildInfo)
 	latency := []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5}
 	m := &Metrics{
 		Registry: reg,
@@ -59,12 +75,20 @@ func NewMetrics() *Metrics {
 			Help: "Circuit breaker state by dependency: 0 closed, 1 half-open, 2 open."}, []string{"name"}),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_http_requests_total",
 			Help: "HTTP requests by route pattern and outcome code (the error code, or the status for successes)."}, []string{"route", "code"}),
+		HTTPSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "orderpipe_http_request_duration_seconds",
+			Help:    "Time from a request's routing to its answer, by route pattern (the intake latency is route=\"POST /v1/orders\").",
+			Buckets: latency}, []string{"route"}),
+		StockRemaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_stock_remaining",
+			Help: "Redis stock of an activity item as the last reserve script this gateway ran for it saw it (after its reservation). Each gateway reports its own view: aggregate with min."},
+			[]string{"activity", "item"}),
 		ReserveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_reserve_seconds",
 			Help: "Latency of the reserve script round trip.", Buckets: latency}),
 		ProduceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_produce_seconds",
 			Help: "Latency of producing an event to Kafka (acks from all in-sync replicas).", Buckets: latency}),
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_worker_batch_size",
 			Help: "Messages per worker batch.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		BatchCommitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_worker_batch_commit_seconds",
+			Help: "Duration of a worker batch's Postgres transaction, begin to commit (committed batches only).", Buckets: latency}),
 		ConsumerLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_worker_consumer_lag_messages",
 			Help: "Messages of the order topic the worker group has not committed yet, summed over all partitions (high watermark minus committed offset, or minus log start where nothing is committed); read from the broker every WORKER_LAG_INTERVAL, also while batches fail. Every worker reports the same group total: aggregate with max, not sum."}),
 		OrdersCreated: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_orders_created_total",
@@ -83,12 +107,18 @@ func NewMetrics() *Metrics {
 			Help: "Failed attempts to apply a Redis compensation (retried)."}),
 		CompensationsPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_compensations_pending",
 			Help: "Compensations written but not yet applied in Redis."}),
+		CompensationsOldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_compensations_oldest_pending_seconds",
+			Help: "Age of the oldest compensation not yet applied in Redis (database clock); 0 when none is pending."}),
+		CloserPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_closer_passes_total",
+			Help: "Closer passes by result: ok (completed), error (ended early; the next pass retries)."}, []string{"result"}),
 		OrdersClosed: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_orders_closed_total",
 			Help: "UNPAID orders the closer closed (stock given back)."}),
 		Redriven: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_redrive_republished_total",
 			Help: "Journal entries re-published to Kafka because no worker had decided them (a gateway died before its produce)."}),
 		RedriveAcked: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_redrive_acked_total",
 			Help: "Journal entries of created orders the redrive acknowledged (a worker died before its ack)."}),
+		RedrivePasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_redrive_passes_total",
+			Help: "Redrive passes by result: ok (completed), error (failed; retried next interval), skipped (another replica holds the redrive lock)."}, []string{"result"}),
 		ReconcilerDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_drift",
 			Help: "Redis stock minus (DB stock minus in flight) per item at the last reconciler pass; 0 when consistent."}, []string{"activity", "item"}),
 		ReconcilerMarkerDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_marker_drift",
@@ -100,7 +130,21 @@ func NewMetrics() *Metrics {
 	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ProduceSeconds, m.BatchSize,
 		m.ConsumerLag, m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied,
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
-		m.ReconcilerMarkerDrift, m.ReconcilerPasses)
+		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
+		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses)
+	// Every result is a series from the start, so an alert on a rate of
+	// passes works before the first pass (and sees a component that never
+	// completes one).
+	for _, r := range []string{"ok", "error"} {
+		m.CloserPasses.WithLabelValues(r)
+		m.RedrivePasses.WithLabelValues(r)
+	}
+	m.RedrivePasses.WithLabelValues("skipped")
+	for _, r := range []string{"clean", "drift", "error"} {
+		m.ReconcilerPasses.WithLabelValues(r)
+	}
+	m.RateLimited.WithLabelValues("user")
+	m.RateLimited.WithLabelValues("global")
 	return m
 }
 
@@ -117,5 +161,7 @@ func NewLogger() *slog.Logger {
 	if os.Getenv("LOG_LEVEL") == "debug" {
 		level = slog.LevelDebug
 	}
-	return slog.New(NewTraceHandler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	// Secrets the configuration registered never reach the output, even in
+	// an error a library formatted.
+	return slog.New(NewTraceHandler(secret.Handler(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))))
 }

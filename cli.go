@@ -1,0 +1,243 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"orderpipe/bench"
+	"orderpipe/pkg/version"
+)
+
+// command is one `orderpipe <name>`: what `orderpipe help` lists and
+// `orderpipe <name> --help` prints. check reads the command's arguments
+// without touching anything (no configuration, no dependency): flag.ErrHelp
+// when they ask for the usage, an error naming what is wrong otherwise.
+type command struct {
+	name    string
+	summary string // one line (continuation lines indented) for `orderpipe help`
+	usage   string // the whole usage, `orderpipe <name> --help`
+	check   func(args []string) error
+	// usageFunc, when set, writes the usage instead of usage (bench
+	// prints its flags with their defaults).
+	usageFunc func(w io.Writer)
+}
+
+func (c command) writeUsage(w io.Writer) {
+	if c.usageFunc != nil {
+		c.usageFunc(w)
+		return
+	}
+	fmt.Fprint(w, c.usage)
+}
+
+const configHint = "\nConfiguration: environment variables (NAME, or NAME_FILE naming a file that holds the\nvalue), see README.md or `orderpipe env`.\n"
+
+// commands is every command, in the order `orderpipe help` lists them.
+var commands = []command{
+	{name: "all", summary: "gateway + worker + closer in one process; embedded Kafka unless KAFKA_BROKERS is set (dev builds)",
+		usage: `usage: orderpipe all
+
+Runs the gateway, the worker (with the journal redrive) and the closer in one
+process: the local default (make run). Creates the database if missing and
+migrates it. With KAFKA_BROKERS set it uses that cluster and creates the
+topics if missing; without, a build with -tags dev (make run) starts an
+embedded Kafka-protocol broker on KAFKA_EMBEDDED_PORT, and stands in for
+Redis and Postgres when their variables are unset and nothing answers.
+Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
+` + configHint, check: noArgs},
+	{name: "gateway", summary: "the HTTP service (needs KAFKA_BROKERS)",
+		usage: `usage: orderpipe gateway
+
+The HTTP service: POST /v1/orders (one reserve script in Redis, one produce
+to Kafka), order lookups and pay, the admin API (with ADMIN_TOKEN), /healthz,
+/readyz and /metrics on HTTP_ADDR. Needs KAFKA_BROKERS and Redis; starts
+without Postgres (lookups answer 503 until it returns).
+` + configHint, check: noArgs},
+	{name: "worker", summary: "the Kafka consumer writing orders to Postgres (needs KAFKA_BROKERS)",
+		usage: `usage: orderpipe worker
+
+A member of the consumer group KAFKA_GROUP on KAFKA_TOPIC: one Postgres
+transaction per batch, offsets committed after it; also runs the journal
+redrive (one replica at a time). /healthz and /metrics on METRICS_ADDR.
+Needs KAFKA_BROKERS, Postgres and Redis.
+` + configHint, check: noArgs},
+	{name: "closer", summary: "closes orders unpaid after CLOSE_AFTER and gives their stock back (no Kafka)",
+		usage: `usage: orderpipe closer
+
+Closes UNPAID orders older than CLOSE_AFTER every CLOSER_INTERVAL and gives
+their stock and the user's chance back in Redis. Any number of replicas
+(FOR UPDATE SKIP LOCKED). /healthz and /metrics on METRICS_ADDR. Needs
+Postgres and Redis.
+` + configHint, check: noArgs},
+	{name: "reconciler", summary: "compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run",
+		usage: reconcilerUsage + configHint, check: func(args []string) error { _, err := parseReconcilerArgs(args); return err }},
+	{name: "locate", summary: "where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown",
+		usage: locateUsage + configHint, check: func(args []string) error { _, err := parseLocateArgs(args); return err }},
+	{name: "dlq", summary: "dead letters: orderpipe dlq list | show <p:o> | replay <p:o>...|--all [--json]; exit 1 if refused",
+		usage: dlqUsage + configHint, check: func(args []string) error { _, err := parseDLQArgs(args); return err }},
+	{name: "migrate", summary: "create the database if missing and apply the migrations",
+		usage: `usage: orderpipe migrate
+
+Creates the database DATABASE_URL names if it is missing (through the
+server's maintenance database "postgres") and applies every embedded
+migration not applied yet, serialized across processes by an advisory lock.
+` + configHint, check: noArgs},
+	{name: "kafka", summary: "the embedded Kafka-protocol broker alone on KAFKA_EMBEDDED_PORT (dev builds; on disk with KAFKA_EMBEDDED_DIR)",
+		usage: `usage: orderpipe kafka
+
+The embedded Kafka-protocol broker (kfake) alone, on 127.0.0.1:KAFKA_EMBEDDED_PORT,
+with the order and dead-letter topics; with KAFKA_EMBEDDED_DIR it keeps its
+log on disk. For multi-process local runs and the chaos suite. Only in builds
+with -tags dev (make build-dev, make run): the production build has no
+embedded broker.
+` + configHint, check: noArgs},
+	{name: "topics", summary: "create the order and dead-letter topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
+		usage: `usage: orderpipe topics
+
+Creates KAFKA_TOPIC and KAFKA_DLQ_TOPIC on KAFKA_BROKERS if they are missing,
+with KAFKA_PARTITIONS partitions and KAFKA_REPLICATION_FACTOR replicas each;
+existing topics are left as they are.
+` + configHint, check: noArgs},
+	{name: "bench", summary: "load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)",
+		check: bench.CheckArgs, usageFunc: bench.Usage},
+	{name: "env", summary: "print every environment variable with its default",
+		usage: `usage: orderpipe env
+
+Prints every environment variable orderpipe reads, with its default and
+meaning (defaults only: never the values set, so never a secret). Each can
+also be given as NAME_FILE, the path of a file holding the value.
+`, check: noArgs},
+	{name: "version", summary: "print the version, commit and Go version of this build",
+		usage: `usage: orderpipe version
+
+Prints the build's version (stamped by make build / the Dockerfile), the
+commit it was built from (and whether the tree was modified) and the Go
+version. The same labels are on every process's orderpipe_build_info metric.
+`, check: noArgs},
+	{name: "help", summary: "this list, or a command's usage: orderpipe help <command>",
+		usage: "usage: orderpipe help [command]\n", check: func(args []string) error {
+			switch {
+			case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help"):
+				return flag.ErrHelp
+			case len(args) > 1:
+				return fmt.Errorf("unexpected argument %q", args[1])
+			}
+			return nil // the command named is looked up by preflight
+		}},
+}
+
+func lookupCommand(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// mainUsage is `orderpipe help`.
+func mainUsage() string {
+	var b strings.Builder
+	b.WriteString("usage: orderpipe <command> [arguments]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
+	}
+	b.WriteString("\n`orderpipe <command> --help` prints a command's usage.\n" + configHint)
+	return b.String()
+}
+
+// usageError is a command line that is not one: main prints it with the
+// command's usage on stderr and exits 2.
+type usageError struct {
+	cmd string // "" for the command itself (unknown or missing)
+	err error
+}
+
+func (e *usageError) Error() string {
+	if e.cmd == "" {
+		return "orderpipe: " + e.err.Error()
+	}
+	return "orderpipe " + e.cmd + ": " + e.err.Error()
+}
+
+// reportUsageError writes a usage error and the relevant usage.
+func reportUsageError(w io.Writer, e *usageError) {
+	if e.err != nil {
+		fmt.Fprintln(w, e.Error())
+	}
+	if c, ok := lookupCommand(e.cmd); ok {
+		c.writeUsage(w)
+		return
+	}
+	fmt.Fprint(w, mainUsage())
+}
+
+// preflight handles what needs nothing but the arguments, before any
+// configuration is read or any dependency touched: help (for every command,
+// `--help`, `-h`, `help <command>`), version, env, and a command line that
+// is wrong (unknown command or flag, stray argument), which is a
+// *usageError. done is false for a valid command that should now run.
+func preflight(args []string, stdout io.Writer) (done bool, err error) {
+	if len(args) == 0 {
+		return true, &usageError{err: errors.New("no command")}
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
+	}
+	c, ok := lookupCommand(name)
+	if !ok {
+		// A command another file's switch knows runs there; one nobody
+		// knows is refused by run.
+		return false, nil
+	}
+	if err := c.check(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			c.writeUsage(stdout)
+			return true, nil
+		}
+		return true, &usageError{cmd: c.name, err: err}
+	}
+	switch c.name {
+	case "help":
+		if len(args) > 1 {
+			h, ok := lookupCommand(args[1])
+			if !ok {
+				return true, &usageError{cmd: "help", err: fmt.Errorf("unknown command %q", args[1])}
+			}
+			h.writeUsage(stdout)
+		} else {
+			fmt.Fprint(stdout, mainUsage())
+		}
+		return true, nil
+	case "version":
+		v := version.Get()
+		fmt.Fprintf(stdout, "version   %s\ncommit    %s\nmodified  %t\ngo        %s\n", v.Version, v.Commit, v.Modified, v.GoVersion)
+		return true, nil
+	case "env":
+		for _, e := range envVars {
+			fmt.Fprintf(stdout, "%-22s %-60q %s\n", e[0], e[1], e[2])
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// noArgs is the check of a command that takes no arguments.
+func noArgs(args []string) error {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}

@@ -1,0 +1,395 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/testenv"
+)
+
+// Stamps of the binary the tests build, as `make build` stamps its own.
+const (
+	testVersion = "v9.9.9-clitest"
+	testCommit  = "0123456789abcdef0123456789abcdef01234567"
+)
+
+// binDir holds the production binary (no build tags) the tests run, built
+// once by TestMain on first use.
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// mustBinary builds the production binary (what `make build` and the
+// Dockerfile build: no tags) once per test run and returns its path.
+func mustBinary(t *testing.T) string {
+	t.Helper()
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "orderpipe-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		binDir = dir
+	}
+	bin := filepath.Join(binDir, "orderpipe")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	ldflags := "-X orderpipe/pkg/version.version=" + testVersion + " -X orderpipe/pkg/version.commit=" + testCommit +
+		" -X orderpipe/pkg/version.modified=true"
+	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building orderpipe: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// result is one run of the binary.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// cleanEnv is the test process's environment without any variable orderpipe
+// reads (nor its _FILE form), plus env: what a run sees is what the test set.
+func cleanEnv(env ...string) []string {
+	names := map[string]bool{"REDIS_URL": true}
+	for _, e := range envVars {
+		names[e[0]] = true
+	}
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if names[name] || names[strings.TrimSuffix(name, "_FILE")] {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, env...)
+}
+
+// runBinary runs the binary to its end. The context only keeps a hung run
+// from hanging the test run; no assertion is about time.
+func runBinary(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mustBinary(t), args...)
+	cmd.Env = cleanEnv(env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := result{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit) && ctx.Err() == nil:
+		res.code = exit.ExitCode()
+	default:
+		t.Fatalf("orderpipe %s: %v\n%s", strings.Join(args, " "), err, res)
+	}
+	return res
+}
+
+// unsetenv removes a variable for the test and restores it afterwards.
+func unsetenv(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		t.Setenv(n, "")
+		os.Unsetenv(n)
+	}
+}
+
+// freeAddr is a 127.0.0.1 address nothing listened on a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// deadEnds points every dependency at an address where nothing listens, so
+// a command that touched one would fail.
+func deadEnds(t *testing.T) []string {
+	closed := freeAddr(t)
+	return []string{"DATABASE_URL=postgres://postgres@" + closed + "/orderpipe?sslmode=disable", "REDIS_ADDR=" + closed,
+		"KAFKA_BROKERS=" + closed, "HTTP_ADDR=" + closed, "METRICS_ADDR=" + closed, "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + closed}
+}
+
+// TestCommandTableCoversRun: every command run's switch dispatches is in
+// the table that help, usage and argument checks come from.
+func TestCommandTableCoversRun(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if fn, ok := n.(*ast.FuncDecl); ok && fn.Name.Name != "run" {
+			return false
+		}
+		if cc, ok := n.(*ast.CaseClause); ok {
+			for _, e := range cc.List {
+				if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					s, _ := strconv.Unquote(lit.Value)
+					names = append(names, s)
+				}
+			}
+		}
+		return true
+	})
+	if len(names) < 5 {
+		t.Fatalf("found only %v in run's switch", names)
+	}
+	for _, n := range names {
+		if _, ok := lookupCommand(n); !ok {
+			t.Errorf("run dispatches %q, which cli.go's command table lacks (no usage, no --help, no argument check)", n)
+		}
+	}
+}
+
+// TestHelpTouchesNothing: `orderpipe <command> --help` and `-h`, and
+// `orderpipe help <command>`, print that command's usage on stdout and exit
+// 0, whatever the configuration: every dependency points at a closed port,
+// and a bad setting would stop any command that read the configuration.
+func TestHelpTouchesNothing(t *testing.T) {
+	env := append(deadEnds(t), "WORKER_BATCH_SIZE=not-a-number", "ADMIN_TOKEN_FILE=/nonexistent/admin_token")
+	for _, c := range commands {
+		t.Run(c.name, func(t *testing.T) {
+			for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
+				res := runBinary(t, env, args...)
+				if res.code != 0 {
+					t.Errorf("orderpipe %s: %s", strings.Join(args, " "), res)
+					continue
+				}
+				if want := "usage: orderpipe " + c.name; !strings.HasPrefix(res.stdout, want) {
+					t.Errorf("orderpipe %s: stdout does not start with %q:\n%s", strings.Join(args, " "), want, res)
+				}
+				if res.stderr != "" {
+					t.Errorf("orderpipe %s wrote to stderr (a log line: it ran something):\n%s", strings.Join(args, " "), res)
+				}
+			}
+		})
+	}
+	// Flags after the help flag are not looked at either.
+	res := runBinary(t, env, "reconciler", "--once", "--fix", "-h")
+	if res.code != 0 || !strings.HasPrefix(res.stdout, "usage: orderpipe reconciler") {
+		t.Errorf("reconciler --once --fix -h: %s", res)
+	}
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
+		res := runBinary(t, env, args...)
+		if res.code != 0 || !strings.HasPrefix(res.stdout, "usage: orderpipe <command>") {
+			t.Errorf("orderpipe %s: %s", args[0], res)
+		}
+		for _, c := range commands {
+			if !strings.Contains(res.stdout, "\n  "+c.name+" ") {
+				t.Errorf("orderpipe %s does not list %s", args[0], c.name)
+			}
+		}
+	}
+}
+
+// TestBadCommandLinesExit2: an unknown flag names itself, a stray argument
+// or an unknown command is named, the usage follows on stderr, exit 2 —
+// before anything is touched.
+func TestBadCommandLinesExit2(t *testing.T) {
+	env := deadEnds(t)
+	for _, c := range commands {
+		if c.name == "help" {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			res := runBinary(t, env, c.name, "--no-such-flag")
+			if res.code != 2 || !strings.Contains(res.stderr, "-no-such-flag") || !strings.Contains(res.stderr, "usage: orderpipe "+c.name) {
+				t.Errorf("%s --no-such-flag: want exit 2 naming the flag, then the usage: %s", c.name, res)
+			}
+			if res.stdout != "" {
+				t.Errorf("%s --no-such-flag wrote to stdout: %s", c.name, res)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "orderpipe: no command"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"help", "frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"migrate", "now"}, `orderpipe migrate: unexpected argument "now"`},
+		{[]string{"reconciler", "--once", "extra"}, `orderpipe reconciler: unexpected argument "extra"`},
+		{[]string{"locate"}, "orderpipe locate: want exactly one requestId"},
+		{[]string{"bench", "-c", "many"}, `invalid value "many" for flag -c`},
+	} {
+		res := runBinary(t, env, tc.args...)
+		if res.code != 2 || !strings.Contains(res.stderr, tc.want) || !strings.Contains(res.stderr, "usage: orderpipe") {
+			t.Errorf("orderpipe %s: want exit 2 and %q, then the usage: %s", strings.Join(tc.args, " "), tc.want, res)
+		}
+	}
+}
+
+// TestVersion: `orderpipe version` (and --version) print what the build
+// stamped and the Go version, touching nothing.
+func TestVersion(t *testing.T) {
+	env := append(deadEnds(t), "WORKER_BATCH_SIZE=not-a-number")
+	for _, arg := range []string{"version", "--version"} {
+		res := runBinary(t, env, arg)
+		want := fmt.Sprintf("version   %s\ncommit    %s\nmodified  true\ngo        %s\n", testVersion, testCommit, runtime.Version())
+		if res.code != 0 || res.stdout != want {
+			t.Errorf("orderpipe %s: want\n%s\ngot %s", arg, want, res)
+		}
+	}
+}
+
+// TestBuildInfoMetric: a running process (here a closer, on the test
+// Postgres and Redis) exports orderpipe_build_info with the build's labels.
+func TestBuildInfoMetric(t *testing.T) {
+	db := testenv.MustDatabase(t)
+	metricsAddr := freeAddr(t)
+	cmd := exec.Command(mustBinary(t), "closer")
+	cmd.Env = cleanEnv("DATABASE_URL="+db.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+testenv.UniqueName("t")+":",
+		"METRICS_ADDR="+metricsAddr)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := <-exited; err != nil {
+			t.Errorf("closer stopped with %v:\n%s", err, stderr.String())
+		}
+	}()
+	var body string
+	testenv.WaitFor(t, time.Minute, "the closer's /metrics", func() bool {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("closer exited: %v\n%s", err, stderr.String())
+		default:
+		}
+		res, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		body = string(b)
+		return res.StatusCode == http.StatusOK
+	})
+	want := fmt.Sprintf(`orderpipe_build_info{commit=%q,goversion=%q,version=%q} 1`, testCommit, runtime.Version(), testVersion)
+	if !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %s:\n%s", want, grepLines(body, "build_info"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// testFakes are the packages only tests and development builds may link.
+var testFakes = []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/alicebob/miniredis", "github.com/fergusstrange/embedded-postgres",
+	"github.com/lib/pq", "github.com/yuin/gopher-lua", "orderpipe/pkg/standin", "orderpipe/pkg/testenv"}
+
+// TestProductionBuildHasNoTestFakes: the binary `make build` and the
+// Dockerfile build (no tags) links no test fake; the development build
+// (-tags dev: make run, make build-dev) does, which shows the check sees them.
+func TestProductionBuildHasNoTestFakes(t *testing.T) {
+	deps := func(tags ...string) string {
+		args := append([]string{"list", "-deps"}, tags...)
+		cmd := exec.Command("go", append(args, ".")...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go %s: %v", strings.Join(args, " "), err)
+		}
+		return "\n" + string(out)
+	}
+	prod, dev := deps(), deps("-tags", "dev")
+	for _, p := range testFakes {
+		if strings.Contains(prod, "\n"+p) {
+			t.Errorf("the production build links %s", p)
+		}
+	}
+	for _, p := range []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/alicebob/miniredis", "orderpipe/pkg/standin"} {
+		if !strings.Contains(dev, "\n"+p) {
+			t.Errorf("the dev build lacks %s: is the check looking at the right list?", p)
+		}
+	}
+	// And the production builds are built without tags.
+	for _, f := range []string{"Makefile", "deploy/Dockerfile"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "-o bin/orderpipe ") || strings.Contains(line, "-o /out/orderpipe") {
+				if strings.Contains(line, "-tags") {
+					t.Errorf("%s builds the production binary with tags: %s", f, line)
+				}
+			}
+		}
+	}
+}
+
+// TestProductionBuildHasNoEmbeddedBroker: `all` without KAFKA_BROKERS and
+// `kafka` say what to do, before touching anything (every dependency is a
+// closed port: touching one would fail with another message).
+func TestProductionBuildHasNoEmbeddedBroker(t *testing.T) {
+	env := deadEnds(t)
+	env = env[:len(env):len(env)]
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "KAFKA_BROKERS=") {
+			env = append(env[:i:i], env[i+1:]...)
+			break
+		}
+	}
+	for _, cmd := range []string{"all", "kafka"} {
+		res := runBinary(t, env, cmd)
+		if res.code != 1 || !strings.Contains(res.stderr, "the embedded broker is not in this build: set KAFKA_BROKERS, or build with -tags dev") {
+			t.Errorf("orderpipe %s without KAFKA_BROKERS: %s", cmd, res)
+		}
+		for _, touched := range []string{"postgres", "redis", "database"} {
+			if strings.Contains(strings.ToLower(res.stderr), touched) {
+				t.Errorf("orderpipe %s touched %s before refusing: %s", cmd, touched, res)
+			}
+		}
+	}
+}

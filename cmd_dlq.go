@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/database"
+	"orderpipe/pkg/dlq"
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/secret"
+)
+
+const dlqUsage = `usage: orderpipe dlq list [--json] [--limit N]
+       orderpipe dlq show <partition:offset> [--json]
+       orderpipe dlq replay (<partition:offset>... | --all) [--json]
+
+The dead-letter topic KAFKA_DLQ_TOPIC holds the messages of KAFKA_TOPIC a
+worker could not decode or validate (the worker released their reservations,
+when the journal still held them). Each keeps the message's key and value
+(cut to 64 KiB) and headers error, source-partition, source-offset,
+original-size (truncated, headers-dropped when it had to be cut).
+
+  list     the dead letters, oldest first: position, time, where it came from,
+           the error, whether the event schema accepts it now, replayed or not
+           --limit N   only the newest N (default 100; 0: all)
+  show     one dead letter in full: headers, value, verdict, replay
+  replay   after a fix, publish dead letters to KAFKA_TOPIC again: each is
+           re-validated with the event schema (as the worker decodes), published
+           with the gateway's key and headers and its trace context, and
+           recorded in Postgres (dlq_replays), so none is ever published twice:
+           a letter replayed before is reported ALREADY_REPLAYED and skipped.
+           --all       every dead letter not replayed yet
+           The worker then decides each as any event (idempotently: a request
+           already decided is skipped, a reservation the dead letter released
+           is a ghost); follow one with orderpipe locate <requestId>.
+  --json   one JSON object instead of the table
+
+Needs KAFKA_BROKERS and DATABASE_URL.
+
+Exit status: 0 done; 1 something refused (no dead letter at a position, or a
+letter the schema still refuses); 2 could not run.
+`
+
+// dlqArgs are the subcommand, operands and flags of `orderpipe dlq`.
+type dlqArgs struct {
+	sub       string
+	positions []dlq.Position
+	all, json bool
+	limit     int
+}
+
+// parseDLQArgs reads and checks the arguments, touching nothing
+// (flag.ErrHelp for -h/--help).
+func parseDLQArgs(args []string) (dlqArgs, error) {
+	a := dlqArgs{limit: 100}
+	if len(args) == 0 {
+		return a, errors.New("want a subcommand: list, show or replay")
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		return a, flag.ErrHelp
+	case "list", "show", "replay":
+		a.sub = args[0]
+	default:
+		if strings.HasPrefix(args[0], "-") {
+			// A flag before the subcommand: name it as the flag package would.
+			return a, fmt.Errorf("flag provided but not defined: %s", args[0])
+		}
+		return a, fmt.Errorf("unknown subcommand %q: want list, show or replay", args[0])
+	}
+	fs := flag.NewFlagSet("dlq "+a.sub, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&a.json, "json", false, "JSON output")
+	if a.sub == "list" {
+		fs.IntVar(&a.limit, "limit", 100, "newest N only (0: all)")
+	}
+	if a.sub == "replay" {
+		fs.BoolVar(&a.all, "all", false, "every dead letter not replayed yet")
+	}
+	// Positions may come before, between or after the flags.
+	var pos []string
+	rest := args[1:]
+	var err error
+	for {
+		if err = fs.Parse(rest); err != nil || fs.NArg() == 0 {
+			break
+		}
+		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if err != nil {
+		return a, err
+	}
+	if a.sub == "list" && len(pos) > 0 {
+		return a, fmt.Errorf("unexpected argument %q", pos[0])
+	}
+	for _, p := range pos {
+		at, err := dlq.ParsePosition(p)
+		if err != nil {
+			return a, err
+		}
+		a.positions = append(a.positions, at)
+	}
+	switch {
+	case a.sub == "list" && a.limit < 0:
+		return a, errors.New("--limit must be 0 or more")
+	case a.sub == "show" && len(pos) != 1:
+		return a, errors.New("want exactly one <partition:offset>")
+	case a.sub == "replay" && a.all == (len(pos) > 0):
+		return a, errors.New("want <partition:offset>... or --all")
+	}
+	return a, nil
+}
+
+// runDLQ is `orderpipe dlq`. Exit codes: 0 done, 1 refused, 2 could not run.
+func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Writer) error {
+	a, err := parseDLQArgs(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, dlqUsage)
+		return nil
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "orderpipe dlq: %v\n%s", err, dlqUsage)
+		return exitCode(2)
+	}
+	cannot := func(err error) error {
+		fmt.Fprintf(stderr, "orderpipe dlq %s: could not run: %v\n", a.sub, secret.Scrub(err.Error()))
+		return exitCode(2)
+	}
+	if len(cfg.KafkaBrokers) == 0 {
+		return cannot(errors.New("KAFKA_BROKERS is empty: the dead-letter topic is on a Kafka cluster"))
+	}
+	tr := cfg.KafkaSecurity.Transport(5 * time.Second)
+	defer tr.CloseIdleConnections()
+	reader := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 15 * time.Second, Transport: tr},
+		Topic: cfg.KafkaDLQTopic}
+	pool, err := database.Open(ctx, cfg.DatabaseURL, 2)
+	if err != nil {
+		return cannot(err)
+	}
+	defer pool.Close()
+	replays, err := dlq.Replays(ctx, pool, cfg.KafkaDLQTopic)
+	if err != nil {
+		return cannot(err)
+	}
+	withReplay := func(l dlq.Letter) dlq.Letter {
+		if r, ok := replays[l.Position]; ok {
+			l.Replay = &r
+		}
+		return l
+	}
+
+	switch a.sub {
+	case "list":
+		letters, err := listLetters(ctx, reader, a.limit)
+		if err != nil {
+			return cannot(err)
+		}
+		for i := range letters {
+			letters[i] = withReplay(letters[i])
+		}
+		if a.json {
+			return writeJSONLine(stdout, struct {
+				Topic   string       `json:"topic"`
+				Letters []dlq.Letter `json:"letters"`
+			}{cfg.KafkaDLQTopic, letters})
+		}
+		writeLetterTable(stdout, cfg.KafkaDLQTopic, letters)
+		return nil
+
+	case "show":
+		l, err := reader.Read(ctx, a.positions[0])
+		if errors.Is(err, dlq.ErrNotFound) {
+			fmt.Fprintf(stderr, "orderpipe dlq show: %v\n", err)
+			return exitCode(1)
+		}
+		if err != nil {
+			return cannot(err)
+		}
+		l = withReplay(l)
+		if a.json {
+			return writeJSONLine(stdout, letterDetail(l))
+		}
+		writeLetter(stdout, cfg.KafkaDLQTopic, l)
+		return nil
+	}
+
+	// replay
+	w := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Security: cfg.KafkaSecurity,
+		WriteTimeout: 5 * time.Second})
+	defer w.Close()
+	rp := dlq.Replayer{Pool: pool, Producer: w, DLQTopic: cfg.KafkaDLQTopic, Topic: cfg.KafkaTopic}
+	var results []dlq.Result
+	refused := false
+	replay := func(l dlq.Letter) error {
+		res, err := rp.Replay(ctx, l)
+		if err != nil {
+			return err
+		}
+		refused = refused || res.Outcome == dlq.StillInvalid
+		results = append(results, res)
+		return nil
+	}
+	var runErr error
+	if a.all {
+		parts, err := reader.Partitions(ctx)
+		if err != nil {
+			return cannot(err)
+		}
+		runErr = reader.Scan(ctx, parts, func(l dlq.Letter) error {
+			if _, done := replays[l.Position]; done {
+				return nil // replayed before: --all is about the rest
+			}
+			return replay(l)
+		})
+	} else {
+		for _, at := range a.positions {
+			l, err := reader.Read(ctx, at)
+			if errors.Is(err, dlq.ErrNotFound) {
+				refused = true
+				results = append(results, dlq.Result{Position: at, Outcome: dlq.NotFound, Reason: "no dead letter at this position"})
+				continue
+			}
+			if err == nil {
+				err = replay(l)
+			}
+			if err != nil {
+				runErr = err
+				break
+			}
+		}
+	}
+	// What was done is reported even when a later letter could not be.
+	if a.json {
+		out := struct {
+			Topic   string       `json:"topic"`
+			To      string       `json:"to"`
+			Results []dlq.Result `json:"results"`
+			Error   string       `json:"error,omitempty"`
+		}{Topic: cfg.KafkaDLQTopic, To: cfg.KafkaTopic, Results: results}
+		if runErr != nil {
+			out.Error = secret.Scrub(runErr.Error())
+		}
+		if results == nil {
+			out.Results = []dlq.Result{}
+		}
+		if err := writeJSONLine(stdout, out); err != nil {
+			return err
+		}
+	} else {
+		writeReplayResults(stdout, cfg.KafkaDLQTopic, cfg.KafkaTopic, results)
+	}
+	switch {
+	case runErr != nil:
+		return cannot(runErr)
+	case refused:
+		return exitCode(1)
+	}
+	return nil
+}
+
+// listLetters reads the newest limit dead letters (all for 0), oldest first.
+func listLetters(ctx context.Context, r dlq.Reader, limit int) ([]dlq.Letter, error) {
+	parts, err := r.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// At most limit from each partition can be among the newest limit.
+	for i := range parts {
+		if limit > 0 && parts[i].Next-parts[i].First > int64(limit) {
+			parts[i].First = parts[i].Next - int64(limit)
+		}
+	}
+	letters := []dlq.Letter{}
+	if err := r.Scan(ctx, parts, func(l dlq.Letter) error { letters = append(letters, l); return nil }); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(letters, func(i, j int) bool {
+		if !letters[i].Time.Equal(letters[j].Time) {
+			return letters[i].Time.Before(letters[j].Time)
+		}
+		if letters[i].Partition != letters[j].Partition {
+			return letters[i].Partition < letters[j].Partition
+		}
+		return letters[i].Offset < letters[j].Offset
+	})
+	if limit > 0 && len(letters) > limit {
+		letters = letters[len(letters)-limit:]
+	}
+	return letters, nil
+}
+
+func writeLetterTable(w io.Writer, topic string, letters []dlq.Letter) {
+	fmt.Fprintf(w, "%s: %d dead letter(s)\n", topic, len(letters))
+	if len(letters) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POSITION\tTIME\tSOURCE\tSIZE\tREQUEST\tVALID NOW\tREPLAYED\tERROR")
+	for _, l := range letters {
+		valid, replayed := "yes", "-"
+		if l.Invalid != "" {
+			valid = "no"
+		}
+		if l.Replay != nil {
+			replayed = l.Replay.ReplayedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Position, l.Time.Format(time.RFC3339), source(l), size(l),
+			orDash(l.RequestID), valid, replayed, oneLine(l.Error, 100))
+	}
+	tw.Flush()
+}
+
+func source(l dlq.Letter) string {
+	if l.SourcePartition < 0 || l.SourceOffset < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%d:%d", l.SourcePartition, l.SourceOffset)
+}
+
+func size(l dlq.Letter) string {
+	s := fmt.Sprint(len(l.Value))
+	if l.OriginalSize >= 0 && l.OriginalSize != len(l.Value) {
+		s = fmt.Sprintf("%d of %d", len(l.Value), l.OriginalSize)
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return s
+}
+
+// detail is `dlq show --json`: the letter with its headers and value.
+type detail struct {
+	dlq.Letter
+	Key         string       `json:"key"`
+	Value       string       `json:"value,omitempty"`
+	ValueBase64 []byte       `json:"valueBase64,omitempty"` // when the value is not UTF-8
+	Headers     []dlq.Header `json:"headers"`
+}
+
+func letterDetail(l dlq.Letter) detail {
+	d := detail{Letter: l, Key: string(l.Key), Headers: l.Headers}
+	if d.Headers == nil {
+		d.Headers = []dlq.Header{}
+	}
+	if text, ok := l.ValueText(); ok {
+		d.Value = text
+	} else {
+		d.ValueBase64 = l.Value
+	}
+	return d
+}
+
+func writeLetter(w io.Writer, topic string, l dlq.Letter) {
+	fmt.Fprintf(w, "dead letter %s/%s, %s\n", topic, l.Position, l.Time.Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "  error:       %s\n", l.Error)
+	fmt.Fprintf(w, "  source:      partition:offset %s of the order topic\n", source(l))
+	fmt.Fprintf(w, "  size:        %s bytes", size(l))
+	if l.Truncated {
+		fmt.Fprint(w, " (truncated)")
+	}
+	if l.HeadersDropped > 0 {
+		fmt.Fprintf(w, ", %d original headers dropped", l.HeadersDropped)
+	}
+	fmt.Fprintln(w)
+	if l.RequestID != "" {
+		fmt.Fprintf(w, "  request:     %s  order %s  (orderpipe locate %s)\n", l.RequestID, orDash(l.OrderNo), l.RequestID)
+	}
+	if l.Invalid == "" {
+		fmt.Fprintln(w, "  now:         valid: a replay would publish it")
+	} else {
+		fmt.Fprintf(w, "  now:         still invalid: %s\n", l.Invalid)
+	}
+	if l.Replay != nil {
+		fmt.Fprintf(w, "  replayed:    %s to %s (request %s, order %s)\n", l.Replay.ReplayedAt.UTC().Format(time.RFC3339), l.Replay.Topic,
+			l.Replay.RequestID, l.Replay.OrderNo)
+	} else {
+		fmt.Fprintln(w, "  replayed:    no")
+	}
+	fmt.Fprintf(w, "  key:         %q\n", l.Key)
+	fmt.Fprintln(w, "  headers:")
+	for _, h := range l.Headers {
+		fmt.Fprintf(w, "    %s: %s\n", h.Key, oneLine(h.Value, 1100))
+	}
+	if text, ok := l.ValueText(); ok {
+		fmt.Fprintf(w, "  value:\n%s\n", text)
+	} else {
+		fmt.Fprintf(w, "  value (not UTF-8, %d bytes): %q\n", len(l.Value), l.Value)
+	}
+}
+
+func writeReplayResults(w io.Writer, from, to string, results []dlq.Result) {
+	counts := map[dlq.Outcome]int{}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if len(results) > 0 {
+		fmt.Fprintln(tw, "POSITION\tOUTCOME\tREQUEST\tORDER\tWHEN / WHY")
+	}
+	for _, r := range results {
+		counts[r.Outcome]++
+		why := r.Reason
+		if !r.ReplayedAt.IsZero() {
+			why = r.ReplayedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Position, r.Outcome, orDash(r.RequestID), orDash(r.OrderNo), oneLine(why, 120))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%s → %s: %d replayed, %d already replayed, %d still invalid, %d not found\n", from, to,
+		counts[dlq.Replayed], counts[dlq.AlreadyReplayed], counts[dlq.StillInvalid], counts[dlq.NotFound])
+}

@@ -1,0 +1,311 @@
+// Package dlq owns the dead-letter topic's tooling: reading dead letters
+// (with the error, source partition and offset the worker wrote in their
+// headers) and replaying them to the order topic once the reason they died is
+// fixed. A replay re-validates the event with the event schema (event.Decode,
+// what the worker runs) and is recorded in Postgres (dlq_replays) in the
+// transaction that holds the record while the event is published, so no
+// dead letter is published twice. It never decides an order: the worker
+// does, idempotently, as for any event.
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/event"
+)
+
+// Headers the worker writes on a dead letter besides event.HeaderError (the
+// names are worker.HeaderSource*, repeated: pkg/ never imports a component).
+const (
+	HeaderSourcePartition = "source-partition"
+	HeaderSourceOffset    = "source-offset"
+	HeaderOriginalSize    = "original-size"
+	HeaderTruncated       = "truncated"
+	HeaderHeadersDropped  = "headers-dropped"
+	// HeaderReplayOf marks a replayed event: "<dlq topic>/<partition>/<offset>".
+	HeaderReplayOf = "dlq-replay-of"
+)
+
+// ErrNotFound: no dead letter at that position.
+var ErrNotFound = errors.New("no dead letter at that position")
+
+// Position is a dead letter's place in the dead-letter topic.
+type Position struct {
+	Partition int   `json:"partition"`
+	Offset    int64 `json:"offset"`
+}
+
+func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Partition, p.Offset) }
+
+// ParsePosition reads "<partition>:<offset>".
+func ParsePosition(s string) (Position, error) {
+	ps, offs, ok := strings.Cut(s, ":")
+	p, err1 := strconv.Atoi(ps)
+	o, err2 := strconv.ParseInt(offs, 10, 64)
+	if !ok || err1 != nil || err2 != nil || p < 0 || o < 0 {
+		return Position{}, fmt.Errorf("position %q: want <partition>:<offset>, e.g. 0:42", s)
+	}
+	return Position{Partition: p, Offset: o}, nil
+}
+
+// Header is one Kafka header, as text.
+type Header struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Letter is one dead letter.
+type Letter struct {
+	Position
+	Time time.Time `json:"time"`
+	// Error is why the worker refused it (its `error` header).
+	Error string `json:"error"`
+	// Where it was in the order topic; -1 when the header is missing.
+	SourcePartition int   `json:"sourcePartition"`
+	SourceOffset    int64 `json:"sourceOffset"`
+	// OriginalSize is the value's size before the worker cut it (-1 unknown).
+	OriginalSize   int  `json:"originalSize"`
+	Truncated      bool `json:"truncated"`
+	HeadersDropped int  `json:"headersDropped,omitempty"`
+	// RequestID and OrderNo as far as the value names them (even when invalid).
+	RequestID string `json:"requestId,omitempty"`
+	OrderNo   string `json:"orderNo,omitempty"`
+	// Invalid is why the event schema refuses the value today, with this
+	// binary; "" means a replay would publish it.
+	Invalid string   `json:"invalid,omitempty"`
+	Key     []byte   `json:"-"`
+	Value   []byte   `json:"-"`
+	Headers []Header `json:"-"`
+	// Replay is set when the dead letter was replayed already.
+	Replay *Replay `json:"replay,omitempty"`
+}
+
+// Replay records one replayed dead letter.
+type Replay struct {
+	RequestID  string    `json:"requestId"`
+	OrderNo    string    `json:"orderNo"`
+	Topic      string    `json:"topic"`
+	ReplayedAt time.Time `json:"replayedAt"`
+}
+
+// header returns a header's value and whether it was there.
+func (l Letter) header(key string) (string, bool) {
+	for _, h := range l.Headers {
+		if h.Key == key {
+			return h.Value, true
+		}
+	}
+	return "", false
+}
+
+// letterOf reads what a dead letter says about itself.
+func letterOf(pos Position, t time.Time, key, value []byte, headers []kafka.Header) Letter {
+	l := Letter{Position: pos, Time: t.UTC(), Key: key, Value: value, SourcePartition: -1, SourceOffset: -1, OriginalSize: -1}
+	for _, h := range headers {
+		l.Headers = append(l.Headers, Header{Key: h.Key, Value: string(h.Value)})
+	}
+	l.Error, _ = l.header(event.HeaderError)
+	if v, ok := l.header(HeaderSourcePartition); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			l.SourcePartition = n
+		}
+	}
+	if v, ok := l.header(HeaderSourceOffset); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			l.SourceOffset = n
+		}
+	}
+	if v, ok := l.header(HeaderOriginalSize); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			l.OriginalSize = n
+		}
+	}
+	if v, ok := l.header(HeaderTruncated); ok && v == "true" {
+		l.Truncated = true
+	}
+	if v, ok := l.header(HeaderHeadersDropped); ok {
+		l.HeadersDropped, _ = strconv.Atoi(v)
+	}
+	if ref, ok := event.DecodeRef(value); ok || ref.RequestID != "" {
+		l.RequestID, l.OrderNo = printable(ref.RequestID, 64), printable(ref.OrderNo, 96)
+	}
+	if _, err := l.Event(); err != nil {
+		l.Invalid = err.Error()
+	}
+	return l
+}
+
+// Event decodes the dead letter with the event schema, as the worker would
+// now. A truncated dead letter is never valid: it is not the event that
+// was sent.
+func (l Letter) Event() (event.OrderRequested, error) {
+	if l.Truncated {
+		return event.OrderRequested{}, errors.New("truncated: the dead letter holds only the first bytes of the message")
+	}
+	return event.Decode(l.Value)
+}
+
+// ValueText is the value as text when it is UTF-8.
+func (l Letter) ValueText() (string, bool) { return string(l.Value), utf8.Valid(l.Value) }
+
+func printable(s string, max int) string {
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}
+
+// Reader reads the dead-letter topic.
+type Reader struct {
+	Client *kafka.Client
+	Topic  string
+}
+
+// Bounds are a partition's offsets: its first and one past its last.
+type Bounds struct {
+	Partition   int
+	First, Next int64
+}
+
+// Partitions lists every partition of the topic with its offsets.
+func (r Reader) Partitions(ctx context.Context) ([]Bounds, error) {
+	md, err := r.Client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{r.Topic}})
+	if err != nil {
+		return nil, fmt.Errorf("reading metadata of %s: %w", r.Topic, err)
+	}
+	if len(md.Topics) != 1 || md.Topics[0].Name != r.Topic {
+		return nil, fmt.Errorf("topic %s missing from metadata", r.Topic)
+	}
+	if err := md.Topics[0].Error; err != nil {
+		return nil, fmt.Errorf("topic %s: %w", r.Topic, err)
+	}
+	var reqs []kafka.OffsetRequest
+	for _, p := range md.Topics[0].Partitions {
+		reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+	}
+	lo, err := r.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{r.Topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("listing offsets of %s: %w", r.Topic, err)
+	}
+	var out []Bounds
+	for _, p := range lo.Topics[r.Topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("listing offsets of %s/%d: %w", r.Topic, p.Partition, p.Error)
+		}
+		out = append(out, Bounds{Partition: p.Partition, First: p.FirstOffset, Next: p.LastOffset})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out, nil
+}
+
+// Read returns the dead letter at pos (ErrNotFound outside the log).
+func (r Reader) Read(ctx context.Context, pos Position) (Letter, error) {
+	var found *Letter
+	err := r.scan(ctx, Bounds{Partition: pos.Partition, First: pos.Offset, Next: pos.Offset + 1}, func(l Letter) error {
+		found = &l
+		return nil
+	})
+	if err != nil {
+		return Letter{}, err
+	}
+	if found == nil {
+		return Letter{}, fmt.Errorf("%s %s: %w", r.Topic, pos, ErrNotFound)
+	}
+	return *found, nil
+}
+
+// Scan calls fn for every dead letter of the given ranges, in offset order
+// per partition, partitions in the order given.
+func (r Reader) Scan(ctx context.Context, ranges []Bounds, fn func(Letter) error) error {
+	for _, b := range ranges {
+		if err := r.scan(ctx, b, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fetchMaxBytes bounds one fetch: a dead letter is at most 64 KiB of value,
+// 1 KiB of key and 16 KiB of headers, so several fit.
+const fetchMaxBytes = 4 << 20
+
+func (r Reader) scan(ctx context.Context, b Bounds, fn func(Letter) error) error {
+	for off := b.First; off < b.Next; {
+		res, err := r.Client.Fetch(ctx, &kafka.FetchRequest{Topic: r.Topic, Partition: b.Partition, Offset: off,
+			MinBytes: 1, MaxBytes: fetchMaxBytes, MaxWait: 100 * time.Millisecond})
+		if err != nil {
+			return fmt.Errorf("reading %s/%d at %d: %w", r.Topic, b.Partition, off, err)
+		}
+		if errors.Is(res.Error, kafka.OffsetOutOfRange) {
+			return nil // before the log start or past its end: nothing there
+		}
+		if res.Error != nil {
+			return fmt.Errorf("reading %s/%d at %d: %w", r.Topic, b.Partition, off, res.Error)
+		}
+		read := false
+		for {
+			rec, err := res.Records.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("reading %s/%d at %d: %w", r.Topic, b.Partition, off, err)
+			}
+			// A fetch may start at the batch holding off, before it.
+			if rec.Offset < off {
+				continue
+			}
+			if rec.Offset >= b.Next {
+				return nil
+			}
+			key, err := readBytes(rec.Key)
+			if err != nil {
+				return err
+			}
+			value, err := readBytes(rec.Value)
+			if err != nil {
+				return err
+			}
+			read = true
+			off = rec.Offset + 1
+			if err := fn(letterOf(Position{Partition: b.Partition, Offset: rec.Offset}, rec.Time, key, value, rec.Headers)); err != nil {
+				return err
+			}
+		}
+		if !read {
+			// Nothing at or after off below the high watermark: done.
+			if res.HighWatermark <= off {
+				return nil
+			}
+			// Offsets without records (compaction, transaction markers).
+			off++
+		}
+	}
+	return nil
+}
+
+func readBytes(b kafka.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	out, err := kafka.ReadAll(b)
+	if err != nil {
+		return nil, fmt.Errorf("reading a dead letter: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,181 @@
+package event
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	saslplain "github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+)
+
+// SecurityConfig is how to reach the brokers as configured (KAFKA_TLS,
+// KAFKA_TLS_*_FILE, KAFKA_SASL_*); Load turns it into a Security.
+type SecurityConfig struct {
+	// TLS encrypts every connection and verifies the brokers' certificates
+	// against CAFile (else the system's roots) and the host name dialed.
+	TLS bool
+	// CertFile and KeyFile are a client certificate (mutual TLS, ssl.client.auth=required).
+	CAFile, CertFile, KeyFile string
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty ⇒ no SASL.
+	Mechanism          string
+	Username, Password string
+}
+
+// Mechanisms are the SASL mechanisms orderpipe speaks.
+var Mechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+
+// Security is what every kafka-go dialer, transport and client of the
+// process is built with (Dialer, Transport): one place, so the producer, the
+// consumer group, the redrive, the DLQ writer, topic creation, the readiness
+// ping and the lag reader all connect alike. The zero value is plaintext
+// without SASL (the embedded broker, tests).
+type Security struct {
+	TLS  *tls.Config
+	SASL sasl.Mechanism
+}
+
+// Load checks the configuration and reads the certificate files. Errors
+// name the variable and never quote the password.
+func (c SecurityConfig) Load() (Security, error) {
+	var s Security
+	if !c.TLS && (c.CAFile != "" || c.CertFile != "" || c.KeyFile != "") {
+		return s, errors.New("KAFKA_TLS_CA_FILE, KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE need KAFKA_TLS=true")
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return s, errors.New("KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE go together: set both or neither")
+	}
+	if c.TLS {
+		// ServerName stays empty: kafka-go sets it to the host of each
+		// broker it dials, so every broker is verified against its own
+		// advertised name.
+		s.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.CAFile != "" {
+			pem, err := os.ReadFile(c.CAFile)
+			if err != nil {
+				return s, fmt.Errorf("KAFKA_TLS_CA_FILE: %w", err)
+			}
+			s.TLS.RootCAs = x509.NewCertPool()
+			if !s.TLS.RootCAs.AppendCertsFromPEM(pem) {
+				return s, fmt.Errorf("KAFKA_TLS_CA_FILE %s: no PEM certificate in it", c.CAFile)
+			}
+		}
+		if c.CertFile != "" {
+			cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+			if err != nil {
+				return s, fmt.Errorf("KAFKA_TLS_CERT_FILE/KAFKA_TLS_KEY_FILE: %w", err)
+			}
+			s.TLS.Certificates = []tls.Certificate{cert}
+		}
+	}
+	if c.Mechanism == "" {
+		if c.Username != "" || c.Password != "" {
+			return s, fmt.Errorf("KAFKA_SASL_USERNAME/KAFKA_SASL_PASSWORD need KAFKA_SASL_MECHANISM (%s)", strings.Join(Mechanisms, ", "))
+		}
+		return s, nil
+	}
+	if c.Username == "" || c.Password == "" {
+		return s, errors.New("KAFKA_SASL_MECHANISM needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
+	}
+	var err error
+	switch strings.ToUpper(c.Mechanism) {
+	case "PLAIN":
+		s.SASL = saslplain.Mechanism{Username: c.Username, Password: c.Password}
+	case "SCRAM-SHA-256":
+		s.SASL, err = scram.Mechanism(scram.SHA256, c.Username, c.Password)
+	case "SCRAM-SHA-512":
+		s.SASL, err = scram.Mechanism(scram.SHA512, c.Username, c.Password)
+	default:
+		return s, fmt.Errorf("KAFKA_SASL_MECHANISM %q: want one of %s", c.Mechanism, strings.Join(Mechanisms, ", "))
+	}
+	if err != nil {
+		// The SCRAM library's errors are about the username (SASLprep).
+		return s, fmt.Errorf("KAFKA_SASL_USERNAME/KAFKA_SASL_PASSWORD: not valid for %s", c.Mechanism)
+	}
+	return s, nil
+}
+
+// String says how connections are made, for logs: "plaintext", "TLS",
+// "SASL_SSL (SCRAM-SHA-512)".
+func (s Security) String() string {
+	switch {
+	case s.TLS != nil && s.SASL != nil:
+		return "SASL_SSL (" + s.SASL.Name() + ")"
+	case s.TLS != nil:
+		return "SSL"
+	case s.SASL != nil:
+		return "SASL_PLAINTEXT (" + s.SASL.Name() + ")"
+	}
+	return "PLAINTEXT"
+}
+
+// Dialer is a connection dialer (the consumer group reader, Ping).
+func (s Security) Dialer(timeout time.Duration) *kafka.Dialer {
+	return &kafka.Dialer{Timeout: timeout, DualStack: true, TLS: s.TLS, SASLMechanism: s.SASL}
+}
+
+// Transport is a pooled transport (writers, clients); the TLS handshake
+// and SASL authentication follow each TCP dial.
+func (s Security) Transport(dialTimeout time.Duration) *kafka.Transport {
+	return &kafka.Transport{DialTimeout: dialTimeout, TLS: s.TLS, SASL: s.SASL}
+}
+
+// EnsureTopics creates the topics that do not exist yet, with partitions
+// partitions of replication copies each (replication <= 0: the broker's
+// default.replication.factor). An existing topic is left as it is.
+func (s Security) EnsureTopics(ctx context.Context, brokers []string, partitions, replication int, topics ...string) error {
+	tr := s.Transport(5 * time.Second)
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 10 * time.Second, Transport: tr}
+	req := &kafka.CreateTopicsRequest{}
+	if replication <= 0 {
+		replication = -1
+	}
+	for _, t := range topics {
+		req.Topics = append(req.Topics, kafka.TopicConfig{Topic: t, NumPartitions: partitions, ReplicationFactor: replication})
+	}
+	res, err := client.CreateTopics(ctx, req)
+	if err != nil {
+		// The pooled transport reports a failed TLS handshake or SASL
+		// login as "Broker Not Available"; a direct connection says why.
+		if perr := s.Ping(ctx, brokers); perr != nil {
+			return fmt.Errorf("creating topics: %w", perr)
+		}
+		return fmt.Errorf("creating topics: %w", err)
+	}
+	for topic, err := range res.Errors {
+		if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+			return fmt.Errorf("creating topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// Ping checks that some broker accepts a fresh connection (TLS handshake
+// and SASL authentication included) and answers a metadata request (a
+// cached client would hide a dead cluster).
+func (s Security) Ping(ctx context.Context, brokers []string) error {
+	d := s.Dialer(10 * time.Second)
+	var errs []error
+	for _, b := range brokers {
+		conn, err := d.DialContext(ctx, "tcp", b)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		_, err = conn.Brokers()
+		conn.Close()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("reaching kafka: %w", errors.Join(errs...))
+}

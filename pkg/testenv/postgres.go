@@ -1,0 +1,173 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PostgresTLS is a private PostgreSQL server that takes only TLS
+// connections (hostssl; a plain one is refused by pg_hba) with a
+// scram-sha-256 password for user postgres, its certificate signed by the
+// test CA, listening on 127.0.0.1 and 127.0.0.2 (an address its certificate
+// does not name). Stopped and removed at cleanup.
+type PostgresTLS struct {
+	Port     int
+	Password string
+}
+
+// URL is a connection URL to database db on host with the given query.
+func (p PostgresTLS) URL(host, db, query string) string {
+	u := url.URL{Scheme: "postgres", User: url.UserPassword("postgres", p.Password),
+		Host: host + ":" + strconv.Itoa(p.Port), Path: "/" + db, RawQuery: query}
+	return u.String()
+}
+
+// MustPostgresTLS initdb's and starts one from the machine's PostgreSQL
+// binaries (as the postgres user when the tests run as root: PostgreSQL
+// refuses root); skips when there are none.
+func MustPostgresTLS(tb testing.TB, certs TLSFiles, password string) PostgresTLS {
+	tb.Helper()
+	bin := postgresBinaries()
+	if bin == "" {
+		tb.Skip("no PostgreSQL binaries (initdb, postgres)")
+	}
+	dir, err := os.MkdirTemp("", "orderpipe-pgtls-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	cred := postgresCredential(tb)
+	data := filepath.Join(dir, "data")
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte(password+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	chown(tb, dir, cred)
+	run := func(name string, args ...string) {
+		cmd := exec.Command(filepath.Join(bin, name), args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tb.Fatalf("%s: %v\n%s", name, err, out)
+		}
+	}
+	run("initdb", "-D", data, "-U", "postgres", "--pwfile", pwFile, "-A", "scram-sha-256", "-E", "UTF8", "--no-locale", "--no-sync")
+	// The server's key must be private to the server's account.
+	key := filepath.Join(data, "server.key")
+	b, err := os.ReadFile(certs.ServerKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(key, b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	hba := "local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\nhostssl all all 127.0.0.2/32 scram-sha-256\n" +
+		"host all all 0.0.0.0/0 reject\n"
+	if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	chown(tb, data, cred)
+	port := mustFreePort(tb, 0)
+	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1,127.0.0.2", "-c", "unix_socket_directories="+dir,
+		"-c", "ssl=on", "-c", "ssl_cert_file="+certs.ServerCert, "-c", "ssl_key_file="+key, "-c", "ssl_ca_file="+certs.CA,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv.Stdout, srv.Stderr = logFile, logFile
+	if err := srv.Start(); err != nil {
+		tb.Fatalf("starting postgres: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { srv.Wait(); logFile.Close(); close(exited) }() //nolint:errcheck
+	tb.Cleanup(func() {
+		srv.Process.Signal(syscall.SIGINT) //nolint:errcheck // fast shutdown
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			srv.Process.Kill() //nolint:errcheck
+			<-exited
+		}
+	})
+	p := PostgresTLS{Port: port, Password: password}
+	dsn := p.URL("127.0.0.1", "postgres", "sslmode=verify-full&sslrootcert="+url.QueryEscape(certs.CA))
+	WaitFor(tb, time.Minute, "the TLS postgres to accept connections", func() bool {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+			tb.Fatalf("postgres exited:\n%s", log)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return false
+		}
+		conn.Close(ctx)
+		return true
+	})
+	return p
+}
+
+// postgresBinaries is a directory with initdb and postgres: PATH, else the
+// newest /usr/lib/postgresql/*/bin; "" when there is none.
+func postgresBinaries() string {
+	var dirs []string
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dirs = append(dirs, filepath.Dir(p))
+	}
+	found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Sort(sort.Reverse(sort.StringSlice(found)))
+	for _, d := range append(dirs, found...) {
+		if _, err := os.Stat(filepath.Join(d, "postgres")); err == nil {
+			if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+				return d
+			}
+		}
+	}
+	return ""
+}
+
+// postgresCredential is the account the server runs as: the postgres user
+// when running as root, else the current one.
+func postgresCredential(tb testing.TB) *syscall.Credential {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		return &syscall.Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		tb.Skip("running as root without a postgres user to run PostgreSQL as")
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+}
+
+func chown(tb testing.TB, dir string, cred *syscall.Credential) {
+	tb.Helper()
+	err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(cred.Uid), int(cred.Gid))
+	})
+	if err != nil {
+		tb.Fatal(fmt.Errorf("handing %s to the server's account: %w", dir, err))
+	}
+}
