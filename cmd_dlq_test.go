@@ -220,8 +220,8 @@ func TestDLQListShowReplay(t *testing.T) {
 		if err := dw.WriteMessages(ctx, kafka.Message{Key: []byte(ev.Key()), Value: value, Headers: []kafka.Header{
 			{Key: event.HeaderSchema, Value: []byte(event.SchemaV1)}, {Key: "traceparent", Value: []byte(tp)},
 			{Key: event.HeaderError, Value: []byte("schema: reservedAt: a decoder bug")},
-			{Key: dlq.HeaderSourcePartition, Value: []byte("1")}, {Key: dlq.HeaderSourceOffset, Value: []byte(fmt.Sprint(12345 + user))},
-			{Key: dlq.HeaderOriginalSize, Value: []byte(fmt.Sprint(len(value)))},
+			{Key: event.HeaderSourcePartition, Value: []byte("1")}, {Key: event.HeaderSourceOffset, Value: []byte(fmt.Sprint(12345 + user))},
+			{Key: event.HeaderOriginalSize, Value: []byte(fmt.Sprint(len(value)))},
 		}}); err != nil {
 			t.Fatal(err)
 		}

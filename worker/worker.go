@@ -496,14 +496,6 @@ const (
 	MaxDeadLetterHeaders = 16 << 10
 )
 
-// Headers a dead letter carries besides event.HeaderError.
-const (
-	HeaderSourcePartition = "source-partition"
-	HeaderSourceOffset    = "source-offset"
-	HeaderOriginalSize    = "original-size"
-	HeaderTruncated       = "truncated"
-	HeaderHeadersDropped  = "headers-dropped"
-)
 
 func deadLetter(m kafka.Message, cause error) kafka.Message {
 	var headers []kafka.Header
@@ -514,7 +506,7 @@ func deadLetter(m kafka.Message, cause error) kafka.Message {
 	if size <= MaxDeadLetterHeaders {
 		headers = append(headers, m.Headers...)
 	} else {
-		headers = append(headers, kafka.Header{Key: HeaderHeadersDropped, Value: []byte(fmt.Sprint(len(m.Headers)))})
+		headers = append(headers, kafka.Header{Key: event.HeaderHeadersDropped, Value: []byte(fmt.Sprint(len(m.Headers)))})
 	}
 	errText := cause.Error()
 	if len(errText) > 1024 {
@@ -522,13 +514,13 @@ func deadLetter(m kafka.Message, cause error) kafka.Message {
 	}
 	headers = append(headers,
 		kafka.Header{Key: event.HeaderError, Value: []byte(errText)},
-		kafka.Header{Key: HeaderSourcePartition, Value: []byte(fmt.Sprint(m.Partition))},
-		kafka.Header{Key: HeaderSourceOffset, Value: []byte(fmt.Sprint(m.Offset))},
-		kafka.Header{Key: HeaderOriginalSize, Value: []byte(fmt.Sprint(len(m.Value)))},
+		kafka.Header{Key: event.HeaderSourcePartition, Value: []byte(fmt.Sprint(m.Partition))},
+		kafka.Header{Key: event.HeaderSourceOffset, Value: []byte(fmt.Sprint(m.Offset))},
+		kafka.Header{Key: event.HeaderOriginalSize, Value: []byte(fmt.Sprint(len(m.Value)))},
 	)
 	key, value := m.Key, m.Value
 	if len(value) > MaxDeadLetterValue || len(key) > MaxDeadLetterKey {
-		headers = append(headers, kafka.Header{Key: HeaderTruncated, Value: []byte("true")})
+		headers = append(headers, kafka.Header{Key: event.HeaderTruncated, Value: []byte("true")})
 		value = value[:min(len(value), MaxDeadLetterValue)]
 		key = key[:min(len(key), MaxDeadLetterKey)]
 	}

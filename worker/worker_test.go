@@ -421,10 +421,10 @@ func TestOversizedPoisonDoesNotBlock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading dlq: %v", err)
 	}
-	if len(m.Value) != MaxDeadLetterValue || event.Header(m, HeaderTruncated) != "true" ||
-		event.Header(m, HeaderOriginalSize) != fmt.Sprint(poisonSize) || event.Header(m, HeaderSourceOffset) != "0" ||
-		event.Header(m, HeaderSourcePartition) != "0" || event.Header(m, event.HeaderError) == "" ||
-		event.Header(m, HeaderHeadersDropped) != "1" || event.Header(m, "junk") != "" {
+	if len(m.Value) != MaxDeadLetterValue || event.Header(m, event.HeaderTruncated) != "true" ||
+		event.Header(m, event.HeaderOriginalSize) != fmt.Sprint(poisonSize) || event.Header(m, event.HeaderSourceOffset) != "0" ||
+		event.Header(m, event.HeaderSourcePartition) != "0" || event.Header(m, event.HeaderError) == "" ||
+		event.Header(m, event.HeaderHeadersDropped) != "1" || event.Header(m, "junk") != "" {
 		t.Errorf("dead letter: %d bytes, headers %v", len(m.Value), headerNames(m))
 	}
 	cancel()

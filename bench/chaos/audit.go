@@ -103,26 +103,14 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 	}
 	a.orders = len(orders)
 
-	processed := map[string]processedRow{}
-	rows, err = tx.Query(ctx, `SELECT request_id, outcome, order_no, COALESCE(reason, '') FROM processed_requests WHERE activity_id = $1`, act)
+	processed, err := processedRequests(ctx, tx, act)
 	if err != nil {
-		return nil, fmt.Errorf("reading processed requests: %w", err)
+		return nil, err
 	}
-	for rows.Next() {
-		var rid string
-		var p processedRow
-		if err := rows.Scan(&rid, &p.outcome, &p.orderNo, &p.reason); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		processed[rid] = p
+	for _, p := range processed {
 		if p.outcome == "REJECTED" {
 			a.rejected++
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
 	}
 
 	// Reservations refused because their requestId was first used for
@@ -287,4 +275,23 @@ func refusedReservations(ctx context.Context, q pgx.Tx, act int64) (map[string]s
 		refused[no] = rid
 	}
 	return refused, rows.Err()
+}
+
+// processedRequests is the activity's processed_requests rows by requestId.
+func processedRequests(ctx context.Context, tx pgx.Tx, act int64) (map[string]processedRow, error) {
+	processed := map[string]processedRow{}
+	rows, err := tx.Query(ctx, `SELECT request_id, outcome, order_no, COALESCE(reason, '') FROM processed_requests WHERE activity_id = $1`, act)
+	if err != nil {
+		return nil, fmt.Errorf("reading processed requests: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rid string
+		var p processedRow
+		if err := rows.Scan(&rid, &p.outcome, &p.orderNo, &p.reason); err != nil {
+			return nil, err
+		}
+		processed[rid] = p
+	}
+	return processed, rows.Err()
 }

@@ -87,22 +87,8 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 		return nil, err
 	}
 	c.orders = len(orders)
-	processed := map[string]processedRow{}
-	rows, err = tx.Query(ctx, `SELECT request_id, outcome, order_no, COALESCE(reason, '') FROM processed_requests WHERE activity_id = $1`, act)
+	processed, err := processedRequests(ctx, tx, act)
 	if err != nil {
-		return nil, fmt.Errorf("reading processed requests: %w", err)
-	}
-	for rows.Next() {
-		var rid string
-		var p processedRow
-		if err := rows.Scan(&rid, &p.outcome, &p.orderNo, &p.reason); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		processed[rid] = p
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	refused, err := refusedReservations(ctx, tx, act)

@@ -24,17 +24,11 @@ import (
 	"orderpipe/pkg/event"
 )
 
-// Headers the worker writes on a dead letter besides event.HeaderError (the
-// names are worker.HeaderSource*, repeated: pkg/ never imports a component).
-const (
-	HeaderSourcePartition = "source-partition"
-	HeaderSourceOffset    = "source-offset"
-	HeaderOriginalSize    = "original-size"
-	HeaderTruncated       = "truncated"
-	HeaderHeadersDropped  = "headers-dropped"
-	// HeaderReplayOf marks a replayed event: "<dlq topic>/<partition>/<offset>".
-	HeaderReplayOf = "dlq-replay-of"
-)
+// HeaderReplayOf marks a replayed event: "<dlq topic>/<partition>/<offset>".
+// The headers a dead letter carries are event.HeaderError and
+// event.HeaderSource*, event.HeaderOriginalSize, event.HeaderTruncated, event.HeaderHeadersDropped.
+const HeaderReplayOf = "dlq-replay-of"
+
 
 // ErrNotFound: no dead letter at that position.
 var ErrNotFound = errors.New("no dead letter at that position")
@@ -115,25 +109,25 @@ func letterOf(pos Position, t time.Time, key, value []byte, headers []kafka.Head
 		l.Headers = append(l.Headers, Header{Key: h.Key, Value: string(h.Value)})
 	}
 	l.Error, _ = l.header(event.HeaderError)
-	if v, ok := l.header(HeaderSourcePartition); ok {
+	if v, ok := l.header(event.HeaderSourcePartition); ok {
 		if n, err := strconv.Atoi(v); err == nil {
 			l.SourcePartition = n
 		}
 	}
-	if v, ok := l.header(HeaderSourceOffset); ok {
+	if v, ok := l.header(event.HeaderSourceOffset); ok {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 			l.SourceOffset = n
 		}
 	}
-	if v, ok := l.header(HeaderOriginalSize); ok {
+	if v, ok := l.header(event.HeaderOriginalSize); ok {
 		if n, err := strconv.Atoi(v); err == nil {
 			l.OriginalSize = n
 		}
 	}
-	if v, ok := l.header(HeaderTruncated); ok && v == "true" {
+	if v, ok := l.header(event.HeaderTruncated); ok && v == "true" {
 		l.Truncated = true
 	}
-	if v, ok := l.header(HeaderHeadersDropped); ok {
+	if v, ok := l.header(event.HeaderHeadersDropped); ok {
 		l.HeadersDropped, _ = strconv.Atoi(v)
 	}
 	if ref, ok := event.DecodeRef(value); ok || ref.RequestID != "" {

@@ -50,16 +50,16 @@ func validEvent(rid string) (event.OrderRequested, []byte) {
 func TestLetterOf(t *testing.T) {
 	_, valid := validEvent("r-1")
 	l := letterOf(Position{2, 7}, time.Now(), []byte("1:2"), valid, []kafka.Header{
-		{Key: "error", Value: []byte("a decoder bug")}, {Key: HeaderSourcePartition, Value: []byte("3")},
-		{Key: HeaderSourceOffset, Value: []byte("42")}, {Key: HeaderOriginalSize, Value: []byte("151")},
+		{Key: "error", Value: []byte("a decoder bug")}, {Key: event.HeaderSourcePartition, Value: []byte("3")},
+		{Key: event.HeaderSourceOffset, Value: []byte("42")}, {Key: event.HeaderOriginalSize, Value: []byte("151")},
 	})
 	if l.Error != "a decoder bug" || l.SourcePartition != 3 || l.SourceOffset != 42 || l.OriginalSize != 151 || l.Truncated ||
 		l.RequestID != "r-1" || l.OrderNo != "1-2-abc" || l.Invalid != "" {
 		t.Errorf("valid letter: %+v", l)
 	}
 	// A valid prefix is still not the event sent: a truncated letter is never replayable.
-	l = letterOf(Position{0, 1}, time.Now(), nil, valid, []kafka.Header{{Key: HeaderTruncated, Value: []byte("true")},
-		{Key: HeaderHeadersDropped, Value: []byte("12")}})
+	l = letterOf(Position{0, 1}, time.Now(), nil, valid, []kafka.Header{{Key: event.HeaderTruncated, Value: []byte("true")},
+		{Key: event.HeaderHeadersDropped, Value: []byte("12")}})
 	if !l.Truncated || l.HeadersDropped != 12 || !strings.Contains(l.Invalid, "truncated") || l.SourcePartition != -1 ||
 		l.SourceOffset != -1 || l.OriginalSize != -1 {
 		t.Errorf("truncated letter: %+v", l)

@@ -37,6 +37,16 @@ const (
 	HeaderError     = "error"
 )
 
+// Headers a dead letter carries besides HeaderError: where it came from, and
+// what was cut to bound it (the worker writes them, orderpipe dlq reads them).
+const (
+	HeaderSourcePartition = "source-partition"
+	HeaderSourceOffset    = "source-offset"
+	HeaderOriginalSize    = "original-size"
+	HeaderTruncated       = "truncated"
+	HeaderHeadersDropped  = "headers-dropped"
+)
+
 // OrderRequested is a reservation made by the gateway.
 type OrderRequested struct {
 	RequestID  string    `json:"requestId"`
