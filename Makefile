@@ -4,6 +4,13 @@ GO ?= go
 # README's curl examples work; production sets ADMIN_TOKEN from a secret.
 ADMIN_TOKEN ?= dev-admin-token
 export ADMIN_TOKEN
+# TRACES=1 make run: every span goes to the local span store in bin/traces,
+# where `orderpipe locate <requestId>` (with the same TRACE_STORE_DIR) prints
+# the request's span tree.
+ifneq ($(TRACES),)
+TRACE_STORE_DIR ?= $(CURDIR)/bin/traces
+export TRACE_STORE_DIR
+endif
 
 .PHONY: run services promtool test test-kafka build build-dev vet bench fuzz chaos chaos-kafka soak kafka
 

@@ -17,6 +17,7 @@ import (
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/secret"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
 )
 
 const locateUsage = `usage: orderpipe locate <requestId> [--json] [--activity A --item I]
@@ -24,7 +25,8 @@ const locateUsage = `usage: orderpipe locate <requestId> [--json] [--activity A 
 Shows everything known about one order request: the gateway's dedup record
 and journal entry in Redis, the worker's decision (processed_requests), the
 order and its status times, compensations, and the trace id (open it in the
-trace UI, e.g. Jaeger at :16686). Postgres names the item when the request got
+trace UI, e.g. Jaeger at :16686). With TRACE_STORE_DIR set (TRACES=1 make run),
+it also prints the request's span tree from that local span store. Postgres names the item when the request got
 there; otherwise the items of activities whose sale ended less than a day ago
 are searched (--activity/--item narrow that).
 
@@ -104,10 +106,23 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 	if err != nil {
 		return couldNotRun(fmt.Errorf("locating %s: %w", rid, err))
 	}
+	var storeErr error
+	if rep.TraceID != "" && cfg.TraceStoreDir != "" {
+		rep.Spans, storeErr = telemetry.ReadTrace(cfg.TraceStoreDir, rep.TraceID)
+	}
 	if *asJSON {
 		err = writeJSONLine(stdout, rep)
 	} else {
-		_, err = io.WriteString(stdout, rep.Text())
+		text := rep.Text()
+		switch {
+		case storeErr != nil:
+			text += fmt.Sprintf("\nspans: could not read %s: %v\n", cfg.TraceStoreDir, storeErr)
+		case len(rep.Spans) > 0:
+			text += "\nspans (" + cfg.TraceStoreDir + "):\n" + locate.SpanTree(rep.Spans)
+		case rep.TraceID != "" && cfg.TraceStoreDir != "":
+			text += "\nspans: none of trace " + rep.TraceID + " in " + cfg.TraceStoreDir + " (not sampled, or not exported yet: spans are written within about a second)\n"
+		}
+		_, err = io.WriteString(stdout, text)
 	}
 	if err != nil {
 		return err

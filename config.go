@@ -60,6 +60,9 @@ type config struct {
 	RedisTimeout   time.Duration
 	CloseAfter     time.Duration
 	CloserInterval time.Duration
+	// TraceStoreDir is the local span store (TRACE_STORE_DIR) that
+	// `locate` reads a request's spans from; SetupTracing writes it.
+	TraceStoreDir string
 }
 
 // envVars lists the variables config reads: name, default, meaning.
@@ -111,6 +114,7 @@ var envVars = [][3]string{
 	{"RECONCILE_INTERVAL", "1m", "reconciler loop period (without --once)"},
 	{"CLOSE_AFTER", "30m", "unpaid orders close after this Go duration (database clock)"},
 	{"CLOSER_INTERVAL", "2s", "pause between closer passes"},
+	{"TRACE_STORE_DIR", "", "append every span to JSON-lines files in this directory, for `orderpipe locate` (local runs); empty ⇒ off"},
 }
 
 // getenv is the variable's value, else the content of the file that
@@ -196,6 +200,7 @@ func loadConfig() (config, error) {
 		RedisTimeout:   durVar("REDIS_TIMEOUT"),
 		CloseAfter:     durVar("CLOSE_AFTER"),
 		CloserInterval: durVar("CLOSER_INTERVAL"),
+		TraceStoreDir:  getenv("TRACE_STORE_DIR"),
 	}
 	if g := getenv("GOGC"); g != "off" {
 		if n, err := strconv.Atoi(g); err != nil || n < 0 {

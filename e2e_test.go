@@ -270,6 +270,9 @@ func TestAdminAPI(t *testing.T) {
 	if r := off.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer "); r.Status != 404 {
 		t.Errorf("admin API without ADMIN_TOKEN: %d %v", r.Status, r.Body)
 	}
+	if r := off.do(t, "GET", "/admin/v1/activities/3", "", nil, "Authorization", "Bearer "); r.Status != 404 || r.Code() != "NOT_FOUND" {
+		t.Errorf("admin read without ADMIN_TOKEN: %d %v", r.Status, r.Body)
+	}
 }
 
 // TestHotItemRace is I1 and I2 under contention: 2,000 distinct buyers for

@@ -208,6 +208,7 @@ func TestKafkaOverSASLSSL(t *testing.T) {
 		}
 		p := mustPipeline(t, both, func(c *config) {
 			c.KafkaBrokers, c.KafkaSecurity = []string{k.SASLSSL}, sec
+			c.KafkaRF = 1 // one broker, whatever the real-engine tier sets
 			c.RedriveAfter, c.RedriveInterval = time.Second, 200*time.Millisecond
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -496,7 +496,6 @@ const (
 	MaxDeadLetterHeaders = 16 << 10
 )
 
-
 func deadLetter(m kafka.Message, cause error) kafka.Message {
 	var headers []kafka.Header
 	size := 0

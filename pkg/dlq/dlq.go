@@ -29,7 +29,6 @@ import (
 // event.HeaderSource*, event.HeaderOriginalSize, event.HeaderTruncated, event.HeaderHeadersDropped.
 const HeaderReplayOf = "dlq-replay-of"
 
-
 // ErrNotFound: no dead letter at that position.
 var ErrNotFound = errors.New("no dead letter at that position")
 

@@ -155,7 +155,48 @@ func (s Security) EnsureTopics(ctx context.Context, brokers []string, partitions
 			return fmt.Errorf("creating topic %s: %w", topic, err)
 		}
 	}
-	return nil
+	return waitLeaders(ctx, client, topics)
+}
+
+// waitLeaders waits until every partition of the topics has a leader. On a
+// real cluster CreateTopics answers before the controller has elected them:
+// a writer that reads the metadata in between sees fewer partitions (kafka-go
+// balances over what it sees, so every key lands on one) or fails with
+// LEADER_NOT_AVAILABLE. Bounded by ctx and 30 s.
+func waitLeaders(ctx context.Context, client *kafka.Client, topics []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
+		if err == nil && allLed(md, len(topics)) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = errors.New("a partition has no leader yet")
+			}
+			return fmt.Errorf("waiting for the leaders of %v: %w", topics, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func allLed(md *kafka.MetadataResponse, topics int) bool {
+	if len(md.Topics) != topics {
+		return false
+	}
+	for _, t := range md.Topics {
+		if t.Error != nil || len(t.Partitions) == 0 {
+			return false
+		}
+		for _, p := range t.Partitions {
+			if p.Error != nil || p.Leader.Host == "" {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Ping checks that some broker accepts a fresh connection (TLS handshake

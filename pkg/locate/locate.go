@@ -61,6 +61,9 @@ type Report struct {
 	// dedup record still lives); TraceParent the gateway's server span.
 	TraceID     string `json:"traceId,omitempty"`
 	TraceParent string `json:"traceParent,omitempty"`
+	// Spans are the trace's spans from the local span store
+	// (TRACE_STORE_DIR), when one is configured; SpanTree draws them.
+	Spans []telemetry.StoredSpan `json:"spans,omitempty"`
 
 	Timeline      Timeline       `json:"timeline"`
 	Redis         []RedisState   `json:"redis"`

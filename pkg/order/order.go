@@ -186,3 +186,27 @@ func (s *Store) GetOrder(ctx context.Context, orderNo string) (Order, error) {
 	o.Status = StatusRejected
 	return o, nil
 }
+
+// ItemSales is what an item's orders add up to.
+type ItemSales struct {
+	ItemID int64
+	Sold   int64 // Σ quantity of UNPAID and PAID orders
+	Closed int64 // Σ quantity of CLOSED orders
+}
+
+// SalesOf sums the orders of each item of an activity that has any.
+func (s *Store) SalesOf(ctx context.Context, activityID int64) (map[int64]ItemSales, error) {
+	rows, err := queryAll[ItemSales](ctx, s.pool, fmt.Sprintf("summing orders of activity %d", activityID), `
+		SELECT item_id,
+			COALESCE(sum(quantity) FILTER (WHERE status IN ('UNPAID', 'PAID')), 0)::bigint,
+			COALESCE(sum(quantity) FILTER (WHERE status = 'CLOSED'), 0)::bigint
+		FROM orders WHERE activity_id = $1 GROUP BY item_id`, activityID)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]ItemSales, len(rows))
+	for _, r := range rows {
+		out[r.ItemID] = r
+	}
+	return out, nil
+}

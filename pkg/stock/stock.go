@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -425,4 +426,54 @@ func (s *Store) RestoreDedup(ctx context.Context, it Item, recs []Decided, remai
 		total += n
 	}
 	return total, nil
+}
+
+// Entry is one journal entry: a reservation Redis took whose order Postgres
+// may not have committed yet.
+type Entry struct {
+	RequestID string
+	OrderNo   string
+	Quantity  int64
+}
+
+// Snapshot is an item's Redis side read at one instant.
+type Snapshot struct {
+	// Stock is the remaining stock; nil when the key is missing (not
+	// preheated, or expired) or does not hold a number.
+	Stock *int64
+	// Journal are the journal entries; Unreadable counts those that are
+	// not an event with an orderNo and a quantity.
+	Journal    []Entry
+	Unreadable int
+}
+
+// Snapshot reads an item's stock and journal in one MULTI, so the two agree.
+func (s *Store) Snapshot(ctx context.Context, it Item) (Snapshot, error) {
+	k := s.Keys(it)
+	var get *redis.StringCmd
+	var all *redis.MapStringStringCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, k.Stock)
+		all = p.HGetAll(ctx, k.Journal)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Snapshot{}, fmt.Errorf("reading stock and journal of %s: %w", it, err)
+	}
+	var snap Snapshot
+	if n, err := get.Int64(); err == nil {
+		snap.Stock = &n
+	}
+	for rid, raw := range all.Val() {
+		var ev struct {
+			OrderNo  string `json:"orderNo"`
+			Quantity *int64 `json:"quantity"`
+		}
+		if json.Unmarshal([]byte(raw), &ev) != nil || ev.OrderNo == "" || ev.Quantity == nil {
+			snap.Unreadable++
+			continue
+		}
+		snap.Journal = append(snap.Journal, Entry{RequestID: rid, OrderNo: ev.OrderNo, Quantity: *ev.Quantity})
+	}
+	return snap, nil
 }

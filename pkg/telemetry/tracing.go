@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -76,18 +77,36 @@ func SetPropagator() {
 // OTEL_TRACES_EXPORTER=none, OTEL_SDK_DISABLED=true or
 // OTEL_TRACES_SAMPLER=always_off turn it off (nothing would ever be
 // recorded, so the SDK is not installed and costs nothing).
+// TRACE_STORE_DIR, when set, also turns tracing on: spans are appended to
+// the local span store there (see FileExporter), with or without OTLP.
 // serviceName is the default of OTEL_SERVICE_NAME. The returned shutdown
 // flushes buffered spans.
 func SetupTracing(ctx context.Context, serviceName string) (shutdown func(context.Context) error, err error) {
 	SetPropagator()
 	noop := func(context.Context) error { return nil }
 	on, err := exportWanted()
-	if err != nil || !on {
-		return noop, err
-	}
-	exp, err := newExporter(ctx)
 	if err != nil {
 		return noop, err
+	}
+	storeDir := strings.TrimSpace(os.Getenv(TraceStoreEnv))
+	if !on && (storeDir == "" || tracingDisabled()) {
+		return noop, nil
+	}
+	var procs []sdktrace.TracerProviderOption
+	if on {
+		exp, err := newExporter(ctx)
+		if err != nil {
+			return noop, err
+		}
+		procs = append(procs, sdktrace.WithBatcher(exp))
+	}
+	if storeDir != "" {
+		// The local span store (TRACE_STORE_DIR), next to OTLP or alone.
+		fexp, err := NewFileExporter(storeDir, serviceName)
+		if err != nil {
+			return noop, err
+		}
+		procs = append(procs, sdktrace.WithBatcher(fexp, sdktrace.WithBatchTimeout(time.Second)))
 	}
 	// Later options win: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
 	// override the default service name.
@@ -102,7 +121,7 @@ func SetupTracing(ctx context.Context, serviceName string) (shutdown func(contex
 	}
 	// The sampler comes from OTEL_TRACES_SAMPLER (default: parent-based,
 	// always on), read by the SDK.
-	tp := NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := NewTracerProvider(append(procs, sdktrace.WithResource(res))...)
 	otel.SetTracerProvider(tp)
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		slog.Warn("opentelemetry", "err", err)
@@ -118,10 +137,17 @@ func NewTracerProvider(opts ...sdktrace.TracerProviderOption) *sdktrace.TracerPr
 	return sdktrace.NewTracerProvider(opts...)
 }
 
-// exportWanted reads whether traces are to be exported.
+// tracingDisabled: the SDK is turned off, or nothing would ever be sampled,
+// or OTEL_TRACES_EXPORTER=none.
+func tracingDisabled() bool {
+	return strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") ||
+		strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")) == "always_off" ||
+		strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")) == "none"
+}
+
+// exportWanted reads whether traces are to be exported over OTLP.
 func exportWanted() (bool, error) {
-	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") ||
-		strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")) == "always_off" {
+	if tracingDisabled() {
 		return false, nil
 	}
 	exporters := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))

@@ -1,0 +1,127 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+)
+
+// activityStatus is GET /admin/v1/activities/{activityId}: the activity with
+// each item's numbers from both stores.
+type activityStatus struct {
+	ID           int64        `json:"activityId"`
+	Name         string       `json:"name"`
+	StartsAt     time.Time    `json:"startsAt"`
+	EndsAt       time.Time    `json:"endsAt"`
+	PerUserLimit int          `json:"perUserLimit"`
+	Redis        string       `json:"redis"` // "ok" or "unavailable"
+	Items        []itemStatus `json:"items"`
+}
+
+type itemStatus struct {
+	ItemID       int64  `json:"itemId"`
+	InitialStock int64  `json:"initialStock"`
+	Stock        int64  `json:"stock"`      // Postgres
+	RedisStock   *int64 `json:"redisStock"` // nil: not preheated, expired, or Redis unavailable
+	Sold         int64  `json:"sold"`       // UNPAID + PAID
+	InFlight     *int64 `json:"inFlight"`   // nil: Redis unavailable
+	Closed       int64  `json:"closed"`
+}
+
+// getActivity answers an activity's state. Postgres is the truth and must
+// answer (else 503); Redis only adds its projection: when it is unreachable
+// the answer still comes, with "redis":"unavailable" and the Redis numbers
+// null, because this is what an operator reads during a Redis incident.
+//
+// The two stores are read one after the other, not atomically: under load
+// stock - redisStock may differ from inFlight by the orders moving meanwhile.
+// The reconciler is the exact check (it reads under the item's row lock).
+func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
+	id, apiErr := pathID(r, "activityId")
+	if apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
+	a, err := s.activity(r.Context(), id)
+	if errors.Is(err, order.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "ACTIVITY_NOT_FOUND", "no such activity")
+		return
+	}
+	if err != nil {
+		s.deps.Log.Error("reading activity", "activity_id", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return
+	}
+	// Redis first: an entry the worker commits after this read is then
+	// counted as sold by the Postgres reads below, not missed by both.
+	snaps := make([]stock.Snapshot, len(a.Items))
+	redisOK := true
+	for i, it := range a.Items {
+		err := s.inRedis(r.Context(), func(ctx context.Context) error {
+			var err error
+			snaps[i], err = s.deps.Stock.Snapshot(ctx, stock.Item{ActivityID: id, ItemID: it.ItemID})
+			return err
+		})
+		if err != nil {
+			s.deps.Log.Warn("reading activity from redis", "activity_id", id, "item_id", it.ItemID, "err", err)
+			redisOK = false
+			break
+		}
+	}
+	var rids []string
+	for _, sn := range snaps {
+		for _, e := range sn.Journal {
+			rids = append(rids, e.RequestID)
+		}
+	}
+	var sales map[int64]order.ItemSales
+	var processed map[string]order.Processed
+	err = s.inPostgres(r.Context(), func(ctx context.Context) error {
+		var err error
+		if sales, err = s.deps.Orders.SalesOf(ctx, id); err != nil {
+			return err
+		}
+		processed, err = s.deps.Orders.ProcessedAmong(ctx, rids)
+		return err
+	})
+	if err != nil {
+		s.deps.Log.Error("reading activity sales", "activity_id", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return
+	}
+	v := activityStatus{ID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
+		Redis: "ok", Items: make([]itemStatus, 0, len(a.Items))}
+	if !redisOK {
+		v.Redis = "unavailable"
+	}
+	for i, it := range a.Items {
+		st := itemStatus{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock,
+			Sold: sales[it.ItemID].Sold, Closed: sales[it.ItemID].Closed}
+		if redisOK {
+			st.RedisStock = snaps[i].Stock
+			st.InFlight = new(int64)
+			*st.InFlight = inFlight(snaps[i].Journal, processed)
+		}
+		v.Items = append(v.Items, st)
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// inFlight is what the reconciler counts from a journal: the quantity of
+// entries not committed as that order — not yet decided, or rejected and
+// awaiting the compensation that drops the entry. With nothing moving,
+// Postgres stock - Redis stock = inFlight (I5).
+func inFlight(journal []stock.Entry, processed map[string]order.Processed) int64 {
+	var n int64
+	for _, e := range journal {
+		if p, ok := processed[e.RequestID]; ok && p.Outcome == order.Created && p.OrderNo == e.OrderNo {
+			continue
+		}
+		n += e.Quantity
+	}
+	return n
+}
