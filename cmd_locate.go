@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"time"
 
@@ -25,8 +26,10 @@ const locateUsage = `usage: orderpipe locate <requestId> [--json] [--activity A 
 Shows everything known about one order request: the gateway's dedup record
 and journal entry in Redis, the worker's decision (processed_requests), the
 order and its status times, compensations, and the trace id (open it in the
-trace UI, e.g. Jaeger at :16686). With TRACE_STORE_DIR set (TRACES=1 make run),
-it also prints the request's span tree from that local span store. Postgres names the item when the request got
+trace UI, e.g. Jaeger at :16686). With TRACE_QUERY_URL set (a Jaeger query
+service, e.g. http://jaeger:16686) it also prints the request's span tree read
+from Jaeger; else, with TRACE_STORE_DIR set (TRACES=1 make run), from that local
+span store. Postgres names the item when the request got
 there; otherwise the items of activities whose sale ended less than a day ago
 are searched (--activity/--item narrow that).
 
@@ -107,20 +110,37 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 		return couldNotRun(fmt.Errorf("locating %s: %w", rid, err))
 	}
 	var storeErr error
-	if rep.TraceID != "" && cfg.TraceStoreDir != "" {
-		rep.Spans, storeErr = telemetry.ReadTrace(cfg.TraceStoreDir, rep.TraceID)
+	// Where the spans come from: the Jaeger query service when one is
+	// configured, else the local span store.
+	source, fromJaeger := cfg.TraceStoreDir, cfg.TraceQueryURL != ""
+	switch {
+	case rep.TraceID == "":
+	case fromJaeger:
+		source = redactURL(cfg.TraceQueryURL)
+		rep.Spans, storeErr = readJaegerTrace(ctx, cfg.TraceQueryURL, rep.TraceID)
+		if storeErr != nil {
+			rep.SpansError = secret.Scrub("trace store unreachable: " + storeErr.Error())
+		}
+	case source != "":
+		rep.Spans, storeErr = telemetry.ReadTrace(source, rep.TraceID)
+		if storeErr != nil {
+			rep.SpansError = fmt.Sprintf("could not read %s: %v", source, storeErr)
+		}
 	}
 	if *asJSON {
 		err = writeJSONLine(stdout, rep)
 	} else {
 		text := rep.Text()
+		if len(rep.Spans) > 0 {
+			text += "\nspans (" + source + "):\n" + locate.SpanTree(rep.Spans)
+		}
 		switch {
 		case storeErr != nil:
-			text += fmt.Sprintf("\nspans: could not read %s: %v\n", cfg.TraceStoreDir, storeErr)
-		case len(rep.Spans) > 0:
-			text += "\nspans (" + cfg.TraceStoreDir + "):\n" + locate.SpanTree(rep.Spans)
-		case rep.TraceID != "" && cfg.TraceStoreDir != "":
-			text += "\nspans: none of trace " + rep.TraceID + " in " + cfg.TraceStoreDir + " (not sampled, or not exported yet: spans are written within about a second)\n"
+			text += "\nspans: " + rep.SpansError + "\n"
+		case len(rep.Spans) == 0 && rep.TraceID != "" && fromJaeger:
+			text += "\nspans: none of trace " + rep.TraceID + " in " + source + " (not sampled, not exported yet, or past Jaeger's retention)\n"
+		case len(rep.Spans) == 0 && rep.TraceID != "" && source != "":
+			text += "\nspans: none of trace " + rep.TraceID + " in " + source + " (not sampled, or not exported yet: spans are written within about a second)\n"
 		}
 		_, err = io.WriteString(stdout, text)
 	}
@@ -131,6 +151,26 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 		return exitCode(1)
 	}
 	return nil
+}
+
+// traceQueryTimeout bounds reading a trace, and the traces it links, from
+// the Jaeger query service: an unreachable one costs locate this much, no more.
+var traceQueryTimeout = 5 * time.Second
+
+// readJaegerTrace reads the request's trace and its linked traces from the
+// Jaeger query service at base, within traceQueryTimeout.
+func readJaegerTrace(ctx context.Context, base, traceID string) ([]telemetry.StoredSpan, error) {
+	ctx, cancel := context.WithTimeout(ctx, traceQueryTimeout)
+	defer cancel()
+	return telemetry.QueryTrace(ctx, nil, base, traceID)
+}
+
+// redactURL is u without its password, for output.
+func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return u
 }
 
 func writeJSONLine(w io.Writer, v any) error {

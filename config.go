@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -63,6 +64,10 @@ type config struct {
 	// TraceStoreDir is the local span store (TRACE_STORE_DIR) that
 	// `locate` reads a request's spans from; SetupTracing writes it.
 	TraceStoreDir string
+	// TraceQueryURL is the Jaeger query service (TRACE_QUERY_URL) that
+	// `locate` reads a request's spans from; it takes precedence over
+	// TraceStoreDir.
+	TraceQueryURL string
 }
 
 // envVars lists the variables config reads: name, default, meaning.
@@ -115,6 +120,7 @@ var envVars = [][3]string{
 	{"CLOSE_AFTER", "30m", "unpaid orders close after this Go duration (database clock)"},
 	{"CLOSER_INTERVAL", "2s", "pause between closer passes"},
 	{"TRACE_STORE_DIR", "", "append every span to JSON-lines files in this directory, for `orderpipe locate` (local runs); empty ⇒ off"},
+	{"TRACE_QUERY_URL", "", "Jaeger query service (e.g. http://jaeger:16686) `orderpipe locate` reads a request's span tree from (GET /api/traces/{id}); takes precedence over TRACE_STORE_DIR; empty ⇒ not read"},
 }
 
 // getenv is the variable's value, else the content of the file that
@@ -201,6 +207,7 @@ func loadConfig() (config, error) {
 		CloseAfter:     durVar("CLOSE_AFTER"),
 		CloserInterval: durVar("CLOSER_INTERVAL"),
 		TraceStoreDir:  getenv("TRACE_STORE_DIR"),
+		TraceQueryURL:  getenv("TRACE_QUERY_URL"),
 	}
 	if g := getenv("GOGC"); g != "off" {
 		if n, err := strconv.Atoi(g); err != nil || n < 0 {
@@ -233,6 +240,9 @@ func loadConfig() (config, error) {
 			errs = append(errs, err.Error())
 		}
 	}
+	if u, err := url.Parse(c.TraceQueryURL); c.TraceQueryURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, "TRACE_QUERY_URL: want the Jaeger query service's http(s) URL, such as http://jaeger:16686")
+	}
 	if c.RedisURL != "" && envSet("REDIS_ADDR") {
 		errs = append(errs, "REDIS_URL and REDIS_ADDR are both set: set one")
 	} else if err := c.redis().Check(); err != nil {
@@ -255,6 +265,7 @@ func registerSecrets(c config) {
 	secret.Register(c.APITokens...)
 	secret.Register(c.redis().Passwords()...)
 	secret.Register(c.kafkaSASLPass)
+	secret.Register(secret.URLPassword(c.TraceQueryURL)...)
 }
 
 // redis is where Redis is and how to log in; every component and command

@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,6 +107,136 @@ func TestLocatePrintsSpanTree(t *testing.T) {
 		if !found {
 			t.Fatalf("span tree lacks %q at depth %d (in order):\n%s", w.name, w.depth, tree)
 		}
+	}
+}
+
+// TestLocatePrintsSpanTreeFromJaeger: with TRACE_QUERY_URL set, `orderpipe
+// locate` reads the request's trace from the Jaeger query API (GET
+// /api/traces/{id}, here an HTTP server answering with the documents Jaeger
+// v2 gives for one order, pkg/telemetry/testdata), then the batch trace its
+// process span links, and prints the same tree as from the local store —
+// ahead of TRACE_STORE_DIR, also set. An unreachable Jaeger is one line of
+// the output ("trace store unreachable: …"); the rest and the exit status
+// stand.
+func TestLocatePrintsSpanTreeFromJaeger(t *testing.T) {
+	const (
+		requestTrace = "0af7651916cd43dd8448eb211c80319c" // the documents' traces
+		batchTrace   = "00c4a9e6f1d2b3a45e6f708192a3b4c5"
+		rid          = "jaeger-1"
+	)
+	docs := map[string][]byte{}
+	for id, name := range map[string]string{requestTrace: "jaeger-trace-request.json", batchTrace: "jaeger-trace-batch.json"} {
+		b, err := os.ReadFile("pkg/telemetry/testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[id] = b
+	}
+	var mu sync.Mutex
+	var asked []string
+	jaeger := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, _ := strings.CutPrefix(r.URL.Path, "/api/traces/")
+		mu.Lock()
+		asked = append(asked, id)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if doc, ok := docs[id]; ok && r.Method == http.MethodGet {
+			_, _ = w.Write(doc)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"data":null,"total":0,"limit":0,"offset":0,"errors":[{"code":404,"msg":"trace not found"}]}`))
+	}))
+	defer jaeger.Close()
+
+	mustRecordSpans(t)
+	p := mustPipeline(t, both, func(c *config) { c.RedriveAfter = time.Hour })
+	p.mustSale(t, 7, 1, map[int64]int64{70: 5})
+	// The caller's traceparent puts the request in the documents' trace.
+	r := p.do(t, http.MethodPost, "/v1/orders", "application/json",
+		orderBody{RequestID: rid, UserID: 1, ActivityID: 7, ItemID: 70, Quantity: 1},
+		"traceparent", "00-"+requestTrace+"-b7ad6b7169203331-01")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("order: %d %v", r.Status, r.Body)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the order UNPAID", func() bool { return mustLocate(t, p, rid).Status == "UNPAID" })
+
+	cfg := p.Cfg
+	cfg.TraceStoreDir = t.TempDir() // empty: TRACE_QUERY_URL wins
+	cfg.TraceQueryURL = jaeger.URL
+	var out bytes.Buffer
+	if err := runLocate(context.Background(), cfg, []string{rid}, &out); err != nil {
+		t.Fatalf("locate: %v", err)
+	}
+	text := out.String()
+	_, tree, ok := strings.Cut(text, "spans ("+jaeger.URL+"):\n")
+	if !ok || strings.Contains(text, cfg.TraceStoreDir) {
+		t.Fatalf("locate printed no span tree from Jaeger:\n%s", text)
+	}
+	want := []struct {
+		name    string
+		depth   int
+		service string
+	}{
+		{"POST /v1/orders", 0, "orderpipe-gateway server"},
+		{"redis evalsha", 1, "orderpipe-gateway client"},
+		{"send orders.requested", 1, "orderpipe-gateway producer"},
+		{"process orders.requested", 2, "orderpipe-worker consumer"},
+		{"process orders.requested batch", 3, "orderpipe-worker consumer"},
+		{"redis evalsha", 4, "orderpipe-worker client"}, // the claim
+		{"BEGIN", 4, "orderpipe-worker client"},
+		{"INSERT", 4, "orderpipe-worker client"},
+		{"UPDATE", 4, "orderpipe-worker client"},
+		{"COMMIT", 4, "orderpipe-worker client"},
+		{"redis evalsha", 4, "orderpipe-worker client"}, // the ack
+	}
+	lines := strings.Split(strings.TrimSpace(tree), "\n")
+	if len(lines) != len(want) {
+		t.Errorf("span tree has %d lines, want %d:\n%s", len(lines), len(want), tree)
+	}
+	for i, w := range want {
+		if i >= len(lines) {
+			break
+		}
+		name, depth, dur := treeLine(lines[i])
+		if name != w.name || depth != w.depth || !strings.Contains(lines[i], "["+w.service+"]") {
+			t.Errorf("line %d: %q, want %q at depth %d [%s]", i, lines[i], w.name, w.depth, w.service)
+		}
+		if _, err := time.ParseDuration(dur); err != nil {
+			t.Errorf("%q has no duration: %v", lines[i], err)
+		}
+	}
+	mu.Lock()
+	if want := []string{requestTrace, batchTrace}; !slices.Equal(asked, want) {
+		t.Errorf("Jaeger was asked for %v, want %v (the request's trace, then the linked batch trace)", asked, want)
+	}
+	mu.Unlock()
+
+	// Jaeger unreachable: the report, its exit status, and one line saying so.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	cfg.TraceQueryURL = gone.URL
+	out.Reset()
+	if err := runLocate(context.Background(), cfg, []string{rid}, &out); err != nil {
+		t.Fatalf("locate with Jaeger unreachable: %v", err)
+	}
+	text = out.String()
+	if !strings.Contains(text, "\nspans: trace store unreachable: ") || !strings.Contains(text, "UNPAID") ||
+		!strings.Contains(text, "trace         "+requestTrace) {
+		t.Errorf("locate with Jaeger unreachable:\n%s", text)
+	}
+	out.Reset()
+	if err := runLocate(context.Background(), cfg, []string{rid, "--json"}, &out); err != nil {
+		t.Fatalf("locate --json with Jaeger unreachable: %v", err)
+	}
+	var rep struct {
+		Status, TraceID, SpansError string
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status != "UNPAID" || rep.TraceID != requestTrace || !strings.HasPrefix(rep.SpansError, "trace store unreachable: ") {
+		t.Errorf("locate --json with Jaeger unreachable: %s", out.Bytes())
 	}
 }
 

@@ -341,6 +341,7 @@ var emptyByDesign = map[string]string{
 	"REDIS_TLS_KEY_FILE":   "mutual TLS only where Redis requires client certificates",
 	"KAFKA_TLS_CA_FILE":    "the system's roots verify the brokers unless a private CA is given",
 	"TRACE_STORE_DIR":      "production exports spans over OTLP to a trace store; the local span files are for make run",
+	"TRACE_QUERY_URL":      "locate reads traces from Jaeger only where one is reachable",
 	"KAFKA_TLS_CERT_FILE":  "mutual TLS only where the brokers require client certificates",
 	"KAFKA_TLS_KEY_FILE":   "mutual TLS only where the brokers require client certificates",
 	"KAFKA_SASL_MECHANISM": "no SASL unless the brokers require it",

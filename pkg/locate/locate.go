@@ -61,9 +61,13 @@ type Report struct {
 	// dedup record still lives); TraceParent the gateway's server span.
 	TraceID     string `json:"traceId,omitempty"`
 	TraceParent string `json:"traceParent,omitempty"`
-	// Spans are the trace's spans from the local span store
+	// Spans are the trace's spans, with the traces it links, from the
+	// Jaeger query service (TRACE_QUERY_URL) or else the local span store
 	// (TRACE_STORE_DIR), when one is configured; SpanTree draws them.
 	Spans []telemetry.StoredSpan `json:"spans,omitempty"`
+	// SpansError says why the spans could not be read ("trace store
+	// unreachable: …"); the rest of the report stands.
+	SpansError string `json:"spansError,omitempty"`
 
 	Timeline      Timeline       `json:"timeline"`
 	Redis         []RedisState   `json:"redis"`
