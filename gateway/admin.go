@@ -156,22 +156,34 @@ func viewOfActivity(a order.Activity) activityView {
 	return v
 }
 
-// preheat loads each item's Postgres stock into Redis unless already loaded.
-func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
+// activityFromPath reads the activity {activityId} names from Postgres, or
+// answers why not (400 bad id, 404 ACTIVITY_NOT_FOUND, 503 UNAVAILABLE).
+func (s *Server) activityFromPath(w http.ResponseWriter, r *http.Request) (order.Activity, bool) {
 	id, apiErr := pathID(r, "activityId")
 	if apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
-		return
+		return order.Activity{}, false
 	}
 	a, err := s.activity(r.Context(), id)
 	if errors.Is(err, order.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "ACTIVITY_NOT_FOUND", "no such activity")
-		return
+		return order.Activity{}, false
 	}
 	if err != nil {
+		s.deps.Log.ErrorContext(r.Context(), "reading activity", "activity_id", id, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return order.Activity{}, false
+	}
+	return a, true
+}
+
+// preheat loads each item's Postgres stock into Redis unless already loaded.
+func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.activityFromPath(w, r)
+	if !ok {
 		return
 	}
+	id := a.ID
 	v := viewOfActivity(a)
 	for i, it := range a.Items {
 		var loaded bool

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -41,21 +40,11 @@ type itemStatus struct {
 // stock - redisStock may differ from inFlight by the orders moving meanwhile.
 // The reconciler is the exact check (it reads under the item's row lock).
 func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
-	id, apiErr := pathID(r, "activityId")
-	if apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+	a, ok := s.activityFromPath(w, r)
+	if !ok {
 		return
 	}
-	a, err := s.activity(r.Context(), id)
-	if errors.Is(err, order.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "ACTIVITY_NOT_FOUND", "no such activity")
-		return
-	}
-	if err != nil {
-		s.deps.Log.Error("reading activity", "activity_id", id, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
-		return
-	}
+	id := a.ID
 	// Redis first: an entry the worker commits after this read is then
 	// counted as sold by the Postgres reads below, not missed by both.
 	snaps := make([]stock.Snapshot, len(a.Items))
@@ -80,7 +69,7 @@ func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
 	}
 	var sales map[int64]order.ItemSales
 	var processed map[string]order.Processed
-	err = s.inPostgres(r.Context(), func(ctx context.Context) error {
+	err := s.inPostgres(r.Context(), func(ctx context.Context) error {
 		var err error
 		if sales, err = s.deps.Orders.SalesOf(ctx, id); err != nil {
 			return err
