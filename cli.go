@@ -90,7 +90,10 @@ migration not applied yet, serialized across processes by an advisory lock.
 
 The embedded Kafka-protocol broker (kfake) alone, on 127.0.0.1:KAFKA_EMBEDDED_PORT,
 with the order and dead-letter topics; with KAFKA_EMBEDDED_DIR it keeps its
-log on disk. For multi-process local runs and the chaos suite. Only in builds
+log on disk. It deletes order events the group KAFKA_GROUP has committed
+beyond KAFKA_EMBEDDED_RETENTION_MB, and dead letters beyond
+KAFKA_EMBEDDED_DLQ_RETENTION_MB; never an event the group has not committed.
+For multi-process local runs and the chaos suite. Only in builds
 with -tags dev (make build-dev, make run): the production build has no
 embedded broker.
 ` + configHint, check: noArgs},

@@ -393,3 +393,14 @@ func TestProductionBuildHasNoEmbeddedBroker(t *testing.T) {
 		}
 	}
 }
+
+// TestProductionBuildHasNoSteppedClock: DEV_CLOCK_OFFSET_FILE (the chaos
+// suite's clock steps) is refused by the production build before anything
+// is touched, rather than ignored.
+func TestProductionBuildHasNoSteppedClock(t *testing.T) {
+	env := append(deadEnds(t), "DEV_CLOCK_OFFSET_FILE="+filepath.Join(t.TempDir(), "clock"))
+	res := runBinary(t, env, "gateway")
+	if res.code != 1 || !strings.Contains(res.stderr, "a stepped clock (DEV_CLOCK_OFFSET_FILE) exists only in development builds") {
+		t.Errorf("orderpipe gateway with DEV_CLOCK_OFFSET_FILE: %s", res)
+	}
+}

@@ -214,7 +214,7 @@ func TestDLQListShowReplay(t *testing.T) {
 			Quantity: 1, ReservedAt: now.UTC().Truncate(time.Microsecond)}
 		value := ev.Marshal()
 		if res, err := p.Stock.Reserve(ctx, stock.Reservation{Item: it, RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID,
-			Quantity: 1, Fingerprint: stock.Fingerprint(ev.UserID, 3, 30, 1), Event: value, Now: now}); err != nil || res.Outcome != stock.Reserved {
+			Quantity: 1, Fingerprint: stock.Fingerprint(ev.UserID, 3, 30, 1), Event: value}); err != nil || res.Outcome != stock.Reserved {
 			t.Fatalf("reserving: %+v %v", res, err)
 		}
 		if err := dw.WriteMessages(ctx, kafka.Message{Key: []byte(ev.Key()), Value: value, Headers: []kafka.Header{

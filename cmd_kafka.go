@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/standin"
@@ -34,17 +35,39 @@ func runKafka(ctx context.Context, log *slog.Logger, cfg config) error {
 		dir = "(in memory)"
 	}
 	log.Info("kafka broker listening", "brokers", strings.Join(brokers, ","), "data_dir", dir,
-		"topics", []string{cfg.KafkaTopic, cfg.KafkaDLQTopic})
+		"topics", []string{cfg.KafkaTopic, cfg.KafkaDLQTopic}, "retention_mib", cfg.KafkaRetainMB, "dlq_retention_mib", cfg.KafkaDLQMB,
+		"guarded_by_group", cfg.KafkaGroup)
 	<-ctx.Done()
 	log.Info("kafka broker stopping")
 	return nil
 }
 
+// retentionInterval is how often the embedded broker deletes what its
+// retention allows: at the ~10k events/s this machine's pipeline takes, a
+// second adds a few MiB.
+const retentionInterval = time.Second
+
 // startBroker starts the embedded kfake broker of `all` and `kafka` on
-// KAFKA_EMBEDDED_PORT, persistent when KAFKA_EMBEDDED_DIR is set.
+// KAFKA_EMBEDDED_PORT, persistent when KAFKA_EMBEDDED_DIR is set. It keeps
+// what the worker group has not committed, and beyond that about
+// KAFKA_EMBEDDED_RETENTION_MB of the order topic and
+// KAFKA_EMBEDDED_DLQ_RETENTION_MB of dead letters (standin.Retention), so a
+// long `make run` stays bounded.
 func startBroker(cfg config) (brokers []string, stop func(), err error) {
 	k, err := standin.StartKafka(standin.KafkaOptions{Port: cfg.KafkaPort, Partitions: cfg.KafkaParts,
-		Topics: []string{cfg.KafkaTopic, cfg.KafkaDLQTopic}, Dir: cfg.KafkaDir})
+		Topics: []string{cfg.KafkaTopic, cfg.KafkaDLQTopic}, Dir: cfg.KafkaDir, AdvertisedPort: cfg.KafkaAdvPort,
+		Retention: standin.Retention{Interval: retentionInterval,
+			Bytes: map[string]int64{cfg.KafkaTopic: int64(cfg.KafkaRetainMB) << 20, cfg.KafkaDLQTopic: int64(cfg.KafkaDLQMB) << 20},
+			Guard: map[string]string{cfg.KafkaTopic: cfg.KafkaGroup}},
+		RetentionErrFunc: func(err error) { slog.Warn("embedded broker: deleting old records", "err", err) },
+		GhostFunc: func(reaped []string, err error) {
+			if len(reaped) > 0 {
+				slog.Warn("embedded broker: removed group members silent past their session timeout", "members", reaped)
+			}
+			if err != nil {
+				slog.Warn("embedded broker: removing silent group members", "err", err)
+			}
+		}})
 	if err != nil {
 		return nil, nil, err
 	}

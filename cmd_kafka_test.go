@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -85,6 +86,117 @@ func consume(ctx context.Context, t *testing.T, brokers []string, topic string, 
 		seen[string(m.Value)] = true
 		if err := r.CommitMessages(ctx, m); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// TestEmbeddedBrokerRetentionWaitsForTheWorkerGroup: the broker of `all` and
+// `kafka` deletes old records on its own (KAFKA_EMBEDDED_RETENTION_MB,
+// KAFKA_EMBEDDED_DLQ_RETENTION_MB), but on the order topic never one the
+// group KAFKA_GROUP has not committed: 3 MiB on a 1 MiB budget, of which the
+// group committed the first 1000 records, is cut at record 1000 exactly (the
+// budget alone would cut near 2000), and the dead-letter topic, which no
+// group guards, is cut to its budget. On disk (KAFKA_EMBEDDED_DIR, as the
+// chaos suite runs it) the cut survives a restart, and the group resumes at
+// its offset and reads every record it had not committed.
+func TestEmbeddedBrokerRetentionWaitsForTheWorkerGroup(t *testing.T) {
+	for _, onDisk := range []bool{false, true} {
+		name := "InMemory"
+		if onDisk {
+			name = "OnDisk"
+		}
+		t.Run(name, func(t *testing.T) { testRetention(t, onDisk) })
+	}
+}
+
+func testRetention(t *testing.T, onDisk bool) {
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.KafkaPort, cfg.KafkaParts, cfg.KafkaGroup = 0, 1, "g"
+	cfg.KafkaRetainMB, cfg.KafkaDLQMB = 1, 1
+	cfg.KafkaTopic, cfg.KafkaDLQTopic = "orders.requested", "orders.requested.dlq"
+	if onDisk {
+		cfg.KafkaDir = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	brokers, stop, err := startBroker(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stop() }()
+	const n, committed = 3000, 1000
+	for _, topic := range []string{cfg.KafkaTopic, cfg.KafkaDLQTopic} {
+		w := event.NewWriter(event.WriterConfig{Brokers: brokers, Topic: topic})
+		w.BatchSize = 10
+		msgs := make([]kafka.Message, n)
+		for i := range msgs {
+			msgs[i] = kafka.Message{Value: fmt.Appendf(make([]byte, 1000), "%d", i)}
+		}
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+	}
+	r := groupReader(brokers, cfg.KafkaTopic)
+	for range committed {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatalf("fetching: %v", err)
+		}
+		if err := r.CommitMessages(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Close()
+	// bounds polls the partition's first and next offset until done says
+	// so, failing after 20 s (the retention runs once a second).
+	bounds := func(topic string, done func(first, next int64) bool) {
+		t.Helper()
+		var first, next int64
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			conn, err := kafka.DialLeader(ctx, "tcp", brokers[0], topic, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, next, err = conn.ReadOffsets()
+			conn.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first > committed && topic == cfg.KafkaTopic {
+				t.Fatalf("%s: records below %d deleted, the group committed only %d", topic, first, committed)
+			}
+			if done(first, next) {
+				return
+			}
+		}
+		t.Fatalf("%s holds [%d, %d) after 20 s", topic, first, next)
+	}
+	bounds(cfg.KafkaTopic, func(first, next int64) bool { return first == committed && next == n })
+	// ~1 KiB a record: a 1 MiB budget keeps about a thousand.
+	bounds(cfg.KafkaDLQTopic, func(first, next int64) bool { return next == n && first > n-1200 && first < n-800 })
+	if !onDisk {
+		return
+	}
+
+	stop()
+	brokers, stop, err = startBroker(cfg) // same dir, another port
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounds(cfg.KafkaTopic, func(first, next int64) bool { return next == n && first <= committed })
+	r = groupReader(brokers, cfg.KafkaTopic)
+	defer r.Close()
+	for want := committed; want < n; want++ {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatalf("fetching record %d after the restart: %v", want, err)
+		}
+		if got := string(bytes.TrimLeft(m.Value, "\x00")); m.Offset != int64(want) || got != fmt.Sprint(want) {
+			t.Fatalf("after the restart the group read offset %d (record %q), want record %d", m.Offset, got, want)
 		}
 	}
 }

@@ -30,7 +30,10 @@ type config struct {
 	RedisPrefix    string
 	KafkaBrokers   []string
 	KafkaPort      int
+	KafkaAdvPort   int
 	KafkaDir       string
+	KafkaRetainMB  int // KAFKA_EMBEDDED_RETENTION_MB
+	KafkaDLQMB     int // KAFKA_EMBEDDED_DLQ_RETENTION_MB
 	KafkaTopic     string
 	KafkaDLQTopic  string
 	KafkaGroup     string
@@ -40,16 +43,19 @@ type config struct {
 	KafkaSecurity  event.Security // KAFKA_TLS*, KAFKA_SASL_*
 	kafkaSASLPass  string         // only for registerSecrets
 	AdminToken     string
+	ClockFile      string // DEV_CLOCK_OFFSET_FILE
 	BatchSize      int
 	BatchWait      time.Duration
 	LagInterval    time.Duration
 	ProduceTimeout time.Duration
+	ReplayWait     time.Duration
 	PprofAddr      string
 	GCPercent      int // GOGC; -1 ⇒ off
 	MetricsAddr    string
 
 	RedriveAfter      time.Duration
 	RedriveInterval   time.Duration
+	MoveInterval      time.Duration
 	ReconcileInterval time.Duration
 
 	UserRPS        float64
@@ -85,7 +91,10 @@ var envVars = [][3]string{
 	{"REDIS_KEY_PREFIX", "", "prefix of every Redis key (isolates tenants/tests)"},
 	{"KAFKA_BROKERS", "", "comma-separated brokers; empty ⇒ `all` starts an embedded broker"},
 	{"KAFKA_EMBEDDED_PORT", "9092", "port of the embedded broker (127.0.0.1)"},
+	{"KAFKA_EMBEDDED_ADVERTISED_PORT", "0", "port on 127.0.0.1 the embedded broker names to clients instead of its own (a proxy in front of it); 0 ⇒ its own"},
 	{"KAFKA_EMBEDDED_DIR", "", "data directory of the embedded broker (messages and group offsets survive a restart); empty ⇒ in memory"},
+	{"KAFKA_EMBEDDED_RETENTION_MB", "16", "the embedded broker keeps about this many MiB of KAFKA_TOPIC's history that KAFKA_GROUP has committed (what the worker has not committed is always kept); 0 ⇒ keep everything"},
+	{"KAFKA_EMBEDDED_DLQ_RETENTION_MB", "64", "the embedded broker keeps about this many MiB of the newest dead letters (KAFKA_DLQ_TOPIC); 0 ⇒ keep every one"},
 	{"KAFKA_TOPIC", event.Topic, "topic of order events"},
 	{"KAFKA_DLQ_TOPIC", event.DLQTopic, "dead-letter topic"},
 	{"KAFKA_GROUP", "orderpipe-worker", "worker consumer group"},
@@ -114,12 +123,15 @@ var envVars = [][3]string{
 	{"BREAKER_OPEN_FOR", "2s", "how long a tripped circuit breaker refuses calls before probing"},
 	{"REDIS_TIMEOUT", "1s", "bound on one Redis call (dial, read, write) and on a reserve call's wait for a pipeline"},
 	{"PRODUCE_TIMEOUT", "3s", "bound on one produce before the reservation is released and 503 answered"},
+	{"REPLAY_WAIT", "2s", "how long (at most PRODUCE_TIMEOUT) a retry waits for its first attempt's event to be acknowledged by Kafka before answering 503 (a retry is shown the orderNo only once it is durable)"},
 	{"REDRIVE_AFTER", "30s", "journal entries older than this that no worker decided are re-published"},
 	{"REDRIVE_INTERVAL", "5s", "pause between redrive passes (one worker replica redrives at a time)"},
 	{"RECONCILE_INTERVAL", "1m", "reconciler loop period (without --once)"},
+	{"MOVE_INTERVAL", "100ms", "pause between the passes of the mover, which moves stock into an empty bucket of a bucketed item (runs with the worker)"},
 	{"CLOSE_AFTER", "30m", "unpaid orders close after this Go duration (database clock)"},
 	{"CLOSER_INTERVAL", "2s", "pause between closer passes"},
 	{"TRACE_STORE_DIR", "", "append every span to JSON-lines files in this directory, for `orderpipe locate` (local runs); empty ⇒ off"},
+	{"DEV_CLOCK_OFFSET_FILE", "", "development builds only (the chaos suite's clock steps): a file holding a duration (-90s, +3h) added to this process's wall clock (reservedAt, order numbers, the sale window, the redrive's ages), re-read every 100 ms; a production build refuses to start with it set"},
 	{"TRACE_QUERY_URL", "", "Jaeger query service (e.g. http://jaeger:16686) `orderpipe locate` reads a request's span tree from (GET /api/traces/{id}); takes precedence over TRACE_STORE_DIR; empty ⇒ not read"},
 }
 
@@ -178,7 +190,10 @@ func loadConfig() (config, error) {
 		RedisPrefix:    getenv("REDIS_KEY_PREFIX"),
 		KafkaBrokers:   event.ParseBrokers(getenv("KAFKA_BROKERS")),
 		KafkaPort:      intVar("KAFKA_EMBEDDED_PORT"),
+		KafkaAdvPort:   intVar("KAFKA_EMBEDDED_ADVERTISED_PORT"),
 		KafkaDir:       getenv("KAFKA_EMBEDDED_DIR"),
+		KafkaRetainMB:  intVar("KAFKA_EMBEDDED_RETENTION_MB"),
+		KafkaDLQMB:     intVar("KAFKA_EMBEDDED_DLQ_RETENTION_MB"),
 		KafkaTopic:     getenv("KAFKA_TOPIC"),
 		KafkaDLQTopic:  getenv("KAFKA_DLQ_TOPIC"),
 		KafkaGroup:     getenv("KAFKA_GROUP"),
@@ -186,16 +201,19 @@ func loadConfig() (config, error) {
 		KafkaRF:        intVar("KAFKA_REPLICATION_FACTOR"),
 		KafkaBatchWait: durVar("KAFKA_BATCH_TIMEOUT"),
 		AdminToken:     getenv("ADMIN_TOKEN"),
+		ClockFile:      getenv("DEV_CLOCK_OFFSET_FILE"),
 		BatchSize:      intVar("WORKER_BATCH_SIZE"),
 		BatchWait:      durVar("WORKER_BATCH_WAIT"),
 		LagInterval:    durVar("WORKER_LAG_INTERVAL"),
 		ProduceTimeout: durVar("PRODUCE_TIMEOUT"),
+		ReplayWait:     durVar("REPLAY_WAIT"),
 		MetricsAddr:    getenv("METRICS_ADDR"),
 		PprofAddr:      getenv("PPROF_ADDR"),
 
 		RedriveAfter:      durVar("REDRIVE_AFTER"),
 		RedriveInterval:   durVar("REDRIVE_INTERVAL"),
 		ReconcileInterval: durVar("RECONCILE_INTERVAL"),
+		MoveInterval:      durVar("MOVE_INTERVAL"),
 
 		UserRPS:        floatVar("RATE_LIMIT_USER_RPS"),
 		UserBurst:      intVar("RATE_LIMIT_USER_BURST"),

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"orderpipe/bench"
 	"orderpipe/closer"
 	"orderpipe/gateway"
+	"orderpipe/pkg/clock"
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
@@ -74,6 +76,22 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	// read, so that one (like the default) is applied here.
 	if _, inEnv := os.LookupEnv("GOGC"); !inEnv {
 		debug.SetGCPercent(cfg.GCPercent)
+	}
+	if cfg.ClockFile != "" {
+		// The chaos suite's clock steps (development builds only).
+		err := clock.Watch(ctx, cfg.ClockFile, 100*time.Millisecond, func(from, to time.Duration, err error) {
+			if err != nil {
+				log.Warn("clock offset file unreadable: keeping the offset", "offset", from.String(), "err", err)
+				return
+			}
+			log.Warn("wall clock stepped", "from_offset", from.String(), "to_offset", to.String())
+		})
+		if err != nil {
+			return err
+		}
+		if off := clock.Offset(); off != 0 {
+			log.Warn("wall clock stepped at start", "offset", off.String())
+		}
 	}
 	switch args[0] {
 	case "all", "gateway", "worker", "closer", "reconciler":
@@ -243,7 +261,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	}
 	defer rdb.Close()
 	telemetry.InstrumentRedis(rdb)
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	if err := waitReachable(ctx, log, "redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
 		return fmt.Errorf("reaching redis at %s: %w", cfg.redis(), err)
 	}
 	metrics := telemetry.NewMetrics()
@@ -281,6 +299,8 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 			worker.RedriveDeps{Orders: orders, Stock: st, Events: events, Locker: lock.New(rdb, cfg.RedisPrefix),
 				Metrics: metrics, Log: log.With("component", "redrive")})
 		start("redrive", rd.Run)
+		mv := worker.NewMover(worker.MoverConfig{Interval: cfg.MoveInterval}, orders, st, log.With("component", "mover"))
+		start("mover", mv.Run)
 	}
 	if comps.closer {
 		c := closer.New(closer.Config{CloseAfter: cfg.CloseAfter, Interval: cfg.CloserInterval},
@@ -291,7 +311,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		writer := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait,
 			Security: cfg.KafkaSecurity})
 		defer writer.Close()
-		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout, ReserveTimeout: cfg.RedisTimeout,
+		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout, ReplayWait: cfg.ReplayWait, ReserveTimeout: cfg.RedisTimeout,
 			AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
 			BreakerOpenFor: cfg.BreakerOpenFor, Topic: cfg.KafkaTopic},
 			gateway.Deps{Stock: st, Orders: orders, Producer: writer, Metrics: metrics, Log: log.With("component", "gateway"),
@@ -335,12 +355,16 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 // a worker or closer needs Postgres for its main job and refuses to start
 // without it (the orchestrator retries).
 func openPool(ctx context.Context, log *slog.Logger, cfg config, comps components) (*pgxpool.Pool, error) {
-	if comps.worker || comps.closer {
-		return database.Open(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
-	}
 	pool, err := database.OpenLazy(ctx, cfg.DatabaseURL, int32(cfg.DBMaxConns))
 	if err != nil {
 		return nil, err
+	}
+	if comps.worker || comps.closer {
+		if err := waitReachable(ctx, log, "postgres", pool.Ping); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("pinging database %s: %w", database.Redact(cfg.DatabaseURL), err)
+		}
+		return pool, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -349,6 +373,48 @@ func openPool(ctx context.Context, log *slog.Logger, cfg config, comps component
 			"database", database.Redact(cfg.DatabaseURL), "err", err)
 	}
 	return pool, nil
+}
+
+// startupWait is how long a starting process waits for a dependency it
+// cannot reach (a network error: refused, reset, timed out): a restart
+// during a blip — a Redis failover, a Postgres restart, a reset link —
+// rides it out instead of exiting. Any other error (a refused password, a
+// bad certificate) ends the start at once.
+const startupWait = 30 * time.Second
+
+// waitReachable pings until it answers, retrying transient errors for up to
+// startupWait (each ping bounded by 5 s).
+func waitReachable(ctx context.Context, log *slog.Logger, what string, ping func(context.Context) error) error {
+	deadline := time.Now().Add(startupWait)
+	backoff := 100 * time.Millisecond
+	for warned := false; ; {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := ping(pctx)
+		cancel()
+		if err == nil || !transient(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		if !warned {
+			log.Warn(what+" unreachable at start: retrying", "for", startupWait, "err", err)
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// transient reports whether err is a network failure that may pass: the
+// connection refused, reset or cut, or no answer in time. A TLS alert, a
+// certificate or a name that does not resolve is not.
+func transient(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, context.DeadlineExceeded)
 }
 
 // readyChecks are what the gateway's /readyz asks: the dependencies of

@@ -16,25 +16,152 @@ import (
 
 // TestReplayWhileProducingIsNeverLost: request A reserves orderNo O and
 // starts its produce; the broker stalls; the client times out and retries
-// as B, which is answered 200 replayed with O. Then A's produce fails. O was
-// shown in a 2xx, so it must not be given back: A's abort leaves it to the
-// redrive, and GET O ends as an order — never a 404, and a later retry
-// still names O.
+// as B. Until O's event is in Kafka it lives in Redis alone, so B must not be
+// shown O (I4: Redis lost at that instant would make the answer a lie): it is
+// answered 503 without an orderNo and reserves nothing. Then either A's
+// produce lands (a retry is shown O) or it fails (O is given back, nobody saw
+// it, and a retry reserves afresh).
 func TestReplayWhileProducingIsNeverLost(t *testing.T) {
-	p := mustPipeline(t, both, func(c *config) {
-		c.ProduceTimeout = 2 * time.Second
-		c.RedriveAfter = time.Second
-		c.RedriveInterval = 200 * time.Millisecond
-	})
+	for _, tc := range []struct {
+		name  string
+		lands bool // whether A's stalled produce lands once resumed
+	}{{"ProduceLands", true}, {"ProduceFails", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPipeline(t, both, func(c *config) {
+				// Well below the producer's 2 s write timeout, so A is
+				// still producing when B gives up; when the produce is to
+				// fail, A gives up (that timeout) while stalled.
+				c.ReplayWait = 200 * time.Millisecond
+				c.RedriveAfter = time.Second
+				c.RedriveInterval = 200 * time.Millisecond
+			})
+			if p.Kafka.Cluster == nil {
+				t.Skip("needs the in-process broker to stall its produce requests")
+			}
+			it := stock.Item{ActivityID: 3, ItemID: 1}
+			p.mustSale(t, 3, 1, map[int64]int64{1: 5})
+			stalled, resume := mustStallProduce(t, p, tc.lands)
+
+			body := orderBody{RequestID: "retried", UserID: 7, ActivityID: 3, ItemID: 1, Quantity: 1}
+			first := make(chan apiResponse, 1)
+			go func() { first <- p.order(t, body) }()
+			<-stalled // A has reserved and its produce is in flight
+			b := p.order(t, body)
+			if b.Status != http.StatusServiceUnavailable || b.Code() != "UNAVAILABLE" || b.Str("orderNo") != "" ||
+				b.Header.Get("Retry-After") == "" {
+				t.Fatalf("retry during the produce: %d %v, want 503 UNAVAILABLE with Retry-After and no orderNo", b.Status, b.Body)
+			}
+			if rs := p.redisStock(t, it); rs != 4 {
+				t.Errorf("redis stock %d after the waiting retry, want 4 (it reserved nothing)", rs)
+			}
+			var a apiResponse
+			if tc.lands {
+				close(resume)
+				a = <-first
+			} else {
+				a = <-first // timed out while stalled
+				close(resume)
+			}
+			if tc.lands {
+				if a.Status != http.StatusAccepted || a.Str("orderNo") == "" {
+					t.Fatalf("first attempt, produce landed: %d %v", a.Status, a.Body)
+				}
+				orderNo := a.Str("orderNo")
+				var r apiResponse
+				// The mark is set just after the 202, or the worker claims it.
+				testenv.WaitFor(t, 20*time.Second, "a retry to be shown "+orderNo, func() bool {
+					r = p.order(t, body)
+					return r.Status != http.StatusServiceUnavailable
+				})
+				if r.Status != http.StatusOK || r.Body["replayed"] != true || r.Str("orderNo") != orderNo {
+					t.Fatalf("retry after the produce landed: %d %v, want 200 replayed %s", r.Status, r.Body, orderNo)
+				}
+				testenv.WaitFor(t, 20*time.Second, "order "+orderNo, func() bool {
+					o, err := p.Orders.GetOrder(t.Context(), orderNo)
+					return err == nil && o.Status == order.StatusUnpaid
+				})
+			} else {
+				if a.Status != http.StatusServiceUnavailable || a.Str("orderNo") != "" {
+					t.Fatalf("first attempt, produce failed: %d %v, want 503 without an orderNo", a.Status, a.Body)
+				}
+				if rs := p.redisStock(t, it); rs != 5 {
+					t.Errorf("redis stock %d after the failed produce, want 5 (given back)", rs)
+				}
+				r := p.order(t, body)
+				if r.Status != http.StatusAccepted || r.Str("orderNo") == "" {
+					t.Fatalf("retry after the failed produce: %d %v, want a new 202", r.Status, r.Body)
+				}
+				orderNo := r.Str("orderNo")
+				testenv.WaitFor(t, 20*time.Second, "order "+orderNo, func() bool {
+					o, err := p.Orders.GetOrder(t.Context(), orderNo)
+					return err == nil && o.Status == order.StatusUnpaid
+				})
+				if again := p.order(t, body); again.Status != http.StatusOK || again.Str("orderNo") != orderNo {
+					t.Errorf("a later retry: %d %v, want 200 %s", again.Status, again.Body, orderNo)
+				}
+			}
+			p.waitDrained(t, it)
+			p.assertInvariants(t, it)
+			if s := p.dbStock(t, it); s.Stock != 4 {
+				t.Errorf("db stock %d, want 4 (one order)", s.Stock)
+			}
+		})
+	}
+}
+
+// TestReplayAfterRedisLossShowsNothingLost: a retry while the first
+// attempt's produce is stalled is answered 503; then Redis loses the sale's
+// keys (restart without persistence, failover to a lagging replica). No 2xx
+// ever named an orderNo that Kafka does not have: the first attempt's
+// produce lands, its orderNo becomes an order, and nothing else was shown.
+func TestReplayAfterRedisLossShowsNothingLost(t *testing.T) {
+	p := mustPipeline(t, both, func(c *config) { c.ReplayWait = 200 * time.Millisecond })
 	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stall its produce requests")
 	}
-	it := stock.Item{ActivityID: 3, ItemID: 1}
-	p.mustSale(t, 3, 1, map[int64]int64{1: 5})
+	p.mustSale(t, 5, 1, map[int64]int64{1: 5})
+	stalled, resume := mustStallProduce(t, p, true)
+	body := orderBody{RequestID: "lost-redis", UserID: 8, ActivityID: 5, ItemID: 1, Quantity: 1}
+	first := make(chan apiResponse, 1)
+	go func() { first <- p.order(t, body) }()
+	<-stalled
+	if b := p.order(t, body); b.Status != http.StatusServiceUnavailable || b.Str("orderNo") != "" {
+		t.Fatalf("retry during the produce: %d %v, want 503 without an orderNo", b.Status, b.Body)
+	}
+	// Redis loses everything of the sale.
+	var keys []string
+	iter := p.Redis.Client.Scan(t.Context(), 0, p.Redis.Prefix+"*", 1000).Iterator()
+	for iter.Next(t.Context()) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil || len(keys) == 0 {
+		t.Fatalf("scanning the sale's keys: %d %v", len(keys), err)
+	}
+	if err := p.Redis.Client.Del(t.Context(), keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	a := <-first
+	if a.Status != http.StatusAccepted || a.Str("orderNo") == "" {
+		t.Fatalf("first attempt: %d %v", a.Status, a.Body)
+	}
+	// Every orderNo a 2xx named (only A's) resolves to an order.
+	testenv.WaitFor(t, 20*time.Second, "order "+a.Str("orderNo"), func() bool {
+		o, err := p.Orders.GetOrder(t.Context(), a.Str("orderNo"))
+		return err == nil && o.Status == order.StatusUnpaid
+	})
+	if g := p.do(t, http.MethodGet, "/v1/orders/"+a.Str("orderNo"), "", nil); g.Status != http.StatusOK {
+		t.Errorf("GET %s: %d %v", a.Str("orderNo"), g.Status, g.Body)
+	}
+}
 
-	// Every produce request stalls until resume is closed, then fails (the
-	// connection is closed): A's produce cannot land.
-	stalled, resume := make(chan struct{}), make(chan struct{})
+// mustStallProduce makes every produce request stall until resume is
+// closed; stalled is closed when the first one arrives. A stalled request
+// then lands if lands, or fails (the broker answers an error) if not; later
+// ones are served normally.
+func mustStallProduce(t *testing.T, p *pipeline, lands bool) (stalled, resume chan struct{}) {
+	t.Helper()
+	stalled, resume = make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	c := p.Kafka.Cluster
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -47,41 +174,12 @@ func TestReplayWhileProducingIsNeverLost(t *testing.T) {
 		c.KeepControl()
 		once.Do(func() { close(stalled) })
 		c.SleepControl(func() { <-resume })
+		if lands {
+			return nil, nil, false
+		}
 		return nil, errors.New("broker was paused"), true
 	})
-
-	body := orderBody{RequestID: "retried", UserID: 7, ActivityID: 3, ItemID: 1, Quantity: 1}
-	first := make(chan apiResponse, 1)
-	go func() { first <- p.order(t, body) }()
-	<-stalled // A has reserved and its produce is in flight
-	b := p.order(t, body)
-	if b.Status != http.StatusOK || b.Body["replayed"] != true || b.Str("orderNo") == "" {
-		t.Fatalf("retry during the produce: %d %v", b.Status, b.Body)
-	}
-	a := <-first // A's produce failed (timeout)
-	close(resume)
-	// A's client may have gone; if it is still there it is told the truth:
-	// the reservation stands (202, same orderNo).
-	if a.Status != http.StatusAccepted || a.Str("orderNo") != b.Str("orderNo") {
-		t.Errorf("first attempt, produce failed after a replay showed its orderNo: %d %v", a.Status, a.Body)
-	}
-	orderNo := b.Str("orderNo")
-	if g := p.do(t, http.MethodGet, "/v1/orders/"+orderNo, "", nil); g.Status != http.StatusOK {
-		t.Errorf("GET %s right after the failed produce: %d %v", orderNo, g.Status, g.Body)
-	}
-	// A later retry still names O.
-	if r := p.order(t, body); r.Str("orderNo") != orderNo {
-		t.Errorf("a later retry: %d %v, want orderNo %s", r.Status, r.Body, orderNo)
-	}
-	testenv.WaitFor(t, 30*time.Second, "the redrive to publish "+orderNo, func() bool {
-		o, err := p.Orders.GetOrder(t.Context(), orderNo)
-		return err == nil && o.Status == order.StatusUnpaid
-	})
-	p.waitDrained(t, it)
-	p.assertInvariants(t, it)
-	if s := p.dbStock(t, it); s.Stock != 4 {
-		t.Errorf("db stock %d, want 4 (one order)", s.Stock)
-	}
+	return stalled, resume
 }
 
 // TestRequestIDReusedForAnotherItem: the same requestId for another item is

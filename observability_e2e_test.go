@@ -366,7 +366,7 @@ func TestLocate(t *testing.T) {
 	ev := event.OrderRequested{RequestID: "loc-pending", OrderNo: "4-40-pending", UserID: 4, ActivityID: 4, ItemID: 40, Quantity: 1,
 		ReservedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	if res, err := p.Stock.Reserve(ctx, stock.Reservation{Item: stock.Item{ActivityID: 4, ItemID: 40}, RequestID: ev.RequestID,
-		OrderNo: ev.OrderNo, UserID: ev.UserID, Quantity: 1, Fingerprint: "fp", Event: ev.Marshal(), Now: time.Now()}); err != nil || res.Outcome != stock.Reserved {
+		OrderNo: ev.OrderNo, UserID: ev.UserID, Quantity: 1, Fingerprint: "fp", Event: ev.Marshal()}); err != nil || res.Outcome != stock.Reserved {
 		t.Fatalf("reserve: %+v %v", res, err)
 	}
 

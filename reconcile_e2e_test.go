@@ -82,7 +82,7 @@ func TestRedriveStrandedReservation(t *testing.T) {
 		Quantity: 2, ReservedAt: now.UTC().Truncate(time.Microsecond)}
 	msg := event.Message(context.Background(), ev)
 	res, err := p.Stock.Reserve(context.Background(), stock.Reservation{Item: it, RequestID: ev.RequestID, OrderNo: ev.OrderNo,
-		UserID: ev.UserID, Quantity: ev.Quantity, Fingerprint: "fp", Event: msg.Value, Now: now})
+		UserID: ev.UserID, Quantity: ev.Quantity, Fingerprint: "fp", Event: msg.Value})
 	if err != nil || res.Outcome != stock.Reserved {
 		t.Fatalf("reserve: %v %v", res.Outcome, err)
 	}
@@ -240,8 +240,10 @@ func TestReconcilerRedisLoss(t *testing.T) {
 	if err := p.Redis.Client.Del(ctx, lost...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if r := buy("during-loss", 50); r.Status != http.StatusNotFound {
-		t.Errorf("order while the sale is lost: %d %v; want 404 NOT_ON_SALE", r.Status, r.Body)
+	// The sale is preheated and on in Postgres: the gateway fails closed
+	// (503, retry) rather than telling the client it is not on sale.
+	if r := buy("during-loss", 50); r.Status != http.StatusServiceUnavailable || r.Code() != "UNAVAILABLE" {
+		t.Errorf("order while the sale is lost: %d %v; want 503 UNAVAILABLE", r.Status, r.Body)
 	}
 	code, _, r := p.reconcileJSON(t, it, "--once")
 	if code != 1 || r.StockKey != "missing" || r.Sale != "missing" || r.ExpectedRedisStock != 10 {
@@ -432,4 +434,38 @@ func TestReconcilerLoopDuringRace(t *testing.T) {
 		t.Errorf("after the race: exit %d\n%s", code, out)
 	}
 	p.assertInvariants(t, it)
+}
+
+// TestReconcilerFixAfterRedisLostTheFence: a Redis restart without
+// persistence loses the fix lock's fencing counter too, while Postgres keeps
+// the newest token it saw. The next fix must still repair (its token starts
+// above the recorded one), or the sale would never come back.
+func TestReconcilerFixAfterRedisLostTheFence(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true}, nil)
+	it := stock.Item{ActivityID: 4, ItemID: 1}
+	p.mustSale(t, 4, 1, map[int64]int64{1: 10})
+	ctx := context.Background()
+	for i := range 2 { // two drifted fixes: Postgres records token 2
+		if err := p.Redis.Client.Set(ctx, p.Stock.Keys(it).Stock, 3+i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
+			t.Fatalf("fix %d: exit %d\n%s", i+1, code, out)
+		}
+	}
+	if n := p.count(t, `SELECT token FROM lock_fences WHERE name = '`+reconciler.FixLockName+`'`); n < 2 {
+		t.Fatalf("recorded fence %d, want at least 2", n)
+	}
+
+	// The restart: every key is gone, the fencing counter with them.
+	testenv.DeleteKeys(ctx, p.Redis.Client, p.Redis.Prefix)
+	if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
+		t.Fatalf("fix after Redis lost everything: exit %d\n%s", code, out)
+	}
+	if got := p.redisStock(t, it); got != 10 {
+		t.Errorf("redis stock after the fix %d, want 10", got)
+	}
+	if code, out := p.reconcile(t, "--once"); code != 0 {
+		t.Errorf("after the fix: exit %d\n%s", code, out)
+	}
 }

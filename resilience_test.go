@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -313,5 +316,71 @@ func TestHungRedisAnswers503InTime(t *testing.T) {
 	if left, _ := p.Redis.Client.Get(ctx, k.Stock).Int64(); left != 10 ||
 		p.Redis.Client.Exists(ctx, k.Limit(7), k.Req("hung-1")).Val() != 0 || p.Redis.Client.HLen(ctx, k.Journal).Val() != 0 {
 		t.Errorf("a hung Redis left a reservation: stock %d", left)
+	}
+}
+
+// TestStartRidesOutUnreachableStores: a closer started while Postgres and
+// Redis refuse connections (a restart or failover under way) waits for them
+// instead of exiting, serves once they are back, and stops cleanly.
+func TestStartRidesOutUnreachableStores(t *testing.T) {
+	db := testenv.MustDatabase(t)
+	rd := testenv.MustRedis(t)
+	pgURL, err := url.Parse(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgProxy := testenv.MustProxy(t, pgURL.Host)
+	redisProxy := testenv.MustProxy(t, testenv.RedisAddr())
+	pgProxy.Down()
+	redisProxy.Down()
+	pgURL.Host = pgProxy.Addr
+	metrics := freeAddr(t)
+
+	var out bytes.Buffer
+	cmd := exec.Command(mustBinary(t), "closer")
+	cmd.Env = cleanEnv("DATABASE_URL="+pgURL.String(), "REDIS_ADDR="+redisProxy.Addr, "REDIS_KEY_PREFIX="+rd.Prefix,
+		"METRICS_ADDR="+metrics)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck // gone already unless the test failed
+
+	select {
+	case err := <-done:
+		t.Fatalf("closer exited while Postgres and Redis were unreachable: %v\n%s", err, out.String())
+	case <-time.After(1500 * time.Millisecond):
+	}
+	pgProxy.Up(t)
+	select {
+	case err := <-done:
+		t.Fatalf("closer exited while Redis was unreachable: %v\n%s", err, out.String())
+	case <-time.After(1500 * time.Millisecond):
+	}
+	redisProxy.Up(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := http.Get("http://" + metrics + "/healthz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("closer not serving 20 s after its stores came back: %v\n%s", err, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	if err := <-done; err != nil {
+		t.Errorf("closer after SIGTERM: %v\n%s", err, out.String())
+	}
+	for _, what := range []string{"postgres unreachable at start: retrying", "redis unreachable at start: retrying"} {
+		if !strings.Contains(out.String(), what) {
+			t.Errorf("log does not say %q:\n%s", what, out.String())
+		}
 	}
 }

@@ -233,7 +233,7 @@ func TestKafkaOverSASLSSL(t *testing.T) {
 		ev := event.OrderRequested{RequestID: "tls-stranded", OrderNo: "3-4-tlsstranded", UserID: 2, ActivityID: 3, ItemID: 4,
 			Quantity: 1, ReservedAt: time.Now().Add(-time.Minute).UTC()}
 		if res, err := p.Stock.Reserve(ctx, stock.Reservation{Item: it, RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: 2,
-			Quantity: 1, Fingerprint: "fp", Event: ev.Marshal(), Now: time.Now()}); err != nil || res.Outcome != stock.Reserved {
+			Quantity: 1, Fingerprint: "fp", Event: ev.Marshal()}); err != nil || res.Outcome != stock.Reserved {
 			t.Fatalf("reserving: %v %v", res.Outcome, err)
 		}
 		unpaid(ev.OrderNo)

@@ -20,6 +20,16 @@ type auditor struct {
 	prefix     string
 	activityID int64
 	items      []int64
+	buckets    int // stock buckets of each item (0 or 1: one)
+}
+
+// bucketsOf lists the Redis buckets of an item.
+func (a *auditor) bucketsOf(id int64) []stock.Item {
+	out := make([]stock.Item, max(a.buckets, 1))
+	for b := range out {
+		out[b] = stock.Item{ActivityID: a.activityID, ItemID: id, Bucket: b}
+	}
+	return out
 }
 
 // drainState is what is still in flight for the activity.
@@ -33,9 +43,11 @@ func (a *auditor) drainState(ctx context.Context) (drainState, error) {
 	var d drainState
 	st := stock.New(a.rdb, a.prefix)
 	pipe := a.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(a.items))
-	for i, id := range a.items {
-		cmds[i] = pipe.HLen(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: id}).Journal)
+	var cmds []*redis.IntCmd
+	for _, id := range a.items {
+		for _, it := range a.bucketsOf(id) {
+			cmds = append(cmds, pipe.HLen(ctx, st.Keys(it).Journal))
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return d, fmt.Errorf("reading journals: %w", err)
@@ -95,6 +107,9 @@ type ItemAudit struct {
 	LiveUnits    int64 `json:"liveUnits"`
 	LimitMarkers int64 `json:"limitMarkers"`
 	Journal      int64 `json:"journal"`
+	// BucketStocks is each bucket's final Redis stock (bucketed items only):
+	// units left in one bucket while another is empty were stranded.
+	BucketStocks []int64 `json:"bucketStocks,omitempty"`
 }
 
 // Audit is what the bench found in Postgres and Redis.
@@ -247,17 +262,10 @@ func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance, users m
 				au.DuplicateUsers++
 			}
 		}
-		keys := st.Keys(it)
-		if n, err := a.rdb.Get(ctx, keys.Stock).Int64(); err == nil {
-			ia.RedisStock = n
-			au.OversoldUnits += max(0, -n)
-		} else if !errors.Is(err, redis.Nil) {
-			return au, fmt.Errorf("reading redis stock of item %d: %w", id, err)
+		if err := a.redisState(ctx, st, it, &ia, &au); err != nil {
+			return au, err
 		}
-		if ia.Journal, err = a.rdb.HLen(ctx, keys.Journal).Result(); err != nil {
-			return au, fmt.Errorf("reading journal of item %d: %w", id, err)
-		}
-		markers, err := a.markers(ctx, keys, users[id])
+		markers, err := a.markersOf(ctx, st, id, users[id])
 		if err != nil {
 			return au, err
 		}
@@ -304,4 +312,81 @@ func (a *auditor) markers(ctx context.Context, keys stock.Keys, users []int64) (
 		}
 	}
 	return out, nil
+}
+
+// markersOf reads the limit markers of the given users on one item, each in
+// the user's bucket.
+func (a *auditor) markersOf(ctx context.Context, st *stock.Store, id int64, users []int64) (map[int64]string, error) {
+	if a.buckets <= 1 {
+		return a.markers(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: id}), users)
+	}
+	per := make([][]int64, a.buckets)
+	for _, u := range users {
+		b := stock.BucketOf(u, a.buckets)
+		per[b] = append(per[b], u)
+	}
+	out := map[int64]string{}
+	for b, it := range a.bucketsOf(id) {
+		m, err := a.markers(ctx, st.Keys(it), per[b])
+		if err != nil {
+			return nil, err
+		}
+		for u, rid := range m {
+			out[u] = rid
+		}
+	}
+	return out, nil
+}
+
+// redisState fills an item's Redis stock and journal entries; for a
+// bucketed item the stock (Σ over its buckets, plus
+// the units a mover has taken and not yet given) and journal entries; a
+// bucket below zero is oversold.
+func (a *auditor) redisState(ctx context.Context, st *stock.Store, base stock.Item, ia *ItemAudit, au *Audit) error {
+	id := base.ItemID
+	if a.buckets <= 1 {
+		keys := st.Keys(base)
+		if n, err := a.rdb.Get(ctx, keys.Stock).Int64(); err == nil {
+			ia.RedisStock = n
+			au.OversoldUnits += max(0, -n)
+		} else if !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("reading redis stock of item %d: %w", id, err)
+		}
+		var err error
+		if ia.Journal, err = a.rdb.HLen(ctx, keys.Journal).Result(); err != nil {
+			return fmt.Errorf("reading journal of item %d: %w", id, err)
+		}
+		return nil
+	}
+	stocks, err := st.BucketStocks(ctx, base, a.buckets)
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, n := range stocks {
+		if n == nil {
+			return nil // RedisStock stays -1: missing
+		}
+		ia.BucketStocks = append(ia.BucketStocks, *n)
+		total += *n
+		au.OversoldUnits += max(0, -*n)
+	}
+	transfers, err := st.Transfers(ctx, base, a.buckets)
+	if err != nil {
+		return err
+	}
+	for _, t := range transfers {
+		if !t.Given {
+			total += t.Units
+		}
+	}
+	ia.RedisStock = total
+	for _, it := range a.bucketsOf(id) {
+		n, err := a.rdb.HLen(ctx, st.Keys(it).Journal).Result()
+		if err != nil {
+			return fmt.Errorf("reading journal of item %d: %w", id, err)
+		}
+		ia.Journal += n
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/stock"
 )
 
 // Exit codes of Main.
@@ -57,10 +58,17 @@ type Config struct {
 	Items       int     // items on sale: 1 is the hot-item case
 	Stock       int64   // units per item
 	Quantity    int     // units per order
+	Buckets     int     // stock buckets per item (0 or 1: one)
 	RetryShare  float64 // share of requests that are client retries (same requestId, same payload)
 	RepeatShare float64 // share of requests that are the same user again (new requestId)
 	ActivityID  int64   // 0 ⇒ derived from the clock, so each run has its own sale
 	Seed        int64   // workload seed; 0 ⇒ from the clock
+	// Rate > 0 is the open loop: request i is sent at start + i/Rate over
+	// at most Concurrency connections, and its latency runs from then.
+	Rate float64
+	// FloorURL, with Rate, is a trivial handler (--serve-floor) measured
+	// first at the same rate with the same requests, as the floor.
+	FloorURL string
 
 	Timeout      time.Duration // per HTTP request
 	WaitReady    time.Duration // how long to wait for /readyz before starting
@@ -108,6 +116,12 @@ func (c Config) validate() error {
 	if c.RetryShare < 0 || c.RepeatShare < 0 || c.RetryShare+c.RepeatShare > 1 {
 		errs = append(errs, "--retry-share and --repeat-share must be ≥ 0 and add up to at most 1")
 	}
+	if c.Rate < 0 {
+		errs = append(errs, "--rate must not be negative (0: closed loop)")
+	}
+	if c.FloorURL != "" && c.Rate <= 0 {
+		errs = append(errs, "--floor-url needs --rate")
+	}
 	if c.Quantity > 100 {
 		errs = append(errs, "--quantity must be between 1 and 100")
 	}
@@ -128,6 +142,13 @@ REDIS_KEY_PREFIX like the server. A line of progress per second
 goes to stderr; the report to stdout. Exit 0 all invariants hold, 1 one
 failed, 2 could not run.
 
+With --rate R it is an open loop: request i is sent at start + i/R whatever
+the answers do (over at most -c connections; a request that finds them all
+busy waits and is counted late), and its latency runs from that intended
+time, so a stall is charged to every request due meanwhile. With --floor-url
+it first sends the same requests at the same rate to a trivial handler
+(--serve-floor ADDR serves one) and prints both side by side.
+
 With --purge-keys it deletes every Redis key under REDIS_KEY_PREFIX (which
 must not be empty) and exits: how make bench cleans up its throwaway pipeline.
 
@@ -144,6 +165,7 @@ type modes struct {
 	jsonOut    *string
 	strategies *bool
 	purge      *bool
+	floor      *string
 }
 
 // flagSet defines every flag of `orderpipe bench` on a fresh set, writing
@@ -153,11 +175,12 @@ func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&cfg.URL, "url", defaultURL(env.HTTPAddr), "gateway base URL (default from HTTP_ADDR)")
 	fs.StringVar(&cfg.WorkerMetrics, "worker-metrics", "", "the worker's /metrics URL, for the consumer lag (default: the gateway's, as in `orderpipe all`)")
-	fs.IntVar(&cfg.Concurrency, "c", 50, "concurrency: requests in flight at once")
+	fs.IntVar(&cfg.Concurrency, "c", 50, "concurrency: requests in flight at once (with --rate: the most connections)")
 	fs.IntVar(&cfg.Requests, "n", 2000, "requests in all (retries and repeats included)")
 	fs.IntVar(&cfg.Items, "items", 1, "items on sale (1 = one hot item)")
 	fs.Int64Var(&cfg.Stock, "stock", 500, "units per item")
 	fs.IntVar(&cfg.Quantity, "quantity", 1, "units per order")
+	fs.IntVar(&cfg.Buckets, "buckets", 1, "stock buckets per item (bucketed stock: docs/capacity.md)")
 	fs.Float64Var(&cfg.RetryShare, "retry-share", 0.10, "share of requests that are client retries reusing a requestId")
 	fs.Float64Var(&cfg.RepeatShare, "repeat-share", 0.05, "share of requests that repeat an earlier user with a new requestId")
 	fs.Int64Var(&cfg.ActivityID, "activity", 0, "activity id to create (default: from the clock)")
@@ -165,10 +188,13 @@ func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.DurationVar(&cfg.WaitReady, "wait-ready", 10*time.Second, "wait this long for /readyz before starting")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", time.Minute, "how long the pipeline may take to drain")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: send at this constant rate (req/s), each request at its intended time, latency measured from it (0: closed loop of -c workers)")
+	fs.StringVar(&cfg.FloorURL, "floor-url", "", "with --rate: first measure the trivial handler at this base URL (see --serve-floor) at the same rate, as the floor")
 	var m modes
 	m.jsonOut = fs.String("json-out", "", "also write the report as JSON to this file")
 	m.strategies = fs.Bool("redis-strategies", false, "race naive / lock / reserve script directly on Redis")
 	m.purge = fs.Bool("purge-keys", false, "delete every Redis key under REDIS_KEY_PREFIX and exit (refuses an empty prefix)")
+	m.floor = fs.String("serve-floor", "", "serve the trivial handler (POST /v1/orders → a fixed JSON 202) on this address until interrupted, for --floor-url")
 	return fs, m
 }
 
@@ -219,12 +245,20 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 	}
 	// Flags are checked as given: a zero or negative value is a mistake to
 	// report, not something for defaults() to paper over.
-	if err := checkFlags(cfg); err != nil && !*purge {
+	if err := checkFlags(cfg); err != nil && !*purge && *m.floor == "" {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		fs.Usage()
 		return ExitError
 	}
 
+	if *m.floor != "" {
+		err := ServeFloor(ctx, *m.floor, func(a net.Addr) { fmt.Fprintf(stderr, "bench: trivial handler on %s\n", a) })
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return ExitError
+		}
+		return ExitOK
+	}
 	if *purge {
 		n, err := PurgeKeys(ctx, cfg.Redis, cfg.RedisPrefix)
 		if err != nil {
@@ -277,6 +311,9 @@ func checkFlags(c Config) error {
 	}
 	if c.Quantity < 1 {
 		errs = append(errs, "--quantity must be between 1 and 100")
+	}
+	if c.Buckets < 1 || c.Buckets > stock.MaxBuckets {
+		errs = append(errs, fmt.Sprintf("--buckets must be between 1 and %d", stock.MaxBuckets))
 	}
 	if c.ActivityID < 0 {
 		errs = append(errs, "--activity must be positive (or 0 for one from the clock)")

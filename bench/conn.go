@@ -62,13 +62,8 @@ func (s *sender) send(ctx context.Context, body []byte) (int, []byte) {
 	if s.client != nil {
 		return sendClient(ctx, s.client, s.url, body)
 	}
-	if s.conn == nil {
-		c, err := (&net.Dialer{Timeout: s.timeout}).DialContext(ctx, "tcp", s.addr)
-		if err != nil {
-			return 0, nil
-		}
-		s.conn, s.br = c, bufio.NewReaderSize(c, 4096)
-		s.unwatch = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	if s.dial(ctx) != nil {
+		return 0, nil
 	}
 	s.buf = append(s.buf[:0], s.head...)
 	s.buf = strconv.AppendInt(s.buf, int64(len(body)), 10)
@@ -92,6 +87,21 @@ func (s *sender) send(ctx context.Context, body []byte) (int, []byte) {
 		s.close()
 	}
 	return status, body
+}
+
+// dial opens the sender's connection unless it is open (or the URL is
+// https, whose connections http.Client keeps).
+func (s *sender) dial(ctx context.Context) error {
+	if s.client != nil || s.conn != nil {
+		return nil
+	}
+	c, err := (&net.Dialer{Timeout: s.timeout}).DialContext(ctx, "tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	s.conn, s.br = c, bufio.NewReaderSize(c, 4096)
+	s.unwatch = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	return nil
 }
 
 // readResponse reads one HTTP/1.1 response: the status line, the headers

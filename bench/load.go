@@ -62,10 +62,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	go func() { defer close(scrDone); scr.run(scrCtx, 100*time.Millisecond) }()
 	defer func() { stopScraper(); <-scrDone }()
 
-	a := &auditor{pool: pool, rdb: rdb, prefix: cfg.RedisPrefix, activityID: cfg.ActivityID, items: items}
+	a := &auditor{pool: pool, rdb: rdb, prefix: cfg.RedisPrefix, activityID: cfg.ActivityID, items: items, buckets: cfg.Buckets}
 	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
 		cfg.ActivityID, cfg.Items, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.URL, cfg.Seed)
-	answers, loadTime, lastAccept, err := drive(ctx, client, cfg, work, scr)
+	var floor *Arrival
+	if cfg.Rate > 0 && cfg.FloorURL != "" {
+		if floor, err = measureFloor(ctx, client, cfg, work); err != nil {
+			return nil, err
+		}
+	}
+	answers, loadTime, lastAccept, open, err := drive(ctx, client, cfg, work, scr)
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +90,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := newReport(cfg, work, answers, loadTime, audit)
+	if cfg.Rate > 0 {
+		rep.OpenLoop = newOpenLoop(cfg, newArrival(cfg.URL, answers, open), floor)
+	}
 	rep.DrainMs, rep.DrainAfterLastAcceptMs = ms(drainedAt.Sub(loadEnd)), ms(drainedAt.Sub(lastAccept))
 	if drainErr != nil {
 		rep.DrainError = drainErr.Error()
@@ -148,8 +157,9 @@ func waitReady(ctx context.Context, client *http.Client, base string, within tim
 // one unit per user) and preheats it.
 func createSale(ctx context.Context, client *http.Client, cfg Config, items []int64) error {
 	type item struct {
-		ItemID int64 `json:"itemId"`
-		Stock  int64 `json:"stock"`
+		ItemID  int64 `json:"itemId"`
+		Stock   int64 `json:"stock"`
+		Buckets int   `json:"buckets,omitempty"`
 	}
 	body := struct {
 		Name         string    `json:"name"`
@@ -160,7 +170,7 @@ func createSale(ctx context.Context, client *http.Client, cfg Config, items []in
 	}{Name: fmt.Sprintf("bench %d", cfg.ActivityID), StartsAt: time.Now().Add(-time.Minute).UTC(),
 		EndsAt: time.Now().Add(time.Hour).UTC(), PerUserLimit: cfg.Quantity}
 	for _, id := range items {
-		body.Items = append(body.Items, item{id, cfg.Stock})
+		body.Items = append(body.Items, item{id, cfg.Stock, cfg.Buckets})
 	}
 	raw, _ := json.Marshal(body)
 	path := fmt.Sprintf("%s/admin/v1/activities/%d", cfg.URL, cfg.ActivityID)
@@ -273,21 +283,33 @@ type answer struct {
 // counters are the live totals the progress line shows.
 type counters struct {
 	done, accepted, replayed, rejected, failed atomic.Int64
+	lastAccept                                 atomic.Int64 // unix ns of the last 202
 }
 
-// drive sends the planned requests from cfg.Concurrency goroutines and
-// returns each answer (by plan index), the wall time of the load and when
-// the last 202 arrived (zero if none did).
-func drive(ctx context.Context, client *http.Client, cfg Config, work []request, scr *scraper) ([]answer, time.Duration, time.Time, error) {
-	senders := make([]*sender, cfg.Concurrency)
-	for i := range senders {
-		var err error
-		if senders[i], err = newSender(client, cfg.URL, cfg.Timeout); err != nil {
-			return nil, 0, time.Time{}, err
+// count adds one answer to the totals.
+func (cnt *counters) count(a answer) {
+	cnt.done.Add(1)
+	switch {
+	case a.status == http.StatusAccepted:
+		cnt.accepted.Add(1)
+		now := time.Now().UnixNano()
+		for last := cnt.lastAccept.Load(); now > last && !cnt.lastAccept.CompareAndSwap(last, now); last = cnt.lastAccept.Load() {
 		}
+	case a.status == http.StatusOK:
+		cnt.replayed.Add(1)
+	case a.status == 0:
+		cnt.failed.Add(1)
+	default:
+		cnt.rejected.Add(1)
 	}
-	answers := make([]answer, len(work))
-	var next, lastAccept atomic.Int64
+}
+
+// drive sends the planned requests to the gateway, in a closed loop from
+// cfg.Concurrency goroutines or, with cfg.Rate, on an open-loop schedule
+// (driveOpen), and returns each answer (by plan index), the wall time of the
+// load, when the last 202 arrived (zero if none did) and the open loop's
+// figures (zero in a closed loop).
+func drive(ctx context.Context, client *http.Client, cfg Config, work []request, scr *scraper) ([]answer, time.Duration, time.Time, openStats, error) {
 	var cnt counters
 	stop := make(chan struct{})
 	progDone := make(chan struct{})
@@ -296,6 +318,39 @@ func drive(ctx context.Context, client *http.Client, cfg Config, work []request,
 		defer close(progDone)
 		progress(cfg.Progress, start, len(work), &cnt, scr, stop)
 	}()
+	var answers []answer
+	var st openStats
+	var err error
+	if cfg.Rate > 0 {
+		answers, st, err = driveOpen(ctx, client, cfg.URL, cfg, work, cnt.count)
+	} else {
+		answers, err = driveClosed(ctx, client, cfg, work, &cnt)
+	}
+	elapsed := time.Since(start)
+	close(stop)
+	<-progDone
+	if err != nil {
+		return nil, 0, time.Time{}, st, err
+	}
+	var last time.Time
+	if n := cnt.lastAccept.Load(); n > 0 {
+		last = time.Unix(0, n)
+	}
+	return answers, elapsed, last, st, nil
+}
+
+// driveClosed sends the planned requests from cfg.Concurrency goroutines,
+// each waiting for its answer before it sends the next.
+func driveClosed(ctx context.Context, client *http.Client, cfg Config, work []request, cnt *counters) ([]answer, error) {
+	senders := make([]*sender, cfg.Concurrency)
+	for i := range senders {
+		var err error
+		if senders[i], err = newSender(client, cfg.URL, cfg.Timeout); err != nil {
+			return nil, err
+		}
+	}
+	answers := make([]answer, len(work))
+	var next atomic.Int64
 	var wg sync.WaitGroup
 	for _, snd := range senders {
 		wg.Go(func() {
@@ -308,32 +363,12 @@ func drive(ctx context.Context, client *http.Client, cfg Config, work []request,
 				t0 := time.Now()
 				status, raw := snd.send(ctx, work[i].body)
 				answers[i] = answerOf(status, raw, time.Since(t0))
-				cnt.done.Add(1)
-				switch a := answers[i]; {
-				case a.status == http.StatusAccepted:
-					cnt.accepted.Add(1)
-					now := time.Now().UnixNano()
-					for last := lastAccept.Load(); now > last && !lastAccept.CompareAndSwap(last, now); last = lastAccept.Load() {
-					}
-				case a.status == http.StatusOK:
-					cnt.replayed.Add(1)
-				case a.status == 0:
-					cnt.failed.Add(1)
-				default:
-					cnt.rejected.Add(1)
-				}
+				cnt.count(answers[i])
 			}
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	close(stop)
-	<-progDone
-	var last time.Time
-	if n := lastAccept.Load(); n > 0 {
-		last = time.Unix(0, n)
-	}
-	return answers, elapsed, last, nil
+	return answers, nil
 }
 
 func progress(w io.Writer, start time.Time, total int, cnt *counters, scr *scraper, stop <-chan struct{}) {

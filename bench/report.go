@@ -22,9 +22,11 @@ type Scenario struct {
 	Items       int     `json:"items"`
 	Stock       int64   `json:"stockPerItem"`
 	Quantity    int     `json:"quantity"`
+	Buckets     int     `json:"buckets,omitempty"` // stock buckets per item (bucketed stock)
 	RetryShare  float64 `json:"retryShare"`
 	RepeatShare float64 `json:"repeatShare"`
 	Seed        int64   `json:"seed"`
+	Rate        float64 `json:"rate,omitempty"` // open loop: req/s scheduled
 }
 
 // Latency percentiles, in milliseconds, measured at the client per request.
@@ -32,8 +34,25 @@ type Latency struct {
 	P50  float64 `json:"p50"`
 	P95  float64 `json:"p95"`
 	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
 	Max  float64 `json:"max"`
 	Mean float64 `json:"mean"`
+}
+
+// latencyOf is the percentiles of lat, exact (nearest rank over every
+// latency); it sorts lat.
+func latencyOf(lat []time.Duration) Latency {
+	n := len(lat)
+	if n == 0 {
+		return Latency{}
+	}
+	slices.Sort(lat)
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	return Latency{P50: ms(pct(lat, .50)), P95: ms(pct(lat, .95)), P99: ms(pct(lat, .99)), P999: ms(pct(lat, .999)),
+		Max: ms(lat[n-1]), Mean: ms(sum / time.Duration(n))}
 }
 
 // Check is one invariant's verdict.
@@ -86,6 +105,9 @@ type Report struct {
 	PeakRSSBytes             float64 `json:"peakRssBytes"` // of the process serving the gateway's /metrics; -1: not readable
 	RSSBytes                 float64 `json:"rssBytes"`
 
+	// OpenLoop is the open-loop run's figures (--rate), nil in a closed loop.
+	OpenLoop *OpenLoop `json:"openLoop,omitempty"`
+
 	Checks []Check `json:"checks"`
 	OK     bool    `json:"ok"`
 }
@@ -93,11 +115,11 @@ type Report struct {
 func newReport(cfg Config, work []request, answers []answer, load time.Duration, au Audit) *Report {
 	r := &Report{
 		Scenario: Scenario{URL: cfg.URL, ActivityID: cfg.ActivityID, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
-			Items: cfg.Items, Stock: cfg.Stock, Quantity: cfg.Quantity, RetryShare: cfg.RetryShare, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed},
+			Items: cfg.Items, Stock: cfg.Stock, Quantity: cfg.Quantity, Buckets: cfg.Buckets, RetryShare: cfg.RetryShare, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed,
+			Rate: cfg.Rate},
 		Requests: len(work), RejectedByCode: map[string]int{}, Audit: au, LoadMs: ms(load),
 	}
 	lat := make([]time.Duration, 0, len(answers))
-	var sum time.Duration
 	for i, a := range answers {
 		switch work[i].kind {
 		case fresh:
@@ -122,7 +144,6 @@ func newReport(cfg Config, work []request, answers []answer, load time.Duration,
 			r.RejectedByCode[code]++
 		}
 		lat = append(lat, a.latency)
-		sum += a.latency
 	}
 	acc := accepted(work, answers)
 	r.AcceptedRequests = len(acc)
@@ -134,11 +155,7 @@ func newReport(cfg Config, work []request, answers []answer, load time.Duration,
 			r.ReplayMismatch++
 		}
 	}
-	slices.Sort(lat)
-	if n := len(lat); n > 0 {
-		r.Latency = Latency{P50: ms(pct(lat, .50)), P95: ms(pct(lat, .95)), P99: ms(pct(lat, .99)), Max: ms(lat[n-1]),
-			Mean: ms(sum / time.Duration(n))}
-	}
+	r.Latency = latencyOf(lat)
 	if load > 0 {
 		r.ReqPerSec = float64(len(work)) / load.Seconds()
 	}
@@ -254,11 +271,23 @@ func (r *Report) WriteText(w io.Writer) {
 	row("orders in DB (live)", "%d  %s", r.OrdersInDB, countList(r.Audit.OrdersByStatus))
 	row("rejected in DB", "%s", countList(r.Audit.RejectedInDB))
 	row("final stock DB / Redis", "%d / %d", r.FinalDBStock, r.FinalRedisStock)
+	if s.Buckets > 1 {
+		var per []string
+		for _, it := range r.Audit.Items {
+			per = append(per, fmt.Sprint(it.BucketStocks))
+		}
+		row("buckets, final stock each", "%d, %s", s.Buckets, strings.Join(per, " "))
+	}
 	row("oversold units", "%d", r.Audit.OversoldUnits)
 	row("duplicates", "%d users, %d requestIds", r.Audit.DuplicateUsers, r.Audit.DuplicateReqIDs+int64(r.DoubleAccepted))
 	row("lost", "%d", r.Audit.Lost)
-	row("throughput", "%.0f req/s over %.2fs", r.ReqPerSec, r.LoadMs/1000)
-	row("latency (ms)", "p50 %.2f  p95 %.2f  p99 %.2f  max %.2f", r.Latency.P50, r.Latency.P95, r.Latency.P99, r.Latency.Max)
+	if r.OpenLoop != nil {
+		row("throughput", "%.0f req/s over %.2fs (open loop at %.0f req/s)", r.ReqPerSec, r.LoadMs/1000, r.OpenLoop.Rate)
+	} else {
+		row("throughput", "%.0f req/s over %.2fs", r.ReqPerSec, r.LoadMs/1000)
+	}
+	row("latency (ms)", "p50 %.2f  p95 %.2f  p99 %.2f  p99.9 %.2f  max %.2f", r.Latency.P50, r.Latency.P95, r.Latency.P99,
+		r.Latency.P999, r.Latency.Max)
 	drain := fmt.Sprintf("%.0f ms after the load, %.0f ms after the last 202", r.DrainMs, r.DrainAfterLastAcceptMs)
 	if r.DrainError != "" {
 		drain += " (" + r.DrainError + ")"
@@ -268,6 +297,9 @@ func (r *Report) WriteText(w io.Writer) {
 		unknown(r.LagZeroAfterMs, "%.0f ms"), unknown(r.LagZeroAfterLastAcceptMs, "%.0f ms"))
 	row("gateway RSS", "peak %s, end %s", unknown(r.PeakRSSBytes/(1<<20), "%.1f MiB"), unknown(r.RSSBytes/(1<<20), "%.1f MiB"))
 	tw.Flush()
+	if r.OpenLoop != nil {
+		r.OpenLoop.WriteText(w)
+	}
 	fmt.Fprintln(w, "invariants:")
 	for _, c := range r.Checks {
 		mark := "ok  "

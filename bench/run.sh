@@ -4,10 +4,15 @@
 # prefix, run the standard scenario (c=500, one hot item, 100000 requests for
 # 25000 units, 10% retries, 5% repeats), run redis-benchmark on the same
 # reserve script with EVALSHA at the same concurrency, request count and
-# stock, race the Redis strategies, then stop the pipeline and remove what
-# the run created.
+# stock (three runs, median), then the open loop: the closed-loop maximum of
+# a workload where every request is accepted, and at half of it (or RATE) a
+# constant arrival rate against the gateway and a trivial Go handler (the
+# floor) side by side; race the Redis strategies, then stop the pipeline and
+# remove what the run created.
 # Every knob below can be overridden from the environment, e.g.
 #   C=200 N=20000 STOCK=5000 make bench     KEEP=1 make bench (keep DB and keys)
+#   RATE=3000 make bench (the open loop at 3000 req/s)   OPEN=0 make bench (no open loop)
+#   WORKER_NICE=19 make bench (worker and closer at nice 19)
 # With KAFKA_BROKERS set the pipeline uses that cluster instead of starting
 # the embedded broker: a real Apache Kafka, e.g.
 #   KAFKA_NODES=3 deploy/kafka/kafka.sh start   # prints 127.0.0.1:9092,...
@@ -15,7 +20,7 @@
 # The run then creates its own topics and consumer group (named after the
 # run) with `orderpipe topics`, and deletes the topics afterwards.
 # Exit status: the load run's (0 every invariant held, 1 one failed, 2 could
-# not run), else the strategies run's.
+# not run), else the open loop's, else the strategies run's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +34,10 @@ REPEAT=${REPEAT:-0.05}
 RB_N=${RB_N:-$N}              # redis-benchmark requests (stock scaled to keep N:STOCK)
 STRAT_N=${STRAT_N:-20000}     # the strategies race: the lock strategy is slow, so a smaller run
 STRAT_STOCK=${STRAT_STOCK:-5000}
+OPEN=${OPEN:-1}               # 0: skip the open loop
+MAX_N=${MAX_N:-30000}         # the closed-loop maximum of the all-accepted workload (every request a new user, stock for all)
+RATE=${RATE:-}                # open-loop req/s; empty: half the maximum just measured
+OPEN_SECONDS=${OPEN_SECONDS:-10}
 OUT=${OUT:-bin/bench}         # logs and JSON reports
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 REDIS_HOST=${REDIS_HOST:-127.0.0.1}
@@ -37,22 +46,9 @@ KEEP=${KEEP:-}
 PPROF=${PPROF:-}              # e.g. 127.0.0.1:6060: the gateway serves its profiles there
 unset PPROF_ADDR              # one listener per process: only the gateway's, from PPROF
 REAL_KAFKA=${KAFKA_BROKERS:-} # a real cluster to use instead of the embedded broker
+WORKER_NICE=${WORKER_NICE:-0} # e.g. 19: the worker and the closer yield the cores to the request path (as on machines of their own)
 
-# A port below the kernel's ephemeral range, so no client socket or test
-# listening on port 0 takes it between this check and the pipeline's bind.
-free_port() {
-  local low p
-  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-  for _ in $(seq 1 200); do
-    p=$((10000 + RANDOM % (low - 10000)))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "$p"
-      return
-    fi
-  done
-  echo "bench: no free port found" >&2
-  exit 2
-}
+. bench/lib.sh  # free_port
 
 run="$(date +%s)$$"
 db="orderpipe_bench_$run"
@@ -144,10 +140,10 @@ for attempt in 1 2 3; do
     done
   fi
   # The lag gauge at the bench's sampling period (100 ms), not the 2 s default.
-  METRICS_ADDR="127.0.0.1:$metrics_port" WORKER_LAG_INTERVAL=100ms "$BIN" worker >"$log.worker" 2>&1 &
+  METRICS_ADDR="127.0.0.1:$metrics_port" WORKER_LAG_INTERVAL=100ms nice -n "$WORKER_NICE" "$BIN" worker >"$log.worker" 2>&1 &
   worker_pid=$!
   pids+=("$worker_pid")
-  METRICS_ADDR="127.0.0.1:0" "$BIN" closer >"$log.closer" 2>&1 &
+  METRICS_ADDR="127.0.0.1:0" nice -n "$WORKER_NICE" "$BIN" closer >"$log.closer" 2>&1 &
   closer_pid=$!
   pids+=("$closer_pid")
   PPROF_ADDR="$PPROF" "$BIN" gateway >"$log" 2>&1 &
@@ -255,7 +251,7 @@ if command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null; the
     csv=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$C" -n "$RB_N" -r 1000000000 --csv \
       EVALSHA "$sha" 7 "${rbprefix}stock:$tag" "${rbprefix}sale:$tag" "${rbprefix}limit:$tag:__rand_int__" \
       "${rbprefix}req:$tag:r$i-__rand_int__" "${rbprefix}resv:$tag" "${rbprefix}ord:$tag:$ono" "${rbprefix}fate:$tag:$ono" \
-      "r$i-__rand_int__" 0123456789abcdef01234567 "$ono" 1 "$event" "$now_ms" 86400 "" | tail -1)
+      "r$i-__rand_int__" 0123456789abcdef01234567 "$ono" 1 "$event" 86400 "" | tail -1)
     # CSV: "test","rps","avg","min","p50","p95","p99","max"; count from the end, the test name holds quotes.
     csv=$(echo "$csv" | tr -d '"')
     rates+=("$(echo "$csv" | awk -F, '{print $(NF-6)}')")
@@ -277,11 +273,54 @@ if [ -n "$rb_rps" ] && [ -n "$gw_rps" ]; then
   echo "  redis-benchmark EVALSHA (median of 3): $rb_rps req/s; gateway / redis-benchmark = $(awk -v a="$gw_rps" -v b="$rb_rps" 'BEGIN{printf "%.3f", a/b}')"
 fi
 
+# The open loop (issue 16). Its workload: every request a new user with
+# stock for all, so every answer is a 202 (the produce waited for). Its
+# closed-loop maximum at c=$C is measured first, on a sale of its own; then
+# the same workload at a constant rate of half that (or RATE) for
+# OPEN_SECONDS, against the trivial handler (a process of its own, started
+# here) and then the gateway, each request's latency from its intended time.
+ostatus=0
+if [ "$OPEN" != 0 ]; then
+  floor_port=$(free_port)
+  "$BIN" bench --serve-floor "127.0.0.1:$floor_port" >"$log.floor" 2>&1 &
+  floor_pid=$!
+  pids+=("$floor_pid")
+  if [ -z "$RATE" ]; then
+    echo
+    echo "open loop: the closed-loop maximum first (c=$C, $MAX_N requests, every one accepted)"
+    "$BIN" bench -c "$C" -n "$MAX_N" --stock "$MAX_N" --retry-share 0 --repeat-share 0 \
+      --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --json-out "$OUT/max-$run.json" >"$OUT/max-$run.txt" || ostatus=$?
+    grep -E '^  (throughput|latency|FAIL)' "$OUT/max-$run.txt" || cat "$OUT/max-$run.txt"
+    max_rps=$(sed -n 's/^  "reqPerSec": \([0-9.]*\).*/\1/p' "$OUT/max-$run.json" 2>/dev/null | head -1)
+    RATE=$(awk -v m="${max_rps:-0}" 'BEGIN{printf "%d", m / 2}')
+  fi
+  if [ "${RATE:-0}" -gt 0 ] 2>/dev/null; then
+    open_n=$((RATE * OPEN_SECONDS))
+    echo
+    echo "open loop: $RATE req/s for ${OPEN_SECONDS}s ($open_n requests, at most $C connections), the trivial handler then the gateway"
+    "$BIN" bench -c "$C" --rate "$RATE" -n "$open_n" --stock "$open_n" --retry-share 0 --repeat-share 0 \
+      --floor-url "http://127.0.0.1:$floor_port" --worker-metrics "http://127.0.0.1:$metrics_port/metrics" \
+      --json-out "$OUT/open-$run.json" >"$OUT/open-$run.txt" || ostatus=$?
+    cat "$OUT/open-$run.txt"
+  else
+    echo "bench: no open-loop rate (the maximum run failed?); skipping the open loop" >&2
+    ostatus=2
+  fi
+fi
+if ! alive; then
+  echo "bench: a component exited; last lines of $log*:" >&2
+  tail -n 20 "$log" "$log.kafka" "$log.worker" "$log.closer" >&2
+  exit 2
+fi
+
 sstatus=0
 "$BIN" bench --redis-strategies -c "$C" -n "$STRAT_N" --stock "$STRAT_STOCK" --repeat-share "$REPEAT" \
   --json-out "$OUT/strategies-$run.json" || sstatus=$?
 echo
-echo "bench: reports in $OUT/load-$run.json and $OUT/strategies-$run.json"
+echo "bench: reports in $OUT/load-$run.json, $OUT/strategies-$run.json and (open loop) $OUT/max-$run.json, $OUT/open-$run.json"
+if [ "$status" -eq 0 ]; then
+  status=$ostatus
+fi
 if [ "$status" -eq 0 ]; then
   status=$sstatus
 fi

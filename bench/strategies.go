@@ -242,7 +242,7 @@ func newStrategy(name string, rdb redis.UniversalClient, st *stock.Store, lk *lo
 		return strategy{name: "reserve", take: func(ctx context.Context, i int, user int64) (outcome, error) {
 			rid := strategyRequestID(i)
 			res, err := st.Reserve(ctx, stock.Reservation{Item: item, RequestID: rid, OrderNo: strategyOrderNo(i), UserID: user,
-				Quantity: 1, Fingerprint: strconv.FormatInt(user, 36), Event: []byte(`{"requestId":"` + rid + `"}`), Now: time.Now()})
+				Quantity: 1, Fingerprint: strconv.FormatInt(user, 36), Event: []byte(`{"requestId":"` + rid + `"}`)})
 			if err != nil {
 				return failed, err
 			}

@@ -82,7 +82,7 @@ func mustOrders(tb testing.TB, e env, n int) []placed {
 		ev := event.OrderRequested{RequestID: p.RequestID, OrderNo: p.OrderNo, UserID: p.UserID, ActivityID: it.ActivityID,
 			ItemID: it.ItemID, Quantity: p.Quantity, ReservedAt: now.UTC().Truncate(time.Microsecond)}
 		res, err := e.Stock.Reserve(ctx, stock.Reservation{Item: it, RequestID: p.RequestID, OrderNo: p.OrderNo, UserID: p.UserID,
-			Quantity: p.Quantity, Fingerprint: "fp", Event: ev.Marshal(), Now: now})
+			Quantity: p.Quantity, Fingerprint: "fp", Event: ev.Marshal()})
 		if err != nil || res.Outcome != stock.Reserved {
 			tb.Fatalf("reserving %s: %+v %v", p.RequestID, res, err)
 		}
@@ -484,7 +484,7 @@ func TestCrashAfterCommit(t *testing.T) {
 	ev := event.OrderRequested{RequestID: "again", OrderNo: "7-1-again", UserID: p.UserID, ActivityID: p.Item.ActivityID,
 		ItemID: p.Item.ItemID, Quantity: 1, ReservedAt: time.Now().UTC()}
 	r, err := e.Stock.Reserve(ctx, stock.Reservation{Item: p.Item, RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: p.UserID,
-		Quantity: 1, Fingerprint: "fp", Event: ev.Marshal(), Now: time.Now()})
+		Quantity: 1, Fingerprint: "fp", Event: ev.Marshal()})
 	if err != nil || r.Outcome != stock.Reserved {
 		t.Errorf("user %d ordering again: %+v %v, want RESERVED", p.UserID, r, err)
 	}

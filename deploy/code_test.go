@@ -325,11 +325,12 @@ var needs = map[string][]string{
 // needs: a new one makes TestEveryVariableHasADefaultOrIsGiven fail until
 // someone decides which it is.
 var emptyByDesign = map[string]string{
-	"REDIS_KEY_PREFIX":   "the deployment owns its Redis; prefixes isolate tests",
-	"API_TOKENS":         "the order API is reached by the storefront backend on a private network",
-	"ADMIN_ADDR":         "admin API on HTTP_ADDR (the Kubernetes manifests move it to :8081)",
-	"KAFKA_EMBEDDED_DIR": "only `orderpipe all` reads it (the embedded broker); deployments use real Kafka",
-	"PPROF_ADDR":         "profiles expose internals: off unless someone measuring turns them on",
+	"REDIS_KEY_PREFIX":      "the deployment owns its Redis; prefixes isolate tests",
+	"API_TOKENS":            "the order API is reached by the storefront backend on a private network",
+	"ADMIN_ADDR":            "admin API on HTTP_ADDR (the Kubernetes manifests move it to :8081)",
+	"KAFKA_EMBEDDED_DIR":    "only `orderpipe all` reads it (the embedded broker); deployments use real Kafka",
+	"PPROF_ADDR":            "profiles expose internals: off unless someone measuring turns them on",
+	"DEV_CLOCK_OFFSET_FILE": "a fault-injection hook of dev builds (the nemesis's clock steps); production builds refuse it",
 	// TLS and authentication: what the platform's Redis and Kafka require
 	// (docs/deploy.md); the compose stack and the manifests' defaults
 	// reach them on a private network without.

@@ -37,8 +37,9 @@ type activityBody struct {
 }
 
 type itemBody struct {
-	ItemID int64 `json:"itemId"`
-	Stock  int64 `json:"stock"`
+	ItemID  int64 `json:"itemId"`
+	Stock   int64 `json:"stock"`
+	Buckets *int  `json:"buckets"` // nil: keep (1 for a new item)
 }
 
 func pathID(r *http.Request, name string) (int64, *apiError) {
@@ -71,6 +72,10 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 	err := s.inPostgres(r.Context(), func(ctx context.Context) error { return s.deps.Orders.UpsertActivity(ctx, a) })
 	if errors.Is(err, order.ErrStockBelowSold) {
 		writeError(w, http.StatusConflict, "STOCK_BELOW_SOLD", err.Error())
+		return
+	}
+	if errors.Is(err, order.ErrBucketsFixed) {
+		writeError(w, http.StatusConflict, "BUCKETS_FIXED", err.Error())
 		return
 	}
 	if err != nil {
@@ -117,8 +122,14 @@ func validActivity(id int64, b activityBody) (order.Activity, *apiError) {
 		if seen[it.ItemID] {
 			return a, invalid("items[].itemId %d appears twice", it.ItemID)
 		}
+		buckets := 0
+		if it.Buckets != nil {
+			if buckets = *it.Buckets; !stock.ValidBuckets(buckets) {
+				return a, invalid("items[].buckets must be between 1 and %d", stock.MaxBuckets)
+			}
+		}
 		seen[it.ItemID] = true
-		a.Items = append(a.Items, order.ItemStock{ActivityID: id, ItemID: it.ItemID, InitialStock: it.Stock})
+		a.Items = append(a.Items, order.ItemStock{ActivityID: id, ItemID: it.ItemID, InitialStock: it.Stock, Buckets: buckets})
 	}
 	return a, nil
 }
@@ -136,6 +147,7 @@ type itemView struct {
 	ItemID       int64 `json:"itemId"`
 	InitialStock int64 `json:"initialStock"`
 	Stock        int64 `json:"stock"`
+	Buckets      int   `json:"buckets,omitempty"` // shown when > 1
 	Loaded       *bool `json:"loaded,omitempty"`
 }
 
@@ -151,7 +163,11 @@ func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, id int64)
 func viewOfActivity(a order.Activity) activityView {
 	v := activityView{ID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit, Items: []itemView{}}
 	for _, it := range a.Items {
-		v.Items = append(v.Items, itemView{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock})
+		iv := itemView{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock}
+		if it.Buckets > 1 {
+			iv.Buckets = it.Buckets
+		}
+		v.Items = append(v.Items, iv)
 	}
 	return v
 }
@@ -191,7 +207,7 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 			var err error
 			loaded, err = s.deps.Stock.Preheat(ctx, stock.Sale{
 				Item:  stock.Item{ActivityID: id, ItemID: it.ItemID},
-				Stock: it.Stock, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: a.PerUserLimit,
+				Stock: it.Stock, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: a.PerUserLimit, Buckets: it.Buckets,
 			})
 			return err
 		})

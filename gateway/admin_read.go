@@ -52,7 +52,7 @@ func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
 	for i, it := range a.Items {
 		err := s.inRedis(r.Context(), func(ctx context.Context) error {
 			var err error
-			snaps[i], err = s.deps.Stock.Snapshot(ctx, stock.Item{ActivityID: id, ItemID: it.ItemID})
+			snaps[i], err = s.deps.Stock.SnapshotBuckets(ctx, stock.Item{ActivityID: id, ItemID: it.ItemID}, it.Buckets)
 			return err
 		})
 		if err != nil {

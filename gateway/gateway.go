@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"orderpipe/pkg/breaker"
+	"orderpipe/pkg/clock"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -38,7 +39,11 @@ type Config struct {
 	AdminToken     string        // ADMIN_TOKEN; empty ⇒ admin API off
 	ReserveTimeout time.Duration // bound on the reserve script call
 	ProduceTimeout time.Duration // bound on producing one event
-	ShutdownGrace  time.Duration // in-flight requests finish within this on stop
+	// ReplayWait (REPLAY_WAIT) bounds how long a retry waits for its first
+	// attempt's event to become durable before answering 503; default 2 s,
+	// at most ProduceTimeout.
+	ReplayWait    time.Duration
+	ShutdownGrace time.Duration // in-flight requests finish within this on stop
 	// AdminAddr, when set, serves the admin API on its own listener instead
 	// of HTTP_ADDR.
 	AdminAddr string
@@ -65,6 +70,11 @@ func (c *Config) defaults() {
 	if c.ProduceTimeout <= 0 {
 		c.ProduceTimeout = 3 * time.Second
 	}
+	if c.ReplayWait <= 0 {
+		c.ReplayWait = 2 * time.Second
+	}
+	// Waiting longer than the first attempt's produce can take is pointless.
+	c.ReplayWait = min(c.ReplayWait, c.ProduceTimeout)
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
@@ -96,7 +106,7 @@ type Deps struct {
 	Log      *slog.Logger
 	// Ready checks, by dependency name.
 	Ready map[string]PingFunc
-	// NowFunc is the clock (tests move it); nil ⇒ time.Now.
+	// NowFunc is the clock (tests move it); nil ⇒ clock.Now.
 	NowFunc func() time.Time
 }
 
@@ -115,13 +125,17 @@ type Server struct {
 	// stockGauges holds each item's orderpipe_stock_remaining child
 	// (stock.Item → prometheus.Gauge), so the hot path hashes no labels.
 	stockGauges sync.Map
+	// buckets holds each preheated item's bucket count (buckets.go).
+	buckets sync.Map
+	// sales remembers Postgres's word on items Redis has no sale of.
+	sales saleMemo
 }
 
 // New builds the gateway.
 func New(cfg Config, deps Deps) *Server {
 	cfg.defaults()
 	if deps.NowFunc == nil {
-		deps.NowFunc = time.Now
+		deps.NowFunc = clock.Now
 	}
 	if deps.Log == nil {
 		deps.Log = slog.Default()
@@ -343,6 +357,10 @@ func parseOrderNo(s string) (stock.Item, bool) {
 		return stock.Item{}, false
 	}
 	if it.ActivityID <= 0 || it.ItemID <= 0 || len(s) > 96 {
+		return stock.Item{}, false
+	}
+	var ok bool
+	if it.Bucket, ok = bucketOfOrderNo(rest); !ok {
 		return stock.Item{}, false
 	}
 	return it, true

@@ -53,10 +53,14 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order queue unavailable, nothing was reserved; retry with the same requestId")
 		return
 	}
-	item := stock.Item{ActivityID: req.ActivityID, ItemID: req.ItemID}
+	item, ok := s.route(ctx, w, req)
+	if !ok {
+		return
+	}
 	ev := event.OrderRequested{
-		RequestID: req.RequestID, OrderNo: newOrderNo(req.ActivityID, req.ItemID, now), UserID: req.UserID,
+		RequestID: req.RequestID, OrderNo: withBucket(newOrderNo(req.ActivityID, req.ItemID, now), item.Bucket), UserID: req.UserID,
 		ActivityID: req.ActivityID, ItemID: req.ItemID, Quantity: req.Quantity, ReservedAt: now.UTC().Truncate(time.Microsecond),
+		Bucket: item.Bucket,
 	}
 	value := ev.Marshal()
 	// The trace is kept with the reservation (when sampled, i.e. exported)
@@ -73,15 +77,35 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	var res stock.ReserveResult
 	start := time.Now()
 	// Not cancelled by a client hanging up: a reserve that ran must be known.
-	err := s.inRedis(context.WithoutCancel(ctx), func(ctx context.Context) error {
-		var err error
-		res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
-			Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
-			Fingerprint: req.fingerprint(), Event: value, Now: now, TraceParent: traceParent,
+	reserve := func() error {
+		return s.inRedis(context.WithoutCancel(ctx), func(ctx context.Context) error {
+			var err error
+			res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
+				Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
+				Fingerprint: req.fingerprint(), Event: value, TraceParent: traceParent,
+			})
+			return err
 		})
-		return err
-	})
+	}
+	err := reserve()
 	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
+	if err == nil && res.Outcome == stock.InProgress {
+		// A retry while the first attempt's event is not yet durable: its
+		// orderNo may be shown only once Kafka has it (I4), so wait a little
+		// for the first attempt's produce to be acked, then give up. Each
+		// try is the same atomic reserve: if the first attempt was aborted
+		// meanwhile, this one reserves afresh.
+		deadline := time.Now().Add(s.cfg.ReplayWait)
+		// A client that has gone stops the wait (and is answered 503).
+		for err == nil && res.Outcome == stock.InProgress && time.Now().Before(deadline) && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+				continue
+			case <-time.After(replayPoll):
+			}
+			err = reserve()
+		}
+	}
 	if err != nil {
 		telemetry.RecordError(span, err)
 		s.deps.Log.ErrorContext(ctx, "reserve failed", "request_id", req.RequestID, "err", err)
@@ -111,6 +135,10 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	case stock.Aborted:
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 		return
+	case stock.InProgress:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "the first attempt of this requestId is still in progress; retry with the same requestId")
+		return
 	case stock.Replayed:
 		if recording {
 			span.SetAttributes(telemetry.AttrOrderNo.String(res.OrderNo), telemetry.AttrOutcome.String(string(res.Outcome)))
@@ -122,6 +150,12 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED", "requestId was already used with a different payload")
 		return
 	case stock.NotOnSale:
+		if lost, err := s.saleLost(ctx, item, res.OutsideWindow); lost || err != nil {
+			// Redis lost the sale, or Postgres cannot tell: fail closed.
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
+			return
+		}
 		writeError(w, http.StatusNotFound, "NOT_ON_SALE", "activity item is not on sale")
 		return
 	case stock.OverCap:
@@ -157,7 +191,25 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		s.abort(ctx, ev, res.Remaining, err, w)
 		return
 	}
+	// Kafka has it: a retry may now be shown the orderNo. Not on the 202's
+	// path; a mark that is lost only makes retries wait (or answer 503)
+	// until the worker has claimed the event.
+	go s.markPublished(context.WithoutCancel(ctx), item, stock.Ref{RequestID: req.RequestID, OrderNo: ev.OrderNo})
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
+}
+
+// replayPoll is how often a retry re-checks whether its first attempt's
+// event has become durable.
+const replayPoll = 50 * time.Millisecond
+
+// markPublished records that a reservation's event was acknowledged by Kafka.
+func (s *Server) markPublished(ctx context.Context, it stock.Item, ref stock.Ref) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReserveTimeout)
+	defer cancel()
+	if _, err := s.deps.Stock.MarkPublished(ctx, it, []stock.Ref{ref}); err != nil {
+		s.deps.Log.WarnContext(ctx, "marking a produced reservation published failed; its retries wait for the worker",
+			"request_id", ref.RequestID, "order_no", ref.OrderNo, "err", err)
+	}
 }
 
 // seeStock sets the item's orderpipe_stock_remaining, the stock a reserve
@@ -187,7 +239,7 @@ func (s *Server) abort(ctx context.Context, ev event.OrderRequested, remaining i
 	defer cancel()
 	// Not through the Redis breaker: giving a reservation back is always worth a try.
 	out, err := s.deps.Stock.Abort(actx, stock.Release{
-		Item: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID},
+		Item: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket},
 		Ref:  stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}, UserID: ev.UserID, Quantity: ev.Quantity,
 	})
 	if err == nil && (out == stock.Claimed || out == stock.Shown) {

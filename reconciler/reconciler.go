@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 
+	"orderpipe/pkg/clock"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
@@ -138,6 +139,11 @@ type ItemReport struct {
 	ExpectedRedisStock int64  `json:"expectedRedisStock"`
 	Drift              int64  `json:"drift"`
 	Sale               string `json:"sale"` // ok, missing, differs (window or cap)
+	// Buckets is the item's stock buckets when more than one; InTransit the
+	// units a mover took from a bucket and has not yet given to another
+	// (counted in InFlight).
+	Buckets   int   `json:"buckets,omitempty"`
+	InTransit int64 `json:"inTransit,omitempty"`
 	// Users whose marker is missing (they hold a live order), extra (no live
 	// order, nothing in flight), or held by a request that is neither their
 	// live order nor in flight.
@@ -302,7 +308,20 @@ func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 // lost the lock cannot write.
 func (r *Reconciler) fix(ctx context.Context, items []stock.Item) ([]ItemReport, error) {
 	var fixed []ItemReport
-	err := r.deps.Locker.Do(ctx, FixLockName, r.cfg.LockTTL, func(ctx context.Context, l *lock.Lock) error {
+	// After a Redis data loss the lock's fencing counter restarts low, and
+	// Postgres would refuse every token below the newest it recorded: the
+	// fix that the loss calls for could never run.
+	recorded, err := r.deps.Orders.RecordedFence(ctx, FixLockName)
+	if err != nil {
+		return nil, err
+	}
+	if raised, err := r.deps.Locker.RaiseFence(ctx, FixLockName, recorded); err != nil {
+		return nil, err
+	} else if raised {
+		r.deps.Log.Warn("fencing counter of the fix lock was below the token Postgres recorded (Redis lost it): raised",
+			"lock", FixLockName, "recorded", recorded)
+	}
+	err = r.deps.Locker.Do(ctx, FixLockName, r.cfg.LockTTL, func(ctx context.Context, l *lock.Lock) error {
 		rep, err := r.pass(ctx, items, l)
 		for _, it := range rep.Items {
 			if it.Drifted() {
@@ -321,7 +340,7 @@ func (r *Reconciler) fix(ctx context.Context, items []stock.Item) ([]ItemReport,
 // pass checks the preheated items (only those listed, if any); with l it
 // fixes them under that lock.
 func (r *Reconciler) pass(ctx context.Context, only []stock.Item, l *lock.Lock) (Report, error) {
-	rep := Report{CheckedAt: time.Now().UTC(), Items: []ItemReport{}}
+	rep := Report{CheckedAt: clock.Now().UTC(), Items: []ItemReport{}}
 	// The last minute before the keys expire is left alone: an expiry racing
 	// with the check is not drift.
 	items, err := r.deps.Orders.PreheatedItems(ctx, stock.StockGrace-time.Minute)
@@ -342,7 +361,7 @@ func (r *Reconciler) pass(ctx context.Context, only []stock.Item, l *lock.Lock) 
 		}
 		var ir ItemReport
 		for attempt := 1; ; attempt++ {
-			ir, err = r.tracedItem(ctx, si, markers[it], l)
+			ir, err = r.tracedItem(ctx, si, markers, l)
 			if err == nil || attempt >= r.cfg.Attempts || ctx.Err() != nil || errors.Is(err, lock.ErrStaleFence) {
 				break
 			}
@@ -360,7 +379,7 @@ func (r *Reconciler) pass(ctx context.Context, only []stock.Item, l *lock.Lock) 
 }
 
 // tracedItem is item in its own span.
-func (r *Reconciler) tracedItem(ctx context.Context, si order.SaleItem, markerUsers []int64, l *lock.Lock) (rep ItemReport, err error) {
+func (r *Reconciler) tracedItem(ctx context.Context, si order.SaleItem, markers map[stock.Item][]int64, l *lock.Lock) (rep ItemReport, err error) {
 	name := "reconcile item"
 	if l != nil {
 		name = "repair item"
@@ -374,7 +393,10 @@ func (r *Reconciler) tracedItem(ctx context.Context, si order.SaleItem, markerUs
 		telemetry.RecordError(span, err)
 		span.End()
 	}()
-	return r.item(ctx, si, markerUsers, l)
+	if si.Buckets > 1 {
+		return r.bucketedItem(ctx, si, markers, l)
+	}
+	return r.item(ctx, si, markers[stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}], l)
 }
 
 // item checks one item (fixes it when l is set) while holding its stock row.
@@ -534,7 +556,8 @@ func (r *Reconciler) scanMarkers(ctx context.Context) (map[stock.Item][]int64, e
 	return out, nil
 }
 
-// parseMarker reads "{a<activity>:i<item>}:<user>".
+// parseMarker reads "{a<activity>:i<item>}:<user>" or, in bucket b > 0,
+// "{a<activity>:i<item>:b<b>}:<user>".
 func parseMarker(s string) (stock.Item, int64, bool) {
 	tag, user, ok := strings.Cut(s, "}:")
 	if !ok || !strings.HasPrefix(tag, "{a") {
@@ -544,13 +567,21 @@ func parseMarker(s string) (stock.Item, int64, bool) {
 	if !ok {
 		return stock.Item{}, 0, false
 	}
+	bucket := 0
+	if rest, bs, isBucket := strings.Cut(item, ":b"); isBucket {
+		b, err := strconv.Atoi(bs)
+		if err != nil || b <= 0 {
+			return stock.Item{}, 0, false
+		}
+		item, bucket = rest, b
+	}
 	a, err1 := strconv.ParseInt(act, 10, 64)
 	i, err2 := strconv.ParseInt(item, 10, 64)
 	u, err3 := strconv.ParseInt(user, 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
 		return stock.Item{}, 0, false
 	}
-	return stock.Item{ActivityID: a, ItemID: i}, u, true
+	return stock.Item{ActivityID: a, ItemID: i, Bucket: bucket}, u, true
 }
 
 // observe records the pass in the metrics and the log.

@@ -65,7 +65,7 @@ func (e *env) reserve(tb testing.TB, it stock.Item, rid string, user int64, q in
 	ev := event.OrderRequested{RequestID: rid, OrderNo: fmt.Sprintf("%d-%d-%s", it.ActivityID, it.ItemID, rid), UserID: user,
 		ActivityID: it.ActivityID, ItemID: it.ItemID, Quantity: q, ReservedAt: now.UTC().Truncate(time.Microsecond)}
 	res, err := e.st.Reserve(context.Background(), stock.Reservation{Item: it, RequestID: rid, OrderNo: ev.OrderNo, UserID: user,
-		Quantity: q, Fingerprint: rid, Event: ev.Marshal(), Now: now})
+		Quantity: q, Fingerprint: rid, Event: ev.Marshal()})
 	if err != nil || res.Outcome != stock.Reserved {
 		tb.Fatalf("reserve %s: %v %v", rid, res.Outcome, err)
 	}

@@ -199,7 +199,7 @@ func TestLagGaugeMovesWhilePostgresIsDown(t *testing.T) {
 			ItemID: i, Quantity: 1, ReservedAt: now.UTC()}
 		msg := event.Message(ctx, ev)
 		if res, err := st.Reserve(ctx, stock.Reservation{Item: it, RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: i, Quantity: 1,
-			Fingerprint: "fp", Event: msg.Value, Now: now}); err != nil || res.Outcome != stock.Reserved {
+			Fingerprint: "fp", Event: msg.Value}); err != nil || res.Outcome != stock.Reserved {
 			t.Fatalf("reserving %s: %+v %v", ev.RequestID, res, err)
 		}
 		msgs = append(msgs, msg)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"orderpipe/pkg/clock"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
@@ -84,8 +85,13 @@ type RedriveDeps struct {
 	Locker  *lock.Locker
 	Metrics *telemetry.Metrics
 	Log     *slog.Logger
-	// NowFunc is the clock (nil: time.Now).
+	// NowFunc is the wall clock compared with a journal entry's reservedAt,
+	// the gateway's (nil: clock.Now).
 	NowFunc func() time.Time
+	// TickFunc measures this process's own intervals: how long an entry
+	// has been in the journal, the backoff between republishes (nil:
+	// time.Now, whose monotonic reading no wall-clock step moves).
+	TickFunc func() time.Time
 }
 
 // Redriver re-publishes stranded reservations.
@@ -95,6 +101,11 @@ type Redriver struct {
 	// sent remembers this process's republishes, by requestId and orderNo,
 	// to back off; only the pass holding the lock touches it.
 	sent map[stock.Ref]resent
+	// first is when this process first saw each journal entry (TickFunc):
+	// an entry is stranded once it is After old by the gateway's stamp or
+	// by this observation, so a gateway clock ahead of the worker's (a
+	// reservedAt in the future) delays its redrive by After at most.
+	first map[stock.Ref]time.Time
 }
 
 type resent struct {
@@ -109,9 +120,12 @@ func NewRedriver(cfg RedriveConfig, deps RedriveDeps) *Redriver {
 		deps.Log = slog.Default()
 	}
 	if deps.NowFunc == nil {
-		deps.NowFunc = time.Now
+		deps.NowFunc = clock.Now
 	}
-	return &Redriver{cfg: cfg, deps: deps, sent: map[stock.Ref]resent{}}
+	if deps.TickFunc == nil {
+		deps.TickFunc = time.Now
+	}
+	return &Redriver{cfg: cfg, deps: deps, sent: map[stock.Ref]resent{}, first: map[stock.Ref]time.Time{}}
 }
 
 // RedriveResult counts one pass.
@@ -172,14 +186,21 @@ func (r *Redriver) runOnce(ctx context.Context) (RedriveResult, error) {
 	seen := map[stock.Ref]bool{}
 	var errs []error
 	for _, si := range items {
-		it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
-		if err := r.item(ctx, it, &res, seen); err != nil {
-			errs = append(errs, fmt.Errorf("redriving %s: %w", it, err))
+		for b := range max(si.Buckets, 1) { // each bucket has its journal
+			it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID, Bucket: b}
+			if err := r.item(ctx, it, &res, seen); err != nil {
+				errs = append(errs, fmt.Errorf("redriving %s: %w", it, err))
+			}
 		}
 	}
 	for ref := range r.sent {
 		if !seen[ref] {
 			delete(r.sent, ref)
+		}
+	}
+	for ref := range r.first {
+		if !seen[ref] {
+			delete(r.first, ref)
 		}
 	}
 	return res, errors.Join(errs...)
@@ -197,7 +218,7 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 	}
 	res.Items++
 	res.Entries += len(entries)
-	now := r.deps.NowFunc()
+	now, tick := r.deps.NowFunc(), r.deps.TickFunc()
 	var old []journaled
 	var ids []string
 	for rid, raw := range entries {
@@ -208,8 +229,14 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 			continue
 		}
 		ev.RequestID = rid // the journal's key is what the scripts go by
-		seen[stock.Ref{RequestID: rid, OrderNo: ev.OrderNo}] = true
-		if now.Sub(ev.ReservedAt) < r.cfg.After {
+		ref := stock.Ref{RequestID: rid, OrderNo: ev.OrderNo}
+		seen[ref] = true
+		first, ok := r.first[ref]
+		if !ok {
+			first = tick
+			r.first[ref] = tick
+		}
+		if now.Sub(ev.ReservedAt) < r.cfg.After && tick.Sub(first) < r.cfg.After {
 			continue
 		}
 		old = append(old, journaled{ev: ev, raw: raw})
@@ -236,7 +263,7 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 		default:
 			// Not decided, or the requestId was decided for another
 			// reservation: the worker rejects this one and gives it back.
-			if s, ok := r.sent[ref]; ok && now.Before(s.next) {
+			if s, ok := r.sent[ref]; ok && tick.Before(s.next) {
 				continue
 			}
 			msgs = append(msgs, redriven(j))
@@ -262,10 +289,14 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 		}
 		res.Republished += len(msgs)
 		r.deps.Metrics.Redriven.Add(float64(len(msgs)))
+		// Kafka has them now: their requests' retries may be shown the orderNo.
+		if _, err := r.deps.Stock.MarkPublished(ctx, it, refs); err != nil {
+			r.deps.Log.Warn("marking re-published reservations published failed", "item", it.String(), "err", err)
+		}
 		for i, ref := range refs {
 			s := r.sent[ref]
 			s.times++
-			s.next = now.Add(min(r.cfg.After<<min(s.times-1, 16), r.cfg.MaxBackoff))
+			s.next = tick.Add(min(r.cfg.After<<min(s.times-1, 16), r.cfg.MaxBackoff))
 			r.sent[ref] = s
 			r.deps.Log.InfoContext(ctxs[i], "re-published stranded reservation", "request_id", ref.RequestID, "order_no", ref.OrderNo,
 				"item", it.String(), "times", s.times)

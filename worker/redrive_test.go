@@ -23,34 +23,9 @@ import (
 // rejected one to its compensation and the young one to the gateway, and
 // backs off before re-publishing the same entry again.
 func TestRedrivePass(t *testing.T) {
-	db, r, k := testenv.MustDatabase(t), testenv.MustRedis(t), testenv.MustKafka(t)
-	ctx := context.Background()
-	topic := testenv.UniqueName("orders.requested.")
-	if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic); err != nil {
-		t.Fatal(err)
-	}
-	orders, st := order.NewStore(db.Pool), stock.New(r.Client, r.Prefix)
-	it := stock.Item{ActivityID: 5, ItemID: 6}
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	a := order.Activity{ID: 5, Name: "redrive", StartsAt: now.Add(-time.Hour), EndsAt: now.Add(time.Hour), PerUserLimit: 1,
-		Items: []order.ItemStock{{ItemID: 6, InitialStock: 10}}}
-	if err := orders.UpsertActivity(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: 1}); err != nil {
-		t.Fatal(err)
-	}
-	reserve := func(rid string, user int64, at time.Time) event.OrderRequested {
-		t.Helper()
-		ev := event.OrderRequested{RequestID: rid, OrderNo: fmt.Sprintf("5-6-%s", rid), UserID: user, ActivityID: 5, ItemID: 6,
-			Quantity: 1, ReservedAt: at}
-		res, err := st.Reserve(ctx, stock.Reservation{Item: it, RequestID: rid, OrderNo: ev.OrderNo, UserID: user, Quantity: 1,
-			Fingerprint: rid, Event: ev.Marshal(), Now: now})
-		if err != nil || res.Outcome != stock.Reserved {
-			t.Fatalf("reserving %s: %v %v", rid, res.Outcome, err)
-		}
-		return ev
-	}
+	f := newRedriveSale(t, 5, 6)
+	ctx, db, r, k, orders, st, it, now, reserve := f.ctx, f.db, f.r, f.k, f.orders, f.st, f.it, f.now, f.reserve
+	topic := f.topic
 	decide := func(ev event.OrderRequested) order.Decision {
 		t.Helper()
 		if _, err := st.Claim(ctx, it, []stock.Ref{{RequestID: ev.RequestID, OrderNo: ev.OrderNo}}); err != nil {
@@ -83,7 +58,7 @@ func TestRedrivePass(t *testing.T) {
 	clock := now
 	rd := NewRedriver(RedriveConfig{After: 30 * time.Second}, RedriveDeps{Orders: orders, Stock: st, Events: writer,
 		Locker: lock.New(r.Client, r.Prefix), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NowFunc: func() time.Time { return clock }})
+		NowFunc: func() time.Time { return clock }, TickFunc: func() time.Time { return clock }})
 
 	res, err := rd.runOnce(ctx)
 	if err != nil {
@@ -134,4 +109,84 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// redriveSale is a sale in Postgres and Redis for the redrive's tests.
+type redriveSale struct {
+	ctx     context.Context
+	db      testenv.Database
+	r       testenv.Redis
+	k       testenv.Kafka
+	topic   string
+	orders  *order.Store
+	st      *stock.Store
+	it      stock.Item
+	now     time.Time
+	reserve func(rid string, user int64, at time.Time) event.OrderRequested
+}
+
+func newRedriveSale(t *testing.T, act, itemID int64) redriveSale {
+	db, r, k := testenv.MustDatabase(t), testenv.MustRedis(t), testenv.MustKafka(t)
+	ctx := context.Background()
+	topic := testenv.UniqueName("orders.requested.")
+	if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic); err != nil {
+		t.Fatal(err)
+	}
+	orders, st := order.NewStore(db.Pool), stock.New(r.Client, r.Prefix)
+	it := stock.Item{ActivityID: act, ItemID: itemID}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	a := order.Activity{ID: act, Name: "redrive", StartsAt: now.Add(-time.Hour), EndsAt: now.Add(time.Hour), PerUserLimit: 1,
+		Items: []order.ItemStock{{ItemID: itemID, InitialStock: 10}}}
+	if err := orders.UpsertActivity(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	reserve := func(rid string, user int64, at time.Time) event.OrderRequested {
+		t.Helper()
+		ev := event.OrderRequested{RequestID: rid, OrderNo: fmt.Sprintf("%d-%d-%s", act, itemID, rid), UserID: user, ActivityID: act,
+			ItemID: itemID, Quantity: 1, ReservedAt: at}
+		res, err := st.Reserve(ctx, stock.Reservation{Item: it, RequestID: rid, OrderNo: ev.OrderNo, UserID: user, Quantity: 1,
+			Fingerprint: rid, Event: ev.Marshal()})
+		if err != nil || res.Outcome != stock.Reserved {
+			t.Fatalf("reserving %s: %v %v", rid, res.Outcome, err)
+		}
+		return ev
+	}
+	return redriveSale{ctx: ctx, db: db, r: r, k: k, topic: topic, orders: orders, st: st, it: it, now: now, reserve: reserve}
+}
+
+// TestRedriveDespiteClockSkew: a reservation stamped by a gateway whose
+// clock runs 3 h ahead of the worker's (reservedAt in the future) is
+// re-published once it has been in the journal for After by the worker's
+// own measure, not 3 h later; and a step back of the worker's wall clock
+// after a republish does not stretch the backoff by the step.
+func TestRedriveDespiteClockSkew(t *testing.T) {
+	f := newRedriveSale(t, 7, 8)
+	f.reserve("ahead", 1, f.now.Add(3*time.Hour))
+	writer := event.NewWriter(event.WriterConfig{Brokers: f.k.Brokers, Topic: f.topic})
+	defer writer.Close()
+	wall, tick := f.now, f.now
+	rd := NewRedriver(RedriveConfig{After: 30 * time.Second}, RedriveDeps{Orders: f.orders, Stock: f.st, Events: writer,
+		Locker: lock.New(f.r.Client, f.r.Prefix), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NowFunc: func() time.Time { return wall }, TickFunc: func() time.Time { return tick }})
+	pass := func(want int, what string) {
+		t.Helper()
+		res, err := rd.runOnce(f.ctx)
+		if err != nil || res.Republished != want {
+			t.Fatalf("%s: pass %+v %v; want %d republished", what, res, err, want)
+		}
+	}
+	pass(0, "first sight")
+	wall, tick = wall.Add(20*time.Second), tick.Add(20*time.Second)
+	pass(0, "seen for 20 s")
+	wall, tick = wall.Add(11*time.Second), tick.Add(11*time.Second)
+	pass(1, "seen for 31 s, stamped 3 h ahead")
+
+	wall = wall.Add(-3 * time.Hour) // the worker's wall clock steps back
+	tick = tick.Add(5 * time.Second)
+	pass(0, "within the backoff")
+	tick = tick.Add(time.Minute)
+	pass(1, "past the backoff, the wall clock 3 h back")
 }

@@ -270,10 +270,10 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 		msgs[i].order(ev.RequestID, ev.OrderNo)
 		ref := stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}
 		reqMsg[ref] = append(reqMsg[ref], i)
-		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID}
+		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket}
 		byItem[it] = append(byItem[it], len(reqs))
 		reqs = append(reqs, order.Request{RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID,
-			ActivityID: ev.ActivityID, ItemID: ev.ItemID, Quantity: ev.Quantity, ReservedAt: ev.ReservedAt})
+			ActivityID: ev.ActivityID, ItemID: ev.ItemID, Quantity: ev.Quantity, ReservedAt: ev.ReservedAt, Bucket: ev.Bucket})
 	}
 	// msgOf is the context of the (first) message that carried a reservation.
 	msgOf := func(ref stock.Ref) (context.Context, []int) {
@@ -363,7 +363,7 @@ func (w *Worker) afterCommit(ctx context.Context, decisions []order.Decision, ms
 	var comps []order.Compensation
 	var compCtxs []context.Context
 	for _, d := range decisions {
-		it := stock.Item{ActivityID: d.ActivityID, ItemID: d.ItemID}
+		it := stock.Item{ActivityID: d.ActivityID, ItemID: d.ItemID, Bucket: d.Bucket}
 		mctx, _ := msgOf(refOf(d))
 		switch d.Outcome {
 		case order.Created:
@@ -457,7 +457,7 @@ type deadEvent struct {
 func (w *Worker) releaseDead(evs []deadEvent) error {
 	for _, de := range evs {
 		ev, ctx := de.ev, de.ctx
-		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID}
+		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket}
 		ref := stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}
 		claims, err := w.deps.Stock.Claim(ctx, it, []stock.Ref{ref})
 		if err != nil {

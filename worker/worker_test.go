@@ -63,7 +63,7 @@ func (f *fixture) reserve(t *testing.T, rid string, user int64) kafka.Message {
 		Quantity: 1, ReservedAt: time.Now().UTC()}
 	msg := event.Message(context.Background(), ev)
 	res, err := f.stock.Reserve(context.Background(), stock.Reservation{Item: f.item, RequestID: rid, OrderNo: ev.OrderNo, UserID: user,
-		Quantity: 1, Fingerprint: "fp", Event: msg.Value, Now: time.Now()})
+		Quantity: 1, Fingerprint: "fp", Event: msg.Value})
 	if err != nil || res.Outcome != stock.Reserved {
 		t.Fatalf("reserve %s: %v %v", rid, res, err)
 	}
@@ -277,7 +277,7 @@ func TestGhostEventIsSkipped(t *testing.T) {
 	ev := event.OrderRequested{RequestID: "r", OrderNo: "1-2-r-retry", UserID: 1, ActivityID: 1, ItemID: 2, Quantity: 1, ReservedAt: time.Now().UTC()}
 	retry := event.Message(ctx, ev)
 	if res, err := f.stock.Reserve(ctx, stock.Reservation{Item: f.item, RequestID: "r", OrderNo: ev.OrderNo, UserID: 1, Quantity: 1,
-		Fingerprint: "fp", Event: retry.Value, Now: time.Now()}); err != nil || res.Outcome != stock.Reserved {
+		Fingerprint: "fp", Event: retry.Value}); err != nil || res.Outcome != stock.Reserved {
 		t.Fatalf("retry: %+v %v", res, err)
 	}
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost, retry}); err != nil {

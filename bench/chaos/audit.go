@@ -209,8 +209,9 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 	// I1 and (nothing in flight) I5.
 	for _, it := range items {
 		var initial, dbStock int64
-		if err := tx.QueryRow(ctx, `SELECT initial_stock, stock FROM item_stock WHERE activity_id = $1 AND item_id = $2`,
-			act, it).Scan(&initial, &dbStock); err != nil {
+		var buckets int
+		if err := tx.QueryRow(ctx, `SELECT initial_stock, stock, buckets FROM item_stock WHERE activity_id = $1 AND item_id = $2`,
+			act, it).Scan(&initial, &dbStock, &buckets); err != nil {
 			return nil, fmt.Errorf("reading item %d: %w", it, err)
 		}
 		if over := liveQty[it] - initial; over > 0 {
@@ -219,14 +220,13 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 		if dbStock < 0 || initial != dbStock+liveQty[it] {
 			a.problem("I1: item %d: initial %d != stock %d + live %d", it, initial, dbStock, liveQty[it])
 		}
-		k := st.Keys(stock.Item{ActivityID: act, ItemID: it})
-		redisStock, err := rdb.Get(ctx, k.Stock).Int64()
+		redisStock, err := redisStockOf(ctx, st, stock.Item{ActivityID: act, ItemID: it}, buckets)
 		if err != nil {
 			a.problem("I5: item %d: redis stock: %v", it, err)
 		} else if redisStock != dbStock {
 			a.problem("I5: item %d: redis stock %d != db stock %d", it, redisStock, dbStock)
 		}
-		if n, err := rdb.HLen(ctx, k.Journal).Result(); err != nil || n != 0 {
+		if n, err := journalLen(ctx, st, stock.Item{ActivityID: act, ItemID: it}, buckets); err != nil || n != 0 {
 			a.problem("I5: item %d: %d journal entries left (%v)", it, n, err)
 		}
 		// The users are known: read every one's marker (no SCAN of a shared
@@ -234,7 +234,7 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 		pipe := rdb.Pipeline()
 		cmds := make([]*redis.StringCmd, users+1)
 		for u := 1; u <= users; u++ {
-			cmds[u] = pipe.Get(ctx, k.Limit(int64(u)))
+			cmds[u] = pipe.Get(ctx, st.Keys(stock.Item{ActivityID: act, ItemID: it}.ForUser(int64(u), buckets)).Limit(int64(u)))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("reading limit markers: %w", err)

@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,7 +46,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/event"
-	"orderpipe/pkg/rediskeys"
 	"orderpipe/pkg/stock"
 )
 
@@ -54,9 +54,17 @@ type Config struct {
 	// Bin is the orderpipe binary.
 	Bin string
 	// ServerURL is a Postgres URL whose server the run creates its own
-	// database on (the path is replaced); RedisAddr the Redis to use.
-	ServerURL string
-	RedisAddr string
+	// database on (the path is replaced); "" runs a PostgreSQL of the
+	// suite's own (postgres.go), which the nemesis crashes and pauses.
+	// RedisServer is the redis-server
+	// binary (default: from the PATH): the suite runs a primary and a
+	// replica of its own (redis.go).
+	ServerURL   string
+	RedisServer string
+	// RedisReplLag, when set, delays the replication stream from the Redis
+	// primary to its replica (a replica in another zone): a failover then
+	// loses the writes of that last stretch.
+	RedisReplLag time.Duration
 	// OutDir receives a folder per run with every process's log.
 	OutDir string
 	// Seed makes the fault instants and the load repeatable (0: random).
@@ -69,6 +77,10 @@ type Config struct {
 	Think   time.Duration
 	Users   int
 	Stock   int64
+	// Buckets splits each item's stock over that many Redis buckets
+	// (CHAOS_BUCKETS; 0 or 1: one), so the checker judges bucketed stock
+	// and its mover.
+	Buckets int
 	// DrainWithin bounds the wait for the pipeline to settle after a fault.
 	DrainWithin time.Duration
 	// KafkaNodes > 0 runs a real Apache Kafka cluster of that many brokers
@@ -86,19 +98,13 @@ type Config struct {
 	// nemesis sets it above some of its clients' timeouts, so a client
 	// gives up on a request whose produce is still in flight and retries.
 	ProduceTimeout time.Duration
-	// Keep leaves the database, the Redis keys and the broker's data dir.
+	// Keep leaves the database and the broker's data dir.
 	Keep bool
 	// Log receives progress lines.
 	Log io.Writer
 }
 
 func (c *Config) defaults() {
-	if c.ServerURL == "" {
-		c.ServerURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	if c.RedisAddr == "" {
-		c.RedisAddr = "127.0.0.1:6379"
-	}
 	if c.OutDir == "" {
 		c.OutDir = filepath.Join(os.TempDir(), "orderpipe-chaos")
 	}
@@ -152,17 +158,29 @@ type Suite struct {
 	adminToken    string
 	httpURL       string   // the first gateway
 	httpURLs      []string // every gateway
-	brokers       []string // bootstrap list: the kfake broker, or every broker of the real cluster
+	brokers       []string // bootstrap list: the kfake broker (through its proxy), or every broker of the real cluster
+	kafkaLink     bool     // the broker is reached through the proxy "kafka"
 	kafkaProcs    []*proc  // the real cluster's brokers: node i is kafkaProcs[i-1]
 	workerMetrics []string // each worker's /metrics
 	baseEnv       []string
 
 	pool  *pgxpool.Pool
-	rdb   *redis.Client
+	rdb   *redis.Client // through the proxy, as the processes
 	stock *stock.Store
 	toxi  *toxi
 	procs []*proc
 	rng   *rand.Rand
+
+	// The Redis pair (redis.go): redis[redisPrimary] is the primary the
+	// proxy points at; redisLost is set once a fault lost Redis's data.
+	pg            *proc  // the suite's PostgreSQL, nil on Config.ServerURL
+	pgDir         string // its cluster
+	redis         []*redisNode
+	redisMu       sync.Mutex
+	redisPrimary  int
+	redisAddr     string // the proxy
+	redisReplLink string // the replication link's proxy
+	redisLost     atomic.Bool
 
 	// Of the scenario in hand: when its load started (for the fault's
 	// timeline), what its clients were told so far, and notes that faults
@@ -218,6 +236,12 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	s.logf("run %s, seed %d, logs in %s", run, cfg.Seed, s.Dir)
 
+	if cfg.ServerURL == "" {
+		if cfg.ServerURL, err = s.startPostgres(ctx); err != nil {
+			return s, err
+		}
+		s.cfg.ServerURL = cfg.ServerURL
+	}
 	base, err := url.Parse(cfg.ServerURL)
 	if err != nil {
 		return s, fmt.Errorf("parsing the Postgres URL: %w", err)
@@ -235,10 +259,14 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	db.Host = s.toxi.Addr
 	s.proxiedURL = db.String()
 
+	if s.redisAddr, err = s.startRedis(ctx); err != nil {
+		return s, err
+	}
+
 	if s.baseEnv, err = processEnv(cfg.Bin); err != nil {
 		return s, err
 	}
-	s.baseEnv = append(s.baseEnv, "REDIS_ADDR="+cfg.RedisAddr, "REDIS_KEY_PREFIX="+s.prefix, "ADMIN_TOKEN="+s.adminToken,
+	s.baseEnv = append(s.baseEnv, "REDIS_ADDR="+s.redisAddr, "REDIS_KEY_PREFIX="+s.prefix, "ADMIN_TOKEN="+s.adminToken,
 		"RATE_LIMIT_USER_RPS=0", "KAFKA_PARTITIONS="+strconv.Itoa(kafkaPartitions), "DB_MAX_CONNS=8", "LOG_LEVEL=info",
 		"CLOSE_AFTER="+closeAfter, "CLOSER_INTERVAL=500ms", "REDRIVE_AFTER="+redriveAfter, "REDRIVE_INTERVAL=1s")
 
@@ -248,9 +276,9 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	if s.pool, err = pgxpool.New(ctx, s.dbURL); err != nil {
 		return s, err
 	}
-	s.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	s.rdb = redis.NewClient(&redis.Options{Addr: s.redisAddr})
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
-		return s, fmt.Errorf("reaching redis at %s: %w", cfg.RedisAddr, err)
+		return s, fmt.Errorf("reaching redis through the proxy %s: %w", s.redisAddr, err)
 	}
 	s.stock = stock.New(s.rdb, s.prefix)
 
@@ -267,10 +295,17 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			return s, err
 		}
 	} else {
-		s.brokers = []string{addrs[0]}
+		// Every client reaches the broker through the proxy "kafka", which
+		// the broker advertises as its address.
+		link, err := s.toxi.add("kafka", addrs[0])
+		if err != nil {
+			return s, err
+		}
+		s.brokers, s.kafkaLink = []string{link}, true
 		_, kafkaPort, _ := net.SplitHostPort(addrs[0])
+		_, linkPort, _ := net.SplitHostPort(link)
 		kafka := s.newProc("kafka", func(ctx context.Context) error { return event.Ping(ctx, s.brokers) },
-			"KAFKA_EMBEDDED_PORT="+kafkaPort, "KAFKA_EMBEDDED_DIR="+s.kafkaDir)
+			"KAFKA_EMBEDDED_PORT="+kafkaPort, "KAFKA_EMBEDDED_ADVERTISED_PORT="+linkPort, "KAFKA_EMBEDDED_DIR="+s.kafkaDir)
 		s.procs = append(s.procs, kafka)
 		if err := kafka.start(); err != nil {
 			return s, err
@@ -364,8 +399,8 @@ func (s *Suite) workers() []*proc {
 // real reports whether the broker is a real Kafka cluster.
 func (s *Suite) real() bool { return len(s.kafkaProcs) > 0 }
 
-// Close stops every process and, unless Keep, removes the database, the
-// Redis keys and the broker's data; the logs stay.
+// Close stops every process (the suite's Redis with them) and, unless
+// Keep, removes the database and the broker's data; the logs stay.
 func (s *Suite) Close() {
 	for i := len(s.procs) - 1; i >= 0; i-- {
 		p := s.procs[i]
@@ -389,14 +424,13 @@ func (s *Suite) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if s.cfg.Keep {
-		s.logf("kept database %s, Redis keys under %s and %s", s.dbName, s.prefix, s.kafkaDir)
+		s.logf("kept database %s and %s (the suite's Redis is gone with its processes)", s.dbName, s.kafkaDir)
 	} else {
-		if s.rdb != nil {
-			if _, err := rediskeys.Delete(ctx, s.rdb, s.prefix+"*"); err != nil {
-				s.logf("deleting redis keys: %v", err)
-			}
-		}
-		if conn, err := pgx.Connect(ctx, s.cfg.ServerURL); err == nil {
+		if s.pg != nil {
+			// The suite's PostgreSQL stopped with the processes: its
+			// cluster goes.
+			os.RemoveAll(s.pgDir)
+		} else if conn, err := pgx.Connect(ctx, s.cfg.ServerURL); err == nil {
 			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)"); err != nil {
 				s.logf("dropping database %s: %v", s.dbName, err)
 			}
@@ -428,8 +462,9 @@ func (s *Suite) proc(name string) *proc {
 }
 
 func (s *Suite) newProc(name string, ready func(context.Context) error, env ...string) *proc {
-	return &proc{name: name, bin: s.cfg.Bin, args: []string{name}, env: s.env(env...),
-		logPath: filepath.Join(s.Dir, name+".log"), readyFunc: ready}
+	clock := filepath.Join(s.Dir, name+".clock")
+	return &proc{name: name, bin: s.cfg.Bin, args: []string{name}, env: s.env(append(env, "DEV_CLOCK_OFFSET_FILE="+clock)...),
+		logPath: filepath.Join(s.Dir, name+".log"), clockPath: clock, readyFunc: ready}
 }
 
 func (s *Suite) env(extra ...string) []string {

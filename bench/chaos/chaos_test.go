@@ -18,8 +18,15 @@ import (
 // TestChaos runs every scenario (CHAOS_SCENARIOS=a,b picks some) against
 // one set of processes and fails if any invariant broke. Knobs:
 // CHAOS_BIN (else the binary is built), CHAOS_SEED, CHAOS_LOAD (Go duration
-// per scenario), CHAOS_OUT (log folder), CHAOS_KEEP=1, TEST_DATABASE_URL
-// (the server a database is created on), TEST_REDIS_ADDR;
+// per scenario), CHAOS_OUT (log folder), CHAOS_KEEP=1, CHAOS_PG_BIN (the
+// folder of the initdb and postgres the suite runs a PostgreSQL of its own
+// with; default: the newest /usr/lib/postgresql/*/bin, else the PATH),
+// CHAOS_REDIS_SERVER (the redis-server binary the suite runs its own
+// primary and replica of; default: from the PATH), CHAOS_REDIS_REPL_LAG (a
+// Go duration: latency on the replication link, so a failover loses the
+// writes of that stretch);
+// CHAOS_BUCKETS=n splits each item's stock over n Redis buckets (bucketed
+// stock; the checker's rules are the same).
 // CHAOS_KAFKA_NODES=3 runs on a real 3-broker Apache Kafka cluster the
 // suite starts with CHAOS_KAFKA_SCRIPT (default deploy/kafka/kafka.sh),
 // and adds the scenarios only a real cluster has (`make chaos-kafka`).
@@ -73,7 +80,7 @@ func TestChaos(t *testing.T) {
 // without CHAOS_BIN it builds the binary.
 func chaosConfig(t *testing.T) Config {
 	t.Helper()
-	cfg := Config{Bin: os.Getenv("CHAOS_BIN"), ServerURL: os.Getenv("TEST_DATABASE_URL"), RedisAddr: os.Getenv("TEST_REDIS_ADDR"),
+	cfg := Config{Bin: os.Getenv("CHAOS_BIN"), RedisServer: os.Getenv("CHAOS_REDIS_SERVER"),
 		OutDir: os.Getenv("CHAOS_OUT"), Keep: os.Getenv("CHAOS_KEEP") != "", Log: os.Stdout}
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		seed, err := strconv.ParseUint(v, 10, 64)
@@ -82,12 +89,26 @@ func chaosConfig(t *testing.T) Config {
 		}
 		cfg.Seed = seed
 	}
+	if v := os.Getenv("CHAOS_REDIS_REPL_LAG"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("CHAOS_REDIS_REPL_LAG: %v", err)
+		}
+		cfg.RedisReplLag = d
+	}
 	if v := os.Getenv("CHAOS_LOAD"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			t.Fatalf("CHAOS_LOAD: %v", err)
 		}
 		cfg.LoadFor = d
+	}
+	if v := os.Getenv("CHAOS_BUCKETS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 64 {
+			t.Fatalf("CHAOS_BUCKETS: want 1-64, got %q", v)
+		}
+		cfg.Buckets = n
 	}
 	if v := os.Getenv("CHAOS_KAFKA_NODES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -133,6 +154,9 @@ func TestNemesis(t *testing.T) {
 	// Above some client timeouts (300 ms, 700 ms, 1.5 s) and below others (5 s).
 	cfg.ProduceTimeout = 2 * time.Second
 	cfg.Clients, cfg.Think, cfg.Users, cfg.Stock = 16, 40*time.Millisecond, 3000, 20000
+	if cfg.Buckets > 1 {
+		cfg.Stock = 1200 // bucketed: the items sell out under the faults, so buckets empty and the mover works
+	}
 	cfg.DrainWithin = 90 * time.Second
 	nc := NemesisConfig{LoadFor: 12 * time.Second,
 		Timeouts: []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond, 5 * time.Second}}

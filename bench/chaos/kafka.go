@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -161,4 +163,39 @@ func lastOffset(ctx context.Context, c *kafka.Client, topic string, part int) (i
 		return p.LastOffset, nil
 	}
 	return 0, errors.New("no offsets for partition")
+}
+
+// groupState describes the worker group for a report: each partition's lag
+// and the member assigned it (as the coordinator sees it), so a partition
+// nobody consumes shows.
+func groupState(ctx context.Context, brokers []string, topic, group string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ends, committed, err := groupOffsets(ctx, brokers, topic, group)
+	if err != nil {
+		return "offsets unknown: " + err.Error()
+	}
+	owner := map[int]string{}
+	c, done := client(brokers)
+	defer done()
+	var desc string
+	if res, err := c.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{group}}); err != nil {
+		desc = "members unknown: " + err.Error()
+	} else if len(res.Groups) == 1 {
+		g := res.Groups[0]
+		desc = fmt.Sprintf("group %s, %d members", g.GroupState, len(g.Members))
+		for _, m := range g.Members {
+			for _, t := range m.MemberAssignments.Topics {
+				for _, p := range t.Partitions {
+					owner[p] = m.ClientHost + " " + m.MemberID
+				}
+			}
+		}
+	}
+	var parts []string
+	for p := range ends {
+		parts = append(parts, fmt.Sprintf("p%d lag %d (%s)", p, max(ends[p]-committed[p], 0), cmp.Or(owner[p], "unassigned")))
+	}
+	slices.Sort(parts)
+	return desc + ": " + strings.Join(parts, ", ")
 }

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -23,64 +24,203 @@ import (
 type fault struct {
 	At     time.Duration // into the load
 	For    time.Duration // down, paused or toxic for
-	Kind   string        // kill, pause, pg-latency, pg-reset, poison
-	Target string        // a process name, "postgres" or "topic"
+	Kind   string        // kill, pause, pg-latency, pg-reset, poison, redis-*, clock-step
+	Target string        // a process name, "redis" (the primary), "postgres" or "topic"
+	Step   time.Duration // clock-step: added to the target's wall clock
 }
 
 func (f fault) String() string {
-	if f.Kind == "poison" {
+	switch f.Kind {
+	case "poison":
 		return fmt.Sprintf("+%.1fs poison %s", f.At.Seconds(), f.Target)
+	case "clock-step":
+		return fmt.Sprintf("+%.1fs clock-step %s by %+v for %s", f.At.Seconds(), f.Target, f.Step, f.For.Round(10*time.Millisecond))
 	}
 	return fmt.Sprintf("+%.1fs %s %s for %s", f.At.Seconds(), f.Kind, f.Target, f.For.Round(10*time.Millisecond))
 }
 
-// nemesisSchedule draws the faults of a load of loadFor from seed: about
-// one every 1.2 s between 10% and 80% of the load, each from the menu with
-// these weights; a target already in a fault is not hit again until that
-// one healed (a killed process needs ~2 s to be ready again).
+// nemesisSchedule draws the faults of a load of loadFor from seed: the
+// process and link faults (processFaults), the store faults (storeFaults)
+// and the clock steps (clockFaults), each from a random stream of its own,
+// so adding one left the earlier streams — the seeds' meaning before it —
+// unchanged.
+func nemesisSchedule(seed uint64, loadFor time.Duration, comps, brokers []string, withPG, kafkaLink bool) []fault {
+	out := append(processFaults(seed, loadFor, comps, brokers), storeFaults(seed, loadFor, withPG, kafkaLink)...)
+	out = append(out, clockFaults(seed, loadFor, comps)...)
+	slices.SortStableFunc(out, func(a, b fault) int { return cmp.Compare(a.At, b.At) })
+	return out
+}
+
+// schedule draws faults from rng at exponential gaps of mean gap between
+// 10% and 80% of the load; pick draws one (For set, At not); a target
+// already in a fault is not hit again until that one healed, plus settle.
+func schedule(rng *rand.Rand, loadFor, gap time.Duration, pick func() fault, settle func(fault) time.Duration) []fault {
+	busy := map[string]time.Duration{}
+	var out []fault
+	t := loadFor / 10
+	for {
+		t += time.Duration(rng.ExpFloat64() * float64(gap))
+		if t > loadFor*8/10 {
+			return out
+		}
+		f := pick()
+		if busy[f.Target] > t {
+			continue
+		}
+		f.At = t
+		busy[f.Target] = t + f.For + settle(f)
+		out = append(out, f)
+	}
+}
+
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+}
+
+// processFaults: about one every 1.2 s, from the menu with these weights
+// (a killed process needs ~2 s to be ready again):
 //
-//	3 pause a broker 1–5 s (longer than PRODUCE_TIMEOUT, sometimes)
+//	3 pause a broker 1–5 s (longer than PRODUCE_TIMEOUT, sometimes); on a
+//	  real cluster one in three of these SIGKILLs the broker instead and
+//	  restarts it after that time
 //	3 SIGKILL a gateway, worker or closer, restart after 0.2–2 s
 //	3 pause a gateway, worker or closer 0.3–3.3 s
 //	1 Postgres latency 300±100 ms for 1–3 s (workers and closer)
 //	1 Postgres connections reset for 0.3–1.5 s
 //	1 three poison messages
-func nemesisSchedule(seed uint64, loadFor time.Duration, comps, brokers []string) []fault {
+func processFaults(seed uint64, loadFor time.Duration, comps, brokers []string) []fault {
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
-	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
-	busy := map[string]time.Duration{}
-	var out []fault
-	t := loadFor / 10
-	for {
-		t += time.Duration(rng.ExpFloat64() * float64(1200*time.Millisecond))
-		if t > loadFor*8/10 {
-			return out
-		}
-		var f fault
+	return schedule(rng, loadFor, 1200*time.Millisecond, func() fault {
 		switch r := rng.IntN(12); {
 		case r < 3:
-			f = fault{Kind: "pause", Target: brokers[rng.IntN(len(brokers))], For: between(time.Second, 5*time.Second)}
+			f := fault{Kind: "pause", Target: brokers[rng.IntN(len(brokers))], For: between(rng, time.Second, 5*time.Second)}
+			if len(brokers) > 1 && rng.IntN(3) == 0 {
+				// A real cluster: one broker in three is SIGKILLed instead
+				// and restarted after that time (log recovery, catching up).
+				f.Kind = "kill"
+			}
+			return f
 		case r < 6:
-			f = fault{Kind: "kill", Target: comps[rng.IntN(len(comps))], For: between(200*time.Millisecond, 2*time.Second)}
+			return fault{Kind: "kill", Target: comps[rng.IntN(len(comps))], For: between(rng, 200*time.Millisecond, 2*time.Second)}
 		case r < 9:
-			f = fault{Kind: "pause", Target: comps[rng.IntN(len(comps))], For: between(300*time.Millisecond, 3300*time.Millisecond)}
+			return fault{Kind: "pause", Target: comps[rng.IntN(len(comps))], For: between(rng, 300*time.Millisecond, 3300*time.Millisecond)}
 		case r < 10:
-			f = fault{Kind: "pg-latency", Target: "postgres", For: between(time.Second, 3*time.Second)}
+			return fault{Kind: "pg-latency", Target: "postgres", For: between(rng, time.Second, 3*time.Second)}
 		case r < 11:
-			f = fault{Kind: "pg-reset", Target: "postgres", For: between(300*time.Millisecond, 1500*time.Millisecond)}
-		default:
-			f = fault{Kind: "poison", Target: "topic"}
+			return fault{Kind: "pg-reset", Target: "postgres", For: between(rng, 300*time.Millisecond, 1500*time.Millisecond)}
 		}
-		if busy[f.Target] > t {
-			continue
+		return fault{Kind: "poison", Target: "topic"}
+	}, func(f fault) time.Duration {
+		switch {
+		case f.Kind == "kill" && strings.HasPrefix(f.Target, "kafka"):
+			return 15 * time.Second // recovers its log and catches up
+		case f.Kind == "kill":
+			return 2 * time.Second
 		}
-		f.At = t
-		busy[f.Target] = t + f.For
-		if f.Kind == "kill" {
-			busy[f.Target] += 2 * time.Second
-		}
-		out = append(out, f)
+		return 0
+	})
+}
+
+// storeFaults: about one every 2.5 s, on the suite's Redis (one fault at a
+// time), on its PostgreSQL when it runs its own (one at a time), and on the
+// link to the kfake broker (one at a time), from the menu with these
+// weights:
+//
+//	2 redis-restart: SIGKILL the Redis primary, start it again empty after
+//	  0.3–1.5 s (its replica resyncs empty too), then the repair
+//	2 redis-failover: SIGKILL the primary, promote the replica after
+//	  0.3–1.5 s and move the proxy to it, the old primary back as its
+//	  replica, then the repair
+//	2 pause the Redis primary 0.3–2.5 s
+//	1 Redis latency 150±50 ms for 1–3 s (every process)
+//	1 Redis connections reset for 0.3–1.5 s
+//	1 Redis bandwidth 32 KB/s each way for 1–3 s
+//	2 pg-restart: SIGKILL the postmaster and every backend, start again
+//	  after 0.3–2 s (crash recovery)
+//	1 pause PostgreSQL (every backend) 0.5–3 s
+//	1 broker link latency 200±100 ms for 1–3 s (kfake only: its clients
+//	  reach it through a proxy it advertises)
+//	1 broker link connections reset for 0.3–1.5 s
+//	1 broker link bandwidth 32 KB/s each way for 1–3 s
+//
+// The repair after a Redis data loss (repairRedis) waits for the worker to
+// catch up, then runs `orderpipe reconciler --once --fix`; Redis stays
+// busy 5 s more for it.
+func storeFaults(seed uint64, loadFor time.Duration, withPG, kafkaLink bool) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x73746f726573))
+	var extra []string
+	if withPG {
+		extra = append(extra, "pg-restart", "pg-restart", "pause-postgres")
 	}
+	if kafkaLink {
+		extra = append(extra, "kafka-latency", "kafka-reset", "kafka-bandwidth")
+	}
+	return schedule(rng, loadFor, 2500*time.Millisecond, func() fault {
+		r := rng.IntN(9 + len(extra))
+		if r >= 9 {
+			switch kind := extra[r-9]; kind {
+			case "pg-restart":
+				return fault{Kind: kind, Target: "postgres", For: between(rng, 300*time.Millisecond, 2*time.Second)}
+			case "pause-postgres":
+				return fault{Kind: "pause", Target: "postgres", For: between(rng, 500*time.Millisecond, 3*time.Second)}
+			case "kafka-reset":
+				return fault{Kind: kind, Target: "kafka-link", For: between(rng, 300*time.Millisecond, 1500*time.Millisecond)}
+			default:
+				return fault{Kind: kind, Target: "kafka-link", For: between(rng, time.Second, 3*time.Second)}
+			}
+		}
+		switch {
+		case r < 2:
+			return fault{Kind: "redis-restart", Target: "redis", For: between(rng, 300*time.Millisecond, 1500*time.Millisecond)}
+		case r < 4:
+			return fault{Kind: "redis-failover", Target: "redis", For: between(rng, 300*time.Millisecond, 1500*time.Millisecond)}
+		case r < 6:
+			return fault{Kind: "pause", Target: "redis", For: between(rng, 300*time.Millisecond, 2500*time.Millisecond)}
+		case r < 7:
+			return fault{Kind: "redis-latency", Target: "redis", For: between(rng, time.Second, 3*time.Second)}
+		case r < 8:
+			return fault{Kind: "redis-reset", Target: "redis", For: between(rng, 300*time.Millisecond, 1500*time.Millisecond)}
+		}
+		return fault{Kind: "redis-bandwidth", Target: "redis", For: between(rng, time.Second, 3*time.Second)}
+	}, func(f fault) time.Duration {
+		switch f.Kind {
+		case "redis-restart", "redis-failover":
+			return 5 * time.Second
+		case "pg-restart":
+			return 2 * time.Second
+		}
+		return 0
+	})
+}
+
+// clockSteps are the clock-step menu: an NTP step of a second or two, a
+// VM resumed a minute and a half late, a clock off by ten minutes, a
+// time zone mistaken for UTC. The chaos sale runs from a minute before
+// the load to an hour after, so a gateway stepped 90 s back or more sees
+// the sale not started yet, and one 3 h ahead sees it over.
+var clockSteps = []time.Duration{-3 * time.Hour, -10 * time.Minute, -90 * time.Second, -2 * time.Second,
+	2 * time.Second, 90 * time.Second, 10 * time.Minute, 3 * time.Hour}
+
+// clockFaults: about one every 3 s, a step of the wall clock of a gateway
+// or a worker (the processes that stamp or compare absolute times: the
+// closer and the sweeps go by the database's clock) by one of clockSteps,
+// held 2–8 s, then stepped back. The step survives a restart of the
+// process meanwhile (it is the machine's clock).
+func clockFaults(seed uint64, loadFor time.Duration, comps []string) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x636c6f636b))
+	var targets []string
+	for _, c := range comps {
+		if strings.HasPrefix(c, "gateway") || strings.HasPrefix(c, "worker") {
+			targets = append(targets, c)
+		}
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	return schedule(rng, loadFor, 3*time.Second, func() fault {
+		return fault{Kind: "clock-step", Target: targets[rng.IntN(len(targets))], Step: clockSteps[rng.IntN(len(clockSteps))],
+			For: between(rng, 2*time.Second, 8*time.Second)}
+	}, func(fault) time.Duration { return 0 })
 }
 
 // NemesisConfig is one nemesis run.
@@ -167,13 +307,14 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 	var comps, brokers []string
 	for _, p := range s.procs {
 		switch {
+		case p.store:
 		case strings.HasPrefix(p.name, "kafka"):
 			brokers = append(brokers, p.name)
 		default:
 			comps = append(comps, p.name)
 		}
 	}
-	res.Schedule = nemesisSchedule(nc.Seed, nc.LoadFor, comps, brokers)
+	res.Schedule = nemesisSchedule(nc.Seed, nc.LoadFor, comps, brokers, s.pg != nil, s.kafkaLink)
 	s.logf("nemesis seed %d on sale %d, %s of load, %d faults:", nc.Seed, act, nc.LoadFor, len(res.Schedule))
 	for _, f := range res.Schedule {
 		s.logf("  %s", f)
@@ -226,9 +367,19 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 	ops := hist.snapshot()
 	drainStart := time.Now()
 	if err := s.settle(ctx, act, items, acceptedRequests(ops)); err != nil {
-		s.logf("nemesis seed %d: %v (the checker says what is missing)", nc.Seed, err)
+		s.logf("nemesis seed %d: %v (the checker says what is missing); %s", nc.Seed, err,
+			groupState(ctx, s.brokers, kafkaTopic, kafkaGroup))
 	}
 	res.Drained = time.Since(drainStart)
+	if s.redisLost.Swap(false) {
+		// Redis lost data during the load: the runbook's repair once more,
+		// now that nothing is in flight (the one during the load raced it).
+		desc, err := s.repairRedis(ctx)
+		if err != nil {
+			desc += fmt.Sprintf(" (%v)", err)
+		}
+		res.Applied = append(res.Applied, "after the drain: "+desc)
+	}
 	check, err := s.checkHistory(ctx, act, items, hist.t0, ops)
 	if err != nil {
 		fail("checking: %v", err)
@@ -263,28 +414,81 @@ func (s *Suite) inflict(ctx context.Context, f fault, act int64) (string, error)
 		return fmt.Sprintf("SIGKILL %s at %s, restarted after %s, ready in %s", f.Target, at, f.For.Round(10*time.Millisecond),
 			time.Since(restart).Round(10*time.Millisecond)), err
 	case "pause":
-		p := s.proc(f.Target)
+		p := s.pauseTarget(f.Target)
 		if err := p.pause(); err != nil {
-			return "SIGSTOP " + f.Target + " at " + at, err
+			return "SIGSTOP " + p.name + " at " + at, err
 		}
 		time.Sleep(f.For)
-		return fmt.Sprintf("SIGSTOP %s at %s, SIGCONT at %s", f.Target, at, s.since()), p.resume()
-	case "pg-latency":
-		if err := s.toxi.latency(300, 100); err != nil {
-			return "postgres latency at " + at, err
+		return fmt.Sprintf("SIGSTOP %s at %s, SIGCONT at %s", p.name, at, s.since()), p.resume()
+	case "pg-latency", "redis-latency", "kafka-latency":
+		link, ms, jitter := linkOf(f.Kind), 300, 100
+		switch link {
+		case "redis":
+			ms, jitter = 150, 50
+		case "kafka":
+			ms, jitter = 200, 100
+		}
+		if err := s.toxi.latency(link, ms, jitter); err != nil {
+			return link + " latency at " + at, err
 		}
 		time.Sleep(f.For)
-		return fmt.Sprintf("postgres latency 300±100ms at %s, removed at %s", at, s.since()), s.toxi.remove("latency")
-	case "pg-reset":
-		if err := s.toxi.resetPeer(1); err != nil {
-			return "postgres reset at " + at, err
+		return fmt.Sprintf("%s latency %d±%dms at %s, removed at %s", link, ms, jitter, at, s.since()), s.toxi.remove(link, "latency")
+	case "pg-reset", "redis-reset", "kafka-reset":
+		link := linkOf(f.Kind)
+		if err := s.toxi.resetPeer(link, 1); err != nil {
+			return link + " reset at " + at, err
 		}
 		time.Sleep(f.For)
-		return fmt.Sprintf("postgres reset_peer at %s, removed at %s", at, s.since()), s.toxi.remove("reset")
+		return fmt.Sprintf("%s reset_peer at %s, removed at %s", link, at, s.since()), s.toxi.remove(link, "reset")
+	case "redis-bandwidth", "kafka-bandwidth":
+		link := linkOf(f.Kind)
+		if err := s.toxi.bandwidth(link, 32); err != nil {
+			return link + " bandwidth at " + at, err
+		}
+		time.Sleep(f.For)
+		return fmt.Sprintf("%s bandwidth 32 KB/s at %s, removed at %s", link, at, s.since()),
+			s.toxi.remove(link, "bandwidth-upstream", "bandwidth-downstream")
+	case "redis-restart":
+		return s.redisRestart(ctx, f.For)
+	case "pg-restart":
+		return s.pgRestart(ctx, f.For)
+	case "redis-failover":
+		return s.redisFailover(ctx, f.For)
 	case "poison":
 		return poison(ctx, s, act)
+	case "clock-step":
+		p := s.proc(f.Target)
+		if err := p.stepClock(f.Step); err != nil {
+			return "clock-step " + f.Target + " at " + at, err
+		}
+		time.Sleep(f.For)
+		return fmt.Sprintf("clock of %s stepped by %+v at %s, back at %s", f.Target, f.Step, at, s.since()), p.stepClock(0)
 	}
 	return "", fmt.Errorf("unknown fault %q", f.Kind)
+}
+
+// linkOf is the proxy a link fault acts on.
+func linkOf(kind string) string {
+	switch {
+	case strings.HasPrefix(kind, "redis-"):
+		return "redis"
+	case strings.HasPrefix(kind, "kafka-"):
+		return "kafka"
+	}
+	return "postgres"
+}
+
+// pauseTarget is the process a pause of target stops: "redis" is the
+// current primary, "postgres" the suite's PostgreSQL (every backend).
+func (s *Suite) pauseTarget(target string) *proc {
+	switch {
+	case target == "redis":
+		prim, _ := s.redisRoles()
+		return prim.p
+	case target == "postgres" && s.pg != nil:
+		return s.pg
+	}
+	return s.proc(target)
 }
 
 // heal continues every paused process, starts every dead one, waits until
@@ -294,6 +498,9 @@ func (s *Suite) heal(ctx context.Context) []string {
 	var problems []string
 	for _, p := range s.procs {
 		problems = append(problems, p.takeCrashes()...)
+		if err := p.stepClock(0); err != nil {
+			problems = append(problems, fmt.Sprintf("setting %s's clock back: %v", p.name, err))
+		}
 		if p.running() && p.isPaused() {
 			if err := p.resume(); err != nil {
 				problems = append(problems, fmt.Sprintf("continuing %s: %v", p.name, err))

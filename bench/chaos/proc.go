@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"sync"
@@ -21,8 +22,21 @@ type proc struct {
 	args    []string
 	env     []string
 	logPath string
+	// clockPath is the process's DEV_CLOCK_OFFSET_FILE (the clock-step
+	// fault); empty for processes that are not orderpipe's.
+	clockPath string
 	// readyFunc reports whether the process serves (nil error).
 	readyFunc func(ctx context.Context) error
+	// store marks a data store the suite runs (Redis, Postgres): the
+	// nemesis's process faults leave it to the store faults.
+	store bool
+	// group: the process leads a process group (Postgres's postmaster and
+	// its backends) and every signal goes to the whole group, as a frozen
+	// or crashed machine would stop all of them at once. cred, when set,
+	// is the user it runs as; stopSignal replaces SIGTERM for stop.
+	group      bool
+	cred       *syscall.Credential
+	stopSignal syscall.Signal
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -57,6 +71,8 @@ func (p *proc) start() error {
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childAttr()
+	cmd.SysProcAttr.Setpgid = p.group
+	cmd.SysProcAttr.Credential = p.cred
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("starting %s: %w", p.name, err)
@@ -133,7 +149,7 @@ func (p *proc) setPaused(on bool) error {
 	if on {
 		sig = syscall.SIGSTOP
 	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.send(p.cmd, sig); err != nil {
 		return fmt.Errorf("signalling %s: %w", p.name, err)
 	}
 	p.paused = on
@@ -155,28 +171,55 @@ func (p *proc) signal(sig syscall.Signal, wait time.Duration) error {
 		return nil
 	default:
 	}
-	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := p.send(cmd, sig); err != nil && !errors.Is(err, os.ErrProcessDone) && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signalling %s: %w", p.name, err)
 	}
 	if paused && sig != syscall.SIGKILL {
 		// A stopped process acts on SIGTERM only once continued.
-		cmd.Process.Signal(syscall.SIGCONT) //nolint:errcheck
+		p.send(cmd, syscall.SIGCONT) //nolint:errcheck
 	}
 	select {
 	case <-done:
+		if p.group && sig == syscall.SIGKILL {
+			// The leader is gone; so is the rest of the group (SIGKILL
+			// went to every member), but not necessarily reaped yet.
+			waitGroupGone(cmd.Process.Pid, wait)
+		}
 		return nil
 	case <-time.After(wait):
 	}
-	cmd.Process.Kill() //nolint:errcheck
+	p.send(cmd, syscall.SIGKILL) //nolint:errcheck
 	<-done
 	return fmt.Errorf("%s did not exit within %s of %s; killed", p.name, wait, sig)
+}
+
+// send signals the process, or its whole group.
+func (p *proc) send(cmd *exec.Cmd, sig syscall.Signal) error {
+	if p.group {
+		return syscall.Kill(-cmd.Process.Pid, sig)
+	}
+	return cmd.Process.Signal(sig)
+}
+
+// waitGroupGone waits until no process of group pgid is left.
+func waitGroupGone(pgid int, within time.Duration) {
+	deadline := time.Now().Add(within)
+	for syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // kill is SIGKILL: no draining, no cleanup, as a crash.
 func (p *proc) kill() error { return p.signal(syscall.SIGKILL, 10*time.Second) }
 
 // stop is SIGTERM: the process drains and exits.
-func (p *proc) stop() error { return p.signal(syscall.SIGTERM, 40*time.Second) }
+func (p *proc) stop() error {
+	sig := syscall.SIGTERM
+	if p.stopSignal != 0 {
+		sig = p.stopSignal
+	}
+	return p.signal(sig, 40*time.Second)
+}
 
 // waitReady polls readyFunc until it answers, the process exits or within
 // passes.
@@ -200,4 +243,24 @@ func (p *proc) waitReady(ctx context.Context, within time.Duration) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// stepClock steps the process's wall clock to the real one plus by (0 ⇒
+// the real clock); it reads the file every 100 ms, and again at a restart.
+func (p *proc) stepClock(by time.Duration) error {
+	if p.clockPath == "" {
+		return nil
+	}
+	if by == 0 {
+		if err := os.Remove(p.clockPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	// Written whole, then renamed: the process never reads half a value.
+	tmp := p.clockPath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(by.String()+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p.clockPath)
 }

@@ -187,12 +187,12 @@ func redisKeysLost(ctx context.Context, s *Suite, act int64) (string, error) {
 // then resets them (new ones too), then heals.
 func postgresToxics(_ context.Context, s *Suite, _ int64) (string, error) {
 	at := s.since()
-	if err := s.toxi.latency(400, 150); err != nil {
+	if err := s.toxi.latency("postgres", 400, 150); err != nil {
 		return "", err
 	}
 	time.Sleep(2 * time.Second)
 	resetAt := s.since()
-	if err := s.toxi.resetPeer(1); err != nil {
+	if err := s.toxi.resetPeer("postgres", 1); err != nil {
 		return "", err
 	}
 	time.Sleep(1500 * time.Millisecond)
@@ -411,7 +411,7 @@ type flight struct {
 
 func (s *Suite) inFlight(ctx context.Context, act int64, items []int64, accepted []string) (f flight, err error) {
 	for _, it := range items {
-		n, err := s.rdb.HLen(ctx, s.stock.Keys(stockItem(act, it)).Journal).Result()
+		n, err := journalLen(ctx, s.stock, stockItem(act, it), s.cfg.Buckets)
 		if err != nil {
 			return f, err
 		}
@@ -433,7 +433,7 @@ func (s *Suite) inFlight(ctx context.Context, act int64, items []int64, accepted
 func (s *Suite) createSale(ctx context.Context, act int64, items []int64) error {
 	var its []string
 	for _, it := range items {
-		its = append(its, fmt.Sprintf(`{"itemId":%d,"stock":%d}`, it, s.cfg.Stock))
+		its = append(its, fmt.Sprintf(`{"itemId":%d,"stock":%d%s}`, it, s.cfg.Stock, bucketsField(s.cfg.Buckets)))
 	}
 	now := time.Now().UTC()
 	body := fmt.Sprintf(`{"name":"chaos %d","startsAt":%q,"endsAt":%q,"perUserLimit":2,"items":[%s]}`, act,

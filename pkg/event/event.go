@@ -56,7 +56,14 @@ type OrderRequested struct {
 	ItemID     int64     `json:"itemId"`
 	Quantity   int       `json:"quantity"`
 	ReservedAt time.Time `json:"reservedAt"`
+	// Bucket is the stock bucket the reservation was taken from (bucketed
+	// stock, pkg/stock/buckets.go); absent for 0, the only one of an item
+	// with one bucket.
+	Bucket int `json:"bucket,omitempty"`
 }
+
+// MaxBuckets bounds the bucket field (pkg/stock.MaxBuckets buckets: 0..63).
+const MaxBuckets = 64
 
 // ValidRequestID is the contract's rule: 1–64 characters of [A-Za-z0-9._:-].
 func ValidRequestID(id string) bool {
@@ -99,6 +106,11 @@ func (e OrderRequested) Marshal() []byte {
 		b = strconv.AppendInt(b, int64(e.Quantity), 10)
 		b = append(b, `,"reservedAt":"`...)
 		b = e.ReservedAt.AppendFormat(b, time.RFC3339Nano)
+		if e.Bucket != 0 {
+			b = append(b, `","bucket":`...)
+			b = strconv.AppendInt(b, int64(e.Bucket), 10)
+			return append(b, '}')
+		}
 		return append(b, `"}`...)
 	}
 	b, err := json.Marshal(e)
@@ -194,7 +206,8 @@ func decodeCanonical(value []byte) (OrderRequested, bool) {
 		return OrderRequested{}, false
 	}
 	if !ValidRequestID(e.RequestID) || len(e.OrderNo) < 1 || len(e.OrderNo) > 96 || !utf8.ValidString(e.OrderNo) ||
-		e.UserID < 1 || e.ActivityID < 1 || e.ItemID < 1 || e.Quantity < 1 || e.Quantity > 100 || e.ReservedAt.IsZero() {
+		e.UserID < 1 || e.ActivityID < 1 || e.ItemID < 1 || e.Quantity < 1 || e.Quantity > 100 || e.ReservedAt.IsZero() ||
+		e.Bucket < 0 || e.Bucket >= MaxBuckets {
 		return OrderRequested{}, false
 	}
 	b, err := json.Marshal(e)
@@ -214,11 +227,15 @@ func DecodeRef(value []byte) (e OrderRequested, ok bool) {
 		OrderNo    string `json:"orderNo"`
 		ActivityID int64  `json:"activityId"`
 		ItemID     int64  `json:"itemId"`
+		Bucket     int    `json:"bucket"`
 	}
 	if err := json.Unmarshal(value, &ref); err != nil {
 		return OrderRequested{}, false
 	}
-	e = OrderRequested{RequestID: ref.RequestID, OrderNo: ref.OrderNo, ActivityID: ref.ActivityID, ItemID: ref.ItemID}
+	if ref.Bucket < 0 || ref.Bucket >= MaxBuckets {
+		return OrderRequested{}, false
+	}
+	e = OrderRequested{RequestID: ref.RequestID, OrderNo: ref.OrderNo, ActivityID: ref.ActivityID, ItemID: ref.ItemID, Bucket: ref.Bucket}
 	return e, e.RequestID != "" && e.OrderNo != "" && e.ActivityID > 0 && e.ItemID > 0
 }
 

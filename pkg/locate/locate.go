@@ -95,6 +95,9 @@ type Timeline struct {
 type RedisState struct {
 	ActivityID int64 `json:"activityId"`
 	ItemID     int64 `json:"itemId"`
+	// Bucket is the stock bucket the keys are in (bucketed stock; 0 is the
+	// item's own keys).
+	Bucket int `json:"bucket,omitempty"`
 	// Dedup is the dedup record req:{tag}:<requestId> (nil: none).
 	Dedup *Dedup `json:"dedup,omitempty"`
 	// Journal is the reservation journal's entry: the reservation is not
@@ -277,13 +280,17 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 	if len(items) == 0 {
 		return nil
 	}
+	items, err := f.withBuckets(ctx, items)
+	if err != nil {
+		return err
+	}
 	rid := rep.RequestID
 	type cmds struct {
 		dedup   *redis.MapStringStringCmd
 		journal *redis.StringCmd
 	}
 	got := make([]cmds, len(items))
-	_, err := f.Stock.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = f.Stock.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, it := range items {
 			k := f.Stock.Keys(it)
 			got[i] = cmds{dedup: p.HGetAll(ctx, k.Req(rid)), journal: p.HGet(ctx, k.Journal, rid)}
@@ -301,7 +308,7 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 		}
 	}
 	for i, it := range items {
-		st := RedisState{ActivityID: it.ActivityID, ItemID: it.ItemID}
+		st := RedisState{ActivityID: it.ActivityID, ItemID: it.ItemID, Bucket: it.Bucket}
 		if d := got[i].dedup.Val(); len(d) > 0 {
 			st.Dedup = &Dedup{Key: f.Stock.Keys(it).Req(rid), OrderNo: d["orderNo"], Remaining: d["remaining"],
 				TraceParent: d["tp"], Event: rawJSON(d["event"])}
@@ -340,7 +347,7 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 		if rep.ActivityID == 0 {
 			rep.ActivityID, rep.ItemID = st.ActivityID, st.ItemID
 		}
-		owner, err := f.Stock.Client().Get(ctx, f.Stock.Keys(stock.Item{ActivityID: st.ActivityID, ItemID: st.ItemID}).Limit(ev.UserID)).Result()
+		owner, err := f.Stock.Client().Get(ctx, f.Stock.Keys(stock.Item{ActivityID: st.ActivityID, ItemID: st.ItemID, Bucket: st.Bucket}).Limit(ev.UserID)).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("reading limit marker: %w", err)
 		}

@@ -25,7 +25,9 @@ type Execer interface {
 //
 // The counter lives in Redis (fence:<name>); if Redis ever loses it, new
 // tokens restart low and are refused here until the counter is set back above
-// lock_fences.token. That refusal is the point: it fails safe.
+// lock_fences.token. That refusal is the point: it fails safe. A holder that
+// must work after such a loss (the reconciler's fix) raises the counter
+// first (Locker.RaiseFence).
 func CheckFence(ctx context.Context, tx Execer, name string, token int64) error {
 	tag, err := tx.Exec(ctx, `
 		INSERT INTO lock_fences (name, token) VALUES ($1, $2)

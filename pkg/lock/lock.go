@@ -40,6 +40,9 @@ var (
 	//go:embed release.lua
 	releaseLua    string
 	releaseScript = redis.NewScript(releaseLua)
+	//go:embed raise.lua
+	raiseLua    string
+	raiseScript = redis.NewScript(raiseLua)
 	//go:embed renew.lua
 	renewLua    string
 	renewScript = redis.NewScript(renewLua)
@@ -163,6 +166,27 @@ func (lk *Locker) TryAcquire(ctx context.Context, name string, ttl time.Duration
 	}
 	l.fence = fence
 	return l, nil
+}
+
+// FenceMargin is how far RaiseFence puts the counter above the newest token
+// Postgres recorded: a holder from before a Redis data loss that acquired
+// its token but had not written yet holds a token Postgres never saw, above
+// the recorded one; the margin keeps the next tokens above it too (it would
+// take that many acquisitions without a single write to reach it).
+const FenceMargin = 1000
+
+// RaiseFence moves the fencing counter of lock name up to recorded +
+// FenceMargin if it is below recorded: a Redis that lost its data (a restart
+// without persistence, a failover to a replica that lagged) restarts the
+// counter low, and every holder's token would then be refused by Postgres
+// (ErrStaleFence) for ever. Call it with the newest token Postgres recorded
+// (lock_fences) before acquiring. It reports whether it moved the counter.
+func (lk *Locker) RaiseFence(ctx context.Context, name string, recorded int64) (bool, error) {
+	n, err := raiseScript.Run(ctx, lk.client, []string{lk.prefix + "fence:" + name}, recorded, recorded+FenceMargin).Int64()
+	if err != nil {
+		return false, fmt.Errorf("raising the fence of lock %q above %d: %w", name, recorded, err)
+	}
+	return n == 1, nil
 }
 
 // Do runs fn while holding the lock: it acquires (with opts), keeps the lock

@@ -331,3 +331,36 @@ func TestAcquireFailsFastWhenHeld(t *testing.T) {
 		t.Errorf("holder Release: %v", err)
 	}
 }
+
+// TestRaiseFence: a counter below the recorded token (lost with Redis) is
+// put FenceMargin above it, so the next token is newer than any a holder
+// may carry; a counter at or above it is left alone.
+func TestRaiseFence(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.MustRedis(t)
+	lk := lock.New(r.Client, r.Prefix)
+	raised, err := lk.RaiseFence(ctx, "raise", 7)
+	if err != nil || !raised {
+		t.Fatalf("empty counter: raised %v, %v", raised, err)
+	}
+	l, err := lk.TryAcquire(ctx, "raise", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Fence(); got != 7+lock.FenceMargin+1 {
+		t.Errorf("token after the raise %d, want %d", got, 7+lock.FenceMargin+1)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if raised, err := lk.RaiseFence(ctx, "raise", 9); err != nil || raised {
+		t.Errorf("counter above the recorded token: raised %v, %v", raised, err)
+	}
+	l, err = lk.TryAcquire(ctx, "raise", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Fence(); got != 7+lock.FenceMargin+2 {
+		t.Errorf("next token %d, want %d (untouched counter)", got, 7+lock.FenceMargin+2)
+	}
+}

@@ -19,6 +19,10 @@ type Request struct {
 	ItemID     int64
 	Quantity   int
 	ReservedAt time.Time
+	// Bucket is the Redis stock bucket the reservation was taken from (the
+	// event's); Postgres does not store it (it is FNV-1a(userId) mod the
+	// item's buckets).
+	Bucket int
 	// Held says the worker claimed the reservation in Redis: its stock is
 	// counted there, so a rejection must give it back (a compensation).
 	// Without it (Redis lost the entry) a rejection compensates nothing.

@@ -38,6 +38,8 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrStockBelowSold: an activity update would set stock below what is sold.
 	ErrStockBelowSold = errors.New("new stock is below the units already sold")
+	// ErrBucketsFixed: an upsert would change the buckets of a preheated item.
+	ErrBucketsFixed = errors.New("buckets cannot change once the item is preheated")
 )
 
 // Store is the Postgres store.
@@ -68,6 +70,9 @@ type ItemStock struct {
 	InitialStock int64
 	Stock        int64
 	Version      int64
+	// Buckets is how many Redis buckets hold the item's stock (1: the plain
+	// layout); 0 in an upsert keeps the stored count (1 for a new item).
+	Buckets int
 }
 
 // UpsertActivity creates or updates an activity and its items. Changing an
@@ -89,15 +94,19 @@ func (s *Store) UpsertActivity(ctx context.Context, a Activity) error {
 		return fmt.Errorf("upserting activity %d: %w", a.ID, err)
 	}
 	for _, it := range a.Items {
+		if err := checkBuckets(ctx, tx, a.ID, it); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, `
-			INSERT INTO item_stock AS s (activity_id, item_id, initial_stock, stock)
-			VALUES ($1, $2, $3, $3)
+			INSERT INTO item_stock AS s (activity_id, item_id, initial_stock, stock, buckets)
+			VALUES ($1, $2, $3, $3, GREATEST($4, 1))
 			ON CONFLICT (activity_id, item_id) DO UPDATE
 				SET initial_stock = EXCLUDED.initial_stock,
 				    stock = s.stock + (EXCLUDED.initial_stock - s.initial_stock),
+				    buckets = CASE WHEN $4 > 0 THEN $4 ELSE s.buckets END,
 				    version = s.version + 1, updated_at = now()
 				WHERE s.stock + (EXCLUDED.initial_stock - s.initial_stock) >= 0`,
-			a.ID, it.ItemID, it.InitialStock)
+			a.ID, it.ItemID, it.InitialStock, it.Buckets)
 		if err != nil {
 			return fmt.Errorf("upserting item %d: %w", it.ItemID, err)
 		}
@@ -106,6 +115,28 @@ func (s *Store) UpsertActivity(ctx context.Context, a Activity) error {
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// checkBuckets refuses to change the buckets of a preheated item: its live
+// reservations and orders sit in the buckets the old count routed them to.
+func checkBuckets(ctx context.Context, tx pgx.Tx, activityID int64, it ItemStock) error {
+	if it.Buckets <= 0 {
+		return nil
+	}
+	var cur int
+	var preheated bool
+	err := tx.QueryRow(ctx, `SELECT buckets, preheated_at IS NOT NULL FROM item_stock
+		WHERE activity_id = $1 AND item_id = $2 FOR UPDATE`, activityID, it.ItemID).Scan(&cur, &preheated)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading buckets of item %d: %w", it.ItemID, err)
+	}
+	if preheated && cur != it.Buckets {
+		return fmt.Errorf("item %d has %d buckets: %w", it.ItemID, cur, ErrBucketsFixed)
+	}
+	return nil
 }
 
 // GetActivity returns an activity with all its items.
@@ -120,7 +151,7 @@ func (s *Store) GetActivity(ctx context.Context, id int64) (Activity, error) {
 		return Activity{}, fmt.Errorf("reading activity %d: %w", id, err)
 	}
 	a.Items, err = queryAll[ItemStock](ctx, s.pool, fmt.Sprintf("reading items of activity %d", id),
-		`SELECT activity_id, item_id, initial_stock, stock, version FROM item_stock WHERE activity_id = $1 ORDER BY item_id`, id)
+		`SELECT activity_id, item_id, initial_stock, stock, version, buckets FROM item_stock WHERE activity_id = $1 ORDER BY item_id`, id)
 	if err != nil {
 		return Activity{}, err
 	}
@@ -130,9 +161,9 @@ func (s *Store) GetActivity(ctx context.Context, id int64) (Activity, error) {
 // ItemStockOf returns one item's stock row.
 func (s *Store) ItemStockOf(ctx context.Context, activityID, itemID int64) (ItemStock, error) {
 	var it ItemStock
-	err := s.pool.QueryRow(ctx, `SELECT activity_id, item_id, initial_stock, stock, version
+	err := s.pool.QueryRow(ctx, `SELECT activity_id, item_id, initial_stock, stock, version, buckets
 		FROM item_stock WHERE activity_id = $1 AND item_id = $2`, activityID, itemID).
-		Scan(&it.ActivityID, &it.ItemID, &it.InitialStock, &it.Stock, &it.Version)
+		Scan(&it.ActivityID, &it.ItemID, &it.InitialStock, &it.Stock, &it.Version, &it.Buckets)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ItemStock{}, fmt.Errorf("item %d:%d: %w", activityID, itemID, ErrNotFound)
 	}

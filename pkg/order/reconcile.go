@@ -31,12 +31,38 @@ type SaleItem struct {
 	StartsAt     time.Time
 	EndsAt       time.Time
 	PerUserLimit int
+	Buckets      int // Redis buckets of the item's stock (1: the plain layout)
 }
 
 // PreheatedItems lists the preheated items whose sale ends after now - grace
 // (by the database clock): the items whose Redis keys must still exist.
 func (s *Store) PreheatedItems(ctx context.Context, grace time.Duration) ([]SaleItem, error) {
 	return s.saleItems(ctx, `s.preheated_at IS NOT NULL AND a.ends_at > now() - $1::interval`, grace)
+}
+
+// OnSaleNow reports whether an item was preheated and its activity's sale
+// window holds now (by the database clock): its Redis keys must exist, so a
+// reserve that finds none means Redis lost them.
+func (s *Store) OnSaleNow(ctx context.Context, activityID, itemID int64) (bool, error) {
+	var on bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM item_stock s JOIN activities a ON a.id = s.activity_id
+		WHERE s.activity_id = $1 AND s.item_id = $2 AND s.preheated_at IS NOT NULL
+		AND a.starts_at <= now() AND a.ends_at > now())`, activityID, itemID).Scan(&on)
+	if err != nil {
+		return false, fmt.Errorf("reading whether item %d:%d is on sale: %w", activityID, itemID, err)
+	}
+	return on, nil
+}
+
+// RecordedFence is the newest fencing token Postgres has seen for lock
+// name (lock_fences), 0 if none.
+func (s *Store) RecordedFence(ctx context.Context, name string) (int64, error) {
+	var token int64
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(max(token), 0) FROM lock_fences WHERE name = $1`, name).Scan(&token)
+	if err != nil {
+		return 0, fmt.Errorf("reading the recorded fence of lock %q: %w", name, err)
+	}
+	return token, nil
 }
 
 // RecentItems lists every item of the activities whose sale ends after
@@ -46,7 +72,7 @@ func (s *Store) RecentItems(ctx context.Context, endedWithin time.Duration) ([]S
 }
 
 func (s *Store) saleItems(ctx context.Context, where string, d time.Duration) ([]SaleItem, error) {
-	return queryAll[SaleItem](ctx, s.pool, "listing sale items", `SELECT s.activity_id, s.item_id, a.starts_at, a.ends_at, a.per_user_limit
+	return queryAll[SaleItem](ctx, s.pool, "listing sale items", `SELECT s.activity_id, s.item_id, a.starts_at, a.ends_at, a.per_user_limit, s.buckets
 		FROM item_stock s JOIN activities a ON a.id = s.activity_id
 		WHERE `+where+` ORDER BY s.activity_id, s.item_id`, d)
 }

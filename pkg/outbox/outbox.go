@@ -7,6 +7,7 @@ package outbox
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -21,6 +22,8 @@ type Applier struct {
 	Orders *order.Store
 	Stock  *stock.Store
 	Log    *slog.Logger
+
+	buckets sync.Map // stock.Item → its bucket count (buckets.go)
 }
 
 // Result counts one apply run.
@@ -49,13 +52,17 @@ func (a *Applier) apply(ctx context.Context, c order.Compensation, res *Result) 
 		telemetry.RecordError(span, err)
 		span.End()
 	}()
-	out, cerr := a.Stock.Compensate(ctx, stock.Release{
-		Item:       stock.Item{ActivityID: c.ActivityID, ItemID: c.ItemID},
-		Ref:        stock.Ref{RequestID: c.RequestID, OrderNo: c.OrderNo},
-		UserID:     c.UserID,
-		Quantity:   c.Quantity,
-		LimitOwner: c.LimitOwner,
-	})
+	it, cerr := a.itemOf(ctx, c)
+	var out stock.ReleaseOutcome
+	if cerr == nil {
+		out, cerr = a.Stock.Compensate(ctx, stock.Release{
+			Item:       it,
+			Ref:        stock.Ref{RequestID: c.RequestID, OrderNo: c.OrderNo},
+			UserID:     c.UserID,
+			Quantity:   c.Quantity,
+			LimitOwner: c.LimitOwner,
+		})
+	}
 	if cerr != nil {
 		res.Failed++
 		telemetry.RecordError(span, cerr)
@@ -93,7 +100,11 @@ func (a *Applier) startRelease(ctx context.Context, c order.Compensation) (conte
 	span.SetAttributes(telemetry.AttrReason.String(c.Reason), attribute.Int64("order.activity_id", c.ActivityID),
 		attribute.Int64("order.item_id", c.ItemID), attribute.Int("order.quantity", c.Quantity))
 	if !inOrderTrace {
-		tp, err := a.Stock.TraceParent(ctx, stock.Item{ActivityID: c.ActivityID, ItemID: c.ItemID}, c.RequestID)
+		it, err := a.itemOf(ctx, c)
+		if err != nil {
+			return ctx, span
+		}
+		tp, err := a.Stock.TraceParent(ctx, it, c.RequestID)
 		if sc, ok := telemetry.ParseTraceParent(tp); err == nil && ok {
 			span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{attribute.String("link.reason", "order")}})
 		}

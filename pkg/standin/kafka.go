@@ -1,7 +1,12 @@
 package standin
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -19,7 +24,24 @@ type KafkaOptions struct {
 	// acknowledged message and a restart on the same Dir resumes the topics
 	// and the consumer groups' committed offsets. Empty ⇒ in memory.
 	Dir string
+	// Retention, when its Interval is set, bounds what the broker keeps
+	// (see Retention); otherwise it keeps every record.
+	Retention Retention
+	// RetentionErrFunc hears a retention pass that failed (the next pass
+	// tries again); nil ⇒ ignored.
+	RetentionErrFunc func(error)
+	// AdvertisedPort, when set, is the port on 127.0.0.1 the broker tells
+	// clients to connect to (its metadata) instead of its own: a proxy in
+	// front of it, as Kafka's advertised.listeners.
+	AdvertisedPort int
+	// GhostFunc hears members the broker removed from a group because they
+	// had gone silent (see ReapGhosts) and reaper passes that failed (the
+	// next pass tries again); nil ⇒ ignored.
+	GhostFunc func(reaped []string, err error)
 }
+
+// ghostInterval is how often the broker looks for silent group members.
+const ghostInterval = time.Second
 
 // Kafka is a running in-process Kafka-protocol broker (kfake): the embedded
 // broker of `orderpipe all` and `orderpipe kafka` in development builds.
@@ -27,11 +49,20 @@ type Kafka struct {
 	Cluster *kfake.Cluster
 	// Brokers is the bootstrap list, for KAFKA_BROKERS.
 	Brokers []string
+
+	retention Retention
+	ghosts    *ghosts
+	own       string // the broker's own listening address
+	stop      context.CancelFunc
+	stopped   chan struct{}
 }
 
 // StartKafka starts one kfake broker that creates topics on first use.
 func StartKafka(o KafkaOptions) (*Kafka, error) {
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation()}
+	if o.Retention.Interval > 0 {
+		opts = append(opts, kfake.BrokerConfigs(map[string]string{"log.segment.bytes": strconv.Itoa(segmentBytes)}))
+	}
 	if o.Port > 0 {
 		opts = append(opts, kfake.Ports(o.Port))
 	}
@@ -45,12 +76,51 @@ func StartKafka(o KafkaOptions) (*Kafka, error) {
 		opts = append(opts, kfake.DataDir(o.Dir), kfake.SyncWrites())
 		where = "in " + o.Dir
 	}
+	var own string
+	opts = append(opts, kfake.ListenFn(func(network, address string) (net.Listener, error) {
+		ln, err := net.Listen(network, address)
+		if err != nil {
+			return nil, err
+		}
+		own = ln.Addr().String()
+		if o.AdvertisedPort > 0 {
+			adv := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: o.AdvertisedPort}
+			return advertised{Listener: ln, addr: adv}, nil
+		}
+		return ln, nil
+	}))
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded kafka %s: %w", where, err)
 	}
-	return &Kafka{Cluster: c, Brokers: c.ListenAddrs()}, nil
+	k := &Kafka{Cluster: c, Brokers: c.ListenAddrs(), retention: o.Retention, ghosts: newGhosts(), own: own, stopped: make(chan struct{})}
+	k.ghosts.watch(k)
+	ctx, cancel := context.WithCancel(context.Background())
+	k.stop = cancel
+	var wg sync.WaitGroup
+	if o.Retention.Interval > 0 {
+		wg.Go(func() { k.retain(ctx, o.RetentionErrFunc) })
+	}
+	wg.Go(func() { k.reapGhosts(ctx, ghostInterval, o.GhostFunc) })
+	go func() {
+		wg.Wait()
+		close(k.stopped)
+	}()
+	return k, nil
 }
 
-// Close stops the broker; without Dir its data is gone.
-func (k *Kafka) Close() { k.Cluster.Close() }
+// advertised is a listener that names another address as its own: kfake
+// advertises its listener's address.
+type advertised struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (a advertised) Addr() net.Addr { return a.addr }
+
+// Close stops the retention and the broker; without Dir its data is gone.
+func (k *Kafka) Close() {
+	k.stop()
+	<-k.stopped
+	k.Cluster.Close()
+}

@@ -53,7 +53,7 @@ func TestRedisRunsStockScripts(t *testing.T) {
 		t.Helper()
 		ev := `{"requestId":"` + rid + `","orderNo":"` + ono + `"}`
 		res, err := st.Reserve(ctx, stock.Reservation{Item: it, RequestID: rid, OrderNo: ono, UserID: user, Quantity: q,
-			Fingerprint: fp, Event: []byte(ev), Now: time.Now()})
+			Fingerprint: fp, Event: []byte(ev)})
 		if err != nil {
 			t.Fatalf("reserve %s: %v", rid, err)
 		}
@@ -61,6 +61,13 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	}
 	if r := reserve("r1", "o1", 1, 1, "fp1"); r.Outcome != stock.Reserved || r.OrderNo != "o1" || r.Remaining != 2 {
 		t.Fatalf("first reserve: %+v", r)
+	}
+	// A retry is shown the orderNo only once its event is durable (published).
+	if r := reserve("r1", "o-other", 1, 1, "fp1"); r.Outcome != stock.InProgress || r.OrderNo != "" {
+		t.Errorf("replay before the event is published: %+v", r)
+	}
+	if n, err := st.MarkPublished(ctx, it, []stock.Ref{{RequestID: "r1", OrderNo: "o1"}}); err != nil || n != 1 {
+		t.Fatalf("mark published: n=%d err=%v", n, err)
 	}
 	if r := reserve("r1", "o-other", 1, 1, "fp1"); r.Outcome != stock.Replayed || r.OrderNo != "o1" || r.Remaining != 2 {
 		t.Errorf("replay: %+v", r)

@@ -41,7 +41,7 @@ func preheated(t *testing.T, rdb redis.UniversalClient, prefix string, units int
 func reservation(it Item, n int) Reservation {
 	id := fmt.Sprint(n)
 	return Reservation{Item: it, RequestID: "r" + id, OrderNo: "o" + id, UserID: int64(n), Quantity: 1, Fingerprint: "fp" + id,
-		Event: []byte(`{"requestId":"r` + id + `"}`), Now: time.Now()}
+		Event: []byte(`{"requestId":"r` + id + `"}`)}
 }
 
 // TestConcurrentReservesShareOnePipeline: a crowd of concurrent reserves

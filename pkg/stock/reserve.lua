@@ -2,19 +2,35 @@
 -- KEYS: 1 stock, 2 sale, 3 limit marker, 4 dedup record, 5 journal, 6 order index,
 --       7 the orderNo's fate key
 -- ARGV: 1 requestId, 2 fingerprint, 3 orderNo, 4 quantity, 5 event JSON,
---       6 now (unix ms), 7 minimum dedup lifetime (s), 8 traceparent ('' if none)
+--       6 minimum dedup lifetime (s), 7 traceparent ('' if none)
 -- Order matters: dedup first (a retry never reserves twice), then the sale,
 -- then stock, and only then the user's limit, so a sold-out answer never
 -- consumes the user's chance.
-local rec = redis.call('HMGET', KEYS[4], 'fp', 'orderNo', 'remaining')
+local rec = redis.call('HMGET', KEYS[4], 'fp', 'orderNo', 'remaining', 'published')
 if rec[1] then
   if rec[1] ~= ARGV[2] then return {'IDEMPOTENCY_KEY_REUSED', rec[2], 0} end
-  -- Another attempt is about to be told this orderNo (200 replayed): from
-  -- now on it must resolve, so the first attempt's abort, should its produce
-  -- fail, may no longer give the reservation back (release.lua: SHOWN); the
-  -- redrive publishes it instead. A second run of the same attempt (same
-  -- orderNo) has told nobody anything yet.
-  if rec[2] ~= ARGV[3] then redis.call('HSET', KEYS[4], 'shown', '1') end
+  -- A second run of the same attempt (same orderNo) has told nobody anything yet.
+  if rec[2] == ARGV[3] then return {'REPLAYED', rec[2], tonumber(rec[3])} end
+  -- Another attempt may be told this orderNo only once its event is durable:
+  -- until then the reservation lives in Redis alone, and Redis losing it
+  -- would make that answer a lie (I4). Durable means the produce was acked
+  -- (published), a worker claimed it (its fate key: KEYS[7]'s name with the
+  -- stored orderNo, same hash tag, so same slot), or the journal no longer
+  -- holds it (acked into Postgres, or decided there).
+  local durable = rec[4] ~= false
+  if not durable then
+    local fate = string.sub(KEYS[7], 1, #KEYS[7] - #ARGV[3]) .. rec[2]
+    durable = redis.call('GET', fate) == 'claimed:' .. rec[2]
+  end
+  if not durable then
+    local e = redis.call('HGET', KEYS[5], ARGV[1])
+    durable = not (e and cjson.decode(e)['orderNo'] == rec[2])
+  end
+  if not durable then return {'IN_PROGRESS', '', 0} end
+  -- From now on it must resolve, so the first attempt's abort, should its
+  -- produce fail after all, may no longer give the reservation back
+  -- (release.lua: SHOWN); the redrive publishes it instead.
+  redis.call('HSET', KEYS[4], 'shown', '1')
   return {'REPLAYED', rec[2], tonumber(rec[3])}
 end
 -- This orderNo was already given back (the gateway aborted it): a late copy
@@ -23,9 +39,15 @@ if redis.call('EXISTS', KEYS[7]) == 1 then return {'ABORTED', '', 0} end
 local sale = redis.call('HMGET', KEYS[2], 'starts', 'ends', 'cap')
 local stock = redis.call('GET', KEYS[1])
 if not stock or not sale[1] or not sale[2] or not sale[3] then return {'NOT_ON_SALE', '', 0} end
-local now = tonumber(ARGV[6])
+-- The sale window and the expiries go by Redis's clock: one clock for every
+-- gateway, the one EXPIREAT is read by, so a gateway whose clock is off
+-- neither sells outside the window nor refuses a running sale. (Before
+-- Redis 7 a script must ask for effects replication to read TIME and write.)
+redis.replicate_commands()
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ends = tonumber(sale[2])
-if now < tonumber(sale[1]) or now >= ends then return {'NOT_ON_SALE', '', 0} end
+if now < tonumber(sale[1]) or now >= ends then return {'NOT_ON_SALE', 'window', 0} end
 local q = tonumber(ARGV[4])
 local cap = tonumber(sale[3])
 if q > cap then return {'OVER_CAP', '', cap} end
@@ -34,10 +56,10 @@ if stock < q then return {'SOLD_OUT', '', stock} end
 if redis.call('EXISTS', KEYS[3]) == 1 then return {'ALREADY_PURCHASED', '', stock} end
 local remaining = redis.call('DECRBY', KEYS[1], q)
 local limitAt = math.floor(ends / 1000) + 86400
-local reqAt = math.max(limitAt, math.floor(now / 1000) + tonumber(ARGV[7]))
+local reqAt = math.max(limitAt, math.floor(now / 1000) + tonumber(ARGV[6]))
 redis.call('SET', KEYS[3], ARGV[1], 'EXAT', limitAt)
 redis.call('HSET', KEYS[4], 'fp', ARGV[2], 'orderNo', ARGV[3], 'remaining', remaining, 'event', ARGV[5])
-if ARGV[8] and ARGV[8] ~= '' then redis.call('HSET', KEYS[4], 'tp', ARGV[8]) end
+if ARGV[7] and ARGV[7] ~= '' then redis.call('HSET', KEYS[4], 'tp', ARGV[7]) end
 redis.call('EXPIREAT', KEYS[4], reqAt)
 redis.call('SET', KEYS[6], ARGV[1], 'EXAT', reqAt)
 redis.call('HSET', KEYS[5], ARGV[1], ARGV[5])

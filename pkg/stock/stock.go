@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/clock"
 )
 
 var (
@@ -30,12 +32,15 @@ var (
 	ackLua string
 	//go:embed restore.lua
 	restoreLua string
+	//go:embed publish.lua
+	publishLua string
 
 	reserveScript = redis.NewScript(reserveLua)
 	releaseScript = redis.NewScript(releaseLua)
 	claimScript   = redis.NewScript(claimLua)
 	ackScript     = redis.NewScript(ackLua)
 	restoreScript = redis.NewScript(restoreLua)
+	publishScript = redis.NewScript(publishLua)
 )
 
 const (
@@ -48,16 +53,26 @@ const (
 	StockGrace = time.Hour
 )
 
-// Item names one activity item.
+// Item names one activity item, or one bucket of it: an item whose stock is
+// split over B buckets (see buckets.go) has B sets of keys, bucket b > 0
+// under its own hash tag; bucket 0 is the item's own layout.
 type Item struct {
 	ActivityID int64
 	ItemID     int64
+	Bucket     int
 }
 
-// Tag is the item's Redis Cluster hash tag.
-func (it Item) Tag() string { return fmt.Sprintf("{a%d:i%d}", it.ActivityID, it.ItemID) }
+// Tag is the item's (bucket's) Redis Cluster hash tag: {a<a>:i<i>} for
+// bucket 0, {a<a>:i<i>:b<b>} for bucket b > 0.
+func (it Item) Tag() string {
+	if it.Bucket > 0 {
+		return fmt.Sprintf("{a%d:i%d:b%d}", it.ActivityID, it.ItemID, it.Bucket)
+	}
+	return fmt.Sprintf("{a%d:i%d}", it.ActivityID, it.ItemID)
+}
 
-// String is the item as "activity:item", the Kafka message key.
+// String is the item as "activity:item", the Kafka message key (the same
+// for every bucket).
 func (it Item) String() string { return fmt.Sprintf("%d:%d", it.ActivityID, it.ItemID) }
 
 // Keys are an item's Redis keys.
@@ -65,8 +80,11 @@ type Keys struct {
 	Stock   string // remaining stock
 	Sale    string // hash: starts, ends (unix ms), cap (max quantity per user)
 	Journal string // hash: requestId → event JSON, until the worker commits
-	prefix  string
-	tag     string
+	// Transfers: hash of the mover's transfers out of this bucket, id →
+	// "<target bucket>:<units>", until the target has them.
+	Transfers string
+	prefix    string
+	tag       string
 }
 
 // Limit is the user's live-order marker; its value is the owning requestId.
@@ -85,6 +103,12 @@ func (k Keys) Order(orderNo string) string { return k.prefix + "ord:" + k.tag + 
 // whose produce failed twice has two aborted reservations, and each must stay
 // remembered as released.
 func (k Keys) Fate(orderNo string) string { return k.prefix + "fate:" + k.tag + ":" + orderNo }
+
+// Given marks that this bucket received transfer id (give.lua).
+func (k Keys) Given(id string) string { return k.prefix + "xfer:" + k.tag + ":" + id }
+
+// Hold marks a bucket that just received units from the mover (MoveHold).
+func (k Keys) Hold() string { return k.prefix + "xhold:" + k.tag }
 
 // LimitPattern matches every limit marker of the item.
 func (k Keys) LimitPattern() string { return k.prefix + "limit:" + k.tag + ":*" }
@@ -105,11 +129,12 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 func (s *Store) Keys(it Item) Keys {
 	tag := it.Tag()
 	return Keys{
-		Stock:   s.prefix + "stock:" + tag,
-		Sale:    s.prefix + "sale:" + tag,
-		Journal: s.prefix + "resv:" + tag,
-		prefix:  s.prefix,
-		tag:     tag,
+		Stock:     s.prefix + "stock:" + tag,
+		Sale:      s.prefix + "sale:" + tag,
+		Journal:   s.prefix + "resv:" + tag,
+		Transfers: s.prefix + "xfers:" + tag,
+		prefix:    s.prefix,
+		tag:       tag,
 	}
 }
 
@@ -127,6 +152,10 @@ const (
 	// Aborted: this orderNo was given back before its reserve ran (a late
 	// copy of the call); nothing changed.
 	Aborted Outcome = "ABORTED"
+	// InProgress: a retry of a request whose first attempt's event is not
+	// durable yet (not acked by Kafka, not claimed, not in Postgres); its
+	// orderNo must not be shown. Nothing changed.
+	InProgress Outcome = "IN_PROGRESS"
 )
 
 // Fingerprint identifies an order request's payload, so the reserve script
@@ -155,7 +184,6 @@ type Reservation struct {
 	Quantity    int
 	Fingerprint string // of the payload, to tell a replay from a reused key
 	Event       []byte // journaled and produced as is
-	Now         time.Time
 	// TraceParent, when set, is kept in the dedup record (field "tp") so
 	// the order's trace can be found from its requestId (orderpipe locate)
 	// and linked from its release.
@@ -168,6 +196,9 @@ type ReserveResult struct {
 	Outcome   Outcome
 	OrderNo   string
 	Remaining int64
+	// OutsideWindow, with NotOnSale: the sale is in Redis and Redis's
+	// clock is outside its window (otherwise its keys are missing).
+	OutsideWindow bool
 }
 
 // Reserve runs the reserve script: one round trip, in a pipeline shared
@@ -178,7 +209,7 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 	k := s.Keys(r.Item)
 	res, err := s.reserves.run(ctx,
 		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo), k.Fate(r.OrderNo)},
-		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, r.Now.UnixMilli(), int64(DedupLifetime/time.Second),
+		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, int64(DedupLifetime/time.Second),
 		r.TraceParent,
 	).Slice()
 	if err != nil {
@@ -190,6 +221,9 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 	out := ReserveResult{}
 	out.Outcome = Outcome(fmt.Sprint(res[0]))
 	out.OrderNo = fmt.Sprint(res[1])
+	if out.Outcome == NotOnSale {
+		out.OutsideWindow, out.OrderNo = out.OrderNo == "window", ""
+	}
 	if n, ok := res[2].(int64); ok {
 		out.Remaining = n
 	}
@@ -292,6 +326,26 @@ func (s *Store) Claim(ctx context.Context, it Item, refs []Ref) ([]ClaimStatus, 
 	return out, nil
 }
 
+// MarkPublished marks reservations of one item durable (their event is in
+// Kafka), so a retry of their request is shown the orderNo; a record that no
+// longer holds the orderNo is left alone. It returns how many it marked.
+func (s *Store) MarkPublished(ctx context.Context, it Item, refs []Ref) (int64, error) {
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	k := s.Keys(it)
+	keys := make([]string, len(refs))
+	args := make([]any, len(refs))
+	for i, r := range refs {
+		keys[i], args[i] = k.Req(r.RequestID), r.OrderNo
+	}
+	n, err := publishScript.Run(ctx, s.rdb, keys, args...).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("running publish script: %w", err)
+	}
+	return n, nil
+}
+
 // Ack drops the journal entries of committed orders of one item.
 func (s *Store) Ack(ctx context.Context, it Item, refs []Ref) (int64, error) {
 	if len(refs) == 0 {
@@ -315,6 +369,9 @@ type Sale struct {
 	StartsAt time.Time
 	EndsAt   time.Time
 	Cap      int // max quantity a user may order of this item
+	// Buckets splits the stock over that many buckets (buckets.go); 0 or 1
+	// is the plain layout.
+	Buckets int
 }
 
 // ErrSaleOver is returned when preheating a sale that has ended.
@@ -326,8 +383,11 @@ var ErrSaleOver = errors.New("sale has ended")
 // the stock was loaded by this call.
 func (s *Store) Preheat(ctx context.Context, sale Sale) (loaded bool, err error) {
 	expireAt := sale.EndsAt.Add(StockGrace)
-	if !expireAt.After(time.Now()) {
+	if !expireAt.After(clock.Now()) {
 		return false, ErrSaleOver
+	}
+	if sale.Buckets > 1 {
+		return s.preheatBuckets(ctx, sale, expireAt)
 	}
 	k := s.Keys(sale.Item)
 	var setNX *redis.BoolCmd
@@ -407,14 +467,15 @@ type Decided struct {
 // what a replay will report. It returns how many it rebuilt.
 func (s *Store) RestoreDedup(ctx context.Context, it Item, recs []Decided, remaining int64) (int64, error) {
 	k := s.Keys(it)
-	expireAt := time.Now().Add(DedupLifetime).Unix()
+	// A lifetime, not an instant: Redis's clock decides, not this host's.
+	lifetime := int64(DedupLifetime / time.Second)
 	var total int64
 	for len(recs) > 0 {
 		chunk := recs[:min(len(recs), 500)]
 		recs = recs[len(chunk):]
 		keys := make([]string, 0, 2*len(chunk))
 		args := make([]any, 0, 1+5*len(chunk))
-		args = append(args, expireAt)
+		args = append(args, lifetime)
 		for _, r := range chunk {
 			keys = append(keys, k.Req(r.RequestID), k.Order(r.OrderNo))
 			args = append(args, r.Fingerprint, r.OrderNo, remaining, r.Event, r.RequestID)

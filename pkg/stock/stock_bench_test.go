@@ -35,7 +35,7 @@ func BenchmarkReserve(b *testing.B) {
 		n := seq.Add(1)
 		id := strconv.FormatInt(n, 36)
 		res, err := s.Reserve(ctx, stock.Reservation{Item: it, RequestID: "r-" + id, OrderNo: "o-" + id, UserID: n,
-			Quantity: 1, Fingerprint: id, Event: event, Now: time.Now()})
+			Quantity: 1, Fingerprint: id, Event: event})
 		if err != nil {
 			b.Fatal(err)
 		}

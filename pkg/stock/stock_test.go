@@ -35,11 +35,18 @@ func (f fixture) reserve(t *testing.T, rid, orderNo string, user int64, q int, f
 	t.Helper()
 	ev := `{"requestId":"` + rid + `","orderNo":"` + orderNo + `"}`
 	res, err := f.s.Reserve(context.Background(), stock.Reservation{Item: f.item, RequestID: rid, OrderNo: orderNo, UserID: user,
-		Quantity: q, Fingerprint: fp, Event: []byte(ev), Now: time.Now()})
+		Quantity: q, Fingerprint: fp, Event: []byte(ev)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res
+}
+
+func (f fixture) markPublished(t *testing.T, rid, orderNo string) {
+	t.Helper()
+	if n, err := f.s.MarkPublished(context.Background(), f.item, []stock.Ref{{RequestID: rid, OrderNo: orderNo}}); err != nil || n != 1 {
+		t.Fatalf("marking %s published: %d %v", orderNo, n, err)
+	}
 }
 
 func (f fixture) stock(t *testing.T) int64 {
@@ -75,6 +82,10 @@ func TestReserveOutcomes(t *testing.T) {
 	}
 	for _, s := range steps {
 		res := f.reserve(t, s.rid, s.orderNo, s.user, s.q, s.fp)
+		if res.Outcome == stock.Reserved {
+			// Produced: a retry may be shown its orderNo.
+			f.markPublished(t, s.rid, s.orderNo)
+		}
 		if res.Outcome != s.want || res.OrderNo != s.wantOrderNo || res.Remaining != s.remaining {
 			t.Errorf("%s user %d q %d: got %+v, want %s %q %d", s.rid, s.user, s.q, res, s.want, s.wantOrderNo, s.remaining)
 		}
@@ -99,14 +110,25 @@ func TestNotOnSale(t *testing.T) {
 	f := mustFixture(t, 3, 1)
 	other := stock.Item{ActivityID: 1, ItemID: 3}
 	res, err := f.s.Reserve(context.Background(), stock.Reservation{Item: other, RequestID: "r", OrderNo: "o", UserID: 1, Quantity: 1,
-		Fingerprint: "f", Event: []byte(`{}`), Now: time.Now()})
-	if err != nil || res.Outcome != stock.NotOnSale {
+		Fingerprint: "f", Event: []byte(`{}`)})
+	if err != nil || res.Outcome != stock.NotOnSale || res.OutsideWindow {
 		t.Errorf("unpreheated item: %+v %v", res, err)
 	}
-	res, err = f.s.Reserve(context.Background(), stock.Reservation{Item: f.item, RequestID: "r", OrderNo: "o", UserID: 1, Quantity: 1,
-		Fingerprint: "f", Event: []byte(`{}`), Now: time.Now().Add(2 * time.Hour)})
-	if err != nil || res.Outcome != stock.NotOnSale {
-		t.Errorf("after the sale: %+v %v", res, err)
+	// The window goes by Redis's clock (the script reads TIME), not the
+	// caller's: a sale that starts in an hour is not on sale, whatever
+	// the gateway's clock says.
+	later := stock.Item{ActivityID: 1, ItemID: 4}
+	now := time.Now()
+	if _, err := f.s.Preheat(context.Background(), stock.Sale{Item: later, Stock: 3, StartsAt: now.Add(time.Hour), EndsAt: now.Add(2 * time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = f.s.Reserve(context.Background(), stock.Reservation{Item: later, RequestID: "r", OrderNo: "o", UserID: 1, Quantity: 1,
+		Fingerprint: "f", Event: []byte(`{}`)})
+	if err != nil || res.Outcome != stock.NotOnSale || !res.OutsideWindow || res.OrderNo != "" {
+		t.Errorf("before the sale: %+v %v", res, err)
+	}
+	if got := f.r.Client.Get(context.Background(), f.s.Keys(later).Stock).Val(); got != "3" {
+		t.Errorf("stock of the later sale %s, want 3", got)
 	}
 	if f.stock(t) != 3 {
 		t.Error("stock changed")
@@ -313,6 +335,7 @@ func TestRestoreDedupKeepsExistingRecords(t *testing.T) {
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "live", "o-live", 1, 1, "fp-live")
+	f.markPublished(t, "live", "o-live")
 	n, err := f.s.RestoreDedup(ctx, f.item, []stock.Decided{
 		{RequestID: "live", OrderNo: "other", Fingerprint: "x", Event: []byte(`{}`)},
 		{RequestID: "lost", OrderNo: "o-lost", Fingerprint: "fp-lost", Event: []byte(`{"orderNo":"o-lost"}`)},
@@ -325,6 +348,13 @@ func TestRestoreDedupKeepsExistingRecords(t *testing.T) {
 	}
 	if res := f.reserve(t, "lost", "new2", 2, 1, "fp-lost"); res.Outcome != stock.Replayed || res.OrderNo != "o-lost" || res.Remaining != 4 {
 		t.Errorf("restored record does not replay: %+v", res)
+	}
+	// Restored records live the dedup lifetime by Redis's clock (a TTL,
+	// not an instant of the reconciler host's clock).
+	for _, k := range []string{f.keys.Req("lost"), f.keys.Order("o-lost")} {
+		if ttl := f.r.Client.TTL(ctx, k).Val(); ttl < stock.DedupLifetime-time.Minute || ttl > stock.DedupLifetime {
+			t.Errorf("%s lives %v, want %v", k, ttl, stock.DedupLifetime)
+		}
 	}
 }
 
@@ -386,6 +416,9 @@ func TestAbortKeepsAShownReservation(t *testing.T) {
 	}
 
 	f.reserve(t, "shown", "o-first", 1, 1, "fp")
+	// Durable (e.g. the redrive re-published it while the first attempt's
+	// own produce was still failing).
+	f.markPublished(t, "shown", "o-first")
 	if r := f.reserve(t, "shown", "o-retry", 1, 1, "fp"); r.Outcome != stock.Replayed || r.OrderNo != "o-first" {
 		t.Fatalf("retry: %+v", r)
 	}
@@ -409,4 +442,78 @@ func TestAbortKeepsAShownReservation(t *testing.T) {
 	if f.stock(t) != 4 {
 		t.Errorf("stock %d, want 4 (only the shown reservation holds a unit)", f.stock(t))
 	}
+}
+
+// TestReplayShowsOnlyADurableOrderNo: a retry (another attempt) is shown the
+// first attempt's orderNo only once its event is durable — published (the
+// produce was acked), claimed by a worker, or acked out of the journal —
+// and until then is answered IN_PROGRESS, changing nothing: no stock taken,
+// no "shown" mark, so a failed produce still gives the reservation back.
+func TestReplayShowsOnlyADurableOrderNo(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 10, 1)
+	inProgress := func(rid, retryNo string, user int64) {
+		t.Helper()
+		if r := f.reserve(t, rid, retryNo, user, 1, "fp"); r.Outcome != stock.InProgress || r.OrderNo != "" {
+			t.Fatalf("retry of %s before it is durable: %+v, want IN_PROGRESS without an orderNo", rid, r)
+		}
+		if f.r.Client.HExists(ctx, f.keys.Req(rid), "shown").Val() {
+			t.Fatalf("%s marked shown by a retry that showed nothing", rid)
+		}
+	}
+	replayed := func(rid, retryNo, want string, user int64) {
+		t.Helper()
+		if r := f.reserve(t, rid, retryNo, user, 1, "fp"); r.Outcome != stock.Replayed || r.OrderNo != want {
+			t.Fatalf("retry of %s once durable: %+v, want a replay of %s", rid, r, want)
+		}
+	}
+
+	t.Run("Published", func(t *testing.T) {
+		f.reserve(t, "pub", "o-pub", 1, 1, "fp")
+		inProgress("pub", "o-pub-2", 1)
+		// A mark for another orderNo of the requestId is no mark.
+		if n, err := f.s.MarkPublished(ctx, f.item, []stock.Ref{{RequestID: "pub", OrderNo: "o-other"}}); err != nil || n != 0 {
+			t.Fatalf("mark of another orderNo: %d %v", n, err)
+		}
+		inProgress("pub", "o-pub-3", 1)
+		f.markPublished(t, "pub", "o-pub")
+		replayed("pub", "o-pub-4", "o-pub", 1)
+		if !f.r.Client.HExists(ctx, f.keys.Req("pub"), "shown").Val() {
+			t.Error("a replay that showed the orderNo did not mark it shown")
+		}
+	})
+	t.Run("Claimed", func(t *testing.T) {
+		f.reserve(t, "cl", "o-cl", 2, 1, "fp")
+		inProgress("cl", "o-cl-2", 2)
+		if st, err := f.s.Claim(ctx, f.item, []stock.Ref{{RequestID: "cl", OrderNo: "o-cl"}}); err != nil || st[0] != stock.ClaimOK {
+			t.Fatalf("claim: %v %v", st, err)
+		}
+		replayed("cl", "o-cl-3", "o-cl", 2)
+	})
+	t.Run("Acked", func(t *testing.T) {
+		f.reserve(t, "ack", "o-ack", 3, 1, "fp")
+		inProgress("ack", "o-ack-2", 3)
+		if n, err := f.s.Ack(ctx, f.item, []stock.Ref{{RequestID: "ack", OrderNo: "o-ack"}}); err != nil || n != 1 {
+			t.Fatalf("ack: %d %v", n, err)
+		}
+		replayed("ack", "o-ack-3", "o-ack", 3)
+	})
+	t.Run("AbortedAfterAWaitingRetry", func(t *testing.T) {
+		f.reserve(t, "ab", "o-ab", 4, 1, "fp")
+		before := f.stock(t)
+		inProgress("ab", "o-ab-2", 4)
+		if f.stock(t) != before {
+			t.Fatalf("a waiting retry took stock: %d, was %d", f.stock(t), before)
+		}
+		out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "ab", OrderNo: "o-ab"}, UserID: 4, Quantity: 1})
+		if err != nil || out != stock.Released {
+			t.Fatalf("abort after a retry that showed nothing: %s %v, want %s", out, err, stock.Released)
+		}
+		if r := f.reserve(t, "ab", "o-ab-3", 4, 1, "fp"); r.Outcome != stock.Reserved || r.OrderNo != "o-ab-3" {
+			t.Fatalf("retry after the abort: %+v, want a new reservation", r)
+		}
+		if f.stock(t) != before {
+			t.Errorf("stock %d, want %d (one reservation)", f.stock(t), before)
+		}
+	})
 }

@@ -1,0 +1,250 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The suite's own Redis: a primary and its replica, two redis-server
+// processes on ports of their own that keep nothing on disk (--save "",
+// --appendonly no), so a restart comes back empty. Every process reaches
+// Redis through the Toxiproxy proxy "redis" — a fixed address, as a VIP or a
+// Sentinel-managed endpoint would be — whose upstream is the primary; a
+// failover promotes the replica (REPLICAOF NO ONE) and moves the proxy to
+// it. Writes the primary acknowledged but had not yet replicated are lost
+// with it, as on any asynchronously replicated Redis.
+
+// redisNode is one redis-server of the pair.
+type redisNode struct {
+	p    *proc
+	addr string
+}
+
+// startRedis starts the primary and its replica and puts the proxy in
+// front of the primary; it returns the proxy's address.
+func (s *Suite) startRedis(ctx context.Context) (string, error) {
+	bin := s.cfg.RedisServer
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("redis-server"); err != nil {
+			return "", fmt.Errorf("the chaos suite runs redis-server processes of its own: %w (deploy/local/services.sh installs Redis)", err)
+		}
+	}
+	for i, name := range []string{"redis-a", "redis-b"} {
+		addr, err := freeAddr()
+		if err != nil {
+			return "", err
+		}
+		if i == 1 && s.cfg.RedisReplLag > 0 {
+			// The replica reaches its primary through the proxy
+			// "redis-repl" (its upstream follows the primary across
+			// failovers), whose latency makes the replica lag.
+			if s.redisReplLink, err = s.toxi.add("redis-repl", s.redis[0].addr); err != nil {
+				return "", err
+			}
+			if err := s.replLag(); err != nil {
+				return "", err
+			}
+		}
+		dir := filepath.Join(s.Dir, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", err
+		}
+		n := &redisNode{addr: addr}
+		n.p = &proc{name: name, bin: bin, env: os.Environ(), logPath: filepath.Join(s.Dir, name+".log"), store: true,
+			readyFunc: func(ctx context.Context) error { return s.redisReady(ctx, n) }}
+		n.p.args = redisArgs(addr, dir, "")
+		if i == 1 {
+			n.p.args = redisArgs(addr, dir, s.replicaOf(s.redis[0]))
+		}
+		s.redis = append(s.redis, n)
+		s.procs = append(s.procs, n.p)
+		if err := n.p.start(); err != nil {
+			return "", err
+		}
+		if err := n.p.waitReady(ctx, 30*time.Second); err != nil {
+			return "", err
+		}
+	}
+	return s.toxi.add("redis", s.redis[0].addr)
+}
+
+// replicaOf is the address a replica of primary replicates from: the
+// primary, or the lagging link in front of it.
+func (s *Suite) replicaOf(primary *redisNode) string {
+	if s.redisReplLink != "" {
+		return s.redisReplLink
+	}
+	return primary.addr
+}
+
+// replLag puts Config.RedisReplLag on the replication link (a toxic heal
+// leaves alone), if set.
+func (s *Suite) replLag() error {
+	if s.cfg.RedisReplLag <= 0 {
+		return nil
+	}
+	return s.toxi.keep("redis-repl", "latency", int(s.cfg.RedisReplLag.Milliseconds()))
+}
+
+// redisArgs is a redis-server command line: nothing on disk, a replica of
+// primary unless it is "".
+func redisArgs(addr, dir, primary string) []string {
+	host, port, _ := strings.Cut(addr, ":")
+	args := []string{"--bind", host, "--port", port, "--save", "", "--appendonly", "no", "--protected-mode", "no",
+		"--dir", dir, "--logfile", "", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
+		"--repl-diskless-load", "on-empty-db"}
+	if primary != "" {
+		ph, pp, _ := strings.Cut(primary, ":")
+		args = append(args, "--replicaof", ph, pp)
+	}
+	return args
+}
+
+// redisReady: the node answers PING; a replica also has its link to the
+// primary up (it has synced).
+func (s *Suite) redisReady(ctx context.Context, n *redisNode) error {
+	c := redis.NewClient(&redis.Options{Addr: n.addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return err
+	}
+	if strings.Contains(info, "role:slave") && !strings.Contains(info, "master_link_status:up") {
+		return fmt.Errorf("%s: replica not synced with its primary yet", n.p.name)
+	}
+	return nil
+}
+
+// redisRoles is the current primary and replica.
+func (s *Suite) redisRoles() (primary, replica *redisNode) {
+	s.redisMu.Lock()
+	defer s.redisMu.Unlock()
+	return s.redis[s.redisPrimary], s.redis[1-s.redisPrimary]
+}
+
+// redisRestart SIGKILLs the primary and starts it again after down: empty,
+// and its replica, resyncing, empties too. Then the operator's repair.
+func (s *Suite) redisRestart(ctx context.Context, down time.Duration) (string, error) {
+	at := s.since()
+	prim, _ := s.redisRoles()
+	s.redisLost.Store(true)
+	if err := prim.p.kill(); err != nil {
+		return "redis-restart at " + at, err
+	}
+	time.Sleep(down)
+	restart := s.since()
+	if err := prim.p.start(); err != nil {
+		return "redis-restart at " + at, err
+	}
+	if err := prim.p.waitReady(ctx, 30*time.Second); err != nil {
+		return "redis-restart at " + at, err
+	}
+	desc := fmt.Sprintf("SIGKILL redis primary %s at %s, restarted empty at %s", prim.p.name, at, restart)
+	fix, err := s.repairRedis(ctx)
+	return desc + "; " + fix, err
+}
+
+// redisFailover SIGKILLs the primary; after promoteAfter (the failure
+// detector's delay) the replica is promoted and the proxy moved to it;
+// the old primary comes back as its replica. Then the operator's repair.
+func (s *Suite) redisFailover(ctx context.Context, promoteAfter time.Duration) (string, error) {
+	at := s.since()
+	old, repl := s.redisRoles()
+	s.redisLost.Store(true)
+	// What the primary had written, and what the replica had when it died.
+	written := replOffset(ctx, old.addr, "master_repl_offset")
+	if err := old.p.kill(); err != nil {
+		return "redis-failover at " + at, err
+	}
+	offset := replOffset(ctx, repl.addr, "slave_repl_offset")
+	time.Sleep(promoteAfter)
+	c := redis.NewClient(&redis.Options{Addr: repl.addr})
+	err := c.SlaveOf(ctx, "NO", "ONE").Err()
+	c.Close()
+	if err != nil {
+		return "redis-failover at " + at, fmt.Errorf("REPLICAOF NO ONE on %s: %w", repl.p.name, err)
+	}
+	if err := s.toxi.upstream("redis", repl.addr); err != nil {
+		return "redis-failover at " + at, fmt.Errorf("moving the redis proxy to %s: %w", repl.p.name, err)
+	}
+	if s.redisReplLink != "" {
+		if err := s.toxi.upstream("redis-repl", repl.addr); err != nil {
+			return "redis-failover at " + at, fmt.Errorf("moving the replication proxy to %s: %w", repl.p.name, err)
+		}
+		if err := s.replLag(); err != nil {
+			return "redis-failover at " + at, err
+		}
+	}
+	// A later restart brings the new primary back as a primary.
+	repl.p.args = redisArgs(repl.addr, filepath.Join(s.Dir, repl.p.name), "")
+	s.redisMu.Lock()
+	s.redisPrimary = 1 - s.redisPrimary
+	s.redisMu.Unlock()
+	promoted := s.since()
+	old.p.args = redisArgs(old.addr, filepath.Join(s.Dir, old.p.name), s.replicaOf(repl))
+	if err := old.p.start(); err != nil {
+		return "redis-failover at " + at, err
+	}
+	if err := old.p.waitReady(ctx, 30*time.Second); err != nil {
+		return "redis-failover at " + at, err
+	}
+	desc := fmt.Sprintf("SIGKILL redis primary %s at %s (it had written offset %s, its replica %s had %s), %s promoted and the proxy moved to it at %s, %s back as its replica at %s",
+		old.p.name, at, written, repl.p.name, offset, repl.p.name, promoted, old.p.name, s.since())
+	fix, err := s.repairRedis(ctx)
+	return desc + "; " + fix, err
+}
+
+// replOffset is the field of INFO replication of the node at addr.
+func replOffset(ctx context.Context, addr, field string) string {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			return v
+		}
+	}
+	return "unknown"
+}
+
+// repairRedis is the runbook after Redis lost data: once the worker has
+// consumed what was already in Kafka (a fix while events of lost journal
+// entries are still queued would leave drift for the next check),
+// `orderpipe reconciler --once --fix`, which rebuilds the dedup records of
+// decided requests and puts the sale back on from Postgres.
+func (s *Suite) repairRedis(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	caughtUp := "worker caught up"
+	for {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second) // a paused broker answers nothing
+		lag, err := groupLag(lctx, s.brokers, kafkaTopic, kafkaGroup)
+		cancel()
+		if err == nil && lag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			caughtUp = fmt.Sprintf("worker not caught up within 30s (lag %d, %v)", lag, err)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fixAt := s.since()
+	code, out := s.reconcile(ctx, "--fix")
+	desc := fmt.Sprintf("%s, reconciler --once --fix at %s exit %d (done %s)", caughtUp, fixAt, code, s.since())
+	if code != 0 {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return desc, fmt.Errorf("reconciler --fix exit %d: %s", code, strings.Join(lines[max(0, len(lines)-6):], " | "))
+	}
+	return desc, nil
+}

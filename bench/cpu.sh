@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The CPU cost of one request in each component, for docs/capacity.md.
+# Starts the pipeline as bench/run.sh does, one process per component (the
+# embedded broker `orderpipe kafka`, worker, closer, gateway) on free ports
+# with a fresh database and Redis key prefix, and reads each process's
+# utime+stime from /proc/<pid>/stat around three phases:
+#   idle     IDLE seconds without load (what the components cost doing nothing)
+#   accept   N_ACC requests on a sale with N_ACC units: every one accepted (202)
+#   refuse   N_REF requests on a sale with REF_STOCK units: all but
+#            REF_STOCK answered 409 SOLD_OUT (a sale after sell-out)
+# and for the same phases redis-server's own CPU (every redis-server process),
+# its INFO commandstats (EVALSHA calls and usec), and every postgres
+# process's CPU. Each load phase is the load tool (`orderpipe bench`, c=C, no
+# retries or repeats) until the pipeline has drained; its audit queries run
+# in connections of their own, which close before the reading and so are
+# not counted. Prints per phase, per component: CPU seconds, and CPU
+# milliseconds per request (= CPU seconds per 1000 requests).
+#   heavy bash bench/cpu.sh            N_ACC=60000 N_REF=60000 C=100 IDLE=10
+# With KAFKA_BROKERS set it uses that cluster instead of starting the
+# embedded broker (topics and group named after the run, created with
+# `orderpipe topics` and deleted afterwards), and "kafka" is every Apache
+# Kafka JVM on this machine (pgrep -f kafka.Kafka), e.g.
+#   KAFKA_NODES=3 KAFKA_BASE_PORT=29092 deploy/kafka/kafka.sh start
+#   KAFKA_BROKERS=127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094 KAFKA_REPLICATION_FACTOR=3 bench/cpu.sh
+# Exit status: 0, or 2 when the pipeline could not run or a phase failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=${BIN:-bin/orderpipe-dev}
+N_ACC=${N_ACC:-60000}
+N_REF=${N_REF:-60000}
+REF_STOCK=${REF_STOCK:-100}
+C=${C:-100}
+IDLE=${IDLE:-10}
+OUT=${OUT:-bin/bench}
+PG=${PG:-postgres://postgres@127.0.0.1:5432}
+REDIS_HOST=${REDIS_HOST:-127.0.0.1}
+REDIS_PORT=${REDIS_PORT:-6379}
+REAL_KAFKA=${KAFKA_BROKERS:-}
+
+. bench/lib.sh
+
+run="$(date +%s)$$"
+db="orderpipe_cpu_$run"
+export DATABASE_URL="$PG/$db?sslmode=disable"
+export REDIS_ADDR="$REDIS_HOST:$REDIS_PORT"
+export REDIS_KEY_PREFIX="cpu$run:"
+export ADMIN_TOKEN="cpu-$run"
+unset PPROF_ADDR
+mkdir -p "$OUT"
+log="$OUT/cpu-$run.log"
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  "$BIN" bench --purge-keys >/dev/null 2>&1 || true
+  psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || echo "cpu: database $db left behind" >&2
+  if [ -n "$REAL_KAFKA" ]; then
+    for t in "$KAFKA_TOPIC" "$KAFKA_DLQ_TOPIC"; do
+      deploy/kafka/kafka.sh java org.apache.kafka.tools.TopicCommand --bootstrap-server "$REAL_KAFKA" \
+        --delete --topic "$t" >/dev/null 2>&1 || echo "cpu: topic $t left on $REAL_KAFKA" >&2
+    done
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+"$BIN" migrate >"$log" 2>&1 || { echo "cpu: migrate failed; see $log" >&2; exit 2; }
+http_port=$(free_port)
+metrics_port=$(free_port)
+export HTTP_ADDR="127.0.0.1:$http_port"
+if [ -n "$REAL_KAFKA" ]; then
+  export KAFKA_TOPIC="orders.requested.cpu$run" KAFKA_GROUP="orderpipe-cpu$run"
+  export KAFKA_DLQ_TOPIC="$KAFKA_TOPIC.dlq"
+  "$BIN" topics >>"$log" 2>&1 || { echo "cpu: creating topics on $REAL_KAFKA failed; see $log" >&2; exit 2; }
+  kafka_pid="(Apache Kafka)"
+else
+  kafka_port=$(free_port)
+  export KAFKA_BROKERS="127.0.0.1:$kafka_port"
+  KAFKA_BROKERS="" KAFKA_EMBEDDED_PORT="$kafka_port" "$BIN" kafka >"$log.kafka" 2>&1 &
+  kafka_pid=$!
+  pids+=("$kafka_pid")
+  wait_port "$kafka_port" "$kafka_pid" || { echo "cpu: orderpipe kafka did not start; see $log.kafka" >&2; exit 2; }
+fi
+METRICS_ADDR="127.0.0.1:$metrics_port" "$BIN" worker >"$log.worker" 2>&1 &
+worker_pid=$!
+METRICS_ADDR="127.0.0.1:0" "$BIN" closer >"$log.closer" 2>&1 &
+closer_pid=$!
+"$BIN" gateway >"$log" 2>&1 &
+gateway_pid=$!
+pids+=("$worker_pid" "$closer_pid" "$gateway_pid")
+wait_port "$http_port" "${pids[@]}" || { echo "cpu: a component exited before the gateway listened; see $log*" >&2; exit 2; }
+
+names=(gateway worker closer kafka redis postgres)
+procs() {
+  case "$1" in
+    gateway) echo "$gateway_pid" ;;
+    worker) echo "$worker_pid" ;;
+    closer) echo "$closer_pid" ;;
+    kafka) if [ -n "$REAL_KAFKA" ]; then pgrep -f 'kafka[.]Kafka' || true; else echo "$kafka_pid"; fi ;;
+    redis) pgrep -x redis-server || true ;;
+    postgres) pgrep -x postgres || true ;;
+  esac
+}
+snapshot() { # snapshot DIR: every component's per-pid ticks and Redis's EVALSHA counters
+  mkdir -p "$1"
+  local n
+  for n in "${names[@]}"; do
+    # shellcheck disable=SC2046
+    pid_ticks $(procs "$n") >"$1/$n"
+  done
+  redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
+    sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2/p' >"$1/evalsha"
+  date +%s.%N >"$1/at"
+}
+report() { # report NAME BEFORE AFTER REQUESTS
+  local name=$1 b=$2 a=$3 reqs=$4 n cpu secs calls usec
+  secs=$(awk -v a="$(cat "$a/at")" -v b="$(cat "$b/at")" 'BEGIN{printf "%.1f", a - b}')
+  echo "$name: $reqs requests, ${secs} s"
+  for n in "${names[@]}"; do
+    cpu=$(ticks_between "$b/$n" "$a/$n")
+    if [ "$reqs" -gt 0 ]; then
+      printf '  %-9s %7.2f CPU s  %6.3f CPU ms/request\n' "$n" "$cpu" "$(awk -v c="$cpu" -v r="$reqs" 'BEGIN{print c * 1000 / r}')"
+    else
+      printf '  %-9s %7.2f CPU s  %6.3f CPU s per second\n' "$n" "$cpu" "$(awk -v c="$cpu" -v s="$secs" 'BEGIN{print c / s}')"
+    fi
+  done
+  read -r calls usec < <(paste -d' ' "$b/evalsha" "$a/evalsha" | awk '{print $3 - $1, $4 - $2}')
+  if [ "${calls:-0}" -gt 0 ]; then
+    printf '  redis EVALSHA: %d calls, %.1f usec/call (INFO commandstats: inside the script only)\n' "$calls" "$(awk -v u="$usec" -v c="$calls" 'BEGIN{print u / c}')"
+  fi
+}
+load() { # load NAME N STOCK: one load phase; prints its report
+  local name=$1 n=$2 stock=$3 acc sold
+  snapshot "$tmp/$name.before"
+  "$BIN" bench -c "$C" -n "$n" --stock "$stock" --retry-share 0 --repeat-share 0 --wait-ready 60s \
+    --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --json-out "$OUT/cpu-$name-$run.json" \
+    >"$OUT/cpu-$name-$run.txt" 2>"$OUT/cpu-$name-$run.err" || { echo "cpu: the $name phase failed; see $OUT/cpu-$name-$run.*" >&2; exit 2; }
+  snapshot "$tmp/$name.after"
+  acc=$(sed -n 's/^  "accepted": \([0-9]*\).*/\1/p' "$OUT/cpu-$name-$run.json" | head -1)
+  sold=$(sed -n 's/^ *"SOLD_OUT": \([0-9]*\).*/\1/p' "$OUT/cpu-$name-$run.json" | head -1)
+  report "$name" "$tmp/$name.before" "$tmp/$name.after" "$n"
+  echo "  answers: ${acc:-0} accepted, ${sold:-0} sold out; $(grep -E '^  throughput' "$OUT/cpu-$name-$run.txt" | sed 's/^ *//')"
+}
+
+echo "cpu: gateway $gateway_pid, worker $worker_pid, closer $closer_pid, kafka $kafka_pid on $HTTP_ADDR (database $db); $(nproc) cores"
+sleep 2 # the worker joins its group
+snapshot "$tmp/idle.before"
+sleep "$IDLE"
+snapshot "$tmp/idle.after"
+report idle "$tmp/idle.before" "$tmp/idle.after" 0
+load accept "$N_ACC" "$N_ACC"
+load refuse "$N_REF" "$REF_STOCK"

@@ -1,0 +1,53 @@
+# shellcheck shell=bash
+# Shared by bench/run.sh, bench/cpu.sh and bench/rss.sh (sourced, not run): free ports and
+# per-process CPU readings.
+
+# free_port prints a port below the kernel's ephemeral range that nothing
+# listens on, so no client socket or test listening on port 0 takes it
+# between this check and the pipeline's bind.
+free_port() {
+  local low p
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  for _ in $(seq 1 200); do
+    p=$((10000 + RANDOM % (low - 10000)))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p"
+      return
+    fi
+  done
+  echo "bench: no free port found" >&2
+  exit 2
+}
+
+# wait_port PORT PID...: until something listens on PORT, or one of the
+# PIDs has exited (60 s at most). Fails if one has exited.
+wait_port() {
+  local port=$1 p
+  shift
+  for _ in $(seq 1 600); do
+    for p in "$@"; do
+      kill -0 "$p" 2>/dev/null || return 1
+    done
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# pid_ticks PID...: one line "pid utime+stime" (clock ticks) per live PID.
+pid_ticks() {
+  local p
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] && awk -v p="$p" '{print p, $14 + $15}' "/proc/$p/stat" 2>/dev/null || true
+  done
+}
+
+# ticks_between BEFORE AFTER: the CPU seconds the processes listed in the
+# file AFTER used since the file BEFORE (pid_ticks output) was written; a
+# process absent from BEFORE counts from its start, one that exited
+# meanwhile is not counted.
+ticks_between() {
+  awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { b[$1] = $2; next } { t += $2 - ($1 in b ? b[$1] : 0) } END { printf "%.3f", t / hz }' "$1" "$2"
+}

@@ -1,0 +1,488 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+)
+
+// Bucketed stock end to end: an item's stock split over B Redis buckets
+// (items[].buckets), users routed by FNV-1a(userId) mod B, the mover against
+// stranded stock, and the reconciler, closer and worker on the buckets.
+
+// mustBucketedSale creates and preheats activity id with one item of units
+// split over buckets; the sale runs from a minute ago for an hour.
+func (p *pipeline) mustBucketedSale(tb testing.TB, id, item, units int64, buckets, perUserLimit int) {
+	tb.Helper()
+	body := map[string]any{"name": fmt.Sprintf("sale %d", id), "startsAt": time.Now().Add(-time.Minute).UTC(),
+		"endsAt": time.Now().Add(time.Hour).UTC(), "perUserLimit": perUserLimit,
+		"items": []map[string]any{{"itemId": item, "stock": units, "buckets": buckets}}}
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	if r := p.do(tb, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), "application/json", body, auth...); r.Status != http.StatusOK {
+		tb.Fatalf("creating activity: %d %v", r.Status, r.Body)
+	}
+	if r := p.do(tb, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "", nil, auth...); r.Status != http.StatusOK {
+		tb.Fatalf("preheating: %d %v", r.Status, r.Body)
+	}
+}
+
+// bucketStocks is each bucket's Redis stock (-1: missing).
+func (p *pipeline) bucketStocks(tb testing.TB, it stock.Item, buckets int) []int64 {
+	tb.Helper()
+	got, err := p.Stock.BucketStocks(context.Background(), it, buckets)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]int64, len(got))
+	for b, n := range got {
+		out[b] = -1
+		if n != nil {
+			out[b] = *n
+		}
+	}
+	return out
+}
+
+func sum(ns []int64) int64 {
+	var t int64
+	for _, n := range ns {
+		t += n
+	}
+	return t
+}
+
+// usersIn returns n userIds routed to bucket b of buckets, from first on.
+func usersIn(b, buckets, n int, first int64) []int64 {
+	var out []int64
+	for u := first; len(out) < n; u++ {
+		if stock.BucketOf(u, buckets) == b {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// waitBucketsDrained waits until every bucket's journal is empty and no
+// compensation is pending.
+func (p *pipeline) waitBucketsDrained(tb testing.TB, it stock.Item, buckets int) {
+	tb.Helper()
+	testenv.WaitFor(tb, 30*time.Second, "the pipeline to drain", func() bool {
+		n, err := p.Orders.CountPendingCompensations(context.Background())
+		if err != nil || n != 0 {
+			return false
+		}
+		for b := range buckets {
+			bi := it
+			bi.Bucket = b
+			if p.journalLen(tb, bi) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// assertBucketInvariants is assertInvariants for a bucketed item: I1–I4 and
+// I6 as for any item; I5 over the buckets (their stocks, plus units in
+// transfer, sum to the DB stock; each live order's marker is in its user's
+// bucket, and there is no other).
+func (p *pipeline) assertBucketInvariants(tb testing.TB, it stock.Item, buckets int) {
+	tb.Helper()
+	ctx := context.Background()
+	s := p.dbStock(tb, it)
+	var live int64
+	if err := p.DB.Pool.QueryRow(ctx, `SELECT COALESCE(sum(quantity), 0) FROM orders
+		WHERE activity_id = $1 AND item_id = $2 AND status IN ('UNPAID', 'PAID')`, it.ActivityID, it.ItemID).Scan(&live); err != nil {
+		tb.Fatal(err)
+	}
+	if s.Stock < 0 || s.InitialStock != s.Stock+live {
+		tb.Errorf("I1: initial %d != stock %d + live %d", s.InitialStock, s.Stock, live)
+	}
+	stocks := p.bucketStocks(tb, it, buckets)
+	total := sum(stocks)
+	ts, err := p.Stock.Transfers(ctx, it, buckets)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, t := range ts {
+		if !t.Given {
+			total += t.Units
+		}
+	}
+	for b, n := range stocks {
+		if n < 0 {
+			tb.Errorf("I5: bucket %d stock %d", b, n)
+		}
+	}
+	if total != s.Stock {
+		tb.Errorf("I5: redis stock over the buckets %v (+ in transfer) = %d != db stock %d", stocks, total, s.Stock)
+	}
+	rows, err := p.DB.Pool.Query(ctx, `SELECT user_id, request_id FROM orders WHERE activity_id = $1 AND item_id = $2
+		AND status IN ('UNPAID', 'PAID')`, it.ActivityID, it.ItemID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var user int64
+	var rid string
+	liveUsers := map[int64]bool{}
+	if _, err := pgx.ForEachRow(rows, []any{&user, &rid}, func() error {
+		if liveUsers[user] {
+			tb.Errorf("I2: user %d holds more than one live order", user)
+		}
+		liveUsers[user] = true
+		if got := p.Redis.Client.Get(ctx, p.Stock.Keys(it.ForUser(user, buckets)).Limit(user)).Val(); got != rid {
+			tb.Errorf("I5: user %d's limit marker in bucket %d is %q, want %q", user, stock.BucketOf(user, buckets), got, rid)
+		}
+		return nil
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	markers := 0
+	for b := range buckets {
+		bi := it
+		bi.Bucket = b
+		markers += len(testenv.Keys(tb, p.Redis.Client, p.Stock.Keys(bi).LimitPattern()))
+	}
+	if markers != len(liveUsers) {
+		tb.Errorf("I5: %d limit markers over the buckets for %d live orders", markers, len(liveUsers))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for orderNo, rid := range p.accepted {
+		p.assertResolved(tb, orderNo, rid)
+	}
+}
+
+// TestBucketsAdminAndPreheat: items[].buckets is validated (400, nothing
+// changed), preheat splits the stock ⌊S/B⌋ (+1 for the first S mod B) and
+// is idempotent per bucket, and the count is fixed once preheated (409).
+// One bucket keeps the plain layout: no "buckets" field, no bucket keys.
+func TestBucketsAdminAndPreheat(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true}, nil)
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	ctx := context.Background()
+	put := func(items string) apiResponse {
+		body := fmt.Sprintf(`{"name":"b","startsAt":%q,"endsAt":%q,"perUserLimit":1,"items":%s}`,
+			time.Now().Add(-time.Minute).UTC().Format(time.RFC3339), time.Now().Add(time.Hour).UTC().Format(time.RFC3339), items)
+		return p.do(t, http.MethodPut, "/admin/v1/activities/61", "application/json", body, auth...)
+	}
+	for _, bad := range []string{`0`, `65`, `-1`, `"4"`, `2.5`} {
+		if r := put(`[{"itemId":1,"stock":10,"buckets":` + bad + `}]`); r.Status != http.StatusBadRequest || r.Code() != "INVALID_REQUEST" {
+			t.Errorf("buckets %s: %d %v, want 400 INVALID_REQUEST", bad, r.Status, r.Body)
+		}
+	}
+	if _, err := p.Orders.GetActivity(ctx, 61); err == nil {
+		t.Fatalf("a refused upsert created the activity")
+	}
+	if r := put(`[{"itemId":1,"stock":10,"buckets":4},{"itemId":2,"stock":7}]`); r.Status != http.StatusOK {
+		t.Fatalf("upsert: %d %v", r.Status, r.Body)
+	}
+	// Before the preheat the count may still change.
+	if r := put(`[{"itemId":1,"stock":10,"buckets":3},{"itemId":2,"stock":7}]`); r.Status != http.StatusOK {
+		t.Fatalf("changing buckets before the preheat: %d %v", r.Status, r.Body)
+	}
+	pre := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...)
+	if pre.Status != http.StatusOK || !strings.Contains(fmt.Sprint(pre.Body["items"]), "buckets:3") {
+		t.Fatalf("preheat: %d %v, want item 1 shown with 3 buckets", pre.Status, pre.Body)
+	}
+	it := stock.Item{ActivityID: 61, ItemID: 1}
+	if got := p.bucketStocks(t, it, 3); fmt.Sprint(got) != "[4 3 3]" {
+		t.Errorf("bucket stocks %v, want [4 3 3]", got)
+	}
+	for b := range 3 {
+		bi := it
+		bi.Bucket = b
+		if v := p.Redis.Client.HGet(ctx, p.Stock.Keys(bi).Sale, "buckets").Val(); v != "3" {
+			t.Errorf("bucket %d's sale holds buckets %q, want 3", b, v)
+		}
+	}
+	// Item 2 has one bucket: today's keys exactly.
+	plain := stock.Item{ActivityID: 61, ItemID: 2}
+	if p.Stock.Keys(plain).Stock != p.Redis.Prefix+"stock:{a61:i2}" {
+		t.Errorf("one bucket's stock key is %q", p.Stock.Keys(plain).Stock)
+	}
+	if p.redisStock(t, plain) != 7 || p.Redis.Client.HExists(ctx, p.Stock.Keys(plain).Sale, "buckets").Val() {
+		t.Errorf("item 2: stock %d, sale %v; want 7 and no buckets field", p.redisStock(t, plain),
+			p.Redis.Client.HGetAll(ctx, p.Stock.Keys(plain).Sale).Val())
+	}
+	if n := len(testenv.Keys(t, p.Redis.Client, p.Redis.Prefix+"*{a61:i2:b*")); n != 0 {
+		t.Errorf("item 2 has %d bucket keys", n)
+	}
+	// A second preheat keeps each bucket's running stock.
+	if err := p.Redis.Client.DecrBy(ctx, p.Stock.Keys(stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}).Stock, 2).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...); r.Status != http.StatusOK {
+		t.Fatalf("second preheat: %d %v", r.Status, r.Body)
+	}
+	if got := p.bucketStocks(t, it, 3); fmt.Sprint(got) != "[4 3 1]" {
+		t.Errorf("bucket stocks after a second preheat %v, want [4 3 1]", got)
+	}
+	// Preheated: the count is fixed; the same count, or none, is fine.
+	if r := put(`[{"itemId":1,"stock":10,"buckets":5},{"itemId":2,"stock":7}]`); r.Status != http.StatusConflict || r.Code() != "BUCKETS_FIXED" {
+		t.Errorf("changing buckets after the preheat: %d %v, want 409 BUCKETS_FIXED", r.Status, r.Body)
+	}
+	for _, items := range []string{`[{"itemId":1,"stock":10,"buckets":3},{"itemId":2,"stock":7}]`, `[{"itemId":1,"stock":10},{"itemId":2,"stock":7}]`} {
+		if r := put(items); r.Status != http.StatusOK {
+			t.Errorf("upsert %s: %d %v", items, r.Status, r.Body)
+		}
+	}
+	if s := p.dbStock(t, it); s.Buckets != 3 {
+		t.Errorf("buckets in Postgres %d, want 3", s.Buckets)
+	}
+}
+
+// TestBucketsRoutingAndLimit: a user always lands in the bucket
+// FNV-1a(userId) mod B (the orderNo and the marker say which), and the
+// per-user limit is exact over many concurrent requests of the same users.
+func TestBucketsRoutingAndLimit(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+	const B = 4
+	it := stock.Item{ActivityID: 62, ItemID: 1}
+	p.mustBucketedSale(t, 62, 1, 1000, B, 1)
+	const users, tries = 40, 5
+	var mu sync.Mutex
+	accepted := map[int64][]string{}
+	var wg sync.WaitGroup
+	for u := int64(1); u <= users; u++ {
+		for k := range tries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := p.order(t, orderBody{RequestID: fmt.Sprintf("rt-%d-%d", u, k), UserID: u, ActivityID: 62, ItemID: 1, Quantity: 1})
+				switch {
+				case r.Status == http.StatusAccepted:
+					mu.Lock()
+					accepted[u] = append(accepted[u], r.Str("orderNo"))
+					mu.Unlock()
+				case r.Code() != "ALREADY_PURCHASED":
+					t.Errorf("user %d: %d %v", u, r.Status, r.Body)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for u := int64(1); u <= users; u++ {
+		if len(accepted[u]) != 1 {
+			t.Errorf("user %d: %d requests accepted, want exactly 1", u, len(accepted[u]))
+			continue
+		}
+		b := stock.BucketOf(u, B)
+		no := accepted[u][0]
+		if hasSuffix := strings.HasSuffix(no, fmt.Sprintf("-b%d", b)); b > 0 && !hasSuffix || b == 0 && strings.Contains(no[len(no)-4:], "-b") {
+			t.Errorf("user %d (bucket %d) got orderNo %s", u, b, no)
+		}
+	}
+	p.waitBucketsDrained(t, it, B)
+	if s := p.dbStock(t, it); s.Stock != 1000-users {
+		t.Errorf("db stock %d, want %d", s.Stock, 1000-users)
+	}
+	perBucket := make([]int64, B)
+	for u := int64(1); u <= users; u++ {
+		perBucket[stock.BucketOf(u, B)]++
+	}
+	for b, n := range p.bucketStocks(t, it, B) {
+		if want := 250 - perBucket[b]; n != want {
+			t.Errorf("bucket %d: stock %d, want %d (its users bought %d)", b, n, want, perBucket[b])
+		}
+	}
+	p.assertBucketInvariants(t, it, B)
+	if code, out := p.reconcile(t, "--once"); code != 0 {
+		t.Errorf("reconciler: exit %d\n%s", code, out)
+	}
+}
+
+// TestBucketsReusedRequestIDAcrossUsers: the same requestId sent by users of
+// two buckets is accepted by each bucket (no atomic step sees both); the
+// worker decides the second in Postgres: REJECTED IDEMPOTENCY_KEY_REUSED,
+// which GET returns, and its unit goes back to its own bucket.
+func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+	const B = 4
+	it := stock.Item{ActivityID: 63, ItemID: 1}
+	p.mustBucketedSale(t, 63, 1, 40, B, 1)
+	u1, u2 := usersIn(1, B, 1, 1)[0], usersIn(2, B, 1, 1)[0]
+	first := p.order(t, orderBody{RequestID: "reused", UserID: u1, ActivityID: 63, ItemID: 1, Quantity: 1})
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("first: %d %v", first.Status, first.Body)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the first order persisted", func() bool {
+		return p.do(t, http.MethodGet, "/v1/orders/"+first.Str("orderNo"), "", nil).Str("status") == "UNPAID"
+	})
+	second := p.order(t, orderBody{RequestID: "reused", UserID: u2, ActivityID: 63, ItemID: 1, Quantity: 1})
+	if second.Status != http.StatusAccepted || second.Str("orderNo") == first.Str("orderNo") {
+		t.Fatalf("second (another bucket): %d %v", second.Status, second.Body)
+	}
+	var g apiResponse
+	testenv.WaitFor(t, 20*time.Second, "the second orderNo decided", func() bool {
+		g = p.do(t, http.MethodGet, "/v1/orders/"+second.Str("orderNo"), "", nil)
+		return g.Str("status") == "REJECTED"
+	})
+	if g.Str("reason") != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("second: %v, want REJECTED IDEMPOTENCY_KEY_REUSED", g.Body)
+	}
+	p.waitBucketsDrained(t, it, B)
+	if got := p.bucketStocks(t, it, B); got[1] != 9 || got[2] != 10 {
+		t.Errorf("bucket stocks %v, want bucket 1 at 9 (the order) and bucket 2 at 10 (given back)", got)
+	}
+	// u2's marker was freed: u2 can buy with a fresh requestId.
+	if r := p.order(t, orderBody{RequestID: "fresh-u2", UserID: u2, ActivityID: 63, ItemID: 1, Quantity: 1}); r.Status != http.StatusAccepted {
+		t.Errorf("u2 again: %d %v", r.Status, r.Body)
+	}
+	p.waitBucketsDrained(t, it, B)
+	p.assertBucketInvariants(t, it, B)
+}
+
+// TestBucketsMoverRefillsEmptyBucket: users of one bucket only buy; when
+// their bucket is empty the mover brings units from the other, until every
+// unit of the item is sold to them: nothing stays stranded.
+func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true, worker: true}, func(c *config) {
+		c.MoveInterval = 20 * time.Millisecond
+		c.UserRPS = 0 // the same users retry until the mover has refilled their bucket
+	})
+	const B = 2
+	it := stock.Item{ActivityID: 64, ItemID: 1}
+	p.mustBucketedSale(t, 64, 1, 10, B, 1)
+	users := usersIn(0, B, 10, 1)
+	sold := 0
+	for _, u := range users {
+		var r apiResponse
+		testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("user %d's order accepted", u), func() bool {
+			r = p.order(t, orderBody{RequestID: fmt.Sprintf("mv-%d", u), UserID: u, ActivityID: 64, ItemID: 1, Quantity: 1})
+			if r.Status != http.StatusAccepted && r.Code() != "SOLD_OUT" && r.Code() != "RATE_LIMITED" {
+				t.Fatalf("user %d: %d %v", u, r.Status, r.Body)
+			}
+			return r.Status == http.StatusAccepted
+		})
+		sold++
+	}
+	// Sold out in every bucket now.
+	if r := p.order(t, orderBody{RequestID: "mv-last", UserID: usersIn(1, B, 1, 1)[0], ActivityID: 64, ItemID: 1, Quantity: 1}); r.Code() != "SOLD_OUT" {
+		t.Errorf("after 10 units: %d %v, want SOLD_OUT", r.Status, r.Body)
+	}
+	p.waitBucketsDrained(t, it, B)
+	if s := p.dbStock(t, it); sold != 10 || s.Stock != 0 {
+		t.Errorf("sold %d, db stock %d; want all 10 sold to bucket 0's users", sold, s.Stock)
+	}
+	p.assertBucketInvariants(t, it, B)
+}
+
+// TestBucketsReconcilerSumsAndFixes: the reconciler holds I5 to the sum over
+// the buckets, counts units in transfer, and --fix restores each bucket
+// from Postgres (a nudged bucket, a lost bucket).
+func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true, worker: true}, func(c *config) { c.MoveInterval = time.Hour })
+	const B = 3
+	it := stock.Item{ActivityID: 65, ItemID: 1}
+	p.mustBucketedSale(t, 65, 1, 30, B, 1)
+	for u := int64(1); u <= 6; u++ {
+		if r := p.order(t, orderBody{RequestID: fmt.Sprintf("rc-%d", u), UserID: u, ActivityID: 65, ItemID: 1, Quantity: 1}); r.Status != http.StatusAccepted {
+			t.Fatalf("order: %d %v", r.Status, r.Body)
+		}
+	}
+	p.waitBucketsDrained(t, it, B)
+	code, _, r := p.reconcileJSON(t, it, "--once")
+	if code != 0 || r.Buckets != B || r.DBStock != 24 || r.RedisStock == nil || *r.RedisStock != 24 {
+		t.Fatalf("clean check: exit %d, %+v", code, r)
+	}
+	ctx := context.Background()
+	b2 := stock.Item{ActivityID: 65, ItemID: 1, Bucket: 2}
+	t.Run("NudgedBucket", func(t *testing.T) {
+		if err := p.Redis.Client.IncrBy(ctx, p.Stock.Keys(b2).Stock, 4).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, r := p.reconcileJSON(t, it, "--once"); code != 1 || r.Drift != 4 {
+			t.Errorf("exit %d, drift %d; want 1, +4", code, r.Drift)
+		}
+		if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
+			t.Errorf("fix: exit %d\n%s", code, out)
+		}
+		if got := p.bucketStocks(t, it, B); sum(got) != 24 {
+			t.Errorf("after the fix: buckets %v, want 24 in all", got)
+		}
+	})
+	t.Run("LostBucket", func(t *testing.T) {
+		b1 := stock.Item{ActivityID: 65, ItemID: 1, Bucket: 1}
+		if err := p.Redis.Client.Del(ctx, p.Stock.Keys(b1).Stock, p.Stock.Keys(b1).Sale).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, r := p.reconcileJSON(t, it, "--once"); code != 1 || r.StockKey != "missing" || r.Sale != "missing" {
+			t.Errorf("exit %d, %+v; want drift with stock and sale missing", code, r)
+		}
+		if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
+			t.Errorf("fix: exit %d\n%s", code, out)
+		}
+		if got := p.bucketStocks(t, it, B); fmt.Sprint(got) != "[8 8 8]" {
+			t.Errorf("after the fix: buckets %v, want the split of 24: [8 8 8]", got)
+		}
+		if v := p.Redis.Client.HGet(ctx, p.Stock.Keys(b1).Sale, "buckets").Val(); v != "3" {
+			t.Errorf("restored sale's buckets %q", v)
+		}
+	})
+	t.Run("UnitsInTransfer", func(t *testing.T) {
+		// A mover that took 3 units from bucket 0 and died before giving.
+		if took, err := p.Stock.Take(ctx, it, stock.Transfer{ID: "t-1", From: 0, To: 2, Units: 3}); err != nil || !took {
+			t.Fatalf("take: %v, %v", took, err)
+		}
+		code, _, r := p.reconcileJSON(t, it, "--once")
+		if code != 0 || r.InTransit != 3 || r.Drift != 0 {
+			t.Errorf("exit %d, in transit %d, drift %d; want 0, 3, 0", code, r.InTransit, r.Drift)
+		}
+		moved, err := p.Stock.Move(ctx, it, B)
+		if err != nil || moved != 0 {
+			t.Fatalf("finishing the transfer: moved %d, %v", moved, err)
+		}
+		if got := p.bucketStocks(t, it, B); fmt.Sprint(got) != "[5 8 11]" {
+			t.Errorf("after the transfer: buckets %v, want [5 8 11]", got)
+		}
+	})
+	p.assertBucketInvariants(t, it, B)
+	if code, out := p.reconcile(t, "--once"); code != 0 {
+		t.Errorf("final check: exit %d\n%s", code, out)
+	}
+}
+
+// TestBucketsCloserReleasesIntoBucket: an unpaid order of a user of bucket
+// b > 0 closes, and its units and the user's marker come back in bucket b.
+func TestBucketsCloserReleasesIntoBucket(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true, worker: true, closer: true}, func(c *config) {
+		fastCloser(c)
+		c.MoveInterval = time.Hour
+	})
+	const B = 4
+	it := stock.Item{ActivityID: 66, ItemID: 1}
+	p.mustBucketedSale(t, 66, 1, 20, B, 2)
+	u := usersIn(3, B, 1, 1)[0]
+	r := p.order(t, orderBody{RequestID: "cl-1", UserID: u, ActivityID: 66, ItemID: 1, Quantity: 2})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("order: %d %v", r.Status, r.Body)
+	}
+	if got := p.bucketStocks(t, it, B); got[3] != 3 {
+		t.Fatalf("bucket 3 at %d after the order, want 3", got[3])
+	}
+	testenv.WaitFor(t, 20*time.Second, "the unpaid order CLOSED", func() bool {
+		return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "CLOSED"
+	})
+	p.waitBucketsDrained(t, it, B)
+	if got := p.bucketStocks(t, it, B); fmt.Sprint(got) != "[5 5 5 5]" {
+		t.Errorf("bucket stocks after the close %v, want [5 5 5 5]", got)
+	}
+	if again := p.order(t, orderBody{RequestID: "cl-2", UserID: u, ActivityID: 66, ItemID: 1, Quantity: 2}); again.Status != http.StatusAccepted {
+		t.Errorf("the same user after the close: %d %v", again.Status, again.Body)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the second order CLOSED", func() bool {
+		return p.count(t, `SELECT count(*) FROM orders WHERE activity_id = 66 AND status = 'CLOSED'`) == 2
+	})
+	p.waitBucketsDrained(t, it, B)
+	p.assertBucketInvariants(t, it, B)
+}

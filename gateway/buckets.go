@@ -1,0 +1,70 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+)
+
+// Bucketed stock (pkg/stock/buckets.go): an item's stock may be split over B
+// buckets. The gateway learns B with the item's sale (bucket 0's sale hash)
+// on its first request for the item and keeps it: B never changes once the
+// item is preheated. A user always lands in the same bucket, so the one
+// script keeps the per-user limit exact.
+
+// route picks the bucket of the request's user; on a Redis failure it has
+// answered 503 (nothing was reserved) and returns false.
+func (s *Server) route(ctx context.Context, w http.ResponseWriter, req orderRequest) (stock.Item, bool) {
+	item := stock.Item{ActivityID: req.ActivityID, ItemID: req.ItemID}
+	if b, ok := s.buckets.Load(item); ok {
+		return item.ForUser(req.UserID, b.(int)), true
+	}
+	if trace.SpanFromContext(ctx).IsRecording() {
+		// The lookup's span is part of the request's trace.
+		ctx = telemetry.WithOrder(ctx, req.RequestID, "")
+	}
+	var n int
+	var known bool
+	err := s.inRedis(ctx, func(ctx context.Context) error {
+		var err error
+		n, known, err = s.deps.Stock.Buckets(ctx, item)
+		return err
+	})
+	if err != nil {
+		s.deps.Log.ErrorContext(ctx, "reading the item's buckets failed", "request_id", req.RequestID, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
+		return item, false
+	}
+	if known {
+		// Not preheated: not remembered (the script answers NOT_ON_SALE, and
+		// the item may be preheated with more buckets later).
+		s.buckets.Store(item, n)
+	}
+	return item.ForUser(req.UserID, n), true
+}
+
+// withBucket names the bucket in an order number ("-b<bucket>" for bucket
+// b > 0), so GET finds a pending reservation's keys from the number alone.
+func withBucket(orderNo string, bucket int) string {
+	if bucket == 0 {
+		return orderNo
+	}
+	return orderNo + "-b" + strconv.Itoa(bucket)
+}
+
+// bucketOfOrderNo reads the bucket withBucket wrote into rest, the part of
+// an order number after "<activityId>-<itemId>-".
+func bucketOfOrderNo(rest string) (int, bool) {
+	i := strings.LastIndex(rest, "-b")
+	if i < 0 {
+		return 0, true
+	}
+	b, err := strconv.Atoi(rest[i+2:])
+	return b, err == nil && b > 0 && b < stock.MaxBuckets
+}

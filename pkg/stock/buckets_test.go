@@ -1,0 +1,129 @@
+package stock_test
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+)
+
+func TestBucketTagsAndRouting(t *testing.T) {
+	it := stock.Item{ActivityID: 7, ItemID: 9}
+	if it.Tag() != "{a7:i9}" || it.ForUser(42, 1).Tag() != "{a7:i9}" {
+		t.Errorf("one bucket: tag %s, want the plain {a7:i9}", it.Tag())
+	}
+	b3 := stock.Item{ActivityID: 7, ItemID: 9, Bucket: 3}
+	if b3.Tag() != "{a7:i9:b3}" || b3.String() != "7:9" || b3.Base() != it {
+		t.Errorf("bucket 3: tag %s, key %s, base %v", b3.Tag(), b3.String(), b3.Base())
+	}
+	// FNV-1a 64 of the decimal digits (routing must never change): checked
+	// against the standard library's.
+	for _, u := range []int64{1, 42, 9_000_000_000_000_000_000, 31337} {
+		for _, n := range []int{2, 3, 8, 64} {
+			h := fnv.New64a()
+			h.Write([]byte(strconv.FormatInt(u, 10)))
+			if got, want := stock.BucketOf(u, n), int(h.Sum64()%uint64(n)); got != want {
+				t.Errorf("BucketOf(%d, %d) = %d, want %d", u, n, got, want)
+			}
+		}
+	}
+	if stock.BucketOf(42, 1) != 0 || stock.BucketOf(42, 0) != 0 {
+		t.Errorf("one bucket routes to bucket 0")
+	}
+	seen := map[int]int{}
+	for u := int64(1); u <= 8000; u++ {
+		b := stock.BucketOf(u, 8)
+		if b != stock.BucketOf(u, 8) {
+			t.Fatalf("user %d routed twice differently", u)
+		}
+		seen[b]++
+	}
+	for b := range 8 {
+		if seen[b] < 800 || seen[b] > 1200 {
+			t.Errorf("bucket %d got %d of 8000 users; want about 1000", b, seen[b])
+		}
+	}
+	for _, tc := range []struct {
+		s    int64
+		b    int
+		want string
+	}{{10, 3, "[4 3 3]"}, {2, 4, "[1 1 0 0]"}, {0, 2, "[0 0]"}, {7, 1, "[7]"}} {
+		if got := fmt.Sprint(stock.Split(tc.s, tc.b)); got != tc.want {
+			t.Errorf("Split(%d, %d) = %s, want %s", tc.s, tc.b, got, tc.want)
+		}
+	}
+}
+
+// TestMoveFinishesAfterACrash: a transfer taken and never given (the mover
+// died between the steps) is finished by the next Move, once; a give
+// repeated after the record is gone changes nothing.
+func TestMoveFinishesAfterACrash(t *testing.T) {
+	r := testenv.MustRedis(t)
+	s := stock.New(r.Client, r.Prefix)
+	ctx := context.Background()
+	it := stock.Item{ActivityID: 3, ItemID: 4}
+	now := time.Now()
+	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1, Buckets: 3}); err != nil {
+		t.Fatal(err)
+	}
+	stocks := func() string {
+		t.Helper()
+		got, err := s.BucketStocks(ctx, it, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []int64{}
+		for _, n := range got {
+			out = append(out, *n)
+		}
+		return fmt.Sprint(out)
+	}
+	tr := stock.Transfer{ID: "x1", From: 0, To: 1, Units: 2}
+	for range 2 { // taking an id twice takes once
+		if took, err := s.Take(ctx, it, tr); err != nil || !took {
+			t.Fatalf("take: %v %v", took, err)
+		}
+	}
+	if got := stocks(); got != "[1 3 3]" {
+		t.Fatalf("after the take: %s, want [1 3 3]", got)
+	}
+	ts, err := s.Transfers(ctx, it, 3)
+	if err != nil || len(ts) != 1 || ts[0].Given || ts[0].Units != 2 || ts[0].To != 1 {
+		t.Fatalf("transfers %+v, %v; want x1 pending", ts, err)
+	}
+	// The next pass finishes it; nothing is empty, so nothing new moves.
+	if moved, err := s.Move(ctx, it, 3); err != nil || moved != 0 {
+		t.Fatalf("move: %d %v", moved, err)
+	}
+	if got := stocks(); got != "[1 5 3]" {
+		t.Errorf("after finishing: %s, want [1 5 3]", got)
+	}
+	if err := s.Finish(ctx, it, tr); err != nil {
+		t.Fatal(err)
+	}
+	if got := stocks(); got != "[1 5 3]" {
+		t.Errorf("after a repeated give: %s, want [1 5 3]", got)
+	}
+	if ts, _ := s.Transfers(ctx, it, 3); len(ts) != 0 {
+		t.Errorf("records left: %+v", ts)
+	}
+	// Bucket 0 sells its last unit: half of the richest bucket not just
+	// filled (bucket 1 is held) comes over.
+	if err := r.Client.DecrBy(ctx, s.Keys(stock.Item{ActivityID: 3, ItemID: 4}).Stock, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := s.Move(ctx, it, 3); err != nil || moved != 1 {
+		t.Fatalf("move: %d %v, want 1 unit from bucket 2", moved, err)
+	}
+	if got := stocks(); got != "[1 5 2]" {
+		t.Errorf("after the move: %s, want [1 5 2]", got)
+	}
+	if need, err := s.NeedsMove(ctx, it, 3); err != nil || need {
+		t.Errorf("needs move: %v %v, want false", need, err)
+	}
+}
