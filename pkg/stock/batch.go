@@ -14,9 +14,9 @@ import (
 	"orderpipe/pkg/telemetry"
 )
 
-// ErrNotSent is returned by Reserve when its context ended while the call
+// ErrNotSent is returned by Reserve (and MarkPublished) when its context ended while the call
 // was still queued: the script was never sent, so nothing was reserved.
-var ErrNotSent = errors.New("reserve script not sent")
+var ErrNotSent = errors.New("script not sent")
 
 const (
 	// maxPipelines is how many pipelines of reserve calls may be in flight

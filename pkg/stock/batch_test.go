@@ -85,6 +85,56 @@ func TestConcurrentReservesShareOnePipeline(t *testing.T) {
 	}
 }
 
+// TestConcurrentMarksSharePipelines: the gateway marks every accepted
+// reservation published, one call each; concurrent calls go out in shared
+// pipelines, and each still marks only its own record, and only while it
+// holds that orderNo.
+func TestConcurrentMarksSharePipelines(t *testing.T) {
+	r := testenv.MustRedis(t)
+	sizes := &pipelineSizes{}
+	r.Client.AddHook(sizes)
+	s, it := preheated(t, r.Client, r.Prefix, 1000)
+	ctx := context.Background()
+	for n := 1; n <= 1000; n++ {
+		if res, err := s.Reserve(ctx, reservation(it, n)); err != nil || res.Outcome != Reserved {
+			t.Fatalf("reserve %d: %v %v", n, res.Outcome, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for n := 1; n <= 1000; n++ {
+		wg.Go(func() {
+			orderNo := "o" + fmt.Sprint(n)
+			want := int64(1)
+			if n%10 == 0 {
+				orderNo, want = "another", 0 // a record that holds another orderNo is left alone
+			}
+			if got, err := s.MarkPublished(ctx, it, []Ref{{RequestID: "r" + fmt.Sprint(n), OrderNo: orderNo}}); err != nil || got != want {
+				t.Errorf("mark %d: %d %v, want %d", n, got, err, want)
+			}
+		})
+	}
+	wg.Wait()
+	k := s.Keys(it)
+	for n := 1; n <= 1000; n++ {
+		pub, err := r.Client.HGet(ctx, k.Req("r"+fmt.Sprint(n)), "published").Result()
+		if want := n%10 != 0; (err == nil && pub == "1") != want {
+			t.Fatalf("record r%d published=%q (%v), want marked %v", n, pub, err, want)
+		}
+	}
+	if sizes.max.Load() < 2 {
+		t.Errorf("1000 concurrent marks never shared a pipeline (largest %d)", sizes.max.Load())
+	}
+	if _, err := s.MarkPublished(cancelled(), it, []Ref{{RequestID: "r1", OrderNo: "o1"}}); !errors.Is(err, ErrNotSent) {
+		t.Errorf("mark with a cancelled context: %v, want ErrNotSent", err)
+	}
+}
+
+func cancelled() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
 // TestQueuedReserveIsNeverSentOnceItsContextEnds: with every pipeline busy,
 // a call waits in the queue; if its context ends there it fails with
 // ErrNotSent, and the pipelines that send the queue later skip it — so a

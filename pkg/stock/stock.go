@@ -115,14 +115,16 @@ func (k Keys) LimitPattern() string { return k.prefix + "limit:" + k.tag + ":*" 
 
 // Store runs the scripts against one Redis (or cluster).
 type Store struct {
-	rdb      redis.UniversalClient
-	prefix   string
-	reserves *batcher
+	rdb       redis.UniversalClient
+	prefix    string
+	reserves  *batcher
+	publishes *batcher // the gateway marks every 202 published: one more call per order, so pipelined too
 }
 
 // New returns a Store; prefix is prepended to every key (tests isolate with it).
 func New(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, prefix: prefix, reserves: &batcher{rdb: rdb, script: reserveScript}}
+	return &Store{rdb: rdb, prefix: prefix, reserves: &batcher{rdb: rdb, script: reserveScript},
+		publishes: &batcher{rdb: rdb, script: publishScript}}
 }
 
 // Keys returns the item's keys.
@@ -329,6 +331,8 @@ func (s *Store) Claim(ctx context.Context, it Item, refs []Ref) ([]ClaimStatus, 
 // MarkPublished marks reservations of one item durable (their event is in
 // Kafka), so a retry of their request is shown the orderNo; a record that no
 // longer holds the orderNo is left alone. It returns how many it marked.
+// Concurrent calls share pipelines (see batcher); a call whose context ends
+// before it is sent fails with ErrNotSent and marks nothing.
 func (s *Store) MarkPublished(ctx context.Context, it Item, refs []Ref) (int64, error) {
 	if len(refs) == 0 {
 		return 0, nil
@@ -339,7 +343,7 @@ func (s *Store) MarkPublished(ctx context.Context, it Item, refs []Ref) (int64, 
 	for i, r := range refs {
 		keys[i], args[i] = k.Req(r.RequestID), r.OrderNo
 	}
-	n, err := publishScript.Run(ctx, s.rdb, keys, args...).Int64()
+	n, err := s.publishes.run(ctx, keys, args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("running publish script: %w", err)
 	}
