@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -229,7 +230,8 @@ func (p *proc) waitReady(ctx context.Context, within time.Duration) error {
 	var last error
 	for {
 		if !p.running() {
-			return fmt.Errorf("%s exited while starting (see %s)", p.name, p.logPath)
+			// The log's end says why; CI shows only the test's output.
+			return fmt.Errorf("%s exited while starting (see %s); its log ends:\n%s", p.name, p.logPath, logTail(p.logPath, 5))
 		}
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
 		last = p.readyFunc(pctx)
@@ -263,4 +265,17 @@ func (p *proc) stepClock(by time.Duration) error {
 		return err
 	}
 	return os.Rename(tmp, p.clockPath)
+}
+
+// logTail is the last n lines of the log at path (at most its last 4 KiB),
+// indented; an unreadable log says so.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "    (" + err.Error() + ")"
+	}
+	b = b[max(0, len(b)-4096):]
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	return "    " + strings.Join(lines, "\n    ")
 }
