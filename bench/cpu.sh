@@ -93,17 +93,6 @@ gateway_pid=$!
 pids+=("$worker_pid" "$closer_pid" "$gateway_pid")
 wait_port "$http_port" "${pids[@]}" || { echo "cpu: a component exited before the gateway listened; see $log*" >&2; exit 2; }
 
-names=(gateway worker closer kafka redis postgres)
-procs() {
-  case "$1" in
-    gateway) echo "$gateway_pid" ;;
-    worker) echo "$worker_pid" ;;
-    closer) echo "$closer_pid" ;;
-    kafka) if [ -n "$REAL_KAFKA" ]; then pgrep -f 'kafka[.]Kafka' || true; else echo "$kafka_pid"; fi ;;
-    redis) pgrep -x redis-server || true ;;
-    postgres) pgrep -x postgres || true ;;
-  esac
-}
 snapshot() { # snapshot DIR: every component's per-pid ticks and Redis's EVALSHA counters
   mkdir -p "$1"
   local n

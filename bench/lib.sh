@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Shared by bench/run.sh, bench/cpu.sh and bench/rss.sh (sourced, not run): free ports and
-# per-process CPU readings.
+# per-process CPU readings, and the pids of each part.
 
 # free_port prints a port below the kernel's ephemeral range that nothing
 # listens on, so no client socket or test listening on port 0 takes it
@@ -50,4 +50,21 @@ pid_ticks() {
 # meanwhile is not counted.
 ticks_between() {
   awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { b[$1] = $2; next } { t += $2 - ($1 in b ? b[$1] : 0) } END { printf "%.3f", t / hz }' "$1" "$2"
+}
+
+# names are the parts whose CPU the scripts report; procs NAME prints the
+# pids of one of them now, from the pids the sourcing script set
+# (gateway_pid, worker_pid, closer_pid, kafka_pid) or, for a real Kafka
+# (REAL_KAFKA), Redis and PostgreSQL, every such process on this machine.
+# shellcheck disable=SC2034 # names is read by the sourcing script
+names=(gateway worker closer kafka redis postgres)
+procs() {
+  case "$1" in
+    gateway) echo "$gateway_pid" ;;
+    worker) echo "$worker_pid" ;;
+    closer) echo "$closer_pid" ;;
+    kafka) if [ -n "$REAL_KAFKA" ]; then pgrep -f 'kafka[.]Kafka' || true; else echo "$kafka_pid"; fi ;;
+    redis) pgrep -x redis-server || true ;;
+    postgres) pgrep -x postgres || true ;;
+  esac
 }

@@ -177,17 +177,7 @@ cpu_ticks() { # utime+stime of the given pids, summed
   done
   echo "$t"
 }
-names=(gateway worker closer kafka redis postgres)
-procs() { # the pids of one name, now
-  case "$1" in
-    gateway) echo "$pid" ;;
-    worker) echo "$worker_pid" ;;
-    closer) echo "$closer_pid" ;;
-    kafka) if [ -n "$REAL_KAFKA" ]; then pgrep -f 'kafka[.]Kafka' || true; else echo "$kafka_pid"; fi ;;
-    redis) pgrep -x redis-server || true ;;
-    postgres) pgrep -x postgres || true ;;
-  esac
-}
+gateway_pid=$pid # for procs (bench/lib.sh)
 declare -A before
 for n in "${names[@]}"; do
   # shellcheck disable=SC2046
