@@ -40,18 +40,20 @@ type config struct {
 	KafkaParts     int
 	KafkaRF        int
 	KafkaBatchWait time.Duration
-	KafkaSecurity  event.Security // KAFKA_TLS*, KAFKA_SASL_*
-	kafkaSASLPass  string         // only for registerSecrets
-	AdminToken     string
-	ClockFile      string // DEV_CLOCK_OFFSET_FILE
-	BatchSize      int
-	BatchWait      time.Duration
-	LagInterval    time.Duration
-	ProduceTimeout time.Duration
-	ReplayWait     time.Duration
-	PprofAddr      string
-	GCPercent      int // GOGC; -1 ⇒ off
-	MetricsAddr    string
+	// GatewayProducer is "group" (event.Producer) or "writer" (kafka.Writer).
+	GatewayProducer string
+	KafkaSecurity   event.Security // KAFKA_TLS*, KAFKA_SASL_*
+	kafkaSASLPass   string         // only for registerSecrets
+	AdminToken      string
+	ClockFile       string // DEV_CLOCK_OFFSET_FILE
+	BatchSize       int
+	BatchWait       time.Duration
+	LagInterval     time.Duration
+	ProduceTimeout  time.Duration
+	ReplayWait      time.Duration
+	PprofAddr       string
+	GCPercent       int // GOGC; -1 ⇒ off
+	MetricsAddr     string
 
 	RedriveAfter      time.Duration
 	RedriveInterval   time.Duration
@@ -100,7 +102,8 @@ var envVars = [][3]string{
 	{"KAFKA_GROUP", "orderpipe-worker", "worker consumer group"},
 	{"KAFKA_PARTITIONS", "8", "partitions when orderpipe creates the topics"},
 	{"KAFKA_REPLICATION_FACTOR", "1", "replicas per partition when orderpipe creates the topics (3 on a 3-broker cluster; with min.insync.replicas=2 an acknowledged event survives one broker's loss)"},
-	{"KAFKA_BATCH_TIMEOUT", "2ms", "producer linger before a batch is sent"},
+	{"KAFKA_BATCH_TIMEOUT", "2ms", "linger of kafka-go's Writer before a batch is sent: the worker's dead-letter and redrive producers, and the gateway's with GATEWAY_PRODUCER=writer"},
+	{"GATEWAY_PRODUCER", "group", "the gateway's producer: group (one produce request in flight per partition, the orders that arrive meanwhile sent together in the next, no linger) or writer (kafka-go's Writer, lingering KAFKA_BATCH_TIMEOUT); both acks=all"},
 	{"KAFKA_TLS", "false", "true ⇒ TLS to every broker, verified against KAFKA_TLS_CA_FILE (else the system's roots) and the broker's host name"},
 	{"KAFKA_TLS_CA_FILE", "", "PEM CA certificate(s) that verify the brokers (with KAFKA_TLS=true)"},
 	{"KAFKA_TLS_CERT_FILE", "", "PEM client certificate for mutual TLS with the brokers (with KAFKA_TLS_KEY_FILE)"},
@@ -177,38 +180,39 @@ func loadConfig() (config, error) {
 		return d
 	}
 	c := config{
-		HTTPAddr:       getenv("HTTP_ADDR"),
-		DatabaseURL:    getenv("DATABASE_URL"),
-		DBMaxConns:     intVar("DB_MAX_CONNS"),
-		RedisAddr:      getenv("REDIS_ADDR"),
-		RedisURL:       getenv("REDIS_URL"),
-		RedisUsername:  getenv("REDIS_USERNAME"),
-		RedisPassword:  getenv("REDIS_PASSWORD"),
-		RedisTLSCA:     getenv("REDIS_TLS_CA_FILE"),
-		RedisTLSCert:   getenv("REDIS_TLS_CERT_FILE"),
-		RedisTLSKey:    getenv("REDIS_TLS_KEY_FILE"),
-		RedisPrefix:    getenv("REDIS_KEY_PREFIX"),
-		KafkaBrokers:   event.ParseBrokers(getenv("KAFKA_BROKERS")),
-		KafkaPort:      intVar("KAFKA_EMBEDDED_PORT"),
-		KafkaAdvPort:   intVar("KAFKA_EMBEDDED_ADVERTISED_PORT"),
-		KafkaDir:       getenv("KAFKA_EMBEDDED_DIR"),
-		KafkaRetainMB:  intVar("KAFKA_EMBEDDED_RETENTION_MB"),
-		KafkaDLQMB:     intVar("KAFKA_EMBEDDED_DLQ_RETENTION_MB"),
-		KafkaTopic:     getenv("KAFKA_TOPIC"),
-		KafkaDLQTopic:  getenv("KAFKA_DLQ_TOPIC"),
-		KafkaGroup:     getenv("KAFKA_GROUP"),
-		KafkaParts:     intVar("KAFKA_PARTITIONS"),
-		KafkaRF:        intVar("KAFKA_REPLICATION_FACTOR"),
-		KafkaBatchWait: durVar("KAFKA_BATCH_TIMEOUT"),
-		AdminToken:     getenv("ADMIN_TOKEN"),
-		ClockFile:      getenv("DEV_CLOCK_OFFSET_FILE"),
-		BatchSize:      intVar("WORKER_BATCH_SIZE"),
-		BatchWait:      durVar("WORKER_BATCH_WAIT"),
-		LagInterval:    durVar("WORKER_LAG_INTERVAL"),
-		ProduceTimeout: durVar("PRODUCE_TIMEOUT"),
-		ReplayWait:     durVar("REPLAY_WAIT"),
-		MetricsAddr:    getenv("METRICS_ADDR"),
-		PprofAddr:      getenv("PPROF_ADDR"),
+		HTTPAddr:        getenv("HTTP_ADDR"),
+		DatabaseURL:     getenv("DATABASE_URL"),
+		DBMaxConns:      intVar("DB_MAX_CONNS"),
+		RedisAddr:       getenv("REDIS_ADDR"),
+		RedisURL:        getenv("REDIS_URL"),
+		RedisUsername:   getenv("REDIS_USERNAME"),
+		RedisPassword:   getenv("REDIS_PASSWORD"),
+		RedisTLSCA:      getenv("REDIS_TLS_CA_FILE"),
+		RedisTLSCert:    getenv("REDIS_TLS_CERT_FILE"),
+		RedisTLSKey:     getenv("REDIS_TLS_KEY_FILE"),
+		RedisPrefix:     getenv("REDIS_KEY_PREFIX"),
+		KafkaBrokers:    event.ParseBrokers(getenv("KAFKA_BROKERS")),
+		KafkaPort:       intVar("KAFKA_EMBEDDED_PORT"),
+		KafkaAdvPort:    intVar("KAFKA_EMBEDDED_ADVERTISED_PORT"),
+		KafkaDir:        getenv("KAFKA_EMBEDDED_DIR"),
+		KafkaRetainMB:   intVar("KAFKA_EMBEDDED_RETENTION_MB"),
+		KafkaDLQMB:      intVar("KAFKA_EMBEDDED_DLQ_RETENTION_MB"),
+		KafkaTopic:      getenv("KAFKA_TOPIC"),
+		KafkaDLQTopic:   getenv("KAFKA_DLQ_TOPIC"),
+		KafkaGroup:      getenv("KAFKA_GROUP"),
+		KafkaParts:      intVar("KAFKA_PARTITIONS"),
+		KafkaRF:         intVar("KAFKA_REPLICATION_FACTOR"),
+		KafkaBatchWait:  durVar("KAFKA_BATCH_TIMEOUT"),
+		GatewayProducer: getenv("GATEWAY_PRODUCER"),
+		AdminToken:      getenv("ADMIN_TOKEN"),
+		ClockFile:       getenv("DEV_CLOCK_OFFSET_FILE"),
+		BatchSize:       intVar("WORKER_BATCH_SIZE"),
+		BatchWait:       durVar("WORKER_BATCH_WAIT"),
+		LagInterval:     durVar("WORKER_LAG_INTERVAL"),
+		ProduceTimeout:  durVar("PRODUCE_TIMEOUT"),
+		ReplayWait:      durVar("REPLAY_WAIT"),
+		MetricsAddr:     getenv("METRICS_ADDR"),
+		PprofAddr:       getenv("PPROF_ADDR"),
 
 		RedriveAfter:      durVar("REDRIVE_AFTER"),
 		RedriveInterval:   durVar("REDRIVE_INTERVAL"),
@@ -246,6 +250,9 @@ func loadConfig() (config, error) {
 		Password: c.kafkaSASLPass}.Load()
 	if err != nil {
 		errs = append(errs, err.Error())
+	}
+	if c.GatewayProducer != "group" && c.GatewayProducer != "writer" {
+		errs = append(errs, fmt.Sprintf("GATEWAY_PRODUCER: want group or writer, got %q", c.GatewayProducer))
 	}
 	if c.KafkaParts == 0 {
 		errs = append(errs, "KAFKA_PARTITIONS: want at least 1")

@@ -33,7 +33,7 @@ func TestReadmeDocumentsEveryVariable(t *testing.T) {
 }
 
 func TestBadConfigurationIsRefused(t *testing.T) {
-	for _, kv := range [][2]string{{"CLOSE_AFTER", "-1s"}, {"WORKER_BATCH_SIZE", "many"}, {"KAFKA_PARTITIONS", "0"}, {"RATE_LIMIT_USER_RPS", "-1"}, {"GOGC", "lots"}} {
+	for _, kv := range [][2]string{{"CLOSE_AFTER", "-1s"}, {"WORKER_BATCH_SIZE", "many"}, {"KAFKA_PARTITIONS", "0"}, {"RATE_LIMIT_USER_RPS", "-1"}, {"GOGC", "lots"}, {"GATEWAY_PRODUCER", "async"}} {
 		t.Run(kv[0], func(t *testing.T) {
 			t.Setenv(kv[0], kv[1])
 			if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), kv[0]) {

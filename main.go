@@ -308,8 +308,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		start("closer", c.Run)
 	}
 	if comps.gateway {
-		writer := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait,
-			Security: cfg.KafkaSecurity})
+		writer := gatewayProducer(cfg)
 		defer writer.Close()
 		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout, ReplayWait: cfg.ReplayWait, ReserveTimeout: cfg.RedisTimeout,
 			AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
@@ -441,6 +440,18 @@ func serveMetrics(ctx context.Context, addr string, m *telemetry.Metrics) error 
 		return fmt.Errorf("serving metrics on %s: %w", addr, err)
 	}
 	return nil
+}
+
+// gatewayProducer is the gateway's producer (GATEWAY_PRODUCER).
+func gatewayProducer(cfg config) interface {
+	gateway.Producer
+	Close() error
+} {
+	if cfg.GatewayProducer == "writer" {
+		return event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait,
+			Security: cfg.KafkaSecurity})
+	}
+	return event.NewProducer(event.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Security: cfg.KafkaSecurity})
 }
 
 // servePprof serves Go's runtime profiles (PPROF_ADDR) on their own
