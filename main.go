@@ -308,7 +308,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 		start("closer", c.Run)
 	}
 	if comps.gateway {
-		writer := gatewayProducer(cfg)
+		writer := gatewayProducer(cfg, metrics)
 		defer writer.Close()
 		gw := gateway.New(gateway.Config{Addr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, ProduceTimeout: cfg.ProduceTimeout, ReplayWait: cfg.ReplayWait, ReserveTimeout: cfg.RedisTimeout,
 			AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
@@ -443,7 +443,7 @@ func serveMetrics(ctx context.Context, addr string, m *telemetry.Metrics) error 
 }
 
 // gatewayProducer is the gateway's producer (GATEWAY_PRODUCER).
-func gatewayProducer(cfg config) interface {
+func gatewayProducer(cfg config, m *telemetry.Metrics) interface {
 	gateway.Producer
 	Close() error
 } {
@@ -451,7 +451,8 @@ func gatewayProducer(cfg config) interface {
 		return event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, BatchTimeout: cfg.KafkaBatchWait,
 			Security: cfg.KafkaSecurity})
 	}
-	return event.NewProducer(event.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Security: cfg.KafkaSecurity})
+	return event.NewProducer(event.ProducerConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Security: cfg.KafkaSecurity,
+		OnBatch: func(n int) { m.ProduceBatch.Observe(float64(n)) }})
 }
 
 // servePprof serves Go's runtime profiles (PPROF_ADDR) on their own

@@ -264,8 +264,8 @@ func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
 	before := scrape(t, p.URL)
 	series := []string{
 		`orderpipe_http_requests_total{code="202",route="POST /v1/orders"}`,
-		`orderpipe_reserve_seconds_count`, `orderpipe_produce_seconds_count`, `orderpipe_worker_batch_size_count`,
-		`orderpipe_worker_consumer_lag_messages`, `orderpipe_orders_created_total`,
+		`orderpipe_reserve_seconds_count`, `orderpipe_produce_seconds_count`, `orderpipe_produce_batch_messages_count`,
+		`orderpipe_worker_batch_size_count`, `orderpipe_worker_consumer_lag_messages`, `orderpipe_orders_created_total`,
 		`orderpipe_orders_rejected_total{reason="DB_STOCK_MISMATCH"}`, `orderpipe_orders_rejected_total{reason="DUPLICATE_LIVE_ORDER"}`,
 		`orderpipe_worker_dlq_total`, `orderpipe_compensations_pending`, `orderpipe_compensations_applied_total`,
 		`orderpipe_orders_closed_total`, `orderpipe_breaker_state{name="gateway-redis"}`, `orderpipe_breaker_state{name="gateway-kafka"}`,
@@ -295,6 +295,8 @@ func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
 	})
 	for s, want := range map[string]float64{
 		series[0]: 2, `orderpipe_reserve_seconds_count`: 2, `orderpipe_produce_seconds_count`: 2,
+		// One order after the other: a produce request each, of one event.
+		`orderpipe_produce_batch_messages_count`: 2, `orderpipe_produce_batch_messages_sum`: 2,
 		`orderpipe_orders_created_total`: 1, `orderpipe_orders_rejected_total{reason="DB_STOCK_MISMATCH"}`: 1,
 		`orderpipe_orders_closed_total`: 1, `orderpipe_compensations_applied_total`: 2,
 	} {

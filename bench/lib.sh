@@ -68,3 +68,37 @@ procs() {
     postgres) pgrep -x postgres || true ;;
   esac
 }
+
+# waits_summary BEFORE AFTER: the gateway's reserve and produce histograms
+# (orderpipe_reserve_seconds, orderpipe_produce_seconds, as scraped from its
+# /metrics into the two files) over the interval between them: the count,
+# the mean and the share at or under a few bounds; and the produce requests
+# and their mean size (orderpipe_produce_batch_messages, GATEWAY_PRODUCER=group).
+waits_summary() {
+  awk '
+    FNR == 1 { f++ }
+    /^orderpipe_((reserve|produce)_seconds_(sum|count|bucket)|produce_batch_messages_(sum|count))/ {
+      v = $NF; k = $1
+      if (f == 1) { before[k] = v } else { after[k] = v }
+    }
+    END {
+      split("reserve produce", names, " ")
+      for (i = 1; i <= 2; i++) {
+        n = names[i]; p = "orderpipe_" n "_seconds"
+        cnt = after[p "_count"] - before[p "_count"]
+        if (cnt <= 0) { continue }
+        line = sprintf("  %s: %d calls, mean %.2f ms;", n, cnt, 1000 * (after[p "_sum"] - before[p "_sum"]) / cnt)
+        split("0.0005 0.001 0.002 0.005 0.01 0.02", les, " ")
+        for (j = 1; j <= 6; j++) {
+          b = p "_bucket{le=\"" les[j] "\"}"
+          line = line sprintf(" <=%g ms %.0f%%", 1000 * les[j], 100 * (after[b] - before[b]) / cnt)
+        }
+        print line
+      }
+      b = "orderpipe_produce_batch_messages"
+      reqs = after[b "_count"] - before[b "_count"]
+      if (reqs > 0) {
+        printf "  produce requests: %d, %.2f events each on average\n", reqs, (after[b "_sum"] - before[b "_sum"]) / reqs
+      }
+    }' "$1" "$2"
+}

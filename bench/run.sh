@@ -67,6 +67,7 @@ unlink_prefix() { # SCAN COUNT 1000 + UNLINK: fast even when Redis holds million
 }
 cleanup() {
   stop_all
+  rm -f "${times_file:-}"
   if [ -n "$rb_dirty" ]; then
     unlink_prefix "$rbprefix"
   fi
@@ -178,15 +179,33 @@ cpu_ticks() { # utime+stime of the given pids, summed
   echo "$t"
 }
 gateway_pid=$pid # for procs (bench/lib.sh)
-declare -A before
-for n in "${names[@]}"; do
-  # shellcheck disable=SC2046
-  before[$n]=$(cpu_ticks $(procs "$n"))
-done
+hz=$(getconf CLK_TCK)
+# cpu_snapshot NAME: the parts' ticks now, into the associative array NAME.
+cpu_snapshot() {
+  local -n into=$1
+  local n
+  for n in "${names[@]}"; do
+    # shellcheck disable=SC2046
+    into[$n]=$(cpu_ticks $(procs "$n"))
+  done
+}
+# cpu_since NAME: " part seconds" for every part since the snapshot NAME.
+cpu_since() {
+  local -n from=$1
+  local n after out=""
+  for n in "${names[@]}"; do
+    # shellcheck disable=SC2046
+    after=$(cpu_ticks $(procs "$n"))
+    out+=" $n $(awk -v t=$((after - ${from[$n]})) -v hz="$hz" 'BEGIN{printf "%.2f", t / hz}')"
+  done
+  echo "$out"
+}
 # The load client's CPU: `times` in this shell (not in a subshell, which
 # would report its own) gives the user+sys of the children it waited for.
 times_file="$OUT/times-$run"
 children_cpu() { tail -1 "$times_file" | awk '{gsub(/[ms]/, " "); print ($1 * 60 + $2) + ($3 * 60 + $4)}'; }
+declare -A before
+cpu_snapshot before
 times >"$times_file"
 client_before=$(children_cpu)
 
@@ -195,15 +214,8 @@ status=0
   --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --wait-ready 60s --json-out "$OUT/load-$run.json" || status=$?
 times >"$times_file"
 client_after=$(children_cpu)
-rm -f "$times_file"
 
-hz=$(getconf CLK_TCK)
-cpu_line="  CPU seconds during the load run:"
-for n in "${names[@]}"; do
-  # shellcheck disable=SC2046
-  after=$(cpu_ticks $(procs "$n"))
-  cpu_line+=" $n $(awk -v t=$((after - ${before[$n]})) -v hz="$hz" 'BEGIN{printf "%.2f", t / hz}')"
-done
+cpu_line="  CPU seconds during the load run:$(cpu_since before)"
 cpu_line+=" load-client $(awk -v a="$client_after" -v b="$client_before" 'BEGIN{printf "%.2f", a - b}')"
 if ! alive; then
   echo "bench: a component exited; last lines of $log*:" >&2
@@ -288,10 +300,27 @@ if [ "$OPEN" != 0 ]; then
     open_n=$((RATE * OPEN_SECONDS))
     echo
     echo "open loop: $RATE req/s for ${OPEN_SECONDS}s ($open_n requests, at most $C connections), the trivial handler then the gateway"
+    curl -s "http://$HTTP_ADDR/metrics" >"$OUT/waits0-$run.txt" || true
+    declare -A obefore
+    cpu_snapshot obefore
+    floor_before=$(cpu_ticks "$floor_pid")
+    times >"$times_file"
+    oclient_before=$(children_cpu)
     "$BIN" bench -c "$C" --rate "$RATE" -n "$open_n" --stock "$open_n" --retry-share 0 --repeat-share 0 \
       --floor-url "http://127.0.0.1:$floor_port" --worker-metrics "http://127.0.0.1:$metrics_port/metrics" \
       --json-out "$OUT/open-$run.json" >"$OUT/open-$run.txt" || ostatus=$?
+    times >"$times_file"
+    oclient_after=$(children_cpu)
+    ocpu="$(cpu_since obefore) trivial-handler $(awk -v t=$(($(cpu_ticks "$floor_pid") - floor_before)) -v hz="$hz" 'BEGIN{printf "%.2f", t / hz}')"
+    ocpu+=" load-client $(awk -v a="$oclient_after" -v b="$oclient_before" 'BEGIN{printf "%.2f", a - b}')"
     cat "$OUT/open-$run.txt"
+    echo "  CPU seconds during the open loop (the trivial handler's run, then the gateway's):$ocpu"
+    # What the gateway's two waits took in the open loop, from its own histograms.
+    if curl -s "http://$HTTP_ADDR/metrics" >"$OUT/waits1-$run.txt" && [ -s "$OUT/waits0-$run.txt" ]; then
+      echo "the gateway's waits during the open loop (its histograms; GATEWAY_PRODUCER=${GATEWAY_PRODUCER:-group}):"
+      waits_summary "$OUT/waits0-$run.txt" "$OUT/waits1-$run.txt"
+    fi
+    rm -f "$OUT/waits0-$run.txt" "$OUT/waits1-$run.txt"
   else
     echo "bench: no open-loop rate (the maximum run failed?); skipping the open loop" >&2
     ostatus=2

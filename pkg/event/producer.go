@@ -44,6 +44,7 @@ type Producer struct {
 	maxMsgs    int
 	maxBytes   int
 	completion func([]kafka.Message, error)
+	onBatch    func(n int)
 
 	mu     sync.Mutex
 	lanes  map[int]*lane
@@ -80,6 +81,9 @@ type ProducerConfig struct {
 	MaxBatchBytes    int
 	// Security is TLS and SASL (zero: plaintext).
 	Security Security
+	// OnBatch, if set, is told the size of every produce request before it
+	// is sent (the gateway's orderpipe_produce_batch_messages).
+	OnBatch func(n int)
 }
 
 // NewProducer returns a group-committing producer (see Producer).
@@ -106,6 +110,7 @@ func NewProducer(c ProducerConfig) *Producer {
 		maxMsgs:    c.MaxBatchMessages,
 		maxBytes:   c.MaxBatchBytes,
 		completion: sent.complete,
+		onBatch:    c.OnBatch,
 		lanes:      map[int]*lane{},
 	}
 }
@@ -207,6 +212,9 @@ func (p *Producer) send(part int, l *lane) {
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
 		p.mu.Unlock()
+		if p.onBatch != nil {
+			p.onBatch(len(b.msgs))
+		}
 		b.err = p.produce(part, b.msgs)
 		if p.completion != nil {
 			p.completion(b.msgs, b.err)

@@ -78,7 +78,9 @@ func TestProducerGroupCommits(t *testing.T) {
 	if err := EnsureTopics(ctx, k.Brokers, parts, 0, topic); err != nil {
 		t.Fatal(err)
 	}
-	p := NewProducer(ProducerConfig{Brokers: k.Brokers, Topic: topic})
+	var batches, batched atomic.Int64
+	p := NewProducer(ProducerConfig{Brokers: k.Brokers, Topic: topic,
+		OnBatch: func(n int) { batches.Add(1); batched.Add(int64(n)) }})
 	ct := &countingTransport{RoundTripper: p.client.Transport}
 	p.client.Transport = ct
 
@@ -113,6 +115,10 @@ func TestProducerGroupCommits(t *testing.T) {
 		t.Logf("%d messages in %d produce requests", writers*each, n)
 	}
 
+	if batched.Load() != writers*each || batches.Load() > ct.produces.Load() {
+		t.Errorf("OnBatch saw %d messages in %d batches (%d produce requests), want %d messages", batched.Load(), batches.Load(),
+			ct.produces.Load(), writers*each)
+	}
 	got := readAll(t, k.Brokers, topic, parts, writers*each)
 	ids := []int{0, 1, 2}
 	hash := &kafka.Hash{}

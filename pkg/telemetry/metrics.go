@@ -30,6 +30,7 @@ type Metrics struct {
 	BreakerState   *prometheus.GaugeVec     // name; 0 closed, 1 half-open, 2 open
 	ReserveSeconds prometheus.Histogram
 	ProduceSeconds prometheus.Histogram
+	ProduceBatch   prometheus.Histogram // messages per produce request (GATEWAY_PRODUCER=group)
 
 	BatchSize            prometheus.Histogram
 	BatchCommitSeconds   prometheus.Histogram
@@ -85,6 +86,9 @@ func NewMetrics() *Metrics {
 			Help: "Latency of the reserve script round trip.", Buckets: latency}),
 		ProduceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_produce_seconds",
 			Help: "Latency of producing an event to Kafka (acks from all in-sync replicas).", Buckets: latency}),
+		ProduceBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_produce_batch_messages",
+			Help:    "Events per produce request of the gateway's group-committing producer (GATEWAY_PRODUCER=group): the orders that arrived while the partition's previous request was in flight.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_worker_batch_size",
 			Help: "Messages per worker batch.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 		BatchCommitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_worker_batch_commit_seconds",
@@ -127,7 +131,7 @@ func NewMetrics() *Metrics {
 			Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"}),
 	}
 	// One list, so a new series cannot be declared and left unregistered.
-	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ProduceSeconds, m.BatchSize,
+	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
 		m.ConsumerLag, m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied,
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
 		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
