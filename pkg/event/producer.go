@@ -127,6 +127,12 @@ func (p *Producer) WriteMessages(ctx context.Context, msgs ...kafka.Message) err
 	if len(msgs) == 0 {
 		return nil
 	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed { // checked again below, once the partitions are known
+		return ErrProducerClosed
+	}
 	n, err := p.partitions(ctx)
 	if err != nil {
 		return err
@@ -279,13 +285,16 @@ func (p *Producer) partitions(ctx context.Context) (int, error) {
 	return 0, fmt.Errorf("metadata of %s: %w", p.topic, kafka.UnknownTopicOrPartition)
 }
 
-// Close waits for the requests in flight and queued, then refuses new
-// messages.
+// Close refuses new messages, waits for the requests in flight and queued,
+// then closes the idle connections to the brokers.
 func (p *Producer) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
 	p.wg.Wait()
+	if t, ok := p.client.Transport.(*kafka.Transport); ok {
+		t.CloseIdleConnections()
+	}
 	return nil
 }
 
