@@ -31,8 +31,10 @@ import (
 // item, one partition, in order), a request bounded by its own timeout and
 // not by the caller's context (a message that was handed over is sent even
 // if its caller stops waiting), and the same retries: a temporary Kafka
-// error (a leader moved, not enough replicas yet) or a broken connection is
-// retried with backoff, a timed-out request is not.
+// error (a leader moved, not enough replicas yet), a timed-out request or a
+// broken connection is retried with backoff. A retry after a timeout may
+// write a message twice, as the Writer's may; the worker's idempotency
+// table makes the second one a no-op.
 type Producer struct {
 	client     *kafka.Client
 	topic      string
@@ -298,8 +300,9 @@ func (p *Producer) Close() error {
 	return nil
 }
 
-// retriable is kafka-go's Writer's test: a temporary Kafka error or a
-// broken connection (a timed-out request is not retried).
+// retriable is kafka-go's Writer's test: a temporary error (a Kafka error
+// marked temporary, or a timeout: context.DeadlineExceeded is one) or a
+// broken connection.
 func retriable(err error) bool {
 	var temp interface{ Temporary() bool }
 	if errors.As(err, &temp) && temp.Temporary() {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,5 +238,28 @@ func TestProducerNoBroker(t *testing.T) {
 	}
 	if waited := time.Since(start); waited > 5*time.Second {
 		t.Fatalf("write without a broker took %s (its context ended after 300ms)", waited)
+	}
+}
+
+// The producer retries what kafka-go's Writer retries, and nothing else.
+func TestProducerRetriesWhatTheWriterRetries(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{kafka.LeaderNotAvailable, true},
+		{kafka.NotLeaderForPartition, true},
+		{kafka.NotEnoughReplicas, true},
+		{fmt.Errorf("kafka.(*Client).Produce: %w", context.DeadlineExceeded), true},
+		{fmt.Errorf("write: %w", syscall.ECONNRESET), true},
+		{io.ErrUnexpectedEOF, true},
+		{kafka.MessageSizeTooLarge, false},
+		{kafka.TopicAuthorizationFailed, false},
+		{context.Canceled, false},
+		{errors.New("something else"), false},
+	} {
+		if got := retriable(c.err); got != c.want {
+			t.Errorf("retriable(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
