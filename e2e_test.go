@@ -20,26 +20,32 @@ import (
 
 var both = components{gateway: true, worker: true}
 
+// TestOrderBecomesUnpaid: an order is accepted, persisted and readable,
+// with either of the gateway's producers (GATEWAY_PRODUCER).
 func TestOrderBecomesUnpaid(t *testing.T) {
-	p := mustPipeline(t, both, nil)
-	it := stock.Item{ActivityID: 1, ItemID: 10086}
-	p.mustSale(t, 1, 1, map[int64]int64{10086: 10})
-	r := p.order(t, orderBody{RequestID: "r-1", UserID: 42, ActivityID: 1, ItemID: 10086, Quantity: 1})
-	if r.Status != http.StatusAccepted || r.Str("status") != "PENDING" || r.Body["remaining"] != float64(9) {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
-	testenv.WaitFor(t, 10*time.Second, "order UNPAID", func() bool {
-		g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
-		return g.Str("status") == "UNPAID"
-	})
-	g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
-	if g.Str("requestId") != "r-1" || g.Body["userId"] != float64(42) || g.Body["quantity"] != float64(1) {
-		t.Errorf("order view: %v", g.Body)
-	}
-	p.waitDrained(t, it)
-	p.assertInvariants(t, it)
-	if s := p.dbStock(t, it); s.Stock != 9 {
-		t.Errorf("db stock %d, want 9", s.Stock)
+	for _, producer := range []string{"group", "writer"} {
+		t.Run("GATEWAY_PRODUCER="+producer, func(t *testing.T) {
+			p := mustPipeline(t, both, func(c *config) { c.GatewayProducer = producer })
+			it := stock.Item{ActivityID: 1, ItemID: 10086}
+			p.mustSale(t, 1, 1, map[int64]int64{10086: 10})
+			r := p.order(t, orderBody{RequestID: "r-1", UserID: 42, ActivityID: 1, ItemID: 10086, Quantity: 1})
+			if r.Status != http.StatusAccepted || r.Str("status") != "PENDING" || r.Body["remaining"] != float64(9) {
+				t.Fatalf("order: %d %v", r.Status, r.Body)
+			}
+			testenv.WaitFor(t, 10*time.Second, "order UNPAID", func() bool {
+				g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
+				return g.Str("status") == "UNPAID"
+			})
+			g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
+			if g.Str("requestId") != "r-1" || g.Body["userId"] != float64(42) || g.Body["quantity"] != float64(1) {
+				t.Errorf("order view: %v", g.Body)
+			}
+			p.waitDrained(t, it)
+			p.assertInvariants(t, it)
+			if s := p.dbStock(t, it); s.Stock != 9 {
+				t.Errorf("db stock %d, want 9", s.Stock)
+			}
+		})
 	}
 }
 
