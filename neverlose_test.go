@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
@@ -225,4 +229,84 @@ func TestRequestIDReusedForAnotherItem(t *testing.T) {
 	if s, rs := p.dbStock(t, second), p.redisStock(t, second); s.Stock != 5 || rs != 5 {
 		t.Errorf("item 2 stock db %d redis %d, want 5 (nothing sold)", s.Stock, rs)
 	}
+}
+
+// TestPoisonCopiesOfARealEventChangeNothing: a message is only a pointer to
+// a reservation, the journal entry the gateway wrote is the truth. With no
+// worker running, a client is answered 202; then a copy of the event the
+// gateway really wrote lands on the topic before a worker reads either — a
+// copy with an extra field (a newer gateway), a corrupt one, a truncated
+// one, one that claims another user and quantity. Whatever the copy, the
+// order is made exactly as the gateway reserved it, GET answers it, and
+// nothing is given back.
+func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		copy func(orig []byte) []byte
+	}{
+		{"FieldAdded", func(v []byte) []byte { return append(bytes.TrimSuffix(v, []byte("}")), []byte(`,"giftWrap":true}`)...) }},
+		{"Corrupt", func(v []byte) []byte { return bytes.Replace(v, []byte(`"quantity":1`), []byte(`"quantity":"one"`), 1) }},
+		{"Truncated", func(v []byte) []byte { return v[:len(v)/2] }},
+		{"OtherUserAndQuantity", func(v []byte) []byte {
+			v = bytes.Replace(v, []byte(`"userId":21`), []byte(`"userId":22`), 1)
+			return bytes.Replace(v, []byte(`"quantity":1`), []byte(`"quantity":3`), 1)
+		}},
+		{"OtherUserAndInvalid", func(v []byte) []byte {
+			v = bytes.Replace(v, []byte(`"userId":21`), []byte(`"userId":22`), 1)
+			return bytes.Replace(v, []byte(`"quantity":1`), []byte(`"quantity":1000`), 1)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPipeline(t, components{gateway: true}, nil)
+			it := stock.Item{ActivityID: 9, ItemID: 1}
+			p.mustSale(t, 9, 1, map[int64]int64{1: 5})
+			r := p.order(t, orderBody{RequestID: "poisoned", UserID: 21, ActivityID: 9, ItemID: 1, Quantity: 1})
+			if r.Status != http.StatusAccepted {
+				t.Fatalf("order: %d %v", r.Status, r.Body)
+			}
+			orig := mustReadEvent(t, p)
+			cp := orig
+			cp.Value = tc.copy(append([]byte(nil), orig.Value...))
+			if bytes.Equal(cp.Value, orig.Value) {
+				t.Fatalf("the copy is the original: %s", cp.Value)
+			}
+			w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.KafkaTopic})
+			defer w.Close()
+			if err := w.WriteMessages(context.Background(), kafka.Message{Key: cp.Key, Value: cp.Value, Headers: cp.Headers}); err != nil {
+				t.Fatal(err)
+			}
+			p.startWorker(t)
+			p.waitDrained(t, it)
+			testenv.WaitFor(t, 20*time.Second, "the order to be persisted", func() bool {
+				o, err := p.Orders.GetOrder(context.Background(), r.Str("orderNo"))
+				return err == nil && o.Status != ""
+			})
+			p.assertInvariants(t, it)
+			o, err := p.Orders.GetOrder(context.Background(), r.Str("orderNo"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Status != order.StatusUnpaid || o.UserID != 21 || o.Quantity != 1 {
+				t.Errorf("order %+v, want UNPAID for user 21, quantity 1 (as reserved)", o)
+			}
+			if rs := p.redisStock(t, it); rs != 4 {
+				t.Errorf("redis stock %d, want 4", rs)
+			}
+		})
+	}
+}
+
+// mustReadEvent reads the first event on the pipeline's topic.
+func mustReadEvent(t *testing.T, p *pipeline) kafka.Message {
+	t.Helper()
+	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: p.Kafka.Brokers, GroupID: testenv.UniqueName("g"), Topic: p.Cfg.KafkaTopic,
+		StartOffset: kafka.FirstOffset, MaxWait: 50 * time.Millisecond})
+	defer reader.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	msg, err := reader.ReadMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
 }

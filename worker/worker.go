@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -228,8 +229,9 @@ func (w *Worker) handle(ctx, stop context.Context, r *kafka.Reader, batch []kafk
 }
 
 // ProcessBatch does everything a batch needs except committing offsets:
-// dead-letters the invalid messages, claims the reservations, decides them in
-// one Postgres transaction, then acks and compensates in Redis. Safe to call
+// dead-letters the invalid messages, claims the reservations the messages
+// name, decides them from their journal entries in one Postgres transaction,
+// then acks and compensates in Redis. Safe to call
 // again with the same messages.
 //
 // Tracing: each message gets a "process" span continuing the trace its
@@ -249,36 +251,62 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 		bspan.End()
 	}()
 
-	var reqs []order.Request
-	reqMsg := map[stock.Ref][]int{} // reservation → its messages in batch
-	byItem := map[stock.Item][]int{}
+	// A message is only a pointer to a reservation: which item, requestId
+	// and orderNo. What the reservation is — the user, the quantity — is the
+	// journal entry the gateway wrote, read back by the claim. So a corrupt,
+	// truncated or altered copy of an event, dead-lettered or not, can
+	// neither create, nor release, nor alter an order.
+	ptrs := map[pointerKey]*pointer{}
+	var order_ []*pointer // in batch order, for a deterministic batch
 	var dead []kafka.Message
 	var deadIdx []int // dead's messages in batch
-	var deadEvents []deadEvent
 	for i, m := range batch {
 		ev, err := event.Decode(m.Value)
-		if err != nil {
+		valid := err == nil
+		if !valid {
 			telemetry.RecordError(msgs[i].span, err)
 			msgs[i].outcome("DEAD_LETTERED", "")
 			dead = append(dead, deadLetter(m, err))
 			deadIdx = append(deadIdx, i)
-			if ref, ok := event.DecodeRef(m.Value); ok {
-				deadEvents = append(deadEvents, deadEvent{ev: ref, ctx: msgs[i].ctx})
+			var ok bool
+			if ev, ok = event.DecodeRef(m.Value); !ok {
+				continue // names no reservation: nothing more to do
 			}
-			continue
 		}
 		msgs[i].order(ev.RequestID, ev.OrderNo)
-		ref := stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}
-		reqMsg[ref] = append(reqMsg[ref], i)
-		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket}
-		byItem[it] = append(byItem[it], len(reqs))
-		reqs = append(reqs, order.Request{RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID,
-			ActivityID: ev.ActivityID, ItemID: ev.ItemID, Quantity: ev.Quantity, ReservedAt: ev.ReservedAt, Bucket: ev.Bucket})
+		k := pointerKey{it: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket},
+			ref: stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}}
+		p := ptrs[k]
+		if p == nil {
+			p = &pointer{key: k}
+			ptrs[k] = p
+			order_ = append(order_, p)
+		}
+		p.msgs = append(p.msgs, i)
+		if valid && p.msg == nil {
+			e := ev
+			p.msg = &e
+		}
+		if !valid {
+			p.dead = append(p.dead, i)
+		}
 	}
-	// msgOf is the context of the (first) message that carried a reservation.
+	// ctxOf is the context of the (first) message that named a reservation.
+	ctxOf := map[stock.Ref]context.Context{}
+	idxOf := map[stock.Ref][]int{} // its valid messages, whose spans get the outcome
+	for _, p := range order_ {
+		if _, ok := ctxOf[p.key.ref]; !ok {
+			ctxOf[p.key.ref] = msgs[p.msgs[0]].ctx
+		}
+		for _, i := range p.msgs {
+			if !slices.Contains(p.dead, i) {
+				idxOf[p.key.ref] = append(idxOf[p.key.ref], i)
+			}
+		}
+	}
 	msgOf := func(ref stock.Ref) (context.Context, []int) {
-		if idx := reqMsg[ref]; len(idx) > 0 {
-			return msgs[idx[0]].ctx, idx
+		if c, ok := ctxOf[ref]; ok {
+			return c, idxOf[ref]
 		}
 		return ctx, nil
 	}
@@ -293,40 +321,49 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 			w.deps.Log.WarnContext(msgs[deadIdx[j]].ctx, "message dead-lettered", "error", event.Header(m, event.HeaderError),
 				"request_id", event.Header(m, event.HeaderRequestID), "partition", src.Partition, "offset", src.Offset)
 		}
-		if err := w.releaseDead(deadEvents); err != nil {
-			return err
-		}
 	}
 
-	live := reqs[:0:0]
-	for it, idx := range byItem {
-		refs := make([]stock.Ref, len(idx))
-		for i, j := range idx {
-			refs[i] = stock.Ref{RequestID: reqs[j].RequestID, OrderNo: reqs[j].OrderNo}
+	byItem := map[stock.Item][]*pointer{}
+	var items []stock.Item
+	for _, p := range order_ {
+		if byItem[p.key.it] == nil {
+			items = append(items, p.key.it)
 		}
-		claims, err := w.deps.Stock.Claim(ctx, it, refs)
+		byItem[p.key.it] = append(byItem[p.key.it], p)
+	}
+	var live []order.Request
+	var invalid []invalidEntry
+	for _, it := range items {
+		ps := byItem[it]
+		refs := make([]stock.Ref, len(ps))
+		for i, p := range ps {
+			refs[i] = p.key.ref
+		}
+		claims, err := w.deps.Stock.ClaimEntries(ctx, it, refs)
 		if err != nil {
 			return fmt.Errorf("claiming reservations of %s: %w", it, err)
 		}
-		for i, j := range idx {
-			switch claims[i] {
-			case stock.ClaimReleased:
+		for i, p := range ps {
+			mctx := msgs[p.msgs[0]].ctx
+			r, decided := w.decide(mctx, p, claims[i])
+			switch {
+			case decided == decideGhost:
 				w.deps.Metrics.Ghosts.Inc()
-				mctx, carried := msgOf(refs[i])
-				for _, k := range carried {
-					msgs[k].outcome("GHOST", "")
+				for _, k := range p.msgs {
+					if !slices.Contains(p.dead, k) {
+						msgs[k].outcome("GHOST", "")
+					}
 				}
-				w.deps.Log.InfoContext(mctx, "skipping event of an aborted reservation", "request_id", reqs[j].RequestID, "order_no", reqs[j].OrderNo)
-				reqs[j].RequestID = "" // dropped below
-			case stock.ClaimOK:
-				reqs[j].Held = true
+				w.deps.Log.InfoContext(mctx, "skipping event of an aborted reservation", "request_id", p.key.ref.RequestID, "order_no", p.key.ref.OrderNo)
+			case decided == decideInvalidEntry:
+				invalid = append(invalid, invalidEntry{it: it, ref: p.key.ref, entry: claims[i].Entry, ctx: mctx})
+			case decided == decideOrder:
+				live = append(live, r)
 			}
 		}
 	}
-	for _, r := range reqs {
-		if r.RequestID != "" {
-			live = append(live, r)
-		}
+	if err := w.releaseInvalid(invalid); err != nil {
+		return err
 	}
 	if len(live) == 0 {
 		return nil
@@ -441,47 +478,6 @@ func (m *msgTrace) outcome(outcome, reason string) {
 	if reason != "" {
 		m.span.SetAttributes(telemetry.AttrReason.String(reason))
 	}
-}
-
-// deadEvent is what could be read of a dead-lettered message.
-type deadEvent struct {
-	ev  event.OrderRequested
-	ctx context.Context // its message's
-}
-
-// releaseDead gives back the reservations of invalid messages that still name
-// one held in the journal: no order can come of them. The message only
-// names the reservation (item, requestId, orderNo); what is given back — the
-// quantity and the user whose marker is freed — comes from the journal
-// entry the gateway wrote, never from the message, which is corrupt.
-func (w *Worker) releaseDead(evs []deadEvent) error {
-	for _, de := range evs {
-		ev, ctx := de.ev, de.ctx
-		it := stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket}
-		ref := stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}
-		claims, err := w.deps.Stock.Claim(ctx, it, []stock.Ref{ref})
-		if err != nil {
-			return fmt.Errorf("claiming dead-lettered reservation: %w", err)
-		}
-		if claims[0] != stock.ClaimOK {
-			continue
-		}
-		raw, found, err := w.deps.Stock.Journaled(ctx, it, ev.RequestID)
-		if err != nil {
-			return fmt.Errorf("reading dead-lettered reservation: %w", err)
-		}
-		entry, err := event.Decode(raw)
-		if !found || err != nil || entry.OrderNo != ev.OrderNo || entry.ActivityID != ev.ActivityID || entry.ItemID != ev.ItemID {
-			// Left to the reconciler: nothing trustworthy says what to give back.
-			w.deps.Log.WarnContext(ctx, "dead letter names a reservation whose journal entry is unusable; not released",
-				"request_id", ev.RequestID, "order_no", ev.OrderNo, "found", found, "err", err)
-			continue
-		}
-		if _, err := w.deps.Stock.Compensate(ctx, stock.Release{Item: it, Ref: ref, UserID: entry.UserID, Quantity: entry.Quantity}); err != nil {
-			return fmt.Errorf("releasing dead-lettered reservation: %w", err)
-		}
-	}
-	return nil
 }
 
 // Dead letters are bounded, so one always fits the DLQ topic (a broker's

@@ -202,10 +202,10 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 	w := New(Config{Brokers: k.Brokers, Topic: topic, DLQTopic: dlqTopic, GroupID: testenv.UniqueName("g")},
 		Deps{Orders: f.orders, Stock: f.stock, DLQ: dlq, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 
-	// A schema-invalid event that still names a held reservation: it is
-	// dead-lettered and its reservation released.
+	// A schema-invalid message that still names a held reservation: it is
+	// dead-lettered, and the reservation is decided from its journal entry.
 	bad := f.reserve(t, "bad", 3)
-	bad.Value = []byte(`{"requestId":"bad","orderNo":"1-2-bad","userId":3,"activityId":1,"itemId":2,"quantity":1,"reservedAt":"2026-01-01T00:00:00Z","extra":1}`)
+	bad.Value = []byte(`{"requestId":"bad","orderNo":"1-2-bad","userId":3,"activityId":1,"itemId":2,"quantity":"1","reservedAt":"2026-01-01T00:00:00Z"}`)
 	good := f.reserve(t, "good", 4)
 	prod := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic})
 	defer prod.Close()
@@ -217,7 +217,7 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 
 	deadline := time.Now().Add(20 * time.Second)
-	for f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'good'`) != 1 {
+	for f.count(t, `SELECT count(*) FROM orders WHERE request_id IN ('good', 'bad')`) != 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the message after the garbage was not processed")
 		}
@@ -242,15 +242,15 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 	if len(errs) != 2 {
 		t.Errorf("dead letters: %v", errs)
 	}
-	if n := f.count(t, `SELECT count(*) FROM orders`); n != 1 {
-		t.Errorf("%d orders, want only the good one", n)
+	if n := f.count(t, `SELECT count(*) FROM orders`); n != 2 {
+		t.Errorf("%d orders, want the good one and the one the bad message pointed to", n)
 	}
-	// 10 - 2 reserved + 1 released (bad) = 9; good's unit is in Postgres.
-	if got := f.redisStock(t); got != 9 {
-		t.Errorf("redis stock %d, want 9", got)
+	// 10 - 2 reserved, both units now in Postgres.
+	if got := f.redisStock(t); got != 8 {
+		t.Errorf("redis stock %d, want 8", got)
 	}
-	if n := f.count(t, `SELECT stock FROM item_stock`); n != 9 {
-		t.Errorf("db stock %d, want 9", n)
+	if n := f.count(t, `SELECT stock FROM item_stock`); n != 8 {
+		t.Errorf("db stock %d, want 8", n)
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -340,35 +340,108 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	}
 }
 
-// TestDeadLetterReleasesByTheJournal: a corrupt copy of an event names a
-// real reservation but claims another user and quantity. The release gives
-// back what the journal says was reserved (1 unit, user 3's marker), not
-// what the message claims (50 units, user 4's marker).
-func TestDeadLetterReleasesByTheJournal(t *testing.T) {
+// TestCorruptCopyIsDecidedByTheJournal: a corrupt copy of an event names a
+// real reservation but claims another user and quantity. The message is only
+// a pointer: the order is made from what the journal says was reserved (user
+// 3, 1 unit), and nothing is given back; the original, arriving after, is a
+// duplicate.
+func TestCorruptCopyIsDecidedByTheJournal(t *testing.T) {
 	f := mustFixture(t, 10)
 	ctx := context.Background()
-	f.reserve(t, "victim", 3)
+	orig := f.reserve(t, "victim", 3)
 	f.reserve(t, "bystander", 4)
 	corrupt := kafka.Message{Key: []byte("1:2"), Value: []byte(`{"requestId":"victim","orderNo":"1-2-victim","userId":4,` +
-		`"activityId":1,"itemId":2,"quantity":50,"reservedAt":"2026-01-01T00:00:00Z","extra":true}`)}
-	if err := f.w.ProcessBatch(ctx, []kafka.Message{corrupt}); err != nil {
-		t.Fatal(err)
+		`"activityId":1,"itemId":2,"quantity":500,"reservedAt":"2026-01-01T00:00:00Z"}`)}
+	for _, batch := range [][]kafka.Message{{corrupt}, {orig}, {corrupt, orig}} {
+		if err := f.w.ProcessBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if len(f.dlq.msgs) != 1 {
-		t.Fatalf("%d dead letters, want 1", len(f.dlq.msgs))
+	if len(f.dlq.msgs) != 2 {
+		t.Fatalf("%d dead letters, want 2 (the corrupt copy, twice)", len(f.dlq.msgs))
 	}
-	if got := f.redisStock(t); got != 9 {
-		t.Errorf("redis stock %d, want 9 (the victim's 1 unit back, the bystander's held)", got)
+	var user, qty int64
+	if err := f.db.Pool.QueryRow(ctx, `SELECT user_id, quantity FROM orders WHERE request_id = 'victim' AND status = 'UNPAID'`).Scan(&user, &qty); err != nil {
+		t.Fatalf("the victim's order: %v", err)
+	}
+	if user != 3 || qty != 1 {
+		t.Errorf("order of user %d, quantity %d; want user 3, quantity 1 (as reserved)", user, qty)
+	}
+	if got := f.redisStock(t); got != 8 {
+		t.Errorf("redis stock %d, want 8 (nothing given back)", got)
 	}
 	keys := f.stock.Keys(f.item)
-	if n := f.rdb.Client.Exists(ctx, keys.Limit(3)).Val(); n != 0 {
-		t.Error("the released reservation's user keeps the marker")
+	if got := f.rdb.Client.Get(ctx, keys.Limit(3)).Val(); got != "victim" {
+		t.Errorf("user 3's marker is %q, want victim's", got)
 	}
 	if got := f.rdb.Client.Get(ctx, keys.Limit(4)).Val(); got != "bystander" {
 		t.Errorf("user 4's marker is %q, want bystander's", got)
 	}
-	if f.rdb.Client.HExists(ctx, keys.Journal, "victim").Val() {
-		t.Error("the released reservation is still journaled")
+}
+
+// TestCopyAfterCommitBeforeAckChangesNothing: the original was committed by
+// a worker that died before acking its journal entry; a corrupt or altered
+// copy handled then must not give the live order's unit or marker back.
+func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
+	for name, value := range map[string]string{
+		"Corrupt": `{"requestId":"a","orderNo":"1-2-a","userId":1,"activityId":1,"itemId":2,"quantity":-1}`,
+		"Altered": `{"requestId":"a","orderNo":"1-2-a","userId":9,"activityId":1,"itemId":2,"quantity":2,"reservedAt":"2026-01-01T00:00:00Z"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := mustFixture(t, 10)
+			ctx := context.Background()
+			f.reserve(t, "a", 1)
+			ref := stock.Ref{RequestID: "a", OrderNo: "1-2-a"}
+			if _, err := f.stock.Claim(ctx, f.item, []stock.Ref{ref}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.orders.ProcessBatch(ctx, []order.Request{{RequestID: "a", OrderNo: "1-2-a", UserID: 1, ActivityID: 1,
+				ItemID: 2, Quantity: 1, ReservedAt: time.Now(), Held: true}}); err != nil {
+				t.Fatal(err)
+			}
+			cp := kafka.Message{Key: []byte("1:2"), Value: []byte(value)}
+			if err := f.w.ProcessBatch(ctx, []kafka.Message{cp}); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.redisStock(t); got != 9 {
+				t.Errorf("redis stock %d, want 9 (the live order keeps its unit)", got)
+			}
+			if got := f.rdb.Client.Get(ctx, f.stock.Keys(f.item).Limit(1)).Val(); got != "a" {
+				t.Errorf("user 1's marker is %q, want a's", got)
+			}
+			if n := f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'a' AND status = 'UNPAID' AND user_id = 1 AND quantity = 1`); n != 1 {
+				t.Errorf("%d live orders of a as reserved, want 1", n)
+			}
+			if n := f.count(t, `SELECT count(*) FROM redis_compensations`); n != 0 {
+				t.Errorf("%d compensations, want none", n)
+			}
+		})
+	}
+}
+
+// TestInvalidJournalEntryIsReleased: only a reservation whose own journal
+// entry is invalid (it can never become an order) is given back, by what
+// that entry says.
+func TestInvalidJournalEntryIsReleased(t *testing.T) {
+	f := mustFixture(t, 10)
+	ctx := context.Background()
+	msg := f.reserve(t, "broken", 5)
+	keys := f.stock.Keys(f.item)
+	if err := f.rdb.Client.HSet(ctx, keys.Journal, "broken",
+		`{"requestId":"broken","orderNo":"1-2-broken","userId":5,"activityId":1,"itemId":2,"quantity":1}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.w.ProcessBatch(ctx, []kafka.Message{msg}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.redisStock(t); got != 10 {
+		t.Errorf("redis stock %d, want 10 (the unit back)", got)
+	}
+	if f.rdb.Client.Exists(ctx, keys.Limit(5)).Val() != 0 {
+		t.Error("the released reservation's user keeps the marker")
+	}
+	if n := f.count(t, `SELECT count(*) FROM orders`); n != 0 {
+		t.Errorf("%d orders from an invalid journal entry", n)
 	}
 }
 

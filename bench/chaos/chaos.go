@@ -148,6 +148,7 @@ const (
 // Suite is a running set of processes and what the scenarios share.
 type Suite struct {
 	cfg           Config
+	poisoned      atomic.Uint64 // poison faults so far: each draws its own copies
 	run           string
 	Dir           string // logs of this run
 	kafkaDir      string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -211,7 +212,8 @@ var poisonValues = [][]byte{
 }
 
 // poison produces garbage to the orders topic, keyed like the sale's items
-// so it lands in partitions with real orders behind it.
+// so it lands in partitions with real orders behind it, and then copies of
+// events the gateway really wrote (poisonCopies).
 func poison(ctx context.Context, s *Suite, act int64) (string, error) {
 	at := s.since()
 	var msgs []kafka.Message
@@ -221,7 +223,11 @@ func poison(ctx context.Context, s *Suite, act int64) (string, error) {
 	if err := produceRaw(ctx, s.brokers, kafkaTopic, msgs...); err != nil {
 		return "", fmt.Errorf("producing poison: %w", err)
 	}
-	return fmt.Sprintf("%d poison messages produced at %s", len(msgs), at), nil
+	copies, err := poisonCopies(ctx, s, act, rand.New(rand.NewPCG(uint64(act), uint64(s.poisoned.Add(1)))))
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d poison messages produced at %s, then %s", len(msgs), at, copies), nil
 }
 
 func poisonDeadLettered(ctx context.Context, s *Suite, _ int64) error {

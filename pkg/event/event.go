@@ -175,6 +175,13 @@ func Validate(value []byte) error {
 
 // Decode validates a message value against the schema and decodes it.
 //
+// The worker is a tolerant reader within the major version: properties the
+// schema does not name are ignored, so a newer gateway may add optional
+// fields during a rolling upgrade without its events being dead-lettered.
+// Only the schema's own property names count, exactly as spelt (Go's
+// case-insensitive matching would let "RequestID" beside "requestId" pick
+// the reservation).
+//
 // An event in the exact form Marshal writes (what the gateway produces)
 // is checked in Go against the schema's constraints: the round trip proves
 // it holds exactly the schema's properties, each of the right JSON type, and
@@ -189,11 +196,20 @@ func Decode(value []byte) (OrderRequested, error) {
 	if err := Validate(value); err != nil {
 		return OrderRequested{}, err
 	}
-	var e OrderRequested
-	dec := json.NewDecoder(bytes.NewReader(value))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&e); err != nil {
+	var props map[string]json.RawMessage
+	if err := json.Unmarshal(value, &props); err != nil {
 		return OrderRequested{}, fmt.Errorf("decoding event: %w", err)
+	}
+	var e OrderRequested
+	for name, dst := range map[string]any{"requestId": &e.RequestID, "orderNo": &e.OrderNo, "userId": &e.UserID,
+		"activityId": &e.ActivityID, "itemId": &e.ItemID, "quantity": &e.Quantity, "reservedAt": &e.ReservedAt, "bucket": &e.Bucket} {
+		raw, ok := props[name]
+		if !ok {
+			continue
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return OrderRequested{}, fmt.Errorf("decoding event's %s: %w", name, err)
+		}
 	}
 	return e, nil
 }

@@ -44,7 +44,6 @@ func TestDecodeRefusesWhatTheSchemaRefuses(t *testing.T) {
 	canonical := string(sample().Marshal())
 	for name, v := range map[string]string{
 		"key in another case": strings.Replace(canonical, `"requestId"`, `"RequestID"`, 1),
-		"extra property":      strings.Replace(canonical, `{`, `{"x":1,`, 1),
 		"missing reservedAt":  canonical[:strings.Index(canonical, `,"reservedAt"`)] + "}",
 		"quantity 101":        strings.Replace(canonical, `"quantity":1`, `"quantity":101`, 1),
 		"quantity 0":          strings.Replace(canonical, `"quantity":1`, `"quantity":0`, 1),
@@ -121,4 +120,32 @@ func FuzzMarshalIsEncodingJSON(f *testing.F) {
 			t.Fatalf("Marshal(%+v)\n got %s\nwant %s", e, got, want)
 		}
 	})
+}
+
+// TestDecodeIsATolerantReader: a newer gateway's optional field is ignored,
+// within orders.requested.v1; only the schema's names, exactly as spelt,
+// fill the event.
+func TestDecodeIsATolerantReader(t *testing.T) {
+	want := sample()
+	canonical := string(want.Marshal())
+	for name, v := range map[string]string{
+		"field added":            strings.Replace(canonical, `}`, `,"giftWrap":{"paper":"red"}}`, 1),
+		"field added first":      strings.Replace(canonical, `{`, `{"x":1,`, 1),
+		"other case ignored":     strings.Replace(canonical, `{`, `{"RequestID":"someone-else","USERID":99,`, 1),
+		"other case ignored too": strings.Replace(canonical, `}`, `,"RequestID":"someone-else","UserId":99}`, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := Validate([]byte(v)); err != nil {
+				t.Fatalf("the schema refuses %s: %v", v, err)
+			}
+			got, err := Decode([]byte(v))
+			if err != nil {
+				t.Fatalf("Decode(%s): %v", v, err)
+			}
+			if got.RequestID != want.RequestID || got.UserID != want.UserID || got.OrderNo != want.OrderNo ||
+				got.Quantity != want.Quantity || !got.ReservedAt.Equal(want.ReservedAt) {
+				t.Errorf("Decode(%s) = %+v, want %+v", v, got, want)
+			}
+		})
+	}
 }

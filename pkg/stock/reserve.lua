@@ -1,12 +1,12 @@
 -- reserve: the gateway's one round trip per order request.
 -- KEYS: 1 stock, 2 sale, 3 limit marker, 4 dedup record, 5 journal, 6 order index,
---       7 the orderNo's fate key
+--       7 this attempt's orderNo's fate key
 -- ARGV: 1 requestId, 2 fingerprint, 3 orderNo, 4 quantity, 5 event JSON,
 --       6 minimum dedup lifetime (s), 7 traceparent ('' if none)
 -- Order matters: dedup first (a retry never reserves twice), then the sale,
 -- then stock, and only then the user's limit, so a sold-out answer never
 -- consumes the user's chance.
-local rec = redis.call('HMGET', KEYS[4], 'fp', 'orderNo', 'remaining', 'published')
+local rec = redis.call('HMGET', KEYS[4], 'fp', 'orderNo', 'remaining', 'published', 'claimed')
 if rec[1] then
   if rec[1] ~= ARGV[2] then return {'IDEMPOTENCY_KEY_REUSED', rec[2], 0} end
   -- A second run of the same attempt (same orderNo) has told nobody anything yet.
@@ -14,14 +14,10 @@ if rec[1] then
   -- Another attempt may be told this orderNo only once its event is durable:
   -- until then the reservation lives in Redis alone, and Redis losing it
   -- would make that answer a lie (I4). Durable means the produce was acked
-  -- (published), a worker claimed it (its fate key: KEYS[7]'s name with the
-  -- stored orderNo, same hash tag, so same slot), or the journal no longer
-  -- holds it (acked into Postgres, or decided there).
-  local durable = rec[4] ~= false
-  if not durable then
-    local fate = string.sub(KEYS[7], 1, #KEYS[7] - #ARGV[3]) .. rec[2]
-    durable = redis.call('GET', fate) == 'claimed:' .. rec[2]
-  end
+  -- (published), a worker claimed it (claim.lua writes "claimed" into this
+  -- record), or the journal no longer holds it (acked into Postgres, or
+  -- decided there). Every key comes from KEYS (Redis Cluster).
+  local durable = rec[4] ~= false or rec[5] == rec[2]
   if not durable then
     local e = redis.call('HGET', KEYS[5], ARGV[1])
     durable = not (e and cjson.decode(e)['orderNo'] == rec[2])

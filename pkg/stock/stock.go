@@ -302,28 +302,53 @@ const (
 
 // Claim takes ownership of reservations of one item, in refs order.
 func (s *Store) Claim(ctx context.Context, it Item, refs []Ref) ([]ClaimStatus, error) {
+	claims, err := s.ClaimEntries(ctx, it, refs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ClaimStatus, len(claims))
+	for i, c := range claims {
+		out[i] = c.Status
+	}
+	return out, nil
+}
+
+// Claim is the claim script's answer for one reservation: its status and
+// the journal entry the gateway wrote for it (nil when the journal no longer
+// holds it: decided, or lost with Redis).
+type Claim struct {
+	Status ClaimStatus
+	Entry  []byte
+}
+
+// ClaimEntries is Claim that also returns each reservation's journal entry:
+// the truth of what was reserved, whatever the message that named it says.
+func (s *Store) ClaimEntries(ctx context.Context, it Item, refs []Ref) ([]Claim, error) {
 	if len(refs) == 0 {
 		return nil, nil
 	}
 	k := s.Keys(it)
-	keys := make([]string, 0, len(refs)+1)
+	keys := make([]string, 0, 2*len(refs)+1)
 	args := make([]any, 0, 2*len(refs)+1)
 	keys = append(keys, k.Journal)
 	args = append(args, int64(FateLifetime/time.Second))
 	for _, r := range refs {
-		keys = append(keys, k.Fate(r.OrderNo))
+		keys = append(keys, k.Fate(r.OrderNo), k.Req(r.RequestID))
 		args = append(args, r.RequestID, r.OrderNo)
 	}
 	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("running claim script: %w", err)
 	}
-	if len(res) != len(refs) {
-		return nil, fmt.Errorf("claim script answered %d of %d", len(res), len(refs))
+	if len(res) != 2*len(refs) {
+		return nil, fmt.Errorf("claim script answered %d of %d", len(res)/2, len(refs))
 	}
-	out := make([]ClaimStatus, len(res))
-	for i, v := range res {
-		out[i] = ClaimStatus(v)
+	out := make([]Claim, len(refs))
+	for i := range out {
+		out[i].Status = ClaimStatus(res[2*i])
+		if e := res[2*i+1]; e != "" {
+			out[i].Entry = []byte(e)
+		}
 	}
 	return out, nil
 }
