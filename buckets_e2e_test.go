@@ -431,14 +431,24 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	})
 	t.Run("UnitsInTransfer", func(t *testing.T) {
 		// A mover that took 3 units from bucket 0 and died before giving.
-		if took, err := p.Stock.Take(ctx, it, stock.Transfer{ID: "t-1", From: 0, To: 2, Units: 3}); err != nil || !took {
-			t.Fatalf("take: %v, %v", took, err)
+		if err := p.Stock.WithBuckets(ctx, it, B, time.Second, func(ctx context.Context, fence int64) error {
+			took, err := p.Stock.Take(ctx, it, stock.Transfer{ID: "t-1", From: 0, To: 2, Units: 3}, fence)
+			if err == nil && !took {
+				err = fmt.Errorf("not taken")
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("take: %v", err)
 		}
 		code, _, r := p.reconcileJSON(t, it, "--once")
 		if code != 0 || r.InTransit != 3 || r.Drift != 0 {
 			t.Errorf("exit %d, in transit %d, drift %d; want 0, 3, 0", code, r.InTransit, r.Drift)
 		}
-		moved, err := p.Stock.Move(ctx, it, B)
+		var moved int64
+		err := p.Stock.WithBuckets(ctx, it, B, time.Second, func(ctx context.Context, fence int64) (err error) {
+			moved, err = p.Stock.Move(ctx, it, B, fence)
+			return err
+		})
 		if err != nil || moved != 0 {
 			t.Fatalf("finishing the transfer: moved %d, %v", moved, err)
 		}

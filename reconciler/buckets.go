@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -19,13 +20,35 @@ import (
 // the buckets − units in transfer (taken from a bucket by a mover that died
 // before giving them). Each user's marker is checked in the user's bucket.
 //
-// A fix finishes or cancels the transfers, then, if the sum drifts or a
-// bucket's stock is missing, gives each bucket its share of what Postgres
-// says is for sale (the preheat split of DB stock − in flight); sale and
-// markers are repaired per bucket as for one bucket.
+// A fix holds the item's bucket lock besides (pkg/stock/bucketlock.go), so
+// no mover acts on the buckets while it does, even one that lost its
+// Postgres connection and with it the row lock; every Redis write of the
+// fix carries the lock's fencing token. Under both locks it first finishes
+// the transfers a dead mover left (or cancels those whose target lost its
+// stock key), then reads the buckets as a check does, so what it writes
+// starts from the stock after the transfers. If the sum drifts or a bucket's
+// stock is missing, it gives each bucket its share of what Postgres says is
+// for sale (the preheat split of DB stock − in flight); sale and markers
+// are repaired per bucket as for one bucket.
 
 // bucketedItem is item for an item of more than one bucket.
 func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, markers map[stock.Item][]int64, l *lock.Lock) (ItemReport, error) {
+	if l == nil {
+		return r.buckets(ctx, si, markers, nil, 0)
+	}
+	base := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
+	rep := ItemReport{ActivityID: si.ActivityID, ItemID: si.ItemID, Buckets: si.Buckets}
+	err := r.deps.Stock.WithBuckets(ctx, base, si.Buckets, r.cfg.LockWait, func(ctx context.Context, fence int64) error {
+		var err error
+		rep, err = r.buckets(ctx, si, markers, l, fence)
+		return err
+	})
+	return rep, err
+}
+
+// buckets checks a bucketed item; with l (and the bucket lock's fence) it
+// fixes it.
+func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers map[stock.Item][]int64, l *lock.Lock, fence int64) (ItemReport, error) {
 	base := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
 	B := si.Buckets
 	rdb := r.deps.Stock.Client()
@@ -39,7 +62,16 @@ func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, marker
 			return rep, err
 		}
 	}
+	fenceArg := any("")
+	if l != nil {
+		fenceArg = fence
+	}
 	err := r.deps.Orders.WithItemLocked(ctx, si.ActivityID, si.ItemID, opts, func(ctx context.Context, li *order.LockedItem) error {
+		if l != nil {
+			if err := r.finishTransfers(ctx, base, B, fence); err != nil {
+				return err
+			}
+		}
 		type bucket struct {
 			keys []string
 			args []any // after the mode and the DB stock argument
@@ -75,10 +107,10 @@ func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, marker
 					comps = append(comps, c)
 				}
 			}
-			keys := []string{k.Stock, k.Sale, k.Journal}
+			keys := []string{k.Stock, k.Sale, k.Journal, k.Fence()}
 			args := []any{li.StartsAt.UnixMilli(), li.EndsAt.UnixMilli(), li.PerUserLimit,
 				li.EndsAt.Add(stock.StockGrace).Unix(), li.EndsAt.Add(markerLife).UnixMilli() / 1000,
-				len(created), len(comps), len(users)}
+				len(created), len(comps), len(users), fenceArg, B}
 			for rid, ono := range created {
 				args = append(args, rid, ono)
 			}
@@ -142,29 +174,17 @@ func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, marker
 			return nil
 		}
 
-		// Fix. Transfers first: given ones only lose their record; the others
-		// are cancelled when the stock is reset (their units are in the
-		// shares), else finished.
-		resetStock := rep.Drift != 0 || stockKey != "ok"
-		for _, t := range transfers {
-			if t.Given || !resetStock {
-				err = r.deps.Stock.Finish(ctx, base, t)
-			} else {
-				err = r.deps.Stock.Cancel(ctx, base, t)
-			}
-			if err != nil {
-				return err
-			}
+		// Fix. No transfer is left (finished above, and no mover can start
+		// one while the bucket lock is held); one that is means the lock
+		// did not hold, and the shares would count its units twice.
+		if len(transfers) > 0 {
+			return fmt.Errorf("fixing %s: %d transfers appeared under the bucket lock", base, len(transfers))
 		}
+		resetStock := rep.Drift != 0 || stockKey != "ok"
 		shares := stock.Split(max(li.Stock-inflight, 0), B)
 		for b := range B {
 			it := base
 			it.Bucket = b
-			if sale != "ok" {
-				if err := rdb.HSet(ctx, r.deps.Stock.Keys(it).Sale, "buckets", B).Err(); err != nil {
-					return fmt.Errorf("restoring buckets of %s: %w", it, err)
-				}
-			}
 			// The script sets stock to its DB stock argument minus what is
 			// in flight in the bucket now; from the check's in flight, that
 			// is the share (or the stock as read: unchanged) less what was
@@ -174,13 +194,38 @@ func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, marker
 				want = shares[b]
 			}
 			args := append([]any{"fix", want + bs[b].rep.InFlight}, bs[b].args...)
-			if err := reconcileScript.Run(ctx, rdb, bs[b].keys, args...).Err(); err != nil {
+			out, err := reconcileScript.Run(ctx, rdb, bs[b].keys, args...).Result()
+			if err != nil {
 				return fmt.Errorf("fixing %s bucket %d: %w", it, b, err)
+			}
+			if out == "STALE" {
+				return fmt.Errorf("fixing %s bucket %d with token %d: a newer holder claimed the bucket: %w", it, b, fence, lock.ErrStaleFence)
 			}
 		}
 		return nil
 	})
 	return rep, err
+}
+
+// finishTransfers completes the transfers a mover left (it died between
+// take and give, or before dropping the record): given to their target, or
+// cancelled when the target lost its stock key (the fix then resets the
+// stock, and the shares hold those units).
+func (r *Reconciler) finishTransfers(ctx context.Context, base stock.Item, buckets int, fence int64) error {
+	transfers, err := r.deps.Stock.Transfers(ctx, base, buckets)
+	if err != nil {
+		return err
+	}
+	for _, t := range transfers {
+		err := r.deps.Stock.Finish(ctx, base, t, fence)
+		if errors.Is(err, stock.ErrNoStockKey) {
+			err = r.deps.Stock.Cancel(ctx, base, t, fence)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // restoreBucketDedup is restoreDedup for a bucketed item: each decided

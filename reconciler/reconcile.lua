@@ -6,11 +6,16 @@
 -- Mode "check" only reads; mode "fix" also makes Redis agree with Postgres:
 --   stock = DB stock - in flight, sale window = the activity's, markers of
 --   live orders present, markers nobody owns removed.
--- KEYS: 1 stock, 2 sale, 3 journal, then one fate key per compensation,
---       then one limit marker per user (in ARGV order)
+-- A fix of a bucketed item carries the fencing token of the item's bucket
+-- lock (pkg/stock/bucketlock.go) and is refused, before it reads, when the
+-- bucket's fence is newer: its lock expired and a mover claimed the item.
+-- KEYS: 1 stock, 2 sale, 3 journal, 4 the bucket's fence, then one fate key
+--       per compensation, then one limit marker per user (in ARGV order)
 -- ARGV: 1 mode, 2 DB stock, 3 starts (unix ms), 4 ends (unix ms), 5 cap,
 --       6 stock/sale expiry (unix s), 7 marker expiry (unix s),
 --       8 #committed, 9 #compensations, 10 #users,
+--       11 fencing token ('' for an item of one bucket: no mover touches it),
+--       12 the sale's bucket count a fix writes ('' for one bucket),
 --       then requestId, orderNo of each journaled request created as an order,
 --       then requestId, orderNo, quantity of each pending compensation,
 --       then per user the requestId of their live order ('' if none).
@@ -22,8 +27,11 @@
 -- a compensation not yet released; any other value is wrong (live user) or
 -- extra (no live order).
 local mode = ARGV[1]
+if mode == 'fix' and ARGV[11] ~= '' and tonumber(ARGV[11]) < tonumber(redis.call('GET', KEYS[4]) or '0') then
+  return 'STALE'
+end
 local nCommitted, nComp, nUsers = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local a = 11
+local a = 13
 local committed = {}
 for _ = 1, nCommitted do
   committed[ARGV[a]] = ARGV[a + 1]
@@ -52,7 +60,7 @@ local comps = 0
 for i = 1, nComp do
   local rid, ono, q = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
   a = a + 3
-  if redis.call('GET', KEYS[3 + i]) ~= 'released:' .. ono then
+  if redis.call('GET', KEYS[4 + i]) ~= 'released:' .. ono then
     owners[rid] = true
     if counted[rid] ~= ono then
       inflight = inflight + q
@@ -79,7 +87,7 @@ end
 
 local missing, wrong, extra = {}, {}, {}
 local live = {}
-local mk = 3 + nComp
+local mk = 4 + nComp
 for i = 1, nUsers do
   live[i] = ARGV[a]
   a = a + 1
@@ -99,6 +107,9 @@ if mode == 'fix' then
   if saleState ~= 'ok' then
     redis.call('HSET', KEYS[2], 'starts', ARGV[3], 'ends', ARGV[4], 'cap', ARGV[5])
     redis.call('EXPIREAT', KEYS[2], ARGV[6])
+  end
+  if ARGV[12] ~= '' and redis.call('HGET', KEYS[2], 'buckets') ~= ARGV[12] then
+    redis.call('HSET', KEYS[2], 'buckets', ARGV[12])
   end
   if exists ~= 1 or curN ~= expected then
     redis.call('SET', KEYS[1], string.format('%d', expected), 'EXAT', ARGV[6])

@@ -437,12 +437,12 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []
 		slices.Sort(users)
 		users = slices.Compact(users)
 
-		keys := make([]string, 0, 3+len(li.Pending)+len(users))
-		keys = append(keys, k.Stock, k.Sale, k.Journal)
-		args := make([]any, 0, 10+2*len(created)+3*len(li.Pending)+len(users))
+		keys := make([]string, 0, 4+len(li.Pending)+len(users))
+		keys = append(keys, k.Stock, k.Sale, k.Journal, k.Fence())
+		args := make([]any, 0, 12+2*len(created)+3*len(li.Pending)+len(users))
 		args = append(args, mode, li.Stock, li.StartsAt.UnixMilli(), li.EndsAt.UnixMilli(), li.PerUserLimit,
 			li.EndsAt.Add(stock.StockGrace).Unix(), li.EndsAt.Add(markerLife).UnixMilli()/1000,
-			len(created), len(li.Pending), len(users))
+			len(created), len(li.Pending), len(users), "", "")
 		for rid, ono := range created {
 			args = append(args, rid, ono)
 		}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 )
@@ -17,10 +18,14 @@ import (
 // bucket's units to the empty one (stock.Store.Move: take on the source
 // under a transfer id, give on the target unless given, drop the record).
 // It moves units, never users, so the per-user limit stays exact. Each item
-// is moved under its Postgres stock row lock (skipped while another holds
-// it), which keeps two movers apart and keeps the reconciler from seeing a
-// move half done; a mover killed between take and give leaves the record,
-// and the next pass (of any replica) finishes the transfer.
+// is moved under its Postgres stock row lock, which keeps the reconciler's
+// check from seeing a move half done, and under the item's bucket lock
+// (stock.WithBuckets), whose fencing token every Redis step carries, which
+// keeps movers and the reconciler's fix off one item's buckets at once even
+// when the row lock is lost with a Postgres connection; the item is skipped
+// while another holds either. A mover killed between take and give leaves
+// the record, and the next pass (of any replica) or a fix finishes the
+// transfer; a mover whose lock expired meanwhile is refused by every bucket.
 
 // MoverConfig is the mover's configuration.
 type MoverConfig struct {
@@ -51,7 +56,7 @@ func NewMover(cfg MoverConfig, orders *order.Store, st *stock.Store, log *slog.L
 type MoveResult struct {
 	Items int   // bucketed items looked at
 	Moved int64 // units moved by new transfers
-	Busy  int   // items skipped: their row was held
+	Busy  int   // items skipped: their row or bucket lock was held
 }
 
 // Run passes every Interval until ctx ends.
@@ -92,12 +97,20 @@ func (m *Mover) RunOnce(ctx context.Context) (MoveResult, error) {
 			continue
 		}
 		var moved int64
+		busy := false
 		locked, err := m.orders.WithItemRow(ctx, si.ActivityID, si.ItemID, func(ctx context.Context) error {
-			var err error
-			moved, err = m.stock.Move(ctx, it, si.Buckets)
+			err := m.stock.WithBuckets(ctx, it, si.Buckets, 0, func(ctx context.Context, fence int64) error {
+				var err error
+				moved, err = m.stock.Move(ctx, it, si.Buckets, fence)
+				return err
+			})
+			if errors.Is(err, lock.ErrNotAcquired) {
+				busy = true // a fix, or another mover that lost its row lock
+				return nil
+			}
 			return err
 		})
-		if !locked && err == nil {
+		if (!locked || busy) && err == nil {
 			res.Busy++
 		}
 		res.Moved += moved

@@ -24,7 +24,7 @@ import (
 type fault struct {
 	At     time.Duration // into the load
 	For    time.Duration // down, paused or toxic for
-	Kind   string        // kill, pause, pg-latency, pg-reset, poison, redis-*, clock-step
+	Kind   string        // kill, pause, pg-latency, pg-reset, poison, redis-*, clock-step, fix-move
 	Target string        // a process name, "redis" (the primary), "postgres" or "topic"
 	Step   time.Duration // clock-step: added to the target's wall clock
 }
@@ -40,13 +40,15 @@ func (f fault) String() string {
 }
 
 // nemesisSchedule draws the faults of a load of loadFor from seed: the
-// process and link faults (processFaults), the store faults (storeFaults)
-// and the clock steps (clockFaults), each from a random stream of its own,
+// process and link faults (processFaults), the store faults (storeFaults),
+// the clock steps (clockFaults) and the fixes during moves (fixMoveFaults,
+// fault_fixmove.go), each from a random stream of its own,
 // so adding one left the earlier streams — the seeds' meaning before it —
 // unchanged.
 func nemesisSchedule(seed uint64, loadFor time.Duration, comps, brokers []string, withPG, kafkaLink bool) []fault {
 	out := append(processFaults(seed, loadFor, comps, brokers), storeFaults(seed, loadFor, withPG, kafkaLink)...)
 	out = append(out, clockFaults(seed, loadFor, comps)...)
+	out = append(out, fixMoveFaults(seed, loadFor)...)
 	slices.SortStableFunc(out, func(a, b fault) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
@@ -456,6 +458,8 @@ func (s *Suite) inflict(ctx context.Context, f fault, act int64) (string, error)
 		return s.redisFailover(ctx, f.For)
 	case "poison":
 		return poison(ctx, s, act)
+	case "fix-move":
+		return s.fixDuringMove(ctx, f, act)
 	case "clock-step":
 		p := s.proc(f.Target)
 		if err := p.stepClock(f.Step); err != nil {

@@ -76,7 +76,8 @@ func TestSchedule(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"kill", "pause", "pg-latency", "pg-reset", "poison", "redis-restart", "redis-failover",
-		"redis-latency", "redis-reset", "redis-bandwidth", "pg-restart", "kafka-latency", "kafka-reset", "kafka-bandwidth", "clock-step"} {
+		"redis-latency", "redis-reset", "redis-bandwidth", "pg-restart", "kafka-latency", "kafka-reset", "kafka-bandwidth", "clock-step",
+		"fix-move"} {
 		if kinds[k] == 0 {
 			t.Errorf("200 seeds never drew %s", k)
 		}
@@ -91,6 +92,8 @@ func streamOf(f fault) string {
 	switch {
 	case f.Kind == "clock-step":
 		return "clocks"
+	case f.Kind == "fix-move":
+		return "fixes"
 	case f.Kind == "pause" && (f.Target == "redis" || f.Target == "postgres"),
 		strings.HasPrefix(f.Kind, "redis-"), strings.HasPrefix(f.Kind, "kafka-"), f.Kind == "pg-restart":
 		return "stores"

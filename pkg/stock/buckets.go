@@ -11,7 +11,9 @@ package stock
 // Units stranded in some buckets while another is empty are moved by a
 // two-step transfer (take on the source, give on the target), each step
 // idempotent under the transfer's id, so a mover that dies between them
-// finishes on its next pass (Move).
+// finishes on its next pass (Move). Every step is fenced by the item's
+// bucket lock (bucketlock.go), which keeps the mover and the reconciler's fix
+// off one item's buckets at once.
 
 import (
 	"context"
@@ -205,34 +207,42 @@ func (s *Store) BucketStocks(ctx context.Context, it Item, buckets int) ([]*int6
 var ErrNoStockKey = errors.New("target bucket has no stock key")
 
 // Finish completes a recorded transfer: gives the units to its target
-// (unless given already) and drops the record.
-func (s *Store) Finish(ctx context.Context, it Item, t Transfer) error {
-	src, dst := it, it
-	src.Bucket, dst.Bucket = t.From, t.To
-	out, err := giveScript.Run(ctx, s.rdb, []string{s.Keys(dst).Stock, s.Keys(dst).Given(t.ID), s.Keys(dst).Hold()},
-		t.Units, int64(FateLifetime/time.Second), MoveHold.Milliseconds()).Text()
-	if err != nil {
-		return fmt.Errorf("giving transfer %s of %s: %w", t.ID, it, err)
-	}
-	if out != "GIVEN" {
-		return fmt.Errorf("giving transfer %s of %s to bucket %d: %w", t.ID, it, t.To, ErrNoStockKey)
-	}
-	if err := s.rdb.HDel(ctx, s.Keys(src).Transfers, t.ID).Err(); err != nil {
-		return fmt.Errorf("dropping transfer %s of %s: %w", t.ID, it, err)
-	}
-	return nil
+// (unless given already) and drops the record. fence is the caller's
+// fencing token of the item's bucket lock (LockBuckets), as for every
+// transfer step.
+func (s *Store) Finish(ctx context.Context, it Item, t Transfer, fence int64) error {
+	return s.settle(ctx, it, t, fence, "give")
 }
 
 // Cancel forgets a transfer whose units the reconciler's fix has accounted
 // for anew: its give can no longer run, and its record is dropped.
-func (s *Store) Cancel(ctx context.Context, it Item, t Transfer) error {
+func (s *Store) Cancel(ctx context.Context, it Item, t Transfer, fence int64) error {
+	return s.settle(ctx, it, t, fence, "cancel")
+}
+
+func (s *Store) settle(ctx context.Context, it Item, t Transfer, fence int64, mode string) error {
+	if err := checkFence(fence); err != nil {
+		return err
+	}
 	src, dst := it, it
 	src.Bucket, dst.Bucket = t.From, t.To
-	if err := s.rdb.Set(ctx, s.Keys(dst).Given(t.ID), "1", FateLifetime).Err(); err != nil {
-		return fmt.Errorf("cancelling transfer %s of %s: %w", t.ID, it, err)
+	dk, sk := s.Keys(dst), s.Keys(src)
+	out, err := giveScript.Run(ctx, s.rdb, []string{dk.Stock, dk.Given(t.ID), dk.Hold(), dk.Fence()},
+		t.Units, int64(FateLifetime/time.Second), MoveHold.Milliseconds(), fence, mode).Text()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s of transfer %s of %s: %w", mode, t.ID, it, err)
+	case out == "STALE":
+		return staleErr(mode+" of transfer "+t.ID, it, t.To, fence)
+	case out != "GIVEN":
+		return fmt.Errorf("giving transfer %s of %s to bucket %d: %w", t.ID, it, t.To, ErrNoStockKey)
 	}
-	if err := s.rdb.HDel(ctx, s.Keys(src).Transfers, t.ID).Err(); err != nil {
+	n, err := dropScript.Run(ctx, s.rdb, []string{sk.Transfers, sk.Fence()}, t.ID, fence).Int64()
+	switch {
+	case err != nil:
 		return fmt.Errorf("dropping transfer %s of %s: %w", t.ID, it, err)
+	case n < 0:
+		return staleErr("dropping transfer "+t.ID, it, t.From, fence)
 	}
 	return nil
 }
@@ -240,13 +250,19 @@ func (s *Store) Cancel(ctx context.Context, it Item, t Transfer) error {
 // Take is a transfer's first step: the units leave the source bucket and
 // are recorded there under the transfer's id (taking an id twice takes
 // once). It reports false when the source no longer holds them.
-func (s *Store) Take(ctx context.Context, it Item, t Transfer) (bool, error) {
+func (s *Store) Take(ctx context.Context, it Item, t Transfer, fence int64) (bool, error) {
+	if err := checkFence(fence); err != nil {
+		return false, err
+	}
 	src := it
 	src.Bucket = t.From
 	k := s.Keys(src)
-	took, err := takeScript.Run(ctx, s.rdb, []string{k.Stock, k.Transfers}, t.ID, t.To, t.Units).Int64()
-	if err != nil {
+	took, err := takeScript.Run(ctx, s.rdb, []string{k.Stock, k.Transfers, k.Fence()}, t.ID, t.To, t.Units, fence).Int64()
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("taking transfer %s of %s: %w", t.ID, it, err)
+	case took < 0:
+		return false, staleErr("taking transfer "+t.ID, it, t.From, fence)
 	}
 	return took == 1, nil
 }
@@ -255,10 +271,9 @@ func (s *Store) Take(ctx context.Context, it Item, t Transfer) (bool, error) {
 // the transfers a previous mover left, then, if a bucket is empty while
 // another holds units (and did not just receive them, MoveHold), it moves
 // half of the richest such bucket's units (at least one) there. It returns
-// the units moved by the new transfer. The caller keeps movers of one item
-// from running concurrently with each other and with the reconciler (the
-// item's stock row lock).
-func (s *Store) Move(ctx context.Context, it Item, buckets int) (int64, error) {
+// the units moved by the new transfer. The caller holds the item's bucket
+// lock (WithBuckets) and passes its fencing token.
+func (s *Store) Move(ctx context.Context, it Item, buckets int, fence int64) (int64, error) {
 	if buckets <= 1 {
 		return 0, nil
 	}
@@ -267,7 +282,7 @@ func (s *Store) Move(ctx context.Context, it Item, buckets int) (int64, error) {
 		return 0, err
 	}
 	for _, t := range pending {
-		if err := s.Finish(ctx, it, t); errors.Is(err, ErrNoStockKey) {
+		if err := s.Finish(ctx, it, t, fence); errors.Is(err, ErrNoStockKey) {
 			return 0, nil // the target's keys are lost: left to the reconciler's fix
 		} else if err != nil {
 			return 0, err
@@ -278,10 +293,10 @@ func (s *Store) Move(ctx context.Context, it Item, buckets int) (int64, error) {
 		return 0, err
 	}
 	t := Transfer{ID: newTransferID(), From: from, To: to, Units: units}
-	if took, err := s.Take(ctx, it, t); err != nil || !took {
+	if took, err := s.Take(ctx, it, t, fence); err != nil || !took {
 		return 0, err // not taken: sold meanwhile, next pass
 	}
-	if err := s.Finish(ctx, it, t); err != nil {
+	if err := s.Finish(ctx, it, t, fence); err != nil {
 		return 0, err
 	}
 	return t.Units, nil

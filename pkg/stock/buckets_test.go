@@ -83,12 +83,27 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 		}
 		return fmt.Sprint(out)
 	}
-	tr := stock.Transfer{ID: "x1", From: 0, To: 1, Units: 2}
-	for range 2 { // taking an id twice takes once
-		if took, err := s.Take(ctx, it, tr); err != nil || !took {
-			t.Fatalf("take: %v %v", took, err)
+	// Each step as a mover takes it: under the item's bucket lock.
+	held := func(fn func(fence int64) error) {
+		t.Helper()
+		if err := s.WithBuckets(ctx, it, 3, time.Second, func(_ context.Context, fence int64) error { return fn(fence) }); err != nil {
+			t.Fatal(err)
 		}
 	}
+	move := func() (moved int64) {
+		t.Helper()
+		held(func(fence int64) (err error) { moved, err = s.Move(ctx, it, 3, fence); return err })
+		return moved
+	}
+	tr := stock.Transfer{ID: "x1", From: 0, To: 1, Units: 2}
+	held(func(fence int64) error {
+		for range 2 { // taking an id twice takes once
+			if took, err := s.Take(ctx, it, tr, fence); err != nil || !took {
+				t.Fatalf("take: %v %v", took, err)
+			}
+		}
+		return nil
+	})
 	if got := stocks(); got != "[1 3 3]" {
 		t.Fatalf("after the take: %s, want [1 3 3]", got)
 	}
@@ -97,15 +112,13 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 		t.Fatalf("transfers %+v, %v; want x1 pending", ts, err)
 	}
 	// The next pass finishes it; nothing is empty, so nothing new moves.
-	if moved, err := s.Move(ctx, it, 3); err != nil || moved != 0 {
-		t.Fatalf("move: %d %v", moved, err)
+	if moved := move(); moved != 0 {
+		t.Fatalf("move: %d", moved)
 	}
 	if got := stocks(); got != "[1 5 3]" {
 		t.Errorf("after finishing: %s, want [1 5 3]", got)
 	}
-	if err := s.Finish(ctx, it, tr); err != nil {
-		t.Fatal(err)
-	}
+	held(func(fence int64) error { return s.Finish(ctx, it, tr, fence) })
 	if got := stocks(); got != "[1 5 3]" {
 		t.Errorf("after a repeated give: %s, want [1 5 3]", got)
 	}
@@ -117,8 +130,8 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 	if err := r.Client.DecrBy(ctx, s.Keys(stock.Item{ActivityID: 3, ItemID: 4}).Stock, 1).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if moved, err := s.Move(ctx, it, 3); err != nil || moved != 1 {
-		t.Fatalf("move: %d %v, want 1 unit from bucket 2", moved, err)
+	if moved := move(); moved != 1 {
+		t.Fatalf("move: %d, want 1 unit from bucket 2", moved)
 	}
 	if got := stocks(); got != "[1 5 2]" {
 		t.Errorf("after the move: %s, want [1 5 2]", got)
