@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"orderpipe/pkg/clock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 )
@@ -193,22 +194,58 @@ func (s *Server) activityFromPath(w http.ResponseWriter, r *http.Request) (order
 	return a, true
 }
 
-// preheat loads each item's Postgres stock into Redis unless already loaded.
+// preheat puts an activity's items on sale in four steps, so that a
+// preheat failing at any step leaves nothing on sale that Postgres does not
+// know of, and a retry finishes it:
+//
+//  1. Postgres fixes each item's stock layout (BeginPreheat): from then on
+//     its bucket count cannot change (409 BUCKETS_FIXED), so whatever a
+//     preheat writes to Redis, now or on a retry, and the count a gateway
+//     keeps (buckets.go) agree with Postgres;
+//  2. Redis gets the stock keys (Load), which sell nothing by themselves;
+//  3. Postgres records the items preheated (MarkPreheated): from then on
+//     the reconciler, the mover and the lost-sale check watch them;
+//  4. Redis gets the sale hashes (Arm): only now do the items sell.
+//
+// Stopped after step 3, an item Postgres calls preheated has no sale in
+// Redis: its orders are answered 503 (lostsale.go) until a new preheat, or
+// `orderpipe reconciler --once --fix`, writes it.
 func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.activityFromPath(w, r)
 	if !ok {
 		return
 	}
 	id := a.ID
+	// An ended sale is refused before anything changes, the layout too.
+	if !a.EndsAt.Add(stock.StockGrace).After(clock.Now()) {
+		writeError(w, http.StatusConflict, "SALE_ENDED", "the activity has ended")
+		return
+	}
+	err := s.inPostgres(r.Context(), func(ctx context.Context) error {
+		var err error
+		a, err = s.deps.Orders.BeginPreheat(ctx, id)
+		return err
+	})
+	if errors.Is(err, order.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "ACTIVITY_NOT_FOUND", "no such activity")
+		return
+	}
+	if err != nil {
+		s.deps.Log.Error("beginning a preheat", "activity_id", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable; nothing was put on sale: retry (preheat is idempotent)")
+		return
+	}
 	v := viewOfActivity(a)
+	sales := make([]stock.Sale, len(a.Items))
+	itemIDs := make([]int64, len(a.Items))
 	for i, it := range a.Items {
+		sales[i] = stock.Sale{Item: stock.Item{ActivityID: id, ItemID: it.ItemID}, Stock: it.Stock,
+			StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: a.PerUserLimit, Buckets: it.Buckets}
+		itemIDs[i] = it.ItemID
 		var loaded bool
 		err := s.inRedis(r.Context(), func(ctx context.Context) error {
 			var err error
-			loaded, err = s.deps.Stock.Preheat(ctx, stock.Sale{
-				Item:  stock.Item{ActivityID: id, ItemID: it.ItemID},
-				Stock: it.Stock, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: a.PerUserLimit, Buckets: it.Buckets,
-			})
+			loaded, err = s.deps.Stock.Load(ctx, sales[i])
 			return err
 		})
 		if errors.Is(err, stock.ErrSaleOver) {
@@ -216,19 +253,26 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil {
-			s.deps.Log.Error("preheating", "activity_id", id, "err", err)
-			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable; items may be partly preheated: retry (preheat is idempotent)")
-			return
-		}
-		// Postgres remembers what Redis must hold, for the reconciler.
-		if err := s.inPostgres(r.Context(), func(ctx context.Context) error {
-			return s.deps.Orders.MarkPreheated(ctx, id, it.ItemID)
-		}); err != nil {
-			s.deps.Log.Error("marking preheated", "activity_id", id, "err", err)
-			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+			s.deps.Log.Error("loading stock", "activity_id", id, "item_id", it.ItemID, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable; nothing was put on sale: retry (preheat is idempotent)")
 			return
 		}
 		v.Items[i].Loaded = &loaded
+	}
+	if err := s.inPostgres(r.Context(), func(ctx context.Context) error {
+		return s.deps.Orders.MarkPreheated(ctx, id, itemIDs...)
+	}); err != nil {
+		s.deps.Log.Error("marking preheated", "activity_id", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable; nothing was put on sale: retry (preheat is idempotent)")
+		return
+	}
+	for _, sale := range sales {
+		if err := s.inRedis(r.Context(), func(ctx context.Context) error { return s.deps.Stock.Arm(ctx, sale) }); err != nil {
+			s.deps.Log.Error("putting an item on sale", "activity_id", id, "item_id", sale.ItemID, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
+				"stock service unavailable; items may be partly on sale (the others are answered 503 until then): retry (preheat is idempotent)")
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, v)
 }

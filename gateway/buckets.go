@@ -14,9 +14,15 @@ import (
 
 // Bucketed stock (pkg/stock/buckets.go): an item's stock may be split over B
 // buckets. The gateway learns B with the item's sale (bucket 0's sale hash)
-// on its first request for the item and keeps it: B never changes once the
-// item is preheated. A user always lands in the same bucket, so the one
-// script keeps the per-user limit exact.
+// on its first request for the item and keeps it for good. That is safe
+// because B never changes once it can be seen: Postgres fixes it before a
+// preheat writes any Redis key and refuses to change it afterwards, even
+// after a preheat that failed part-way (409 BUCKETS_FIXED), and the sale
+// hash that carries it is written last (admin.go, preheat). Were B allowed
+// to change, a gateway keeping the old count would route a user to another
+// bucket than a fresh gateway: one requestId, two reservations. A user
+// always lands in the same bucket, so the one script keeps the per-user
+// limit exact.
 
 // route picks the bucket of the request's user; on a Redis failure it has
 // answered 503 (nothing was reserved) and returns false.

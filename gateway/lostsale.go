@@ -9,12 +9,14 @@ import (
 )
 
 // A reserve that finds no sale in Redis (or finds Redis's clock outside its
-// window) is NOT_ON_SALE only if Postgres agrees. If the item was preheated and its sale window holds, Redis lost
-// the sale's keys (a restart without persistence, a failover to a replica
-// that had none of them): the answer is 503 with nothing reserved, so the
-// client retries with the same requestId once `orderpipe reconciler --fix`
-// has put the sale back, instead of being told for good that the sale it
-// bought from a moment ago does not exist.
+// window) is NOT_ON_SALE only if Postgres agrees. If the item was preheated
+// and its sale window holds, Redis lost the sale's keys (a restart without
+// persistence, a failover to a replica that had none of them), or a preheat
+// stopped after Postgres recorded the item preheated and before it wrote
+// the sale: the answer is 503 with nothing reserved, so the client retries
+// with the same requestId once `orderpipe reconciler --fix` (or a new
+// preheat) has put the sale back, instead of being told for good that the
+// sale it bought from a moment ago does not exist.
 
 // saleMemory is how long Postgres's answer about an item is reused, so a
 // flood of requests for an item Redis lacks costs Postgres one query per
@@ -65,7 +67,7 @@ func (s *Server) saleLost(ctx context.Context, item stock.Item, outsideWindow bo
 		s.deps.Log.ErrorContext(ctx, "sale outside its window by Redis's clock but inside it by the database's: answering 503; check the clocks (NTP) of Redis and Postgres",
 			"activity_id", item.ActivityID, "item_id", item.ItemID)
 	case a.onSale:
-		s.deps.Log.ErrorContext(ctx, "sale missing in Redis but on sale in Postgres (Redis lost its keys): answering 503 until `orderpipe reconciler --once --fix` restores it",
+		s.deps.Log.ErrorContext(ctx, "sale missing in Redis but on sale in Postgres (Redis lost its keys, or a preheat stopped before putting it on sale): answering 503 until `orderpipe reconciler --once --fix` or a new preheat restores it",
 			"activity_id", item.ActivityID, "item_id", item.ItemID)
 	}
 	s.sales.mu.Lock()

@@ -15,7 +15,8 @@ import (
 // The nemesis: during a storefront load it injects faults at random
 // instants, possibly overlapping — components SIGKILLed and restarted, any
 // process (the brokers too) paused with SIGSTOP and continued, Postgres
-// slowed or reset through Toxiproxy, poison messages — then heals, drains
+// slowed or reset through Toxiproxy, poison messages, a preheat cut
+// part-way (fault_preheat.go) — then heals, drains
 // and hands the history to the checker. The schedule is a pure function of
 // the seed and the process names, printed before the run, so a failing run
 // is repeated with CHAOS_SEED.
@@ -24,7 +25,7 @@ import (
 type fault struct {
 	At     time.Duration // into the load
 	For    time.Duration // down, paused or toxic for
-	Kind   string        // kill, pause, pg-latency, pg-reset, poison, redis-*, clock-step, fix-move
+	Kind   string        // kill, pause, pg-latency, pg-reset, poison, redis-*, clock-step, fix-move, preheat-cut
 	Target string        // a process name, "redis" (the primary), "postgres" or "topic"
 	Step   time.Duration // clock-step: added to the target's wall clock
 }
@@ -41,14 +42,16 @@ func (f fault) String() string {
 
 // nemesisSchedule draws the faults of a load of loadFor from seed: the
 // process and link faults (processFaults), the store faults (storeFaults),
-// the clock steps (clockFaults) and the fixes during moves (fixMoveFaults,
-// fault_fixmove.go), each from a random stream of its own,
-// so adding one left the earlier streams — the seeds' meaning before it —
-// unchanged.
+// the clock steps (clockFaults), the fixes during moves (fixMoveFaults,
+// fault_fixmove.go) and the preheat cuts (preheatFaults), each from a
+// random stream of its own, so adding one left the earlier streams — the
+// seeds' meaning before it — unchanged.
 func nemesisSchedule(seed uint64, loadFor time.Duration, comps, brokers []string, withPG, kafkaLink bool) []fault {
-	out := append(processFaults(seed, loadFor, comps, brokers), storeFaults(seed, loadFor, withPG, kafkaLink)...)
+	stores := storeFaults(seed, loadFor, withPG, kafkaLink)
+	out := append(processFaults(seed, loadFor, comps, brokers), stores...)
 	out = append(out, clockFaults(seed, loadFor, comps)...)
 	out = append(out, fixMoveFaults(seed, loadFor)...)
+	out = append(out, preheatFaults(seed, loadFor, withPG, stores)...)
 	slices.SortStableFunc(out, func(a, b fault) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
@@ -358,6 +361,7 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 	wg.Wait()
 	<-loaded
 	slices.Sort(res.Applied)
+	res.Problems = append(res.Problems, takePreheatFindings()...)
 
 	for _, p := range s.heal(ctx) {
 		fail("%s", p)
@@ -460,6 +464,8 @@ func (s *Suite) inflict(ctx context.Context, f fault, act int64) (string, error)
 		return poison(ctx, s, act)
 	case "fix-move":
 		return s.fixDuringMove(ctx, f, act)
+	case "preheat-cut":
+		return s.preheatCut(ctx, f, act)
 	case "clock-step":
 		p := s.proc(f.Target)
 		if err := p.stepClock(f.Step); err != nil {

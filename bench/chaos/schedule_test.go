@@ -14,7 +14,8 @@ import (
 // first stream (seed 1 keeps the faults that found issue 12's loss); no
 // target is hit twice at once by one stream; a real cluster's brokers are
 // sometimes killed, kfake's never; clocks are stepped on gateways and
-// workers only.
+// workers only; a preheat cut pauses Redis, or Postgres only when the suite
+// runs its own, and never while a store fault holds that target.
 func TestSchedule(t *testing.T) {
 	comps := []string{"worker", "worker-2", "closer", "gateway", "gateway-2"}
 	load := 12 * time.Second
@@ -39,6 +40,7 @@ func TestSchedule(t *testing.T) {
 	}
 
 	kinds := map[string]int{}
+	preheatTargets := map[string]int{}
 	brokerKills := 0
 	for seed := uint64(1); seed <= 200; seed++ {
 		for _, real := range []bool{false, true} {
@@ -62,6 +64,14 @@ func TestSchedule(t *testing.T) {
 				if f.Kind == "clock-step" && !strings.HasPrefix(f.Target, "gateway") && !strings.HasPrefix(f.Target, "worker") {
 					t.Fatalf("seed %d: a clock step of %s, which reads no clock for a decision", seed, f)
 				}
+				if f.Kind == "preheat-cut" {
+					preheatTargets[f.Target]++
+					for _, g := range fs {
+						if streamOf(g) == "stores" && g.Target == f.Target && g.At < f.At+f.For+preheatSlack && f.At < g.At+g.For+storeSettle(g) {
+							t.Fatalf("seed %d: %s overlaps %s", seed, f, g)
+						}
+					}
+				}
 				if real && f.Target == "kafka-link" {
 					t.Fatalf("seed %d: a broker link fault on the real cluster (not proxied): %s", seed, f)
 				}
@@ -77,11 +87,22 @@ func TestSchedule(t *testing.T) {
 	}
 	for _, k := range []string{"kill", "pause", "pg-latency", "pg-reset", "poison", "redis-restart", "redis-failover",
 		"redis-latency", "redis-reset", "redis-bandwidth", "pg-restart", "kafka-latency", "kafka-reset", "kafka-bandwidth", "clock-step",
-		"fix-move"} {
+		"fix-move", "preheat-cut"} {
 		if kinds[k] == 0 {
 			t.Errorf("200 seeds never drew %s", k)
 		}
 	}
+	if preheatTargets["redis"] == 0 || preheatTargets["postgres"] == 0 {
+		t.Errorf("200 seeds drew preheat cuts of %v, want Redis and Postgres both", preheatTargets)
+	}
+	for seed := uint64(1); seed <= 200; seed++ {
+		for _, f := range preheatFaults(seed, load, false, nil) {
+			if f.Target != "redis" {
+				t.Fatalf("seed %d: %s without the suite's own PostgreSQL (it cannot be paused)", seed, f)
+			}
+		}
+	}
+	t.Logf("preheat cuts over 200 seeds × 2 clusters: %v", preheatTargets)
 	if brokerKills == 0 {
 		t.Error("200 seeds never killed a broker of the real cluster")
 	}
@@ -94,6 +115,8 @@ func streamOf(f fault) string {
 		return "clocks"
 	case f.Kind == "fix-move":
 		return "fixes"
+	case f.Kind == "preheat-cut":
+		return "preheats"
 	case f.Kind == "pause" && (f.Target == "redis" || f.Target == "postgres"),
 		strings.HasPrefix(f.Kind, "redis-"), strings.HasPrefix(f.Kind, "kafka-"), f.Kind == "pg-restart":
 		return "stores"

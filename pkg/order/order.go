@@ -38,8 +38,10 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrStockBelowSold: an activity update would set stock below what is sold.
 	ErrStockBelowSold = errors.New("new stock is below the units already sold")
-	// ErrBucketsFixed: an upsert would change the buckets of a preheated item.
-	ErrBucketsFixed = errors.New("buckets cannot change once the item is preheated")
+	// ErrBucketsFixed: an upsert would change the buckets of an item whose
+	// first preheat began (finished or not).
+	ErrBucketsFixed = errors.New("buckets cannot change once a preheat of the item began: " +
+		"its Redis keys, reservations and orders are laid out by that count, and gateways keep it")
 )
 
 // Store is the Postgres store.
@@ -117,15 +119,19 @@ func (s *Store) UpsertActivity(ctx context.Context, a Activity) error {
 	return tx.Commit(ctx)
 }
 
-// checkBuckets refuses to change the buckets of a preheated item: its live
-// reservations and orders sit in the buckets the old count routed them to.
+// checkBuckets refuses to change the buckets of an item once a preheat of
+// it began, even one that failed part-way: its Redis keys may already be
+// laid out by the old count (a later preheat would add the missing buckets
+// beside a bucket 0 holding the whole stock), its live reservations and
+// orders sit in the buckets that count routed them to, and gateways keep
+// the count they learnt. The row lock orders it with BeginPreheat.
 func checkBuckets(ctx context.Context, tx pgx.Tx, activityID int64, it ItemStock) error {
 	if it.Buckets <= 0 {
 		return nil
 	}
 	var cur int
 	var preheated bool
-	err := tx.QueryRow(ctx, `SELECT buckets, preheated_at IS NOT NULL FROM item_stock
+	err := tx.QueryRow(ctx, `SELECT buckets, preheat_started_at IS NOT NULL FROM item_stock
 		WHERE activity_id = $1 AND item_id = $2 FOR UPDATE`, activityID, it.ItemID).Scan(&cur, &preheated)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil

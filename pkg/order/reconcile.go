@@ -14,12 +14,53 @@ import (
 // sale in Redis, how requests were decided, and one item's state frozen by a
 // lock on its stock row.
 
-// MarkPreheated records that an item's stock is loaded into Redis.
-func (s *Store) MarkPreheated(ctx context.Context, activityID, itemID int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE item_stock SET preheated_at = now() WHERE activity_id = $1 AND item_id = $2`,
-		activityID, itemID)
+// BeginPreheat is a preheat's first step, before it writes anything to
+// Redis: it fixes the stock layout (the bucket count) of every item of the
+// activity not preheated before, in one transaction, and returns the
+// activity with those items as they are now (the layout Redis must get).
+// An item added concurrently is left for the next preheat.
+func (s *Store) BeginPreheat(ctx context.Context, id int64) (Activity, error) {
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("marking item %d:%d preheated: %w", activityID, itemID, err)
+		return Activity{}, fmt.Errorf("beginning tx: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	a := Activity{ID: id}
+	err = tx.QueryRow(ctx, `SELECT name, starts_at, ends_at, per_user_limit FROM activities WHERE id = $1`, id).
+		Scan(&a.Name, &a.StartsAt, &a.EndsAt, &a.PerUserLimit)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Activity{}, fmt.Errorf("activity %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Activity{}, fmt.Errorf("reading activity %d: %w", id, err)
+	}
+	// Only rows not yet started are locked: a running sale's rows are the
+	// workers' hot rows, and their layout is fixed already.
+	if _, err := tx.Exec(ctx, `UPDATE item_stock SET preheat_started_at = now()
+		WHERE activity_id = $1 AND preheat_started_at IS NULL`, id); err != nil {
+		return Activity{}, fmt.Errorf("fixing the layout of activity %d: %w", id, err)
+	}
+	a.Items, err = queryAll[ItemStock](ctx, tx, fmt.Sprintf("reading items of activity %d", id),
+		`SELECT activity_id, item_id, initial_stock, stock, version, buckets FROM item_stock
+		WHERE activity_id = $1 AND preheat_started_at IS NOT NULL ORDER BY item_id`, id)
+	if err != nil {
+		return Activity{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Activity{}, fmt.Errorf("committing: %w", err)
+	}
+	return a, nil
+}
+
+// MarkPreheated records that the items' stock is loaded into Redis: from
+// now on the reconciler, the mover and the gateway's lost-sale check watch
+// them. The first time is kept: nothing of the item sold before it, and a
+// repeated preheat leaves a running sale's hot rows alone.
+func (s *Store) MarkPreheated(ctx context.Context, activityID int64, itemIDs ...int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE item_stock SET preheated_at = now(), preheat_started_at = COALESCE(preheat_started_at, now())
+		WHERE activity_id = $1 AND item_id = ANY($2) AND preheated_at IS NULL`, activityID, itemIDs)
+	if err != nil {
+		return fmt.Errorf("marking items of activity %d preheated: %w", activityID, err)
 	}
 	return nil
 }

@@ -112,32 +112,6 @@ func (s *Store) Buckets(ctx context.Context, it Item) (n int, ok bool, err error
 	return n, true, nil
 }
 
-// preheatBuckets loads a bucketed item: each bucket's share of the stock
-// unless that bucket is already loaded, and the sale in every bucket (with
-// the count in bucket 0's). One MULTI per bucket: they are separate slots.
-func (s *Store) preheatBuckets(ctx context.Context, sale Sale, expireAt time.Time) (loaded bool, err error) {
-	shares := Split(sale.Stock, sale.Buckets)
-	for b, share := range shares {
-		it := sale.Item
-		it.Bucket = b
-		k := s.Keys(it)
-		var setNX *redis.BoolCmd
-		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			setNX = p.SetNX(ctx, k.Stock, share, 0)
-			p.ExpireAt(ctx, k.Stock, expireAt)
-			p.HSet(ctx, k.Sale, "starts", sale.StartsAt.UnixMilli(), "ends", sale.EndsAt.UnixMilli(), "cap", sale.Cap,
-				"buckets", sale.Buckets)
-			p.ExpireAt(ctx, k.Sale, expireAt)
-			return nil
-		})
-		if err != nil {
-			return loaded, fmt.Errorf("preheating %s bucket %d: %w", sale.Item, b, err)
-		}
-		loaded = loaded || setNX.Val()
-	}
-	return loaded, nil
-}
-
 // Transfer is a move of units between two buckets of an item, taken from
 // From and not yet known to be given (its record still in From's transfers).
 type Transfer struct {

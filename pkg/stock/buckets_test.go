@@ -140,3 +140,66 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 		t.Errorf("needs move: %v %v, want false", need, err)
 	}
 }
+
+// TestLoadSellsNothingUntilArm: a preheat's Load gives every bucket its
+// stock but no sale, so every bucket refuses NOT_ON_SALE and the item's
+// bucket count is not known to a gateway yet; Arm puts every bucket on
+// sale with the count. A repeated Load keeps the running stock.
+func TestLoadSellsNothingUntilArm(t *testing.T) {
+	r := testenv.MustRedis(t)
+	s := stock.New(r.Client, r.Prefix)
+	ctx := context.Background()
+	it := stock.Item{ActivityID: 5, ItemID: 6}
+	now := time.Now()
+	sale := stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1, Buckets: 3}
+	reserve := func(user int64) stock.Outcome {
+		t.Helper()
+		rid := fmt.Sprintf("r-%d", user)
+		res, err := s.Reserve(ctx, stock.Reservation{Item: it.ForUser(user, 3), RequestID: rid, OrderNo: "o-" + rid, UserID: user,
+			Quantity: 1, Fingerprint: stock.Fingerprint(user, 5, 6, 1), Event: []byte(`{"orderNo":"o-` + rid + `","quantity":1}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Outcome
+	}
+	users := map[int]int64{}
+	for u := int64(1); len(users) < 3; u++ {
+		if _, ok := users[stock.BucketOf(u, 3)]; !ok {
+			users[stock.BucketOf(u, 3)] = u
+		}
+	}
+	if loaded, err := s.Load(ctx, sale); err != nil || !loaded {
+		t.Fatalf("load: %v %v", loaded, err)
+	}
+	for b, u := range users {
+		if got := reserve(u); got != stock.NotOnSale {
+			t.Errorf("bucket %d after Load only: %s, want NOT_ON_SALE", b, got)
+		}
+	}
+	if _, known, err := s.Buckets(ctx, it); err != nil || known {
+		t.Errorf("bucket count known after Load only: %v %v", known, err)
+	}
+	if err := s.Arm(ctx, sale); err != nil {
+		t.Fatal(err)
+	}
+	if n, known, err := s.Buckets(ctx, it); err != nil || !known || n != 3 {
+		t.Errorf("bucket count after Arm: %d %v %v, want 3", n, known, err)
+	}
+	for b, u := range users {
+		if got := reserve(u); got != stock.Reserved {
+			t.Errorf("bucket %d after Arm: %s, want RESERVED", b, got)
+		}
+	}
+	if loaded, err := s.Load(ctx, sale); err != nil || loaded {
+		t.Fatalf("second load: %v %v, want nothing loaded", loaded, err)
+	}
+	got, err := s.BucketStocks(ctx, it, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, n := range got {
+		if n == nil || *n != 2 {
+			t.Errorf("bucket %d holds %v after a sale and a second Load, want 2", b, n)
+		}
+	}
+}

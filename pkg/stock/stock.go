@@ -77,8 +77,11 @@ func (it Item) String() string { return fmt.Sprintf("%d:%d", it.ActivityID, it.I
 
 // Keys are an item's Redis keys.
 type Keys struct {
-	Stock   string // remaining stock
-	Sale    string // hash: starts, ends (unix ms), cap (max quantity per user)
+	Stock string // remaining stock
+	// Sale: hash of starts, ends (unix ms), cap (max quantity per user)
+	// and, bucketed, buckets; written last by a preheat (Arm): without it
+	// the bucket does not sell.
+	Sale    string
 	Journal string // hash: requestId → event JSON, until the worker commits
 	// Transfers: hash of the mover's transfers out of this bucket, id →
 	// "<target bucket>:<units>", until the target has them.
@@ -406,31 +409,74 @@ type Sale struct {
 // ErrSaleOver is returned when preheating a sale that has ended.
 var ErrSaleOver = errors.New("sale has ended")
 
-// Preheat loads an item's stock unless it is already loaded (so a repeated
-// preheat never overwrites a running sale's stock), and (re)writes its sale
-// window and cap. Keys expire an hour after the sale ends. It reports whether
-// the stock was loaded by this call.
+// Preheat loads an item's stock and puts it on sale: Load, then Arm. The
+// admin API's preheat records the item in Postgres between the two
+// (gateway/admin.go); this is for callers that own the whole sale (tests,
+// the load tool).
 func (s *Store) Preheat(ctx context.Context, sale Sale) (loaded bool, err error) {
+	if loaded, err = s.Load(ctx, sale); err != nil {
+		return loaded, err
+	}
+	return loaded, s.Arm(ctx, sale)
+}
+
+// Load is a preheat's first Redis step: each bucket's stock key gets its
+// share (Split) unless it holds one already, so a repeated preheat never
+// overwrites a running sale's stock, and every key expires an hour after
+// the sale ends. It writes no sale hash: without one the reserve script
+// answers NOT_ON_SALE, so a preheat that stops here sells nothing. It
+// reports whether this call loaded any bucket. One MULTI per bucket: they
+// are separate slots.
+func (s *Store) Load(ctx context.Context, sale Sale) (loaded bool, err error) {
 	expireAt := sale.EndsAt.Add(StockGrace)
 	if !expireAt.After(clock.Now()) {
 		return false, ErrSaleOver
 	}
-	if sale.Buckets > 1 {
-		return s.preheatBuckets(ctx, sale, expireAt)
+	for b, share := range Split(sale.Stock, sale.Buckets) {
+		it := sale.Item
+		it.Bucket = b
+		k := s.Keys(it)
+		var setNX *redis.BoolCmd
+		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			setNX = p.SetNX(ctx, k.Stock, share, 0)
+			p.ExpireAt(ctx, k.Stock, expireAt)
+			return nil
+		})
+		if err != nil {
+			return loaded, fmt.Errorf("loading %s bucket %d: %w", sale.Item, b, err)
+		}
+		loaded = loaded || setNX.Val()
 	}
-	k := s.Keys(sale.Item)
-	var setNX *redis.BoolCmd
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		setNX = p.SetNX(ctx, k.Stock, sale.Stock, 0)
-		p.ExpireAt(ctx, k.Stock, expireAt)
-		p.HSet(ctx, k.Sale, "starts", sale.StartsAt.UnixMilli(), "ends", sale.EndsAt.UnixMilli(), "cap", sale.Cap)
-		p.ExpireAt(ctx, k.Sale, expireAt)
-		return nil
-	})
-	if err != nil {
-		return false, fmt.Errorf("preheating %s: %w", sale.Item, err)
+	return loaded, nil
+}
+
+// Arm is a preheat's last step, once Postgres records the item preheated:
+// it (re)writes each bucket's sale hash (window, cap, and the bucket count
+// when more than one), which puts the bucket on sale. Bucket 0 goes last:
+// a gateway learns the count from bucket 0's sale (Buckets), so by then
+// every bucket is on sale. The count is the one Postgres fixed before Load
+// and never changes afterwards, so a gateway may keep it for good.
+func (s *Store) Arm(ctx context.Context, sale Sale) error {
+	expireAt := sale.EndsAt.Add(StockGrace)
+	n := max(sale.Buckets, 1)
+	for b := n - 1; b >= 0; b-- {
+		it := sale.Item
+		it.Bucket = b
+		k := s.Keys(it)
+		fields := []any{"starts", sale.StartsAt.UnixMilli(), "ends", sale.EndsAt.UnixMilli(), "cap", sale.Cap}
+		if n > 1 {
+			fields = append(fields, "buckets", n)
+		}
+		_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSet(ctx, k.Sale, fields...)
+			p.ExpireAt(ctx, k.Sale, expireAt)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("putting %s bucket %d on sale: %w", sale.Item, b, err)
+		}
 	}
-	return setNX.Val(), nil
+	return nil
 }
 
 // Pending looks an orderNo up in the item's dedup records: the reservation's

@@ -1,0 +1,316 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"orderpipe/pkg/stock"
+)
+
+// The preheat fault: a preheat of a fresh activity with Postgres or Redis
+// paused at the step that matters, then a bucket count change of it, then
+// the preheat retried until it finishes, while probe clients order the
+// fresh item all along. The rule it judges (docs/lifecycle.md "Preheat"):
+// an item sells only once Postgres records it preheated and Redis holds its
+// sale laid out as Postgres fixed it. Its findings are the run's problems:
+//
+//   - an order accepted (202) before Postgres recorded the item preheated
+//     (item_stock.preheated_at, which keeps its first time);
+//   - the bucket count changed (PUT answered 200) while Redis held keys of
+//     the item, or Redis's sale names another count than Postgres;
+//   - a preheat that never finishes once the fault is over.
+//
+// The fresh item stays preheated: the reconciler's check after the run
+// holds it to I5 like the run's own items.
+
+// preheatFaults: about one every 10 s of load, from a stream of its own so
+// the other streams (and the seeds' meaning before it) are unchanged. Half
+// of them (all without the suite's own PostgreSQL) pause the Redis primary
+// 1.2–3 s (above REDIS_TIMEOUT) once Postgres has fixed the item's layout;
+// the others pause PostgreSQL 2.5–4 s (above the gateway's 2 s bound on a
+// Postgres call) once Redis holds the item's stock, so recording the item
+// preheated fails. A draw that would overlap a store fault on the same
+// target is left out (pausing a process another fault is restarting tells
+// nothing).
+func preheatFaults(seed uint64, loadFor time.Duration, withPG bool, stores []fault) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x70726568656174))
+	drawn := schedule(rng, loadFor, 10*time.Second, func() fault {
+		if withPG && rng.IntN(2) == 0 {
+			return fault{Kind: "preheat-cut", Target: "postgres", For: between(rng, 2500*time.Millisecond, 4*time.Second)}
+		}
+		return fault{Kind: "preheat-cut", Target: "redis", For: between(rng, 1200*time.Millisecond, 3*time.Second)}
+	}, func(fault) time.Duration { return 0 })
+	var out []fault
+	for _, f := range drawn {
+		clear := true
+		for _, g := range stores {
+			if g.Target == f.Target && g.At < f.At+f.For+preheatSlack && f.At < g.At+g.For+storeSettle(g) {
+				clear = false
+			}
+		}
+		if clear {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// preheatSlack is how long a preheat fault holds its target besides its
+// pause: the sale's creation, the wait for the step, the retries.
+const preheatSlack = 3 * time.Second
+
+// storeSettle is how long a store fault keeps its target busy after its
+// time (as storeFaults's settle).
+func storeSettle(f fault) time.Duration {
+	switch f.Kind {
+	case "redis-restart", "redis-failover":
+		return 5 * time.Second
+	case "pg-restart":
+		return 2 * time.Second
+	}
+	return 0
+}
+
+// preheatSales numbers the fresh activities within a run.
+var preheatSales atomic.Int64
+
+// preheatFindings are the preheat faults' findings not yet taken by the run.
+var preheatFindings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func preheatFinding(format string, args ...any) {
+	preheatFindings.mu.Lock()
+	defer preheatFindings.mu.Unlock()
+	preheatFindings.list = append(preheatFindings.list, fmt.Sprintf(format, args...))
+}
+
+// takePreheatFindings returns and forgets the findings so far.
+func takePreheatFindings() []string {
+	preheatFindings.mu.Lock()
+	defer preheatFindings.mu.Unlock()
+	out := preheatFindings.list
+	preheatFindings.list = nil
+	return out
+}
+
+var preheatClient = &http.Client{Timeout: 10 * time.Second}
+
+// preheatCut runs one preheat fault on a fresh activity of the run's sale act.
+func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, error) {
+	at := s.since()
+	id := act*1000 + preheatSales.Add(1)
+	buckets := max(s.cfg.Buckets, 2)
+	const units = 40
+	it := stock.Item{ActivityID: id, ItemID: 1}
+	desc := fmt.Sprintf("preheat-cut of sale %d (%d buckets) at %s", id, buckets, at)
+	if code, _, err := s.putPreheatSale(ctx, id, units, buckets); err != nil || code != http.StatusOK {
+		return desc, fmt.Errorf("creating the sale: %d %v", code, err)
+	}
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probe := make(chan []time.Time, 1)
+	go func() { probe <- s.probeOrders(probeCtx, it) }()
+	defer stopProbe()
+
+	first := make(chan string, 1)
+	go func() {
+		code, errCode, err := s.adminDo(ctx, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "")
+		first <- answerText(code, errCode, err)
+	}()
+	// The step that matters: Redis loaded (Postgres next records the item
+	// preheated), or Postgres has fixed the layout (Redis next).
+	reached := func() bool {
+		if f.Target == "postgres" {
+			n, err := s.rdb.Exists(ctx, s.stock.Keys(it).Stock).Result()
+			return err == nil && n == 1
+		}
+		var started bool
+		err := s.pool.QueryRow(ctx, `SELECT preheat_started_at IS NOT NULL FROM item_stock
+			WHERE activity_id = $1 AND item_id = 1`, id).Scan(&started)
+		return err == nil && started
+	}
+	var firstAnswer string
+	deadline := time.Now().Add(10 * time.Second)
+	for firstAnswer == "" && !reached() && time.Now().Before(deadline) {
+		select {
+		case firstAnswer = <-first:
+		default:
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	paused := "not paused (the preheat was done first)"
+	if firstAnswer == "" {
+		p := s.pauseTarget(f.Target)
+		if err := p.pause(); err != nil {
+			return desc, err
+		}
+		time.Sleep(f.For)
+		if err := p.resume(); err != nil {
+			return desc, err
+		}
+		step := "had fixed the layout in Postgres"
+		if f.Target == "postgres" {
+			step = "had loaded Redis"
+		}
+		paused = fmt.Sprintf("%s paused %s once the preheat %s", p.name, f.For.Round(10*time.Millisecond), step)
+		firstAnswer = <-first
+	}
+
+	// A layout change now: refused once a preheat began, else allowed only
+	// while Redis holds nothing of the item.
+	held := s.itemKeysHeld(ctx, it, buckets+1)
+	code, errCode, err := s.putPreheatSale(ctx, id, units, buckets+1)
+	layout := answerText(code, errCode, err)
+	if code == http.StatusOK {
+		if held != "" {
+			preheatFinding("preheat: sale %d's bucket count changed %d → %d (PUT answered 200) while Redis held %s",
+				id, buckets, buckets+1, held)
+		}
+		buckets++
+	}
+
+	// Finish it, as an operator would: retry until it answers 200.
+	retries := 0
+	var last string
+	for done := false; !done; retries++ {
+		code, errCode, err := s.adminDo(ctx, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "")
+		last, done = answerText(code, errCode, err), code == http.StatusOK
+		if !done {
+			if retries >= 100 {
+				preheatFinding("preheat: sale %d never finished its preheat once the fault was over (last answer %s)", id, last)
+				break
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the probe buys some after the preheat too
+	stopProbe()
+	accepted := <-probe
+
+	var marked *time.Time
+	var pgBuckets int
+	if err := s.pool.QueryRow(ctx, `SELECT preheated_at, buckets FROM item_stock WHERE activity_id = $1 AND item_id = 1`, id).
+		Scan(&marked, &pgBuckets); err != nil {
+		return desc, fmt.Errorf("reading the item: %w", err)
+	}
+	early := 0
+	for _, t := range accepted {
+		if marked == nil || !marked.Before(t) {
+			early++
+		}
+	}
+	if early > 0 {
+		preheatFinding("preheat: sale %d sold %d of %d accepted orders before Postgres recorded it preheated (at %v)",
+			id, early, len(accepted), marked)
+	}
+	if n, known, err := s.stock.Buckets(ctx, it); err == nil && known && n != pgBuckets {
+		preheatFinding("preheat: sale %d is on sale in Redis with %d buckets, Postgres says %d", id, n, pgBuckets)
+	}
+	return fmt.Sprintf("%s: %s; first answer %s; layout change %s; finished after %d retries (%s); %d orders accepted, %d before Postgres recorded the preheat",
+		desc, paused, firstAnswer, layout, retries, last, len(accepted), early), nil
+}
+
+// putPreheatSale creates or replaces the fresh activity id.
+func (s *Suite) putPreheatSale(ctx context.Context, id int64, units, buckets int) (int, string, error) {
+	now := time.Now().UTC()
+	body := fmt.Sprintf(`{"name":"preheat %d","startsAt":%q,"endsAt":%q,"perUserLimit":1,"items":[{"itemId":1,"stock":%d,"buckets":%d}]}`,
+		id, now.Add(-time.Minute).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339), units, buckets)
+	return s.adminDo(ctx, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), body)
+}
+
+// adminDo sends an admin call to a gateway picked at random and returns
+// its status and error code.
+func (s *Suite) adminDo(ctx context.Context, method, path, body string) (int, string, error) {
+	url := s.httpURLs[rand.IntN(len(s.httpURLs))]
+	req, err := http.NewRequestWithContext(ctx, method, url+path, strings.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.adminToken)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return doCoded(req)
+}
+
+func doCoded(req *http.Request) (int, string, error) {
+	res, err := preheatClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return res.StatusCode, "", err
+	}
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &e) // a 2xx has no error code
+	return res.StatusCode, e.Error.Code, nil
+}
+
+func answerText(code int, errCode string, err error) string {
+	switch {
+	case err != nil:
+		return fmt.Sprintf("error (%v)", err)
+	case errCode != "":
+		return fmt.Sprintf("%d %s", code, errCode)
+	}
+	return fmt.Sprint(code)
+}
+
+// probeOrders orders the item, a new user every 20 ms, until ctx ends, and
+// returns when each accepted order's answer arrived.
+func (s *Suite) probeOrders(ctx context.Context, it stock.Item) []time.Time {
+	var accepted []time.Time
+	for u := int64(1); ctx.Err() == nil; u++ {
+		body := fmt.Sprintf(`{"requestId":"pc-%d-%d","userId":%d,"activityId":%d,"itemId":%d,"quantity":1}`,
+			it.ActivityID, u, u, it.ActivityID, it.ItemID)
+		url := s.httpURLs[int(u)%len(s.httpURLs)]
+		// Not bound to ctx: an order in flight when the probe stops is
+		// answered and counted all the same.
+		req, err := http.NewRequest(http.MethodPost, url+"/v1/orders", bytes.NewReader([]byte(body)))
+		if err != nil {
+			return accepted
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if code, _, err := doCoded(req); err == nil && code == http.StatusAccepted {
+			accepted = append(accepted, time.Now())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return accepted
+}
+
+// itemKeysHeld names the keys Redis holds of the item's first buckets
+// buckets ("" for none): the stock keys and sale hashes.
+func (s *Suite) itemKeysHeld(ctx context.Context, it stock.Item, buckets int) string {
+	var held []string
+	for b := range buckets {
+		bi := it
+		bi.Bucket = b
+		k := s.stock.Keys(bi)
+		for _, key := range []string{k.Stock, k.Sale} {
+			if n, err := s.rdb.Exists(ctx, key).Result(); err == nil && n == 1 {
+				held = append(held, key)
+			}
+		}
+	}
+	return strings.Join(held, ", ")
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+)
+
+// A preheat that fails part-way leaves nothing on sale, and the stock
+// layout (the bucket count) is fixed from the first preheat on: an item
+// sells only once Redis and Postgres both record it as preheated with the
+// same layout.
+
+// putSale creates or replaces activity id with one item of units split
+// over buckets, named name; the sale runs from a minute ago for an hour.
+func (p *pipeline) putSale(tb testing.TB, id int64, name string, units int64, buckets int) apiResponse {
+	tb.Helper()
+	body := map[string]any{"name": name, "startsAt": time.Now().Add(-time.Minute).UTC().Truncate(time.Second),
+		"endsAt": time.Now().Add(time.Hour).UTC().Truncate(time.Second), "perUserLimit": 1,
+		"items": []map[string]any{{"itemId": 1, "stock": units, "buckets": buckets}}}
+	return p.do(tb, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), "application/json", body,
+		"Authorization", "Bearer "+p.Admin)
+}
+
+func (p *pipeline) preheat(tb testing.TB, id int64) apiResponse {
+	tb.Helper()
+	return p.do(tb, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "", nil,
+		"Authorization", "Bearer "+p.Admin)
+}
+
+// orderAfterOutage sends user's order until the gateway answers something
+// other than 503 (a dependency it needs for the answer is still coming
+// back: nothing is reserved then) and returns that answer.
+func (p *pipeline) orderAfterOutage(tb testing.TB, b orderBody) apiResponse {
+	tb.Helper()
+	var r apiResponse
+	testenv.WaitFor(tb, 20*time.Second, "an answer other than 503 to "+b.RequestID, func() bool {
+		r = p.order(tb, b)
+		return r.Status != http.StatusServiceUnavailable
+	})
+	return r
+}
+
+// assertNotOnSale checks that users (routed over both buckets) are told
+// NOT_ON_SALE and that nothing moved in Redis: the bucket stocks are still
+// want, no journal entry, no marker, no sale hash.
+func (p *pipeline) assertNotOnSale(tb testing.TB, it stock.Item, buckets int, want []int64, users []int64, tag string) {
+	tb.Helper()
+	ctx := context.Background()
+	for _, u := range users {
+		r := p.orderAfterOutage(tb, orderBody{RequestID: fmt.Sprintf("%s-%d", tag, u), UserID: u, ActivityID: it.ActivityID, ItemID: it.ItemID, Quantity: 1})
+		if r.Status != http.StatusNotFound || r.Code() != "NOT_ON_SALE" {
+			tb.Errorf("user %d (bucket %d) ordered the item of a preheat that did not finish: %d %v, want 404 NOT_ON_SALE",
+				u, stock.BucketOf(u, buckets), r.Status, r.Body)
+		}
+	}
+	if got := p.bucketStocks(tb, it, buckets); !slices.Equal(got, want) {
+		tb.Errorf("bucket stocks %v, want %v (unchanged)", got, want)
+	}
+	for b := range buckets {
+		bi := it
+		bi.Bucket = b
+		k := p.Stock.Keys(bi)
+		if n := p.journalLen(tb, bi); n != 0 {
+			tb.Errorf("bucket %d: %d journal entries", b, n)
+		}
+		if n := len(testenv.Keys(tb, p.Redis.Client, k.LimitPattern())); n != 0 {
+			tb.Errorf("bucket %d: %d limit markers", b, n)
+		}
+		if v := p.Redis.Client.HGetAll(ctx, k.Sale).Val(); len(v) != 0 {
+			tb.Errorf("bucket %d has a sale %v before the preheat finished", b, v)
+		}
+	}
+}
+
+// assertLayoutRefused tries to change the item's bucket count (and the
+// activity's name with it) and expects 409 BUCKETS_FIXED with nothing
+// changed in Postgres or Redis.
+func (p *pipeline) assertLayoutRefused(tb testing.TB, it stock.Item, name string, units int64, buckets int) {
+	tb.Helper()
+	ctx := context.Background()
+	keysBefore, stocksBefore := p.itemKeys(tb, it), p.bucketStocks(tb, it, buckets+2)
+	before := p.dbStock(tb, it)
+	r := p.putSale(tb, it.ActivityID, "renamed", units, buckets+2)
+	if r.Status != http.StatusConflict || r.Code() != "BUCKETS_FIXED" {
+		tb.Errorf("changing the bucket count %d → %d after a preheat began: %d %v, want 409 BUCKETS_FIXED",
+			buckets, buckets+2, r.Status, r.Body)
+	}
+	if after := p.dbStock(tb, it); after != before {
+		tb.Errorf("a refused layout change changed the item in Postgres: %+v, was %+v", after, before)
+	}
+	if a, err := p.Orders.GetActivity(ctx, it.ActivityID); err != nil || a.Name != name {
+		tb.Errorf("a refused layout change changed the activity: %+v %v", a, err)
+	}
+	if keys, stocks := p.itemKeys(tb, it), p.bucketStocks(tb, it, buckets+2); !slices.Equal(keys, keysBefore) || !slices.Equal(stocks, stocksBefore) {
+		tb.Errorf("a refused layout change changed Redis: keys %v with stocks %v, were %v with %v", keys, stocks, keysBefore, stocksBefore)
+	}
+}
+
+// itemKeys lists the Redis keys of the item's buckets, sorted.
+func (p *pipeline) itemKeys(tb testing.TB, it stock.Item) []string {
+	tb.Helper()
+	keys := testenv.Keys(tb, p.Redis.Client, fmt.Sprintf("%s*{a%d:i%d", p.Redis.Prefix, it.ActivityID, it.ItemID))
+	slices.Sort(keys)
+	return keys
+}
+
+// assertSells orders once for each user, expects 202 each, waits for the
+// worker and checks the invariants over the buckets.
+func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users []int64) {
+	tb.Helper()
+	for _, u := range users {
+		r := p.orderAfterOutage(tb, orderBody{RequestID: fmt.Sprintf("sell-%d", u), UserID: u, ActivityID: it.ActivityID, ItemID: it.ItemID, Quantity: 1})
+		if r.Status != http.StatusAccepted {
+			tb.Errorf("user %d after the preheat finished: %d %v, want 202", u, r.Status, r.Body)
+		}
+	}
+	p.waitBucketsDrained(tb, it, buckets)
+	testenv.WaitFor(tb, 30*time.Second, "every order in Postgres", func() bool {
+		s := p.dbStock(tb, it)
+		return s.InitialStock-s.Stock == int64(len(users))
+	})
+	p.assertBucketInvariants(tb, it, buckets)
+	if v := p.Redis.Client.HGet(context.Background(), p.Stock.Keys(it.Base()).Sale, "buckets").Val(); v != fmt.Sprint(buckets) {
+		tb.Errorf("the sale's bucket count in Redis is %q, want %d (Postgres's)", v, buckets)
+	}
+}
+
+// TestPreheatMarkCutSellsNothing: the link to Postgres is cut while the
+// preheat records the item preheated, after Redis was loaded. The answer
+// is 503 and nothing sells — Postgres says the item was never preheated,
+// so neither the reconciler, nor the lost-sale check, nor the mover would
+// watch what Redis sold — and the bucket count can no longer change (a
+// gateway that learnt the old count would route users to other buckets
+// than a fresh one). Once Postgres is back, a new preheat finishes it and
+// orders sell over the same layout.
+func TestPreheatMarkCutSellsNothing(t *testing.T) {
+	dbURL, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.MustProxy(t, dbURL.Host)
+	p := mustPipeline(t, components{gateway: true, worker: true}, func(c *config) {
+		u, _ := url.Parse(c.DatabaseURL)
+		u.Host = proxy.Addr
+		c.DatabaseURL = u.String()
+		c.BreakerOpenFor = 200 * time.Millisecond
+	})
+	ctx := context.Background()
+	const act, units, buckets = 71, 10, 2
+	it := stock.Item{ActivityID: act, ItemID: 1}
+	if r := p.putSale(t, act, "marked", units, buckets); r.Status != http.StatusOK {
+		t.Fatalf("creating the sale: %d %v", r.Status, r.Body)
+	}
+	// Whatever statement records the item preheated (sets preheated_at)
+	// waits on an advisory lock the test holds, so the link is cut exactly
+	// while that statement is in flight, and its backend ended before it
+	// can go on.
+	if _, err := p.DB.Pool.Exec(ctx, `
+		CREATE FUNCTION test_hold_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock(hashtext(current_database())); RETURN NEW; END $$;
+		CREATE TRIGGER test_hold_mark BEFORE UPDATE OF preheated_at ON item_stock FOR EACH ROW
+			WHEN (OLD.preheated_at IS NULL AND NEW.preheated_at IS NOT NULL) EXECUTE FUNCTION test_hold_mark()`); err != nil {
+		t.Fatal(err)
+	}
+	hold, err := p.DB.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Release()
+	if _, err := hold.Exec(ctx, `SELECT pg_advisory_lock(hashtext(current_database()))`); err != nil {
+		t.Fatal(err)
+	}
+	answer := make(chan apiResponse, 1)
+	go func() { answer <- p.preheat(t, act) }()
+	var pid int32
+	var got apiResponse
+	answered := false
+	testenv.WaitFor(t, 20*time.Second, "the mark to wait on the test's lock (or the preheat to answer)", func() bool {
+		select {
+		case got = <-answer:
+			answered = true
+			return true
+		default:
+		}
+		return p.DB.Pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&pid) == nil
+	})
+	proxy.Down()
+	if pid != 0 {
+		if _, err := p.DB.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := hold.Exec(ctx, `SELECT pg_advisory_unlock(hashtext(current_database()))`); err != nil {
+		t.Fatal(err)
+	}
+	if answered {
+		t.Log("the preheat answered before its mark was seen waiting: the mark timed out instead")
+	} else {
+		got = <-answer
+	}
+	if got.Status != http.StatusServiceUnavailable || got.Code() != "UNAVAILABLE" {
+		t.Fatalf("preheat with Postgres cut while it records the item preheated: %d %v, want 503 UNAVAILABLE", got.Status, got.Body)
+	}
+	proxy.Up(t)
+	if _, err := p.DB.Pool.Exec(ctx, `DROP TRIGGER test_hold_mark ON item_stock`); err != nil {
+		t.Fatal(err)
+	}
+	loaded := p.bucketStocks(t, it, buckets)
+	users := append(usersIn(0, buckets, 3, 1), usersIn(1, buckets, 3, 1)...)
+	p.assertNotOnSale(t, it, buckets, loaded, users, "early")
+	p.assertLayoutRefused(t, it, "marked", units, buckets)
+	if r := p.preheat(t, act); r.Status != http.StatusOK {
+		t.Fatalf("preheat once Postgres is back: %d %v", r.Status, r.Body)
+	}
+	p.assertSells(t, it, buckets, users)
+}
+
+// TestPreheatRedisCutFixesLayout: Redis is cut when a preheat begins, so
+// the preheat answers 503 with nothing loaded; the bucket count is fixed
+// all the same (409 BUCKETS_FIXED, nothing changed), so whatever part of
+// that preheat reached Redis and every later one agree on it. With Redis
+// back, a new preheat finishes the sale over that count.
+func TestPreheatRedisCutFixesLayout(t *testing.T) {
+	proxy := testenv.MustProxy(t, testenv.RedisAddr())
+	p := mustPipeline(t, components{gateway: true, worker: true}, func(c *config) {
+		c.RedisAddr = proxy.Addr
+		c.BreakerOpenFor = 200 * time.Millisecond
+		c.RedisTimeout = 500 * time.Millisecond
+	})
+	const act, units, buckets = 72, 12, 3
+	it := stock.Item{ActivityID: act, ItemID: 1}
+	if r := p.putSale(t, act, "cut", units, buckets); r.Status != http.StatusOK {
+		t.Fatalf("creating the sale: %d %v", r.Status, r.Body)
+	}
+	proxy.Down()
+	if r := p.preheat(t, act); r.Status != http.StatusServiceUnavailable || r.Code() != "UNAVAILABLE" {
+		t.Fatalf("preheat with Redis cut: %d %v, want 503 UNAVAILABLE", r.Status, r.Body)
+	}
+	proxy.Up(t)
+	var users []int64
+	for b := range buckets {
+		users = append(users, usersIn(b, buckets, 2, 1)...)
+	}
+	p.assertNotOnSale(t, it, buckets, []int64{-1, -1, -1}, users, "early")
+	p.assertLayoutRefused(t, it, "cut", units, buckets)
+	if r := p.preheat(t, act); r.Status != http.StatusOK {
+		t.Fatalf("preheat once Redis is back: %d %v", r.Status, r.Body)
+	}
+	p.assertSells(t, it, buckets, users)
+}
