@@ -122,6 +122,9 @@ type Server struct {
 	redisCB               *breaker.Breaker
 	kafkaCB               *breaker.Breaker
 	pgCB                  *breaker.Breaker
+	// salesCB guards the lost-sale check's queries (lostsale.go) apart
+	// from pgCB: a flood of them must not take GET and pay down.
+	salesCB *breaker.Breaker
 	// stockGauges holds each item's orderpipe_stock_remaining child
 	// (stock.Item → prometheus.Gauge), so the hot path hashes no labels.
 	stockGauges sync.Map
@@ -155,6 +158,8 @@ func New(cfg Config, deps Deps) *Server {
 	s.redisCB = breaker.New("gateway-redis", bs, deps.Metrics.BreakerState)
 	s.kafkaCB = breaker.New("gateway-kafka", bs, deps.Metrics.BreakerState)
 	s.pgCB = breaker.New("gateway-postgres", bs, deps.Metrics.BreakerState)
+	s.salesCB = breaker.New("gateway-postgres-sales", bs, deps.Metrics.BreakerState)
+	s.sales = newSaleMemo()
 	s.routes()
 	s.handler = traced(s.mux)
 	s.adminHandler = s.handler
