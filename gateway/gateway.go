@@ -122,6 +122,9 @@ type Server struct {
 	redisCB               *breaker.Breaker
 	kafkaCB               *breaker.Breaker
 	pgCB                  *breaker.Breaker
+	// salesCB guards the lost-sale check's queries (lostsale.go) apart
+	// from pgCB: a flood of them must not take GET and pay down.
+	salesCB *breaker.Breaker
 	// stockGauges holds each item's orderpipe_stock_remaining child
 	// (stock.Item → prometheus.Gauge), so the hot path hashes no labels.
 	stockGauges sync.Map
@@ -129,6 +132,11 @@ type Server struct {
 	buckets sync.Map
 	// sales remembers Postgres's word on items Redis has no sale of.
 	sales saleMemo
+	// ready is the last /readyz answer (readyz.go).
+	ready readiness
+	// monoNow reads the monotonic clock the gateway's caches age by (tests
+	// move it); never deps.NowFunc, which a clock step moves.
+	monoNow func() time.Time
 }
 
 // New builds the gateway.
@@ -140,7 +148,7 @@ func New(cfg Config, deps Deps) *Server {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	s := &Server{cfg: cfg, deps: deps, mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, deps: deps, mux: http.NewServeMux(), monoNow: time.Now,
 		limiter: newLimiter(cfg.UserRPS, cfg.UserBurst, cfg.GlobalRPS, cfg.GlobalBurst)}
 	s.adminMux = s.mux
 	if cfg.AdminAddr != "" {
@@ -150,6 +158,8 @@ func New(cfg Config, deps Deps) *Server {
 	s.redisCB = breaker.New("gateway-redis", bs, deps.Metrics.BreakerState)
 	s.kafkaCB = breaker.New("gateway-kafka", bs, deps.Metrics.BreakerState)
 	s.pgCB = breaker.New("gateway-postgres", bs, deps.Metrics.BreakerState)
+	s.salesCB = breaker.New("gateway-postgres-sales", bs, deps.Metrics.BreakerState)
+	s.sales = newSaleMemo()
 	s.routes()
 	s.handler = traced(s.mux)
 	s.adminHandler = s.handler
@@ -306,29 +316,6 @@ func (s *Server) serve(ctx context.Context, ln net.Listener, h http.Handler) err
 		return err
 	}
 	return nil
-}
-
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	status := map[string]string{}
-	ready := true
-	for name, ping := range s.deps.Ready {
-		if err := ping(ctx); err != nil {
-			// The probe is unauthenticated: addresses and DSNs go to the log only.
-			s.deps.Log.WarnContext(ctx, "not ready", "dependency", name, "err", err)
-			status[name] = "unavailable"
-			ready = false
-			continue
-		}
-		status[name] = "ok"
-	}
-	if !ready {
-		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "checks": status})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": status})
 }
 
 // newOrderNo makes an order number that names its item, so a lookup finds

@@ -2,8 +2,12 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"orderpipe/pkg/stock"
 )
@@ -18,24 +22,52 @@ import (
 // preheat) has put the sale back, instead of being told for good that the
 // sale it bought from a moment ago does not exist.
 
-// saleMemory is how long Postgres's answer about an item is reused, so a
-// flood of requests for an item Redis lacks costs Postgres one query per
-// item and period.
+// The check is reached by any unauthenticated POST naming an item Redis
+// has no sale of, and rotating userId gets past the per-user limiter: a
+// flood of random ids must cost Postgres a bounded rate and never trip the
+// breaker that GET and pay share. So each item's answer is remembered for
+// saleMemory and concurrent callers share one query; queries have their own
+// breaker, at most saleChecksInFlight pool connections and saleChecksPerSecond
+// (with as much burst); a check over that budget fails closed (503, nothing
+// reserved), as when Postgres cannot tell.
+
+// saleMemory is how long Postgres's answer about an item is reused.
 const saleMemory = time.Second
 
-// saleMemoryMax bounds the remembered items (random item ids cannot grow it
-// without bound): past it, everything is forgotten.
+// saleMemoryMax bounds the remembered items: past it, the expired ones are
+// dropped (and everything if none is).
 const saleMemoryMax = 4096
+
+const (
+	saleChecksPerSecond = 50
+	saleChecksInFlight  = 2
+)
+
+// errSaleCheckRefused: the lost-sale check is over its budget.
+var errSaleCheckRefused = errors.New("lost-sale check over its budget")
 
 type saleAnswer struct {
 	onSale bool
 	err    error
-	at     time.Time
+	at     time.Time // monotonic
+}
+
+type saleCall struct {
+	done chan struct{} // closed once a is set
+	a    saleAnswer
 }
 
 type saleMemo struct {
-	mu      sync.Mutex
-	answers map[stock.Item]saleAnswer
+	mu       sync.Mutex
+	answers  map[stock.Item]saleAnswer
+	inflight map[stock.Item]*saleCall
+	budget   *rate.Limiter
+	slots    chan struct{} // one per query in flight
+}
+
+func newSaleMemo() saleMemo {
+	return saleMemo{answers: map[stock.Item]saleAnswer{}, inflight: map[stock.Item]*saleCall{},
+		budget: rate.NewLimiter(saleChecksPerSecond, saleChecksPerSecond), slots: make(chan struct{}, saleChecksInFlight)}
 }
 
 // saleLost reports whether Postgres says item is on sale now (so its
@@ -46,19 +78,72 @@ func (s *Server) saleLost(ctx context.Context, item stock.Item, outsideWindow bo
 	if s.deps.Orders == nil {
 		return false, nil
 	}
-	now := time.Now()
-	s.sales.mu.Lock()
-	a, ok := s.sales.answers[item]
-	s.sales.mu.Unlock()
-	if ok && now.Sub(a.at) < saleMemory {
+	m := &s.sales
+	now := s.monoNow()
+	m.mu.Lock()
+	if a, ok := m.answers[item]; ok && now.Sub(a.at) < saleMemory {
+		m.mu.Unlock()
+		s.deps.Metrics.SaleChecks.WithLabelValues("remembered").Inc()
 		return a.onSale, a.err
 	}
-	a = saleAnswer{at: now}
-	a.err = s.inPostgres(ctx, func(ctx context.Context) error {
-		var err error
-		a.onSale, err = s.deps.Orders.OnSaleNow(ctx, item.ActivityID, item.ItemID)
-		return err
-	})
+	if c, ok := m.inflight[item]; ok {
+		m.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		s.deps.Metrics.SaleChecks.WithLabelValues("remembered").Inc()
+		return c.a.onSale, c.a.err
+	}
+	if !m.budget.AllowN(now, 1) {
+		m.mu.Unlock()
+		s.deps.Metrics.SaleChecks.WithLabelValues("refused").Inc()
+		return false, errSaleCheckRefused
+	}
+	c := &saleCall{done: make(chan struct{})}
+	m.inflight[item] = c
+	m.mu.Unlock()
+
+	c.a = s.checkSale(ctx, item, outsideWindow)
+	c.a.at = now
+	s.deps.Metrics.SaleChecks.WithLabelValues("queried").Inc()
+
+	m.mu.Lock()
+	delete(m.inflight, item)
+	if len(m.answers) >= saleMemoryMax {
+		for it, a := range m.answers {
+			if now.Sub(a.at) >= saleMemory {
+				delete(m.answers, it)
+			}
+		}
+		if len(m.answers) >= saleMemoryMax {
+			clear(m.answers)
+		}
+	}
+	m.answers[item] = c.a
+	m.mu.Unlock()
+	close(c.done)
+	return c.a.onSale, c.a.err
+}
+
+// checkSale asks Postgres, within the check's own budget and breaker.
+func (s *Server) checkSale(ctx context.Context, item stock.Item, outsideWindow bool) saleAnswer {
+	// Not the caller's context: others may be sharing this answer.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgTimeout)
+	defer cancel()
+	var a saleAnswer
+	select {
+	case s.sales.slots <- struct{}{}:
+		defer func() { <-s.sales.slots }()
+		a.err = guarded(ctx, s.salesCB.Do, pgTimeout, func(ctx context.Context) error {
+			var err error
+			a.onSale, err = s.deps.Orders.OnSaleNow(ctx, item.ActivityID, item.ItemID)
+			return err
+		})
+	case <-ctx.Done():
+		a.err = fmt.Errorf("waiting for a lost-sale check slot: %w", ctx.Err())
+	}
 	switch {
 	case a.err != nil:
 		s.deps.Log.ErrorContext(ctx, "no sale in Redis, and Postgres cannot tell whether there should be: answering 503",
@@ -70,11 +155,5 @@ func (s *Server) saleLost(ctx context.Context, item stock.Item, outsideWindow bo
 		s.deps.Log.ErrorContext(ctx, "sale missing in Redis but on sale in Postgres (Redis lost its keys, or a preheat stopped before putting it on sale): answering 503 until `orderpipe reconciler --once --fix` or a new preheat restores it",
 			"activity_id", item.ActivityID, "item_id", item.ItemID)
 	}
-	s.sales.mu.Lock()
-	if s.sales.answers == nil || len(s.sales.answers) >= saleMemoryMax {
-		s.sales.answers = map[stock.Item]saleAnswer{}
-	}
-	s.sales.answers[item] = a
-	s.sales.mu.Unlock()
-	return a.onSale, a.err
+	return a
 }

@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +21,8 @@ import (
 
 // TestReadyzNamesTheDependencyDown: /readyz answers 503 naming the check
 // that failed (and only that one), never the address behind it, and 200
-// again once the dependency is back.
+// again once the dependency is back (each seen once the last answer is
+// readyFor old).
 func TestReadyzNamesTheDependencyDown(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
@@ -30,6 +33,10 @@ func TestReadyzNamesTheDependencyDown(t *testing.T) {
 			"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 			"kafka": func(ctx context.Context) error { return event.Ping(ctx, k.Brokers) },
 		}})
+	var mu sync.Mutex
+	now := time.Now()
+	s.monoNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	expire := func() { mu.Lock(); now = now.Add(readyFor); mu.Unlock() }
 	type answer struct {
 		Status string            `json:"status"`
 		Checks map[string]string `json:"checks"`
@@ -70,9 +77,13 @@ func TestReadyzNamesTheDependencyDown(t *testing.T) {
 	})
 	t.Run("RedisDown", func(t *testing.T) {
 		proxy.Down()
+		expire()
 		readyz(t, http.StatusServiceUnavailable, map[string]string{"redis": "unavailable", "kafka": "ok"})
 		proxy.Up(t)
-		testenv.WaitFor(t, 10*time.Second, "readyz 200 once redis is back", func() bool { return probe().Code == http.StatusOK })
+		testenv.WaitFor(t, 10*time.Second, "readyz 200 once redis is back", func() bool {
+			expire()
+			return probe().Code == http.StatusOK
+		})
 		readyz(t, http.StatusOK, map[string]string{"redis": "ok", "kafka": "ok"})
 	})
 	t.Run("KafkaDown", func(t *testing.T) {
@@ -80,6 +91,91 @@ func TestReadyzNamesTheDependencyDown(t *testing.T) {
 			t.Skip("needs the in-process broker to stop it")
 		}
 		k.Cluster.Close()
+		expire()
 		readyz(t, http.StatusServiceUnavailable, map[string]string{"redis": "ok", "kafka": "unavailable"})
 	})
+}
+
+// TestReadyzFloodCostsOneProbe: a flood of concurrent probes costs one
+// broker dial and one Redis PING per readyFor, counted where they land (a
+// proxy in front of the broker, a private Redis's command stats); a
+// dependency that goes down is seen by the first probe after readyFor.
+func TestReadyzFloodCostsOneProbe(t *testing.T) {
+	k := testenv.MustKafka(t)
+	broker := testenv.MustProxy(t, k.Brokers[0])
+	rs := testenv.MustRedisServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer rdb.Close()
+	s := New(Config{}, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler),
+		Ready: map[string]PingFunc{
+			"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+			"kafka": func(ctx context.Context) error { return event.Ping(ctx, []string{broker.Addr}) },
+		}})
+	var mu sync.Mutex
+	now := time.Now()
+	s.monoNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	pings := func() int64 { return mustCommandCalls(t, rdb, "ping") }
+
+	flood := func(n int) map[int]int {
+		codes := map[int]int{}
+		var cmu sync.Mutex
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w := httptest.NewRecorder()
+				s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+				cmu.Lock()
+				codes[w.Code]++
+				cmu.Unlock()
+			}()
+		}
+		wg.Wait()
+		return codes
+	}
+	const n = 64
+	pings0 := pings()
+	if codes := flood(n); codes[http.StatusOK] != n {
+		t.Fatalf("flood answers %v, want %d × 200", codes, n)
+	}
+	if d, p := broker.Dials(), pings()-pings0; d != 1 || p != 1 {
+		t.Fatalf("%d probes cost %d broker dials and %d Redis PINGs, want 1 and 1", n, d, p)
+	}
+
+	// Redis goes down: the answer of the last probe stands until readyFor
+	// has passed, and the next probe sees it.
+	rs.Stop()
+	if codes := flood(8); codes[http.StatusOK] != 8 {
+		t.Fatalf("within readyFor of the last probe: %v, want the reused 200s", codes)
+	}
+	advance(readyFor)
+	if codes := flood(n); codes[http.StatusServiceUnavailable] != n {
+		t.Fatalf("after readyFor with Redis down: %v, want %d × 503", codes, n)
+	}
+	if d := broker.Dials(); d != 2 {
+		t.Fatalf("two periods of probes cost %d broker dials, want 2", d)
+	}
+}
+
+// mustCommandCalls reads how many times Redis has run cmd (INFO commandstats).
+func mustCommandCalls(tb testing.TB, rdb *redis.Client, cmd string) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		if err != nil {
+			tb.Fatalf("commandstats line %q: %v", line, err)
+		}
+		return n
+	}
+	return 0
 }

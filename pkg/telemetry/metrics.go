@@ -31,6 +31,9 @@ type Metrics struct {
 	ReserveSeconds prometheus.Histogram
 	ProduceSeconds prometheus.Histogram
 	ProduceBatch   prometheus.Histogram // messages per produce request (GATEWAY_PRODUCER=group)
+	// SaleChecks counts the gateway's lost-sale checks by result: queried,
+	// remembered (an answer reused or shared), refused (over its budget).
+	SaleChecks *prometheus.CounterVec
 
 	BatchSize            prometheus.Histogram
 	BatchCommitSeconds   prometheus.Histogram
@@ -127,6 +130,8 @@ func NewMetrics() *Metrics {
 			Help: "Redis stock minus (DB stock minus in flight) per item at the last reconciler pass; 0 when consistent."}, []string{"activity", "item"}),
 		ReconcilerMarkerDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_marker_drift",
 			Help: "Limit markers missing, extra or held by the wrong request per item at the last reconciler pass."}, []string{"activity", "item"}),
+		SaleChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_gateway_sale_checks_total",
+			Help: "Postgres checks of an item Redis has no sale of, by result: queried, remembered (an answer reused or shared), refused (over the check's budget: answered 503)."}, []string{"result"}),
 		ReconcilerPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_reconciler_passes_total",
 			Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"}),
 	}
@@ -135,13 +140,17 @@ func NewMetrics() *Metrics {
 		m.ConsumerLag, m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied,
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
 		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
-		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses)
+		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
+		m.SaleChecks)
 	// Every result is a series from the start, so an alert on a rate of
 	// passes works before the first pass (and sees a component that never
 	// completes one).
 	for _, r := range []string{"ok", "error"} {
 		m.CloserPasses.WithLabelValues(r)
 		m.RedrivePasses.WithLabelValues(r)
+	}
+	for _, r := range []string{"queried", "remembered", "refused"} {
+		m.SaleChecks.WithLabelValues(r)
 	}
 	m.RedrivePasses.WithLabelValues("skipped")
 	for _, r := range []string{"clean", "drift", "error"} {

@@ -21,7 +21,12 @@ type Proxy struct {
 	ln     net.Listener
 	conns  map[net.Conn]struct{}
 	hung   atomic.Bool
+	dials  atomic.Int64
 }
+
+// Dials is how many connections the proxy has accepted: what a client's
+// new connections cost the server behind it.
+func (p *Proxy) Dials() int64 { return p.dials.Load() }
 
 // MustProxy starts a proxy to target on a free local port, closed at cleanup.
 func MustProxy(tb testing.TB, target string) *Proxy {
@@ -46,6 +51,7 @@ func (p *Proxy) serve(ln net.Listener) {
 			if err != nil {
 				return
 			}
+			p.dials.Add(1)
 			go p.pipe(c)
 		}
 	}()

@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/testenv"
+)
+
+// queryCounter counts the queries a pool sends to Postgres.
+type queryCounter struct{ n atomic.Int64 }
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+
+func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// mustCountedStore is an order store on a fresh database whose every query
+// is counted.
+func mustCountedStore(tb testing.TB) (*order.Store, *queryCounter) {
+	tb.Helper()
+	db := testenv.MustDatabase(tb)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	q := &queryCounter{}
+	cfg.ConnConfig.Tracer = q
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return order.NewStore(pool), q
+}
+
+// orderRequestFor is a POST /v1/orders for n's ids (a new user each).
+func orderRequestFor(activityID, itemID, userID int64) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(fmt.Sprintf(
+		`{"requestId":"r-%d-%d-%d","userId":%d,"activityId":%d,"itemId":%d,"quantity":1}`,
+		activityID, itemID, userID, userID, activityID, itemID)))
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// TestUnknownItemFloodIsBounded: POSTs for random activity and item ids,
+// each from another user, reach Postgres (counted at the pool) at most the
+// lost-sale check's burst while its budget does not refill, are answered
+// 404 NOT_ON_SALE or, over the budget, 503 with nothing reserved, and leave
+// the breaker GET and pay share closed (a lookup is still answered).
+func TestUnknownItemFloodIsBounded(t *testing.T) {
+	orders, queries := mustCountedStore(t)
+	r := testenv.MustRedis(t)
+	st := stock.New(r.Client, r.Prefix)
+	s := New(Config{}, Deps{Stock: st, Orders: orders, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+	var mu sync.Mutex
+	now := time.Now()
+	s.monoNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+
+	const n, conc = 600, 16
+	codes := map[string]int{}
+	var cmu sync.Mutex
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > n {
+					return
+				}
+				w := httptest.NewRecorder()
+				s.Handler().ServeHTTP(w, orderRequestFor(1000+i, 7*i, i))
+				cmu.Lock()
+				codes[fmt.Sprintf("%d %s", w.Code, errorCode(w.Body.String()))]++
+				cmu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if got := queries.n.Load(); got > saleChecksPerSecond {
+		t.Fatalf("%d POSTs for unknown items cost %d Postgres queries, want at most %d (the check's burst)", n, got, saleChecksPerSecond)
+	}
+	if codes["404 NOT_ON_SALE"]+codes["503 UNAVAILABLE"] != n || codes["404 NOT_ON_SALE"] == 0 {
+		t.Fatalf("answers %v, want only 404 NOT_ON_SALE and 503 UNAVAILABLE, some 404", codes)
+	}
+	if keys := testenv.Keys(t, r.Client, r.Prefix); len(keys) != 0 {
+		t.Fatalf("the flood left Redis keys %v, want none", keys)
+	}
+	if st := s.pgCB.State(); st != "closed" {
+		t.Fatalf("the breaker GET and pay share is %s after the flood, want closed", st)
+	}
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/orders/1-1-abc", nil))
+	if w.Code != http.StatusNotFound || errorCode(w.Body.String()) != "ORDER_NOT_FOUND" {
+		t.Fatalf("GET during the flood: %d %s, want 404 ORDER_NOT_FOUND (Postgres asked and answered)", w.Code, w.Body)
+	}
+
+	// Once the budget refills, an unknown item is told NOT_ON_SALE again.
+	mu.Lock()
+	now = now.Add(time.Second)
+	mu.Unlock()
+	w = httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, orderRequestFor(5, 5, 5))
+	if w.Code != http.StatusNotFound || errorCode(w.Body.String()) != "NOT_ON_SALE" {
+		t.Fatalf("an unknown item after the flood: %d %s, want 404 NOT_ON_SALE", w.Code, w.Body)
+	}
+}
+
+// errorCode is the code of an error body, "" for any other.
+func errorCode(body string) string {
+	_, rest, ok := strings.Cut(body, `"code":"`)
+	if !ok {
+		return ""
+	}
+	code, _, _ := strings.Cut(rest, `"`)
+	return code
+}
