@@ -251,10 +251,15 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	// One address: a single Redis; several: a Redis Cluster (every script
 	// touches the keys of one hash tag, so it runs on any cluster layout).
 	// MaxRetries -1: go-redis would resend a command or pipeline whose reply
-	// did not come in time, so a reserve script could run twice (the second
-	// run replaying the first) and a hung Redis would hold a request for
+	// did not come in time, and a hung Redis would hold a request for
 	// several REDIS_TIMEOUTs. Every caller decides itself what a failure
 	// means: the gateway gives the reservation back, the others retry later.
+	// A Cluster client still resends (up to its MaxRedirects): it follows
+	// MOVED and ASK, and sends again a command whose connection failed or
+	// timed out after it was written. So every script is safe to run twice:
+	// the reserve's second run replays the first, a lock acquisition's
+	// answers the same fencing token, a stock release's finds its fate
+	// recorded; a lock release run twice can only report the lock lost.
 	rdb, err := cfg.redis().New(redisconn.Options{PoolSize: 256, MinIdleConns: 16, MaxRetries: -1})
 	if err != nil {
 		return err

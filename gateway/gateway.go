@@ -108,6 +108,9 @@ type Deps struct {
 	Ready map[string]PingFunc
 	// NowFunc is the clock (tests move it); nil ⇒ clock.Now.
 	NowFunc func() time.Time
+	// TickFunc measures this process's own intervals (the rate limits);
+	// nil ⇒ time.Now, whose monotonic reading no clock step moves.
+	TickFunc func() time.Time
 }
 
 // Server is the gateway.
@@ -144,6 +147,9 @@ func New(cfg Config, deps Deps) *Server {
 	cfg.defaults()
 	if deps.NowFunc == nil {
 		deps.NowFunc = clock.Now
+	}
+	if deps.TickFunc == nil {
+		deps.TickFunc = time.Now
 	}
 	if deps.Log == nil {
 		deps.Log = slog.Default()

@@ -17,11 +17,17 @@ import (
 // garbage collector never scans them: a flash sale brings hundreds of
 // thousands of users, and a pointer per user (rate.Limiter in an LRU) made
 // every collection walk them all.
+//
+// It measures time with the monotonic clock (ticks from time.Now, never the
+// wall clock): a wall clock stepped back would refill no bucket until it
+// had caught up again, refusing a user for the whole step.
 type limiter struct {
 	perUser float64 // tokens per second; 0 ⇒ off
 	burst   float64
 	global  *rate.Limiter // nil ⇒ off
 	shards  [limiterShards]userBuckets
+	// epoch is the tick the buckets' times count from.
+	epoch time.Time
 }
 
 const (
@@ -43,11 +49,11 @@ type userBuckets struct {
 
 type bucket struct {
 	tokens float64
-	at     int64 // unix nanoseconds of the last refill
+	at     int64 // nanoseconds after the limiter's epoch of the last refill
 }
 
 func newLimiter(userRPS float64, userBurst int, globalRPS float64, globalBurst int) *limiter {
-	l := &limiter{perUser: userRPS, burst: float64(max(userBurst, 1))}
+	l := &limiter{perUser: userRPS, burst: float64(max(userBurst, 1)), epoch: time.Now()}
 	if globalRPS > 0 {
 		l.global = rate.NewLimiter(rate.Limit(globalRPS), max(globalBurst, 1))
 	}
@@ -58,10 +64,11 @@ func newLimiter(userRPS float64, userBurst int, globalRPS float64, globalBurst i
 }
 
 // allow takes a token for the user (and the global bucket); when refused it
-// says which limit and how long to wait.
+// says which limit and how long to wait. now is a tick: a time.Now reading,
+// whose monotonic part is what is compared.
 func (l *limiter) allow(userID int64, now time.Time) (scope string, retryAfter time.Duration) {
 	if l.perUser > 0 {
-		if wait := l.takeUser(userID, now.UnixNano()); wait > 0 {
+		if wait := l.takeUser(userID, int64(now.Sub(l.epoch))); wait > 0 {
 			return "user", wait
 		}
 	}

@@ -42,7 +42,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		span.SetAttributes(telemetry.AttrRequestID.String(req.RequestID))
 	}
 	now := s.deps.NowFunc()
-	if scope, wait := s.limiter.allow(req.UserID, now); scope != "" {
+	if scope, wait := s.limiter.allow(req.UserID, s.deps.TickFunc()); scope != "" {
 		s.deps.Metrics.RateLimited.WithLabelValues(scope).Inc()
 		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
 		writeError(w, http.StatusTooManyRequests, "RATE_LIMITED", "too many requests ("+scope+" limit); retry later with the same requestId")

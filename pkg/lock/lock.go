@@ -1,12 +1,14 @@
 // Package lock owns the Redis lock that keeps singleton jobs (reconciler fix,
 // journal redrive) to one runner at a time: keys <prefix>lock:<name> holding a
-// random per-holder token, and <prefix>fence:<name> counting acquisitions.
+// random per-holder token with its fencing token ("<token>:<fence>"), and
+// <prefix>fence:<name> counting acquisitions.
 //
 // It must never delete or extend a lock without comparing the token inside
 // Redis, never take the lock and set its expiry in separate commands, and
 // never let a holder keep writing once it may have lost the lock: the
 // watchdog reports loss, and CheckFence makes Postgres refuse writes carrying
-// an older fencing token than one it has already seen.
+// an older fencing token than one it has already seen. Every script must be
+// safe to run twice: a Cluster client resends one whose reply was lost.
 //
 // On Redis Cluster both keys of a lock must share a slot, so give the name a
 // hash tag, e.g. "{reconciler}:fix".

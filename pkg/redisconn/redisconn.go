@@ -193,8 +193,10 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 // Options are what differs between the clients of the components.
 type Options struct {
 	PoolSize, MinIdleConns int
-	// MaxRetries: 0 ⇒ go-redis's default (3); -1 ⇒ never resend (the
-	// gateway: a resent reserve script could run twice).
+	// MaxRetries: 0 ⇒ go-redis's default (3); -1 ⇒ a single Redis's client
+	// never resends. A Cluster client resends regardless, up to its
+	// MaxRedirects: on MOVED and ASK, and on a connection that failed or
+	// timed out after the command was written, so a script may run twice.
 	MaxRetries int
 	// DialTimeout and ReadTimeout (also the write timeout): 0 ⇒ Config.Timeout.
 	DialTimeout, ReadTimeout time.Duration
