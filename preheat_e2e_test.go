@@ -40,12 +40,17 @@ func (p *pipeline) preheat(tb testing.TB, id int64) apiResponse {
 // back: nothing is reserved then) and returns that answer.
 func (p *pipeline) orderAfterOutage(tb testing.TB, b orderBody) apiResponse {
 	tb.Helper()
-	var r apiResponse
-	testenv.WaitFor(tb, 20*time.Second, "an answer other than 503 to "+b.RequestID, func() bool {
-		r = p.order(tb, b)
-		return r.Status != http.StatusServiceUnavailable
-	})
-	return r
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := p.order(tb, b)
+		if r.Status != http.StatusServiceUnavailable {
+			return r
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s still answered 503 after 30 s: %v", b.RequestID, r.Body)
+		}
+		time.Sleep(250 * time.Millisecond) // a client's retry pace, under the per-user limit (5/s)
+	}
 }
 
 // assertNotOnSale checks that users (routed over both buckets) are told
