@@ -77,7 +77,7 @@ bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), then
 # and redis-server (deploy/local/services.sh installs both), not the
 # machine's running services. NEMESIS_SEEDS are the CI seeds (each ~25-35 s;
 # seeds 2 and 4, and seed 1 in some runs, catch the replay-while-producing
-# loss of issue 12 on the binary before its fix); CHAOS_SEED=n repeats one
+# loss on a binary without its fix); CHAOS_SEED=n repeats one
 # seed.
 NEMESIS_SEEDS ?= 1,2,4
 chaos: build-dev ## scripted faults, then a seeded random nemesis (processes, its own Redis and Postgres, links) judged by a history checker (~3 min); see docs/benchmarks.md

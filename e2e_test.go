@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
@@ -422,15 +421,7 @@ func TestProducedEventMatchesSchema(t *testing.T) {
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("order: %d %v", r.Status, r.Body)
 	}
-	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: p.Kafka.Brokers, GroupID: testenv.UniqueName("g"), Topic: p.Cfg.KafkaTopic,
-		StartOffset: kafka.FirstOffset, MaxWait: 50 * time.Millisecond})
-	defer reader.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	msg, err := reader.ReadMessage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	msg := mustReadEvent(t, p)
 	if err := event.Validate(msg.Value); err != nil {
 		t.Fatalf("produced event %s: %v", msg.Value, err)
 	}

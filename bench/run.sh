@@ -275,7 +275,7 @@ if [ -n "$rb_rps" ] && [ -n "$gw_rps" ]; then
   echo "  redis-benchmark EVALSHA (median of 3): $rb_rps req/s; gateway / redis-benchmark = $(awk -v a="$gw_rps" -v b="$rb_rps" 'BEGIN{printf "%.3f", a/b}')"
 fi
 
-# The open loop (issue 16). Its workload: every request a new user with
+# The open loop. Its workload: every request a new user with
 # stock for all, so every answer is a 202 (the produce waited for). Its
 # closed-loop maximum at c=$C is measured first, on a sale of its own; then
 # the same workload at a constant rate of half that (or RATE) for

@@ -92,8 +92,8 @@ func (d dashboard) exprs() []string {
 	return out
 }
 
-// TestGrafanaDashboard: the dashboard is well formed and shows what issue 15
-// asks for.
+// TestGrafanaDashboard: the dashboard is well formed and shows what on-call
+// needs to see (docs/oncall.md).
 func TestGrafanaDashboard(t *testing.T) {
 	d := mustDashboard(t)
 	if d.UID == "" || d.Title == "" || d.SchemaVersion < 36 {

@@ -159,7 +159,7 @@ func TestAlertsAreActionableAndTested(t *testing.T) {
 			}
 		})
 	}
-	// What on-call must act on (issue 15): each has an alert.
+	// What on-call must act on: each has an alert.
 	for _, want := range []string{"OrderpipeStockDrift", "OrderpipeDBStockMismatch", "OrderpipeDuplicateLiveOrder",
 		"OrderpipeCircuitBreakerOpen", "OrderpipeCompensationsPendingTooLong", "OrderpipeDeadLetters",
 		"OrderpipeConsumerLagGrowing", "OrderpipeCloserStalled", "OrderpipeRedriveStalled", "OrderpipeHigh5xxRatio"} {

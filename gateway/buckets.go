@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -64,13 +63,3 @@ func withBucket(orderNo string, bucket int) string {
 	return orderNo + "-b" + strconv.Itoa(bucket)
 }
 
-// bucketOfOrderNo reads the bucket withBucket wrote into rest, the part of
-// an order number after "<activityId>-<itemId>-".
-func bucketOfOrderNo(rest string) (int, bool) {
-	i := strings.LastIndex(rest, "-b")
-	if i < 0 {
-		return 0, true
-	}
-	b, err := strconv.Atoi(rest[i+2:])
-	return b, err == nil && b > 0 && b < stock.MaxBuckets
-}

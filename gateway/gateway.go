@@ -342,19 +342,8 @@ func newOrderNo(activityID, itemID int64, now time.Time) string {
 	return string(out)
 }
 
-// parseOrderNo returns the item an order number names.
+// parseOrderNo returns the item an order number names (event.ParseOrderNo).
 func parseOrderNo(s string) (stock.Item, bool) {
-	var it stock.Item
-	var rest string
-	if n, err := fmt.Sscanf(s, "%d-%d-%s", &it.ActivityID, &it.ItemID, &rest); err != nil || n != 3 {
-		return stock.Item{}, false
-	}
-	if it.ActivityID <= 0 || it.ItemID <= 0 || len(s) > 96 {
-		return stock.Item{}, false
-	}
-	var ok bool
-	if it.Bucket, ok = bucketOfOrderNo(rest); !ok {
-		return stock.Item{}, false
-	}
-	return it, true
+	a, i, b, ok := event.ParseOrderNo(s)
+	return stock.Item{ActivityID: a, ItemID: i, Bucket: b}, ok
 }

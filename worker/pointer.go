@@ -39,9 +39,9 @@ const (
 //   - the journal holds its entry: it is decided from that entry, whatever
 //     the messages say; an entry that is itself invalid is released;
 //   - the journal no longer holds it (acked, or lost with Redis): a valid
-//     message is decided as it says (Postgres's idempotency row makes a
-//     decided one a duplicate; Redis may have lost an undecided one), an
-//     invalid message changes nothing.
+//     message whose orderNo names its own item is decided as it says
+//     (Postgres's idempotency row makes a decided one a duplicate; Redis may
+//     have lost an undecided one); any other message changes nothing.
 func (w *Worker) decide(ctx context.Context, p *pointer, c stock.Claim) (order.Request, decision) {
 	if c.Status == stock.ClaimReleased {
 		return order.Request{}, decideGhost
@@ -62,6 +62,15 @@ func (w *Worker) decide(ctx context.Context, p *pointer, c stock.Claim) (order.R
 		return requestOf(ev, held), decideOrder
 	}
 	if p.msg == nil {
+		return order.Request{}, decideNothing
+	}
+	// No journal entry to check the message against: at least it must be a
+	// reservation the gateway could have made. Its orderNo names its item
+	// (event.ParseOrderNo), so a copy moved to another item cannot become an
+	// order there.
+	if !p.msg.NamesItself() {
+		w.deps.Log.WarnContext(ctx, "an event whose orderNo names another item; not the gateway's, changes nothing",
+			"request_id", p.msg.RequestID, "order_no", p.msg.OrderNo, "activity_id", p.msg.ActivityID, "item_id", p.msg.ItemID)
 		return order.Request{}, decideNothing
 	}
 	return requestOf(*p.msg, held), decideOrder

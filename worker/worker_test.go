@@ -513,3 +513,30 @@ func headerNames(m kafka.Message) map[string]int {
 	}
 	return out
 }
+
+// TestCopyMovedToAnotherItemChangesNothing: a schema-valid copy of a real
+// event that names another item (with the original's requestId and orderNo)
+// finds no journal entry there; its orderNo names the original's item, so it
+// is not the gateway's and creates no order. The original, after it, makes
+// the order as reserved.
+func TestCopyMovedToAnotherItemChangesNothing(t *testing.T) {
+	f := mustFixture(t, 10)
+	ctx := context.Background()
+	orig := f.reserve(t, "moved", 6)
+	moved := kafka.Message{Key: []byte("1:3"), Value: []byte(`{"requestId":"moved","orderNo":"1-2-moved","userId":7,` +
+		`"activityId":1,"itemId":3,"quantity":1,"reservedAt":"2026-01-01T00:00:00Z"}`)}
+	for _, batch := range [][]kafka.Message{{moved}, {orig}} {
+		if err := f.w.ProcessBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'moved' AND item_id = 2 AND user_id = 6 AND status = 'UNPAID'`); n != 1 {
+		t.Errorf("%d orders as reserved, want 1", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM processed_requests WHERE request_id = 'moved' AND outcome = 'CREATED'`); n != 1 {
+		t.Errorf("%d CREATED records of moved, want 1", n)
+	}
+	if n := f.count(t, `SELECT count(*) FROM orders WHERE item_id = 3`); n != 0 {
+		t.Errorf("%d orders for the item the copy named", n)
+	}
+}

@@ -11,7 +11,7 @@ import (
 
 // TestSchedule: the nemesis's schedule is a pure function of the seed and
 // the process names; the store faults and clock steps did not change the
-// first stream (seed 1 keeps the faults that found issue 12's loss); no
+// first stream (seed 1 keeps the faults that found the replay-while-producing loss); no
 // target is hit twice at once by one stream; a real cluster's brokers are
 // sometimes killed, kfake's never; clocks are stepped on gateways and
 // workers only; a preheat cut pauses Redis, or Postgres only when the suite

@@ -149,3 +149,24 @@ func TestDecodeIsATolerantReader(t *testing.T) {
 		})
 	}
 }
+
+func TestParseOrderNo(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		a, i int64
+		b    int
+		ok   bool
+	}{
+		{"1-2-mx5xpfa69571c6b56016", 1, 2, 0, true},
+		{"101-7-mx5xpfa69571c6b56016-b3", 101, 7, 3, true},
+		{"1-2-x-b64", 0, 0, 0, false},
+		{"1-2-x-b0", 0, 0, 0, false},
+		{"0-2-x", 0, 0, 0, false},
+		{"o1", 0, 0, 0, false},
+	} {
+		a, i, b, ok := ParseOrderNo(tc.in)
+		if a != tc.a || i != tc.i || b != tc.b || ok != tc.ok {
+			t.Errorf("ParseOrderNo(%q) = %d %d %d %v, want %d %d %d %v", tc.in, a, i, b, ok, tc.a, tc.i, tc.b, tc.ok)
+		}
+	}
+}
