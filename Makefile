@@ -23,8 +23,13 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 MODIFIED ?= $(shell git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
 LDFLAGS := -X orderpipe/pkg/version.version=$(VERSION) -X orderpipe/pkg/version.commit=$(COMMIT) -X orderpipe/pkg/version.modified=$(MODIFIED)
 
+# Built, then exec'd: the binary is make's child, so Ctrl-C (SIGINT to the
+# whole foreground group) reaches it directly, it drains and exits 0, and
+# make has no failed recipe to report (`go run` answers a signalled child
+# with exit 1: "make: *** Error 1"). bin/orderpipe-dev stays for the other
+# commands (`bin/orderpipe-dev locate …`).
 run: ## the whole pipeline in the foreground (gateway + worker + closer + embedded Kafka; a -tags dev build)
-	$(GO) run -tags dev -ldflags "$(LDFLAGS)" . all
+	@$(GO) build -tags dev -ldflags "$(LDFLAGS)" -o bin/orderpipe-dev . && exec bin/orderpipe-dev all
 
 build: ## bin/orderpipe, the production binary (no embedded broker, no stand-ins)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/orderpipe .

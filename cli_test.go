@@ -99,9 +99,10 @@ func cleanEnv(env ...string) []string {
 // from hanging the test run; no assertion is about time.
 func runBinary(t *testing.T, env []string, args ...string) result {
 	t.Helper()
+	bin := mustBinary(t) // built before the run's clock starts: a build on a busy machine is slow
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mustBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = cleanEnv(env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -134,8 +134,10 @@ var envVars = [][3]string{
 	{"CLOSE_AFTER", "30m", "unpaid orders close after this Go duration (database clock)"},
 	{"CLOSER_INTERVAL", "2s", "pause between closer passes"},
 	{"TRACE_STORE_DIR", "", "append every span to JSON-lines files in this directory, for `orderpipe locate` (local runs); empty ⇒ off"},
-	{"DEV_CLOCK_OFFSET_FILE", "", "development builds only (the chaos suite's clock steps): a file holding a duration (-90s, +3h) added to this process's wall clock (reservedAt, order numbers, the sale window, the redrive's ages), re-read every 100 ms; a production build refuses to start with it set"},
+	{"DEV_CLOCK_OFFSET_FILE", "", "development builds only (the chaos suite's clock steps): a file holding a duration (-90s, +3h) added to this process's wall clock (reservedAt, order numbers, the redrive's ages, the reconciler's report time), re-read every 100 ms; the sale window goes by Redis's clock and the closer by the database's, so neither moves; a production build refuses to start with it set"},
 	{"TRACE_QUERY_URL", "", "Jaeger query service (e.g. http://jaeger:16686) `orderpipe locate` reads a request's span tree from (GET /api/traces/{id}); takes precedence over TRACE_STORE_DIR; empty ⇒ not read"},
+	// Read by pkg/telemetry (the logger exists before the configuration); declared here so `orderpipe env` lists it.
+	{"LOG_LEVEL", "info", "debug for more (any other value means info)"},
 }
 
 // getenv is the variable's value, else the content of the file that
