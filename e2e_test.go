@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"

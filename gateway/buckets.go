@@ -62,4 +62,3 @@ func withBucket(orderNo string, bucket int) string {
 	}
 	return orderNo + "-b" + strconv.Itoa(bucket)
 }
-
