@@ -44,6 +44,13 @@ type pipeline struct {
 // mustPipeline starts a pipeline; it is stopped (and drained) at cleanup.
 func mustPipeline(tb testing.TB, comps components, mod func(*config)) *pipeline {
 	tb.Helper()
+	return mustPipelineLogging(tb, comps, mod, nil)
+}
+
+// mustPipelineLogging is mustPipeline writing its JSON log lines to logTo
+// (nil: discarded, or stderr with TEST_LOG set).
+func mustPipelineLogging(tb testing.TB, comps components, mod func(*config), logTo io.Writer) *pipeline {
+	tb.Helper()
 	p := &pipeline{DB: testenv.MustDatabase(tb), Redis: testenv.MustRedis(tb), Kafka: testenv.MustKafka(tb), Admin: "test-admin-token",
 		comps: comps}
 	cfg, err := loadConfig()
@@ -83,6 +90,9 @@ func mustPipeline(tb testing.TB, comps components, mod func(*config)) *pipeline 
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if os.Getenv("TEST_LOG") != "" {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if logTo != nil {
+		log = slog.New(slog.NewJSONHandler(logTo, nil))
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	p.cancel = cancel

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/stock"
+)
+
+// syncBuffer is a log sink the pipeline's goroutines write to at once.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines are the JSON log lines written so far at level WARN or ERROR.
+func (b *syncBuffer) warnings(t *testing.T) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var rec struct{ Level string }
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("a log line that is not JSON: %q", sc.Text())
+		}
+		if rec.Level == "WARN" || rec.Level == "ERROR" {
+			out = append(out, sc.Text())
+		}
+	}
+	return out
+}
+
+// TestHealthyPipelineLogsNoWarnings: with every part healthy, an idle
+// pipeline and one under a burst on one hot item — the other partitions
+// carrying nothing, as in a flash sale — write no WARN or ERROR line. A
+// warning is for an operator to act on; idle partitions are normal.
+func TestHealthyPipelineLogsNoWarnings(t *testing.T) {
+	var logs syncBuffer
+	p := mustPipelineLogging(t, components{gateway: true, worker: true, closer: true}, func(c *config) { c.KafkaParts = 8 }, &logs)
+	p.mustSale(t, 1, 1, map[int64]int64{10: 100000})
+	time.Sleep(3 * time.Second) // idle: every partition's fetch waits out the broker's wait
+
+	const buyers, clients = 3000, 32
+	next := make(chan int64)
+	go func() {
+		for u := int64(1); u <= buyers; u++ {
+			next <- u
+		}
+		close(next)
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	bad := map[int]int{}
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range next {
+				r := p.order(t, orderBody{RequestID: fmt.Sprintf("quiet-%d", u), UserID: u, ActivityID: 1, ItemID: 10, Quantity: 1})
+				if r.Status != http.StatusAccepted {
+					mu.Lock()
+					bad[r.Status]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(bad) > 0 {
+		t.Fatalf("a healthy pipeline answered other than 202: %v", bad)
+	}
+	it := stock.Item{ActivityID: 1, ItemID: 10}
+	p.waitDrained(t, it)
+	time.Sleep(3 * time.Second) // idle again after the burst
+	if w := logs.warnings(t); len(w) > 0 {
+		n := min(len(w), 10)
+		t.Errorf("a healthy pipeline logged %d WARN/ERROR lines; the first %d:\n%s", len(w), n, strings.Join(w[:n], "\n"))
+	}
+	p.assertInvariants(t, it)
+}
