@@ -15,7 +15,7 @@ import (
 	"orderpipe/pkg/stock"
 )
 
-// audit holds one drained activity to the invariants of design.md and to
+// audit holds one drained activity to the invariants (docs/architecture.md) and to
 // what its clients were told.
 type audit struct {
 	orders       int // rows in orders for the activity

@@ -15,7 +15,7 @@ import (
 )
 
 // The history checker: after the heal and the drain it holds what every
-// client was told (the history) to the stores and to design.md:
+// client was told (the history) to the stores and to the invariants (docs/architecture.md):
 //
 //   - I3: every 2xx answer of a requestId names its first orderNo (the one
 //     of the earliest 2xx answer); no attempt that started after a 2xx is
