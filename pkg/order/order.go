@@ -164,6 +164,23 @@ func (s *Store) GetActivity(ctx context.Context, id int64) (Activity, error) {
 	return a, nil
 }
 
+// EndActivity is the kill switch's record: the activity's window ends at
+// the earliest of its own end and at (a sale not yet started ends a
+// millisecond before at, its start moved there too, as stock.End does), and
+// the activity with its new window is returned. Only ever moves the end
+// earlier, so a repeat answers the first end. at is truncated to the
+// millisecond, the resolution of the sale window in Redis, so the two agree.
+func (s *Store) EndActivity(ctx context.Context, id int64, at time.Time) (Activity, error) {
+	at = at.Truncate(time.Millisecond)
+	_, err := s.pool.Exec(ctx, `UPDATE activities
+		SET ends_at = LEAST(ends_at, $2), starts_at = LEAST(starts_at, LEAST(ends_at, $2) - interval '1 millisecond'), updated_at = now()
+		WHERE id = $1 AND (ends_at > $2 OR starts_at > LEAST(ends_at, $2) - interval '1 millisecond')`, id, at)
+	if err != nil {
+		return Activity{}, fmt.Errorf("ending activity %d: %w", id, err)
+	}
+	return s.GetActivity(ctx, id)
+}
+
 // ItemStockOf returns one item's stock row.
 func (s *Store) ItemStockOf(ctx context.Context, activityID, itemID int64) (ItemStock, error) {
 	var it ItemStock

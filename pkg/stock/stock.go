@@ -34,6 +34,8 @@ var (
 	restoreLua string
 	//go:embed publish.lua
 	publishLua string
+	//go:embed end.lua
+	endLua string
 
 	reserveScript = redis.NewScript(reserveLua)
 	releaseScript = redis.NewScript(releaseLua)
@@ -41,6 +43,7 @@ var (
 	ackScript     = redis.NewScript(ackLua)
 	restoreScript = redis.NewScript(restoreLua)
 	publishScript = redis.NewScript(publishLua)
+	endScript     = redis.NewScript(endLua)
 )
 
 const (
@@ -477,6 +480,35 @@ func (s *Store) Arm(ctx context.Context, sale Sale) error {
 		}
 	}
 	return nil
+}
+
+// End is the kill switch's Redis step for one item: every bucket's sale
+// window ends at the earliest of its own end, at and Redis's now (a sale not
+// yet started ends before its start), so from the next reserve script on no
+// gateway sells it. It answers the window the buckets now have (the
+// earliest end, with its start), for the caller to record in Postgres so
+// the two agree; ok is false when no bucket had a sale (never armed, or
+// expired). Only ever moves the end earlier: idempotent.
+func (s *Store) End(ctx context.Context, it Item, buckets int, at time.Time) (starts, ends time.Time, ok bool, err error) {
+	var first, last int64 = -1, -1
+	for b := range max(buckets, 1) {
+		bit := it
+		bit.Bucket = b
+		r, err := endScript.Run(ctx, s.rdb, []string{s.Keys(bit).Sale}, at.UnixMilli()).Int64Slice()
+		if err != nil {
+			return time.Time{}, time.Time{}, false, fmt.Errorf("ending the sale of %s bucket %d: %w", it, b, err)
+		}
+		if r[1] < 0 {
+			continue
+		}
+		if last < 0 || r[1] < last {
+			first, last = r[0], r[1]
+		}
+	}
+	if last < 0 {
+		return time.Time{}, time.Time{}, false, nil
+	}
+	return time.UnixMilli(first).UTC(), time.UnixMilli(last).UTC(), true, nil
 }
 
 // Pending looks an orderNo up in the item's dedup records: the reservation's

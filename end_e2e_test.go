@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+)
+
+// TestKillSwitchEndsTheSale: POST /admin/v1/activities/{id}/end stops the
+// sale on the next request (NOT_ON_SALE), records the end in Postgres as
+// Redis has it (the reconciler sees no drift), is idempotent, and leaves the
+// orders already accepted to go on: they are persisted and can be paid.
+func TestKillSwitchEndsTheSale(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	p.mustSale(t, 1, 1, map[int64]int64{10: 100, 11: 50})
+	var accepted []string
+	for u := int64(1); u <= 5; u++ {
+		r := p.order(t, orderBody{RequestID: fmt.Sprintf("before-end-%d", u), UserID: u, ActivityID: 1, ItemID: 10, Quantity: 1})
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("order before the end: %d %v", r.Status, r.Body)
+		}
+		accepted = append(accepted, r.Str("orderNo"))
+	}
+
+	if r := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil); r.Status != http.StatusUnauthorized {
+		t.Errorf("end without the admin token: %d %v, want 401", r.Status, r.Body)
+	}
+	if r := p.do(t, http.MethodPost, "/admin/v1/activities/99/end", "", nil, auth...); r.Status != http.StatusNotFound || r.Code() != "ACTIVITY_NOT_FOUND" {
+		t.Errorf("end of an unknown activity: %d %v, want 404 ACTIVITY_NOT_FOUND", r.Status, r.Body)
+	}
+	before := time.Now()
+	r := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil, auth...)
+	if r.Status != http.StatusOK {
+		t.Fatalf("end: %d %v", r.Status, r.Body)
+	}
+	ends, err := time.Parse(time.RFC3339Nano, r.Str("endsAt"))
+	if err != nil || ends.Before(before.Add(-time.Second)) || ends.After(time.Now().Add(time.Second)) {
+		t.Errorf("endsAt after the end: %q (%v), want about now", r.Str("endsAt"), err)
+	}
+	// From the next reserve on, on every item.
+	for _, item := range []int64{10, 11} {
+		r := p.order(t, orderBody{RequestID: fmt.Sprintf("after-end-%d", item), UserID: 100, ActivityID: 1, ItemID: item, Quantity: 1})
+		if r.Status != http.StatusNotFound || r.Code() != "NOT_ON_SALE" {
+			t.Errorf("order for item %d after the end: %d %v, want 404 NOT_ON_SALE", item, r.Status, r.Body)
+		}
+	}
+	// Idempotent: a repeat answers the first end.
+	again := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil, auth...)
+	if again.Status != http.StatusOK || again.Str("endsAt") != r.Str("endsAt") {
+		t.Errorf("a repeated end: %d endsAt %q, want 200 and the first end %q", again.Status, again.Str("endsAt"), r.Str("endsAt"))
+	}
+	a, err := p.Orders.GetActivity(t.Context(), 1)
+	if err != nil || !a.EndsAt.Equal(ends) {
+		t.Errorf("Postgres's end %v (%v), want the answered %v", a.EndsAt, err, ends)
+	}
+
+	// The accepted orders go on: persisted, and payable.
+	it := stock.Item{ActivityID: 1, ItemID: 10}
+	p.waitDrained(t, it)
+	for _, no := range accepted {
+		testenv.WaitFor(t, 10*time.Second, "order "+no+" persisted", func() bool {
+			return p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil).Str("status") == order.StatusUnpaid
+		})
+	}
+	if r := p.do(t, http.MethodPost, "/v1/orders/"+accepted[0]+"/pay", "", nil); r.Status != http.StatusOK {
+		t.Errorf("paying an order accepted before the end: %d %v", r.Status, r.Body)
+	}
+	p.assertInvariants(t, it)
+	if code, out := p.reconcile(t, "--once"); code != 0 {
+		t.Errorf("reconciler after the end: exit %d, want 0 (Redis's window and Postgres's agree)\n%s", code, out)
+	}
+}
+
+// TestKillSwitchBeforeTheStart: a sale ended before it starts never sells,
+// and its window stays valid (start before end) in both stores.
+func TestKillSwitchBeforeTheStart(t *testing.T) {
+	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	starts := time.Now().Add(time.Hour)
+	p.mustSaleWindow(t, 2, starts, starts.Add(time.Hour), map[int64]int64{20: 10})
+	r := p.do(t, http.MethodPost, "/admin/v1/activities/2/end", "", nil, auth...)
+	if r.Status != http.StatusOK {
+		t.Fatalf("end: %d %v", r.Status, r.Body)
+	}
+	a, err := p.Orders.GetActivity(t.Context(), 2)
+	if err != nil || !a.StartsAt.Before(a.EndsAt) || a.EndsAt.After(time.Now()) {
+		t.Fatalf("window after ending a sale not yet started: %v – %v (%v), want start < end ≤ now", a.StartsAt, a.EndsAt, err)
+	}
+	if code, out := p.reconcile(t, "--once"); code != 0 {
+		t.Errorf("reconciler after the end: exit %d, want 0\n%s", code, out)
+	}
+}
