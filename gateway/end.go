@@ -83,4 +83,3 @@ func (s *Server) endSale(w http.ResponseWriter, r *http.Request) {
 	s.deps.Log.InfoContext(ctx, "sale ended by the admin API", append(caller, "ends_at", a.EndsAt)...)
 	writeJSON(w, http.StatusOK, viewOfActivity(a))
 }
-
