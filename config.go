@@ -12,6 +12,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/secret"
+	"orderpipe/pkg/stock"
 )
 
 // config is every environment variable the binary reads, with its default.
@@ -67,6 +68,9 @@ type config struct {
 	AdminAddr      string
 	BreakerOpenFor time.Duration
 	RedisTimeout   time.Duration
+	// RedisWait (REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT): each reserve
+	// waits for that many replicas to acknowledge it before the produce.
+	RedisWait      stock.ReplicaWait
 	CloseAfter     time.Duration
 	CloserInterval time.Duration
 	// TraceStoreDir is the local span store (TRACE_STORE_DIR) that
@@ -125,6 +129,8 @@ var envVars = [][3]string{
 	{"ADMIN_ADDR", "", "serve the admin API on this address instead of HTTP_ADDR"},
 	{"BREAKER_OPEN_FOR", "2s", "how long a tripped circuit breaker refuses calls before probing"},
 	{"REDIS_TIMEOUT", "1s", "bound on one Redis call (dial, read, write) and on a reserve call's wait for a pipeline"},
+	{"REDIS_WAIT_REPLICAS", "0", "each reserve waits (WAIT, on its connection) until this many Redis replicas have its writes before the event is produced; fewer within REDIS_WAIT_TIMEOUT ⇒ the reservation is given back and 503 answered, and a retry is shown its orderNo only once a replica has it: a failover can then lose no 202's dedup record. 0 ⇒ off; not on Redis Cluster"},
+	{"REDIS_WAIT_TIMEOUT", "50ms", "how long a reserve waits for REDIS_WAIT_REPLICAS replicas (at least 1ms, below REDIS_TIMEOUT)"},
 	{"PRODUCE_TIMEOUT", "3s", "bound on one produce before the reservation is released and 503 answered"},
 	{"REPLAY_WAIT", "2s", "how long (at most PRODUCE_TIMEOUT) a retry waits for its first attempt's event to be acknowledged by Kafka before answering 503 (a retry is shown the orderNo only once it is durable)"},
 	{"REDRIVE_AFTER", "30s", "journal entries older than this that no worker decided are re-published"},
@@ -228,6 +234,7 @@ func loadConfig() (config, error) {
 		AdminAddr:      getenv("ADMIN_ADDR"),
 		BreakerOpenFor: durVar("BREAKER_OPEN_FOR"),
 		RedisTimeout:   durVar("REDIS_TIMEOUT"),
+		RedisWait:      stock.ReplicaWait{Replicas: intVar("REDIS_WAIT_REPLICAS"), Timeout: durVar("REDIS_WAIT_TIMEOUT")},
 		CloseAfter:     durVar("CLOSE_AFTER"),
 		CloserInterval: durVar("CLOSER_INTERVAL"),
 		TraceStoreDir:  getenv("TRACE_STORE_DIR"),
@@ -269,6 +276,11 @@ func loadConfig() (config, error) {
 	}
 	if u, err := url.Parse(c.TraceQueryURL); c.TraceQueryURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		errs = append(errs, "TRACE_QUERY_URL: want the Jaeger query service's http(s) URL, such as http://jaeger:16686")
+	}
+	if w := c.RedisWait; w.Replicas > 0 && (w.Timeout < time.Millisecond || w.Timeout >= c.RedisTimeout) {
+		// WAIT counts in milliseconds (0 would block for ever), and the
+		// pipeline's read must outlast it.
+		errs = append(errs, fmt.Sprintf("REDIS_WAIT_TIMEOUT: want at least 1ms and below REDIS_TIMEOUT (%s), got %s", c.RedisTimeout, w.Timeout))
 	}
 	if c.RedisURL != "" && envSet("REDIS_ADDR") {
 		errs = append(errs, "REDIS_URL and REDIS_ADDR are both set: set one")

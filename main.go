@@ -271,6 +271,9 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 	}
 	metrics := telemetry.NewMetrics()
 	st := stock.New(rdb, cfg.RedisPrefix)
+	if err := st.WaitForReplicas(cfg.RedisWait); err != nil {
+		return fmt.Errorf("REDIS_WAIT_REPLICAS: %w", err)
+	}
 	orders := order.NewStore(pool)
 
 	var wg sync.WaitGroup

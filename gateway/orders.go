@@ -125,6 +125,23 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		// still has to be produced.
 		res.Outcome = stock.Reserved
 	}
+	if res.Unreplicated && (res.Outcome == stock.Reserved || res.Outcome == stock.Replayed) {
+		// REDIS_WAIT_REPLICAS: the dedup record this answer would rest on is
+		// on the primary alone. A failover now would lose it, and a retry of
+		// a 202 would reserve again under a second orderNo; a replay's 200
+		// would show an orderNo the new primary does not know. So neither is
+		// answered: a reservation of ours is given back, a replay waits for
+		// the client's retry (its "shown" mark stands; it only keeps the
+		// first attempt from giving back what is already durable).
+		s.deps.Metrics.ReserveUnreplicated.Inc()
+		if res.Outcome == stock.Reserved {
+			s.abort(ctx, ev, res.Remaining, errUnreplicated, w)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable (no replica acknowledged); retry with the same requestId")
+		return
+	}
 	switch res.Outcome {
 	case stock.Reserved, stock.SoldOut, stock.AlreadyPurchased:
 		// The script reported the item's stock (after the reservation).
@@ -197,6 +214,10 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	go s.markPublished(context.WithoutCancel(ctx), item, stock.Ref{RequestID: req.RequestID, OrderNo: ev.OrderNo})
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
 }
+
+// errUnreplicated is why a reservation is given back when no replica
+// acknowledged it (REDIS_WAIT_REPLICAS).
+var errUnreplicated = errors.New("reservation not acknowledged by enough Redis replicas")
 
 // replayPoll is how often a retry re-checks whether its first attempt's
 // event has become durable.

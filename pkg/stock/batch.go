@@ -38,6 +38,11 @@ const (
 type batcher struct {
 	rdb    redis.UniversalClient
 	script *redis.Script
+	// wait, when Replicas > 0, ends each pipeline with WAIT: on the same
+	// connection, so it covers every script of the pipeline (and anything
+	// this connection wrote before), one round trip to the replicas per
+	// batch rather than per call.
+	wait ReplicaWait
 
 	mu      sync.Mutex
 	queue   []*call
@@ -53,6 +58,9 @@ type call struct {
 	// Set before done is closed.
 	cmd   *redis.Cmd
 	batch int
+	// acked is how many replicas acknowledged the pipeline's writes (WAIT's
+	// reply; 0 when WAIT failed), with batcher.wait on.
+	acked int64
 }
 
 const (
@@ -67,8 +75,15 @@ const (
 // timeout lets the pipeline take, so its outcome is known whenever Redis
 // answered; a sent call is not cancelled by its context.
 func (b *batcher) run(ctx context.Context, keys []string, args ...any) *redis.Cmd {
+	cmd, _ := b.runAcked(ctx, keys, args...)
+	return cmd
+}
+
+// runAcked is run that also says how many replicas acknowledged the call's
+// writes (0 unless batcher.wait is on).
+func (b *batcher) runAcked(ctx context.Context, keys []string, args ...any) (*redis.Cmd, int64) {
 	if ctx.Err() != nil {
-		return notSent(ctx)
+		return notSent(ctx), 0
 	}
 	c := &call{keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
@@ -90,7 +105,7 @@ func (b *batcher) run(ctx context.Context, keys []string, args ...any) *redis.Cm
 	case <-c.done:
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(queued, abandoned) {
-			return notSent(ctx)
+			return notSent(ctx), 0
 		}
 		<-c.done
 	}
@@ -100,7 +115,7 @@ func (b *batcher) run(ctx context.Context, keys []string, args ...any) *redis.Cm
 			telemetry.RecordError(span, err)
 		}
 	}
-	return c.cmd
+	return c.cmd, c.acked
 }
 
 func notSent(ctx context.Context) *redis.Cmd {
@@ -142,12 +157,7 @@ func (b *batcher) send() {
 // again with EVAL.
 func (b *batcher) exec(batch []*call) {
 	ctx := context.Background()
-	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, c := range batch {
-			c.cmd = b.script.EvalSha(ctx, p, c.keys, c.args...)
-		}
-		return nil
-	})
+	err := b.pipeline(ctx, batch, b.script.EvalSha)
 	if err != nil {
 		var again []*call
 		for _, c := range batch {
@@ -156,18 +166,39 @@ func (b *batcher) exec(batch []*call) {
 			}
 		}
 		if len(again) > 0 {
-			_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, c := range again {
-					c.cmd = b.script.Eval(ctx, p, c.keys, c.args...)
-				}
-				return nil
-			})
+			_ = b.pipeline(ctx, again, b.script.Eval)
 		}
 	}
 	for _, c := range batch {
 		c.batch = len(batch)
 		close(c.done)
 	}
+}
+
+// pipeline sends the calls with send (EVALSHA or EVAL) in one pipeline,
+// followed by WAIT when the batcher waits for replicas. A pipeline on one
+// node runs on one connection, which is what WAIT's count is about.
+func (b *batcher) pipeline(ctx context.Context, calls []*call,
+	send func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) error {
+	var wait *redis.Cmd
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range calls {
+			c.cmd = send(ctx, p, c.keys, c.args...)
+		}
+		if b.wait.Replicas > 0 {
+			// Pipeliner has no Wait; the pipeline's read is bounded by
+			// REDIS_TIMEOUT, which the configuration keeps above Timeout.
+			wait = p.Do(ctx, "wait", b.wait.Replicas, b.wait.Timeout.Milliseconds())
+		}
+		return nil
+	})
+	if wait != nil {
+		acked, _ := wait.Int64() // 0 when WAIT failed: not known to be replicated
+		for _, c := range calls {
+			c.acked = acked
+		}
+	}
+	return err
 }
 
 func toAny(ss []string) []any {

@@ -198,3 +198,16 @@ func TestReserveAfterScriptCacheFlush(t *testing.T) {
 		t.Fatalf("retry after SCRIPT FLUSH: %+v %v, want REPLAYED (the script ran once)", res, err)
 	}
 }
+
+// On Redis Cluster a pipeline is split over the nodes by slot and WAIT,
+// which names no key, would go to any of them: refused, not half-done.
+func TestWaitForReplicasRefusedOnCluster(t *testing.T) {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cc.Close()
+	if err := New(cc, "").WaitForReplicas(ReplicaWait{Replicas: 1, Timeout: 50 * time.Millisecond}); !errors.Is(err, ErrWaitOnCluster) {
+		t.Errorf("WaitForReplicas on a cluster client: %v, want ErrWaitOnCluster", err)
+	}
+	if err := New(cc, "").WaitForReplicas(ReplicaWait{}); err != nil {
+		t.Errorf("no wait on a cluster client: %v", err)
+	}
+}

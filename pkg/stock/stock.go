@@ -133,6 +133,33 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 		publishes: &batcher{rdb: rdb, script: publishScript}}
 }
 
+// ReplicaWait makes each reserve wait, on its connection, until Replicas
+// replicas have acknowledged its writes or Timeout has passed (Redis's
+// WAIT), so the gateway can tell a reservation that a failover would keep
+// from one that lives on the primary alone. Replicas 0 is off.
+type ReplicaWait struct {
+	Replicas int
+	Timeout  time.Duration
+}
+
+// ErrWaitOnCluster refuses a ReplicaWait on Redis Cluster: a pipeline there
+// is split over the nodes by slot, and WAIT, which names no key, would go to
+// any node and count the replication of writes it never saw.
+var ErrWaitOnCluster = errors.New("waiting for replicas is not supported on Redis Cluster")
+
+// WaitForReplicas sets the reserve's ReplicaWait; call it before the store
+// is used.
+func (s *Store) WaitForReplicas(w ReplicaWait) error {
+	if w.Replicas < 0 || w.Replicas > 0 && w.Timeout < time.Millisecond {
+		return fmt.Errorf("replica wait %d within %s: want replicas ≥ 0 and a timeout of at least 1ms", w.Replicas, w.Timeout)
+	}
+	if _, ok := s.rdb.(*redis.ClusterClient); ok && w.Replicas > 0 {
+		return ErrWaitOnCluster
+	}
+	s.reserves.wait = w
+	return nil
+}
+
 // Keys returns the item's keys.
 func (s *Store) Keys(it Item) Keys {
 	tag := it.Tag()
@@ -207,6 +234,11 @@ type ReserveResult struct {
 	// OutsideWindow, with NotOnSale: the sale is in Redis and Redis's
 	// clock is outside its window (otherwise its keys are missing).
 	OutsideWindow bool
+	// Unreplicated: the store waits for replicas (WaitForReplicas) and fewer
+	// than asked acknowledged this call's writes (and those its connection
+	// made before) in time. What the script wrote, or read as written, is on
+	// the primary alone, and a failover may lose it.
+	Unreplicated bool
 }
 
 // Reserve runs the reserve script: one round trip, in a pipeline shared
@@ -215,18 +247,19 @@ type ReserveResult struct {
 // cancel it.
 func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, error) {
 	k := s.Keys(r.Item)
-	res, err := s.reserves.run(ctx,
+	cmd, acked := s.reserves.runAcked(ctx,
 		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo), k.Fate(r.OrderNo)},
 		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, int64(DedupLifetime/time.Second),
 		r.TraceParent,
-	).Slice()
+	)
+	res, err := cmd.Slice()
 	if err != nil {
 		return ReserveResult{}, fmt.Errorf("running reserve script: %w", err)
 	}
 	if len(res) != 3 {
 		return ReserveResult{}, fmt.Errorf("reserve script answered %d values", len(res))
 	}
-	out := ReserveResult{}
+	out := ReserveResult{Unreplicated: acked < int64(s.reserves.wait.Replicas)}
 	out.Outcome = Outcome(fmt.Sprint(res[0]))
 	out.OrderNo = fmt.Sprint(res[1])
 	if out.Outcome == NotOnSale {

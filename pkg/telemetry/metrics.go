@@ -29,8 +29,11 @@ type Metrics struct {
 	StockRemaining *prometheus.GaugeVec     // activity, item
 	BreakerState   *prometheus.GaugeVec     // name; 0 closed, 1 half-open, 2 open
 	ReserveSeconds prometheus.Histogram
-	ProduceSeconds prometheus.Histogram
-	ProduceBatch   prometheus.Histogram // messages per produce request (GATEWAY_PRODUCER=group)
+	// ReserveUnreplicated counts reserves answered 503 because fewer than
+	// REDIS_WAIT_REPLICAS replicas acknowledged them in time.
+	ReserveUnreplicated prometheus.Counter
+	ProduceSeconds      prometheus.Histogram
+	ProduceBatch        prometheus.Histogram // messages per produce request (GATEWAY_PRODUCER=group)
 	// SaleChecks counts the gateway's lost-sale checks by result: queried,
 	// remembered (an answer reused or shared), refused (over its budget).
 	SaleChecks *prometheus.CounterVec
@@ -87,6 +90,8 @@ func NewMetrics() *Metrics {
 			[]string{"activity", "item"}),
 		ReserveSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_reserve_seconds",
 			Help: "Latency of the reserve script round trip.", Buckets: latency}),
+		ReserveUnreplicated: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_reserve_unreplicated_total",
+			Help: "Reserves (and replays) answered 503 because fewer than REDIS_WAIT_REPLICAS Redis replicas acknowledged them within REDIS_WAIT_TIMEOUT; a reservation is given back."}),
 		ProduceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_produce_seconds",
 			Help: "Latency of producing an event to Kafka (acks from all in-sync replicas).", Buckets: latency}),
 		ProduceBatch: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderpipe_produce_batch_messages",
@@ -136,7 +141,7 @@ func NewMetrics() *Metrics {
 			Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"}),
 	}
 	// One list, so a new series cannot be declared and left unregistered.
-	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
+	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ReserveUnreplicated, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
 		m.ConsumerLag, m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied,
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
 		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,

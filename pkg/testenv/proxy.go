@@ -1,22 +1,27 @@
 package testenv
 
 import (
+	"context"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Proxy is a TCP proxy a test can cut and restore, to take a dependency
 // "down" without touching the shared server.
 type Proxy struct {
 	Addr   string
-	target string
+	target string // under mu
 	mu     sync.Mutex
 	ln     net.Listener
 	conns  map[net.Conn]struct{}
@@ -58,7 +63,10 @@ func (p *Proxy) serve(ln net.Listener) {
 }
 
 func (p *Proxy) pipe(c net.Conn) {
-	up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.DialTimeout("tcp", target, 2*time.Second)
 	if err != nil {
 		c.Close()
 		return
@@ -112,6 +120,18 @@ func (p *Proxy) Down() {
 	p.conns = map[net.Conn]struct{}{}
 }
 
+// Retarget sends new connections to target and resets open ones, as a
+// failover moves a service address to the promoted replica.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]struct{}{}
+}
+
 // Up listens again on the same address.
 func (p *Proxy) Up(tb testing.TB) {
 	tb.Helper()
@@ -131,16 +151,17 @@ func (p *Proxy) Up(tb testing.TB) {
 
 // RedisServer is a redis-server process a test owns (to stop and restart it).
 type RedisServer struct {
-	Addr string
-	dir  string
-	port int
-	cmd  *exec.Cmd
+	Addr  string
+	dir   string
+	port  int
+	extra []string // more redis-server arguments (--replicaof)
+	cmd   *exec.Cmd
 }
 
 // MustRedisServer starts a private redis-server with an append-only file,
 // so a restart keeps its data; stopped at cleanup. Skips if redis-server is
 // not installed.
-func MustRedisServer(tb testing.TB) *RedisServer {
+func MustRedisServer(tb testing.TB, extra ...string) *RedisServer {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Skip("redis-server not installed")
@@ -151,7 +172,7 @@ func MustRedisServer(tb testing.TB) *RedisServer {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	s := &RedisServer{Addr: "127.0.0.1:" + strconv.Itoa(port), dir: tb.TempDir(), port: port}
+	s := &RedisServer{Addr: "127.0.0.1:" + strconv.Itoa(port), dir: tb.TempDir(), port: port, extra: extra}
 	s.Start(tb)
 	tb.Cleanup(s.Stop)
 	return s
@@ -160,8 +181,9 @@ func MustRedisServer(tb testing.TB) *RedisServer {
 // Start runs the server and waits until it accepts connections.
 func (s *RedisServer) Start(tb testing.TB) {
 	tb.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", filepath.Join(s.dir, "redis.log"))
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", filepath.Join(s.dir, "redis.log")}, s.extra...)
+	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		tb.Fatalf("starting redis-server: %v", err)
@@ -178,6 +200,59 @@ func (s *RedisServer) Start(tb testing.TB) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// RedisPair is a primary and its replica, two redis-server processes.
+type RedisPair struct {
+	Primary, Replica *RedisServer
+}
+
+// MustRedisPair starts a primary and a replica of it, and waits until the
+// replica is in sync; both stopped at cleanup. Skips if redis-server is
+// not installed.
+func MustRedisPair(tb testing.TB) RedisPair {
+	tb.Helper()
+	primary := MustRedisServer(tb)
+	return RedisPair{Primary: primary, Replica: MustReplicaOf(tb, primary)}
+}
+
+// MustReplicaOf starts a replica of primary (a promoted replica's new one,
+// as an operator or Sentinel would attach) and waits until it is in sync.
+func MustReplicaOf(tb testing.TB, primary *RedisServer) *RedisServer {
+	tb.Helper()
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	replica := MustRedisServer(tb, "--replicaof", host, port)
+	WaitFor(tb, 15*time.Second, "the replica to sync with its primary", func() bool {
+		info, err := redisInfo(replica.Addr, "replication")
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	return replica
+}
+
+// Pause stops the server's process (SIGSTOP): connections stay open and
+// nothing is answered, as a replica stuck in a long fork or a VM pause.
+func (s *RedisServer) Pause(tb testing.TB) {
+	tb.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatalf("pausing redis-server: %v", err)
+	}
+}
+
+// Resume continues a paused server (SIGCONT).
+func (s *RedisServer) Resume(tb testing.TB) {
+	tb.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		tb.Fatalf("resuming redis-server: %v", err)
+	}
+}
+
+// redisInfo is INFO section of the server at addr.
+func redisInfo(addr, section string) (string, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return c.Info(ctx, section).Result()
 }
 
 // Stop kills the server (its append-only file keeps every write).
