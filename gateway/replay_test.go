@@ -173,6 +173,9 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 			}
 
 			stalled, resume := stallProduce(t, k, lands)
+			var once sync.Once
+			release := func() { once.Do(func() { close(resume) }) }
+			defer release() // a failed test lets the held produce go
 			first := make(chan orderAnswer, 1)
 			go func() { first <- post(ctx) }()
 			<-stalled // reserved, its produce held
@@ -242,7 +245,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 				t.Fatalf("after the hand-over, %d retries polled (%v), want one", len(p), p)
 			}
 
-			close(resume)
+			release()
 			a := <-first
 			got := map[string]int{}
 			var orderNo string
