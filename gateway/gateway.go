@@ -135,6 +135,9 @@ type Server struct {
 	buckets sync.Map
 	// sales remembers Postgres's word on items Redis has no sale of.
 	sales saleMemo
+	// replays are the shared waits of retries whose first attempt is in
+	// progress (replay.go).
+	replays replayWaits
 	// ready is the last /readyz answer (readyz.go).
 	ready readiness
 	// monoNow reads the monotonic clock the gateway's caches age by (tests

@@ -74,37 +74,30 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	var res stock.ReserveResult
+	fingerprint := req.fingerprint()
 	start := time.Now()
 	// Not cancelled by a client hanging up: a reserve that ran must be known.
-	reserve := func() error {
-		return s.inRedis(context.WithoutCancel(ctx), func(ctx context.Context) error {
+	reserve := func() (stock.ReserveResult, error) {
+		var res stock.ReserveResult
+		err := s.inRedis(context.WithoutCancel(ctx), func(ctx context.Context) error {
 			var err error
 			res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
 				Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
-				Fingerprint: req.fingerprint(), Event: value, TraceParent: traceParent,
+				Fingerprint: fingerprint, Event: value, TraceParent: traceParent,
 			})
 			return err
 		})
+		return res, err
 	}
-	err := reserve()
+	res, err := reserve()
 	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
 	if err == nil && res.Outcome == stock.InProgress {
 		// A retry while the first attempt's event is not yet durable: its
 		// orderNo may be shown only once Kafka has it (I4), so wait a little
-		// for the first attempt's produce to be acked, then give up. Each
-		// try is the same atomic reserve: if the first attempt was aborted
-		// meanwhile, this one reserves afresh.
-		deadline := time.Now().Add(s.cfg.ReplayWait)
-		// A client that has gone stops the wait (and is answered 503).
-		for err == nil && res.Outcome == stock.InProgress && time.Now().Before(deadline) && ctx.Err() == nil {
-			select {
-			case <-ctx.Done():
-				continue
-			case <-time.After(replayPoll):
-			}
-			err = reserve()
-		}
+		// for the first attempt's produce to be acked, then give up; a
+		// client that has gone stops the wait (and is answered 503). The
+		// retries of one request share one wait (replay.go).
+		res, err = s.awaitReplay(ctx, replayKey(req.RequestID, fingerprint), ev.OrderNo, time.Now().Add(s.cfg.ReplayWait), reserve)
 	}
 	if err != nil {
 		telemetry.RecordError(span, err)
@@ -136,6 +129,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		s.deps.Metrics.ReserveUnreplicated.Inc()
 		if res.Outcome == stock.Reserved {
 			s.abort(ctx, ev, res.Remaining, errUnreplicated, w)
+			s.replays.settled(req.RequestID, fingerprint) // given back: a retry waiting here asks again
 			return
 		}
 		w.Header().Set("Retry-After", "1")
@@ -206,22 +200,24 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		telemetry.RecordError(span, err)
 		s.abort(ctx, ev, res.Remaining, err, w)
+		// Given back (or its fate unknown): a retry waiting here asks again.
+		s.replays.settled(req.RequestID, fingerprint)
 		return
 	}
 	// Kafka has it: a retry may now be shown the orderNo. Not on the 202's
 	// path; a mark that is lost only makes retries wait (or answer 503)
-	// until the worker has claimed the event.
-	go s.markPublished(context.WithoutCancel(ctx), item, stock.Ref{RequestID: req.RequestID, OrderNo: ev.OrderNo})
+	// until the worker has claimed the event. Once marked, a retry waiting
+	// here is told at once.
+	go func() {
+		s.markPublished(context.WithoutCancel(ctx), item, stock.Ref{RequestID: req.RequestID, OrderNo: ev.OrderNo})
+		s.replays.settled(req.RequestID, fingerprint)
+	}()
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
 }
 
 // errUnreplicated is why a reservation is given back when no replica
 // acknowledged it (REDIS_WAIT_REPLICAS).
 var errUnreplicated = errors.New("reservation not acknowledged by enough Redis replicas")
-
-// replayPoll is how often a retry re-checks whether its first attempt's
-// event has become durable.
-const replayPoll = 50 * time.Millisecond
 
 // markPublished records that a reservation's event was acknowledged by Kafka.
 func (s *Server) markPublished(ctx context.Context, it stock.Item, ref stock.Ref) {

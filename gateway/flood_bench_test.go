@@ -1,0 +1,158 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/testenv"
+)
+
+// The floods of unauthenticated requests that must cost nothing
+// downstream, measured over real HTTP against real Redis, Postgres and the
+// in-process broker (docs/benchmarks.md). Self-contained, so the same file
+// measures an older gateway too.
+
+const floodClients = 16
+
+// flood sends n requests from floodClients clients and returns how long it took.
+func flood(n int, send func(i int)) time.Duration {
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range floodClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
+				send(i)
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// BenchmarkReadyzFlood: 1000 GET /readyz per iteration; reported are the
+// broker checks (a new connection each) and Redis pings they cost.
+//
+//	go test -tags dev -run '^$' -bench ReadyzFlood -benchtime 3x ./gateway/
+func BenchmarkReadyzFlood(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	k := testenv.MustKafka(b)
+	var pings, dials atomic.Int64
+	s := New(Config{}, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler),
+		Ready: map[string]PingFunc{
+			"redis": func(ctx context.Context) error { pings.Add(1); return rdb.Ping(ctx).Err() },
+			"kafka": func(ctx context.Context) error { dials.Add(1); return event.Ping(ctx, k.Brokers) },
+		}})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	const probes = 1000
+	for range b.N {
+		flood(probes, func(int) {
+			if res, err := srv.Client().Get(srv.URL + "/readyz"); err == nil {
+				res.Body.Close()
+			}
+		})
+	}
+	b.ReportMetric(float64(dials.Load())*1000/float64(b.N*probes), "broker-dials/1000probes")
+	b.ReportMetric(float64(pings.Load())*1000/float64(b.N*probes), "redis-pings/1000probes")
+}
+
+// floodQueries counts the queries a pool sends to Postgres.
+type floodQueries struct{ n atomic.Int64 }
+
+func (q *floodQueries) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+
+func (q *floodQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// BenchmarkUnknownItemFlood: 2000 POST /v1/orders per iteration for random
+// activity and item ids, each from another user (so the per-user limit never
+// bites), while a client reads an order (GET /v1/orders/{no}) in a loop;
+// reported are the Postgres queries per POST and per second, and the share
+// of those GETs answered (not 503).
+//
+//	go test -tags dev -run '^$' -bench UnknownItemFlood -benchtime 3x ./gateway/
+func BenchmarkUnknownItemFlood(b *testing.B) {
+	db := testenv.MustDatabase(b)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := &floodQueries{}
+	cfg.ConnConfig.Tracer = q
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	r := testenv.MustRedis(b)
+	s := New(Config{}, Deps{Stock: stock.New(r.Client, r.Prefix), Orders: order.NewStore(pool), Metrics: telemetry.NewMetrics(),
+		Log: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	const posts = 2000
+	var took time.Duration
+	var gets, answered atomic.Int64
+	base := time.Now().UnixNano() % 1e9
+	for it := range b.N {
+		stop := make(chan struct{})
+		getter := make(chan struct{})
+		go func() {
+			defer close(getter)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := srv.Client().Get(srv.URL + "/v1/orders/1-1-abc")
+				if err != nil {
+					continue
+				}
+				res.Body.Close()
+				gets.Add(1)
+				if res.StatusCode != http.StatusServiceUnavailable {
+					answered.Add(1)
+				}
+			}
+		}()
+		took += flood(posts, func(i int) {
+			n := base + int64(it*posts+i)
+			res, err := srv.Client().Post(srv.URL+"/v1/orders", "application/json", strings.NewReader(fmt.Sprintf(
+				`{"requestId":"f-%d","userId":%d,"activityId":%d,"itemId":%d,"quantity":1}`, n, n, 1000+n, 7*n)))
+			if err == nil {
+				res.Body.Close()
+			}
+		})
+		close(stop)
+		<-getter
+	}
+	// Each GET answered (404: not in Postgres, not pending) made one query.
+	postQueries := float64(q.n.Load() - answered.Load())
+	b.ReportMetric(postQueries/float64(b.N*posts), "pg-queries/post")
+	b.ReportMetric(postQueries/took.Seconds(), "pg-queries/s")
+	b.ReportMetric(float64(b.N*posts)/took.Seconds(), "posts/s")
+	b.ReportMetric(float64(answered.Load())/float64(max(gets.Load(), 1)), "gets-answered")
+}

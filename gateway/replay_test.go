@@ -1,0 +1,366 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/testenv"
+)
+
+// reserveCounter counts, at the Redis client, the reserve script's calls
+// for one request, by the orderNo each attempt of it (first or retry) made
+// up: one orderNo is one HTTP request.
+type reserveCounter struct {
+	requestID, fingerprint string
+	mu                     sync.Mutex
+	calls                  map[string]int
+	order                  []string // orderNos by first call
+}
+
+func (c *reserveCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *reserveCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.see(cmd); return next(ctx, cmd) }
+}
+
+func (c *reserveCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.see(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// see counts a reserve call: EVALSHA|EVAL script 7 <7 keys> requestId
+// fingerprint orderNo ... (stock.Reserve).
+func (c *reserveCounter) see(cmd redis.Cmder) {
+	a := cmd.Args()
+	if n := cmd.Name(); (n != "evalsha" && n != "eval") || len(a) < 13 ||
+		fmt.Sprint(a[10]) != c.requestID || fmt.Sprint(a[11]) != c.fingerprint {
+		return
+	}
+	orderNo := fmt.Sprint(a[12])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls[orderNo] == 0 {
+		c.order = append(c.order, orderNo)
+	}
+	c.calls[orderNo]++
+}
+
+// snapshot is the calls of each attempt, in the order they first called.
+func (c *reserveCounter) snapshot() (order []string, calls map[string]int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	calls = make(map[string]int, len(c.calls))
+	for k, v := range c.calls {
+		calls[k] = v
+	}
+	return append([]string(nil), c.order...), calls
+}
+
+// stallProduce holds every produce request the broker gets until resume is
+// closed; then the held ones land, or with lands false fail (the broker
+// closes their connection), and the later ones are served as usual.
+func stallProduce(t *testing.T, k testenv.Kafka, lands bool) (stalled, resume chan struct{}) {
+	t.Helper()
+	if k.Cluster == nil {
+		t.Skip("needs the in-process broker to stall its produce requests")
+	}
+	return stallProduceOf(k, lands)
+}
+
+// stallProduceFor is stallProduce for a benchmark: the held produces land.
+func stallProduceFor(b *testing.B, k testenv.Kafka) (stalled, resume chan struct{}) {
+	b.Helper()
+	return stallProduceOf(k, true)
+}
+
+func stallProduceOf(k testenv.Kafka, lands bool) (stalled, resume chan struct{}) {
+	stalled, resume = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c := k.Cluster
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		select {
+		case <-resume:
+			c.DropControl()
+			return nil, nil, false
+		default:
+		}
+		c.KeepControl()
+		once.Do(func() { close(stalled) })
+		c.SleepControl(func() { <-resume })
+		if lands {
+			return nil, nil, false
+		}
+		return nil, errors.New("broker was paused"), true
+	})
+	return stalled, resume
+}
+
+type orderAnswer struct {
+	status int
+	code   string
+	body   orderAccepted
+	err    error
+}
+
+// TestRetryStormSharesOneWait: while a request's first attempt is held in
+// a stalled produce, its retries on this gateway cost Redis one reserve
+// call each plus one leader's polls, not a poll each every few
+// milliseconds; a leader whose client hangs up hands the wait over; and
+// every retry still gets the answer the atomic reserve gives: the first
+// attempt's orderNo once its event is in Kafka, or, when that produce
+// failed and was given back, the orderNo of the one retry that reserved
+// afresh (no second unit taken).
+func TestRetryStormSharesOneWait(t *testing.T) {
+	for _, lands := range []bool{true, false} {
+		t.Run(map[bool]string{true: "FirstAttemptLands", false: "FirstAttemptGivenBack"}[lands], func(t *testing.T) {
+			ctx := context.Background()
+			r := testenv.MustRedis(t)
+			const requestID, user = "stormed", 7
+			counter := &reserveCounter{requestID: requestID, fingerprint: stock.Fingerprint(user, 1, 1, 1), calls: map[string]int{}}
+			r.Client.AddHook(counter)
+			st := stock.New(r.Client, r.Prefix)
+			it := stock.Item{ActivityID: 1, ItemID: 1}
+			if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
+				EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
+				t.Fatal(err)
+			}
+			k := testenv.MustKafka(t)
+			topic := testenv.UniqueName("orders")
+			if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic); err != nil {
+				t.Fatal(err)
+			}
+			// One attempt per produce, so a held one that fails fails.
+			writer := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic, WriteTimeout: 20 * time.Second, MaxAttempts: 1})
+			defer writer.Close()
+			// Long enough that no retry gives up while the test holds the produce.
+			s := New(Config{ReplayWait: 20 * time.Second, ProduceTimeout: 20 * time.Second, Topic: topic},
+				Deps{Stock: st, Producer: writer, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+			srv := httptest.NewServer(s.Handler())
+			defer srv.Close()
+			post := func(ctx context.Context) orderAnswer {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/orders", strings.NewReader(fmt.Sprintf(
+					`{"requestId":%q,"userId":%d,"activityId":1,"itemId":1,"quantity":1}`, requestID, user)))
+				req.Header.Set("Content-Type", "application/json")
+				res, err := srv.Client().Do(req)
+				if err != nil {
+					return orderAnswer{err: err}
+				}
+				defer res.Body.Close()
+				b, _ := io.ReadAll(res.Body)
+				a := orderAnswer{status: res.StatusCode, code: errorCode(string(b))}
+				json.Unmarshal(b, &a.body) //nolint:errcheck // an error body has no orderNo
+				return a
+			}
+
+			stalled, resume := stallProduce(t, k, lands)
+			var once sync.Once
+			release := func() { once.Do(func() { close(resume) }) }
+			defer release() // a failed test lets the held produce go
+			first := make(chan orderAnswer, 1)
+			go func() { first <- post(ctx) }()
+			<-stalled // reserved, its produce held
+
+			// A lone retry leads the wait.
+			leaderCtx, hangUp := context.WithCancel(ctx)
+			defer hangUp()
+			leaderAnswer := make(chan orderAnswer, 1)
+			go func() { leaderAnswer <- post(leaderCtx) }()
+			var firstNo, leaderNo string
+			testenv.WaitFor(t, 10*time.Second, "the lone retry to poll", func() bool {
+				order, calls := counter.snapshot()
+				if len(order) < 2 {
+					return false
+				}
+				firstNo, leaderNo = order[0], order[1]
+				return calls[leaderNo] >= 2
+			})
+			// The storm: n more retries of the same request.
+			const n = 12
+			answers := make(chan orderAnswer, n)
+			for range n {
+				go func() { answers <- post(ctx) }()
+			}
+			testenv.WaitFor(t, 10*time.Second, "every retry's reserve", func() bool {
+				order, _ := counter.snapshot()
+				return len(order) == n+2
+			})
+			// pollers are the storm's retries that called more than once.
+			pollers := func() []string {
+				order, calls := counter.snapshot()
+				var p []string
+				for _, no := range order[2:] {
+					if calls[no] > 1 {
+						p = append(p, fmt.Sprintf("%s×%d", no, calls[no]))
+					}
+				}
+				return p
+			}
+			_, calls := counter.snapshot()
+			since := calls[leaderNo]
+			testenv.WaitFor(t, 10*time.Second, "the leader to poll twice more", func() bool {
+				_, calls := counter.snapshot()
+				return calls[leaderNo] >= since+2
+			})
+			if p := pollers(); len(p) != 0 {
+				t.Fatalf("while the leader polls, %d of %d other retries polled too (%v), want none", len(p), n, p)
+			}
+
+			// The leader's client hangs up: it stops waiting, and one of the
+			// storm takes over the polling alone.
+			hangUp()
+			if a := <-leaderAnswer; a.err == nil {
+				t.Fatalf("the retry whose client hung up was answered %d %s", a.status, a.code)
+			}
+			testenv.WaitFor(t, 10*time.Second, "another retry to lead", func() bool { return len(pollers()) > 0 })
+			testenv.WaitFor(t, 10*time.Second, "the new leader to poll twice more", func() bool {
+				_, calls := counter.snapshot()
+				for _, no := range pollers() {
+					if no, _, _ := strings.Cut(no, "×"); calls[no] >= 3 {
+						return true
+					}
+				}
+				return false
+			})
+			if p := pollers(); len(p) != 1 {
+				t.Fatalf("after the hand-over, %d retries polled (%v), want one", len(p), p)
+			}
+
+			release()
+			a := <-first
+			got := map[string]int{}
+			var orderNo string
+			for range n {
+				b := <-answers
+				switch {
+				case b.err != nil:
+					t.Fatalf("a retry: %v", b.err)
+				case b.status == http.StatusOK && b.body.Replayed:
+					got["200 replayed "+b.body.OrderNo]++
+				case b.status == http.StatusAccepted:
+					orderNo = b.body.OrderNo
+					got["202 "+b.body.OrderNo]++
+				default:
+					got[fmt.Sprintf("%d %s", b.status, b.code)]++
+				}
+			}
+			if lands {
+				if a.status != http.StatusAccepted || a.body.OrderNo != firstNo {
+					t.Fatalf("first attempt: %d %s %+v, want 202 %s", a.status, a.code, a.body, firstNo)
+				}
+				if want := map[string]int{"200 replayed " + firstNo: n}; fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("retries answered %v, want %v", got, want)
+				}
+			} else {
+				if a.status != http.StatusServiceUnavailable || a.body.OrderNo != "" {
+					t.Fatalf("first attempt, produce failed: %d %s %+v, want 503 without an orderNo", a.status, a.code, a.body)
+				}
+				if want := map[string]int{"202 " + orderNo: 1, "200 replayed " + orderNo: n - 1}; orderNo == "" ||
+					fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("retries answered %v, want one 202 and %d replays of its orderNo", got, n-1)
+				}
+			}
+			if left, err := r.Client.Get(ctx, st.Keys(it).Stock).Int64(); err != nil || left != 9 {
+				t.Fatalf("redis stock %d (%v), want 9: one unit reserved", left, err)
+			}
+		})
+	}
+}
+
+// BenchmarkRetryStorm measures what a retry storm costs Redis: one request's
+// first attempt is held in a stalled produce for hold while retries of it
+// arrive on this gateway, then lands; reported are the reserve script calls
+// per retry (the first attempt's not counted) and the retries answered 200
+// replayed. Each iteration is one storm.
+//
+//	go test -tags dev -run '^$' -bench RetryStorm -benchtime 3x ./gateway/
+func BenchmarkRetryStorm(b *testing.B) {
+	const retries, hold = 50, time.Second
+	ctx := context.Background()
+	var calls, replayed float64
+	for i := range b.N {
+		requestID, user := fmt.Sprintf("storm-%d", i), int64(7+i)
+		r := testenv.MustRedis(b)
+		counter := &reserveCounter{requestID: requestID, fingerprint: stock.Fingerprint(user, 1, 1, 1), calls: map[string]int{}}
+		r.Client.AddHook(counter)
+		st := stock.New(r.Client, r.Prefix)
+		it := stock.Item{ActivityID: 1, ItemID: 1}
+		if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
+			EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
+			b.Fatal(err)
+		}
+		k := testenv.MustKafka(b)
+		if k.Cluster == nil {
+			b.Skip("needs the in-process broker to stall its produce requests")
+		}
+		topic := testenv.UniqueName("orders")
+		if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic); err != nil {
+			b.Fatal(err)
+		}
+		writer := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic, WriteTimeout: 20 * time.Second})
+		s := New(Config{ReplayWait: 20 * time.Second, ProduceTimeout: 20 * time.Second, Topic: topic},
+			Deps{Stock: st, Producer: writer, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+		srv := httptest.NewServer(s.Handler())
+		body := fmt.Sprintf(`{"requestId":%q,"userId":%d,"activityId":1,"itemId":1,"quantity":1}`, requestID, user)
+		post := func() int {
+			res, err := srv.Client().Post(srv.URL+"/v1/orders", "application/json", strings.NewReader(body))
+			if err != nil {
+				return 0
+			}
+			defer res.Body.Close()
+			var a orderAccepted
+			json.NewDecoder(res.Body).Decode(&a) //nolint:errcheck // an error body has no orderNo
+			if res.StatusCode == http.StatusOK && a.Replayed {
+				return 1
+			}
+			return 0
+		}
+		stalled, resume := stallProduceFor(b, k)
+		first := make(chan int, 1)
+		go func() { first <- post() }()
+		<-stalled
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range retries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := post()
+				mu.Lock()
+				replayed += float64(n)
+				mu.Unlock()
+			}()
+		}
+		time.Sleep(hold)
+		close(resume)
+		<-first
+		wg.Wait()
+		order, got := counter.snapshot()
+		for _, no := range order[1:] {
+			calls += float64(got[no])
+		}
+		srv.Close()
+		writer.Close()
+	}
+	b.ReportMetric(calls/float64(b.N*retries), "reserves/retry")
+	b.ReportMetric(replayed/float64(b.N*retries), "replayed/retry")
+}
