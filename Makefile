@@ -48,8 +48,15 @@ services: ## make PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) availab
 promtool: ## fetch promtool (Debian's prometheus package, unpacked into ~/.cache/orderpipe) for the alert rules' tests
 	@deploy/prometheus/promtool.sh >/dev/null
 
+# The tests run on a Redis of their own (deploy/local/test-redis.sh: a
+# throwaway redis-server on a free port, unless TEST_REDIS_ADDR is set), so
+# millions of keys left in the machine's Redis by `make run` do not slow
+# them. `go test` prints each package's result ("ok <pkg> <time>" or FAIL)
+# as the package ends: -p 1 runs one package at a time, in `go list ./...`
+# order, the root package (the slowest) first; -timeout is
+# per package.
 test: vet services promtool ## vet, then unit and integration tests with the race detector
-	$(GO) test -tags dev -race -count=1 -p 1 -timeout 25m ./...
+	deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -p 1 -timeout 25m ./...
 
 # The real-engine tier: the end-to-end tests (root package, gateway, worker)
 # on a real Apache Kafka — a 3-broker KRaft cluster (RF 3,
