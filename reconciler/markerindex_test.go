@@ -41,6 +41,10 @@ func TestMarkersOfAnIncompleteIndex(t *testing.T) {
 	if err != nil || res.ExitCode() != reconciler.ExitClean {
 		t.Fatalf("fix: exit %d, %v", res.ExitCode(), err)
 	}
+	var out strings.Builder
+	if err := res.WriteText(&out); err != nil || !strings.Contains(out.String(), "activity 7 item 1: marker index incomplete") {
+		t.Errorf("the fix's report does not say the index was incomplete (%v):\n%s", err, out.String())
+	}
 	if c.Exists(ctx, k.Limit(99)).Val() != 0 {
 		t.Error("extra marker survived the fix")
 	}
