@@ -65,7 +65,7 @@ test: vet services promtool ## vet, then unit and integration tests with the rac
 # its own (testenv.MustSecureKafka): TEST_KAFKA_TLS=1 makes them fail rather
 # than skip when Java or the jars are missing.
 test-kafka: vet services ## the end-to-end tests on a real 3-broker Apache Kafka (fetched by Maven, started and stopped for the run)
-	TEST_KAFKA_TLS=1 deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
+	TEST_KAFKA_TLS=1 deploy/local/test-redis.sh deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
 
 FUZZTIME ?= 30s
 fuzz: ## fuzz the order endpoint's decoding/validation and the worker's event decoding (go test runs their seed corpora too)
