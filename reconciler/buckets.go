@@ -170,7 +170,9 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers mar
 		}
 		rep.Drift = redis - rep.ExpectedRedisStock
 		rep.Sale = sale
-		if l == nil || !rep.Drifted() {
+		// An incomplete marker index is fixed without drift too: the fix
+		// script completes it (stock and sale then stay as read).
+		if l == nil || !rep.Drifted() && rep.MarkerIndex != "incomplete" {
 			return nil
 		}
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"orderpipe/pkg/stock"
 	"orderpipe/reconciler"
 )
 
@@ -136,5 +137,57 @@ func TestPassReadsOnlyTheItemsMarkers(t *testing.T) {
 	// One SSCAN per item (two items, each index smaller than a page).
 	if cc.n["sscan"] != 2 {
 		t.Errorf("the pass sent %d SSCANs; want 2 (commands %v)", cc.n["sscan"], cc.n)
+	}
+}
+
+// TestBucketMarkerIndexes: a bucketed item has an index per bucket; one that
+// is incomplete is read by a scan (an extra marker outside it is found) and
+// the fix completes it, drift or not.
+func TestBucketMarkerIndexes(t *testing.T) {
+	e := mustBucketEnv(t, 12, 3)
+	ctx := context.Background()
+	c := e.rdb.Client
+	var user int64 = 1
+	for stock.BucketOf(user, e.B) != 1 {
+		user++
+	}
+	b1 := e.it.ForUser(user, e.B)
+	b2 := e.it
+	b2.Bucket = 2
+	if err := c.Del(ctx, e.st.Keys(b1).MarkerIndex(), e.st.Keys(b2).MarkerIndex()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, e.st.Keys(b1).Limit(user), "nobody", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.fixer.RunOnce(ctx)
+	if err != nil || res.ExitCode() != reconciler.ExitClean || len(res.Found.Items) != 1 {
+		t.Fatalf("fix: exit %d, %v, %+v", res.ExitCode(), err, res)
+	}
+	if f := res.Found.Items[0]; !slices.Equal(f.ExtraMarkers, []int64{user}) || f.MarkerIndex != "incomplete" {
+		t.Errorf("found %+v; want extra [%d], index incomplete", f, user)
+	}
+	if a := res.After.Items[0]; a.MarkerIndex != "ok" || a.Drifted() {
+		t.Errorf("after the fix %+v; want clean, index ok", a)
+	}
+	for b := range e.B {
+		it := e.it
+		it.Bucket = b
+		if users, complete, err := e.st.Markers(ctx, it); err != nil || !complete || len(users) != 0 {
+			t.Errorf("bucket %d after the fix: %v complete %v (%v); want [] complete", b, users, complete, err)
+		}
+	}
+	if c.Exists(ctx, e.st.Keys(b1).Limit(user)).Val() != 0 {
+		t.Error("extra marker survived the fix")
+	}
+	// No drift, only an incomplete index: the fix completes it all the same.
+	if err := c.Del(ctx, e.st.Keys(b2).MarkerIndex()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.fixer.RunOnce(ctx); err != nil || res.ExitCode() != reconciler.ExitClean || res.After == nil {
+		t.Fatalf("second fix: exit %d, %v, %+v", res.ExitCode(), err, res)
+	}
+	if _, complete, err := e.st.Markers(ctx, b2); err != nil || !complete {
+		t.Errorf("bucket 2 after a fix without drift: complete %v (%v); want complete", complete, err)
 	}
 }
