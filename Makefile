@@ -53,8 +53,15 @@ services: ## make PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) availab
 promtool: ## fetch promtool (Debian's prometheus package, unpacked into ~/.cache/orderpipe) for the alert rules' tests
 	@deploy/prometheus/promtool.sh >/dev/null
 
+# The tests run on a Redis of their own (deploy/local/test-redis.sh: a
+# throwaway redis-server on a free port, unless TEST_REDIS_ADDR is set), so
+# millions of keys left in the machine's Redis by `make run` do not slow
+# them. `go test` prints each package's result ("ok <pkg> <time>" or FAIL)
+# as the package ends: -p 1 runs one package at a time, in `go list ./...`
+# order, the root package (the slowest) first; -timeout is
+# per package.
 test: vet services promtool ## vet, then unit and integration tests with the race detector
-	$(GO) test -tags dev -race -count=1 -p 1 -timeout 25m ./...
+	deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -p 1 -timeout 25m ./...
 
 # The real-engine tier: the end-to-end tests (root package, gateway, worker)
 # on a real Apache Kafka — a 3-broker KRaft cluster (RF 3,
@@ -63,7 +70,7 @@ test: vet services promtool ## vet, then unit and integration tests with the rac
 # its own (testenv.MustSecureKafka): TEST_KAFKA_TLS=1 makes them fail rather
 # than skip when Java or the jars are missing.
 test-kafka: vet services ## the end-to-end tests on a real 3-broker Apache Kafka (fetched by Maven, started and stopped for the run)
-	TEST_KAFKA_TLS=1 deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
+	TEST_KAFKA_TLS=1 deploy/local/test-redis.sh deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
 
 FUZZTIME ?= 30s
 fuzz: ## fuzz the order endpoint's decoding/validation and the worker's event decoding (go test runs their seed corpora too)

@@ -46,9 +46,9 @@ measure() { # measure NAME redis-benchmark-command...
   printf '  %-18s %8.0f calls/s  redis-server %5.2f CPU s  %5.1f CPU us/call\n' "$name" "$rps" "$cpu" "$(awk -v c="$cpu" -v n="$N" 'BEGIN{print c * 1e6 / n}')"
 }
 reserve() { # reserve RUN: sets args to the reserve script's call, as bench/run.sh makes it
-  args=(EVALSHA "$sha" 7 "${prefix}stock:$tag" "${prefix}sale:$tag" "${prefix}limit:$tag:__rand_int__"
+  args=(EVALSHA "$sha" 8 "${prefix}stock:$tag" "${prefix}sale:$tag" "${prefix}limit:$tag:__rand_int__"
     "${prefix}req:$tag:r$1-__rand_int__" "${prefix}resv:$tag" "${prefix}ord:$tag:$ono" "${prefix}fate:$tag:$ono"
-    "r$1-__rand_int__" 0123456789abcdef01234567 "$ono" 1 "$event" 86400 "")
+    "${prefix}lmk:$tag" "r$1-__rand_int__" 0123456789abcdef01234567 "$ono" 1 "$event" 86400 "" __rand_int__)
 }
 
 echo "redis-cost: redis-benchmark -c $C -P $P -n $N, $(nproc) cores, $(redis-server --version | cut -d' ' -f3)"

@@ -251,9 +251,9 @@ if command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null; the
     rcli SET "${rbprefix}stock:$tag" "$rb_stock" >/dev/null
     rcli HSET "${rbprefix}sale:$tag" starts $((now_ms - 60000)) ends $((now_ms + 3600000)) cap 1 >/dev/null
     csv=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$C" -n "$RB_N" -r 1000000000 --csv \
-      EVALSHA "$sha" 7 "${rbprefix}stock:$tag" "${rbprefix}sale:$tag" "${rbprefix}limit:$tag:__rand_int__" \
+      EVALSHA "$sha" 8 "${rbprefix}stock:$tag" "${rbprefix}sale:$tag" "${rbprefix}limit:$tag:__rand_int__" \
       "${rbprefix}req:$tag:r$i-__rand_int__" "${rbprefix}resv:$tag" "${rbprefix}ord:$tag:$ono" "${rbprefix}fate:$tag:$ono" \
-      "r$i-__rand_int__" 0123456789abcdef01234567 "$ono" 1 "$event" 86400 "" | tail -1)
+      "${rbprefix}lmk:$tag" "r$i-__rand_int__" 0123456789abcdef01234567 "$ono" 1 "$event" 86400 "" __rand_int__ | tail -1)
     # CSV: "test","rps","avg","min","p50","p95","p99","max"; count from the end, the test name holds quotes.
     csv=$(echo "$csv" | tr -d '"')
     rates+=("$(echo "$csv" | awk -F, '{print $(NF-6)}')")

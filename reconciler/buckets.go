@@ -32,7 +32,7 @@ import (
 // are repaired per bucket as for one bucket.
 
 // bucketedItem is item for an item of more than one bucket.
-func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, markers map[stock.Item][]int64, l *lock.Lock) (ItemReport, error) {
+func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, markers markerView, l *lock.Lock) (ItemReport, error) {
 	if l == nil {
 		return r.buckets(ctx, si, markers, nil, 0)
 	}
@@ -48,7 +48,7 @@ func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, marker
 
 // buckets checks a bucketed item; with l (and the bucket lock's fence) it
 // fixes it.
-func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers map[stock.Item][]int64, l *lock.Lock, fence int64) (ItemReport, error) {
+func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers markerView, l *lock.Lock, fence int64) (ItemReport, error) {
 	base := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
 	B := si.Buckets
 	rdb := r.deps.Stock.Client()
@@ -56,7 +56,7 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers map
 	if l != nil {
 		opts.FenceFunc = func(ctx context.Context, tx order.Execer) error { return l.CheckFence(ctx, tx) }
 	}
-	rep := ItemReport{ActivityID: si.ActivityID, ItemID: si.ItemID, Buckets: B}
+	rep := ItemReport{ActivityID: si.ActivityID, ItemID: si.ItemID, Buckets: B, MarkerIndex: markers.state(base)}
 	if l != nil {
 		if err := r.restoreBucketDedup(ctx, base, B, &rep); err != nil {
 			return rep, err
@@ -93,7 +93,7 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers map
 			if err != nil {
 				return err
 			}
-			users := slices.Clone(markers[it])
+			users := slices.Clone(markers.users[it])
 			for u := range li.Live {
 				if stock.BucketOf(u, B) == b {
 					users = append(users, u)
@@ -107,10 +107,10 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers map
 					comps = append(comps, c)
 				}
 			}
-			keys := []string{k.Stock, k.Sale, k.Journal, k.Fence()}
+			keys := []string{k.Stock, k.Sale, k.Journal, k.Fence(), k.MarkerIndex()}
 			args := []any{li.StartsAt.UnixMilli(), li.EndsAt.UnixMilli(), li.PerUserLimit,
 				li.EndsAt.Add(stock.StockGrace).Unix(), li.EndsAt.Add(markerLife).UnixMilli() / 1000,
-				len(created), len(comps), len(users), fenceArg, B}
+				len(created), len(comps), len(users), fenceArg, B, markers.scannedArg(it)}
 			for rid, ono := range created {
 				args = append(args, rid, ono)
 			}
@@ -120,7 +120,7 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers map
 			}
 			for _, u := range users {
 				keys = append(keys, k.Limit(u))
-				args = append(args, li.Live[u])
+				args = append(args, li.Live[u], u)
 			}
 			out, err := reconcileScript.Run(ctx, rdb, keys, append([]any{"check", int64(0)}, args...)...).Slice()
 			if err != nil {
@@ -170,7 +170,9 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers map
 		}
 		rep.Drift = redis - rep.ExpectedRedisStock
 		rep.Sale = sale
-		if l == nil || !rep.Drifted() {
+		// An incomplete marker index is fixed without drift too: the fix
+		// script completes it (stock and sale then stay as read).
+		if l == nil || !rep.Drifted() && rep.MarkerIndex != "incomplete" {
 			return nil
 		}
 

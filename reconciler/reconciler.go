@@ -46,7 +46,7 @@ const FixLockName = "{reconciler}:fix"
 
 // markerLife is how long a limit marker lives after the sale ends (the
 // reserve script's choice, which the fix repeats).
-const markerLife = 24 * time.Hour
+const markerLife = stock.MarkerLife
 
 // Config is the reconciler's configuration.
 type Config struct {
@@ -147,11 +147,16 @@ type ItemReport struct {
 	// Users whose marker is missing (they hold a live order), extra (no live
 	// order, nothing in flight), or held by a request that is neither their
 	// live order nor in flight.
-	MissingMarkers    []int64 `json:"missingMarkers"`
-	ExtraMarkers      []int64 `json:"extraMarkers"`
-	WrongMarkers      []int64 `json:"wrongMarkers"`
-	UnreadableEntries int     `json:"unreadableJournalEntries,omitempty"`
-	Error             string  `json:"error,omitempty"`
+	MissingMarkers []int64 `json:"missingMarkers"`
+	ExtraMarkers   []int64 `json:"extraMarkers"`
+	WrongMarkers   []int64 `json:"wrongMarkers"`
+	// MarkerIndex is "ok" when the item's markers were read from its marker
+	// index, "incomplete" when the index does not vouch for every marker
+	// (markers set by an older binary, or an index Redis lost) and the pass
+	// scanned the keyspace for them instead; a fix completes it. Not drift.
+	MarkerIndex       string `json:"markerIndex,omitempty"`
+	UnreadableEntries int    `json:"unreadableJournalEntries,omitempty"`
+	Error             string `json:"error,omitempty"`
 }
 
 // Drifted reports whether Redis disagrees with Postgres for the item.
@@ -281,7 +286,9 @@ func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 	if r.cfg.Fix {
 		var todo []stock.Item
 		for _, it := range found.Items {
-			if it.Drifted() || it.Error != "" {
+			// An incomplete marker index costs every pass a keyspace scan;
+			// the fix, having scanned, completes it.
+			if it.Drifted() || it.Error != "" || it.MarkerIndex == "incomplete" {
 				todo = append(todo, it.Item())
 			}
 		}
@@ -347,18 +354,20 @@ func (r *Reconciler) pass(ctx context.Context, only []stock.Item, l *lock.Lock) 
 	if err != nil {
 		return rep, err
 	}
-	// Scanned before any row is locked (a scan can be long): a marker
-	// created after the scan began belongs to a reservation in flight or to a
-	// live order, whose markers are read anyway.
-	markers, err := r.scanMarkers(ctx)
+	if only != nil {
+		items = slices.DeleteFunc(items, func(si order.SaleItem) bool {
+			return !slices.Contains(only, stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID})
+		})
+	}
+	// Read before any row is locked (a scan can be long): a marker created
+	// after the read began belongs to a reservation in flight or to a live
+	// order, whose markers are read anyway.
+	markers, err := r.readMarkers(ctx, items)
 	if err != nil {
 		return rep, err
 	}
 	for _, si := range items {
 		it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
-		if only != nil && !slices.Contains(only, it) {
-			continue
-		}
 		var ir ItemReport
 		for attempt := 1; ; attempt++ {
 			ir, err = r.tracedItem(ctx, si, markers, l)
@@ -379,7 +388,7 @@ func (r *Reconciler) pass(ctx context.Context, only []stock.Item, l *lock.Lock) 
 }
 
 // tracedItem is item in its own span.
-func (r *Reconciler) tracedItem(ctx context.Context, si order.SaleItem, markers map[stock.Item][]int64, l *lock.Lock) (rep ItemReport, err error) {
+func (r *Reconciler) tracedItem(ctx context.Context, si order.SaleItem, markers markerView, l *lock.Lock) (rep ItemReport, err error) {
 	name := "reconcile item"
 	if l != nil {
 		name = "repair item"
@@ -396,12 +405,13 @@ func (r *Reconciler) tracedItem(ctx context.Context, si order.SaleItem, markers 
 	if si.Buckets > 1 {
 		return r.bucketedItem(ctx, si, markers, l)
 	}
-	return r.item(ctx, si, markers[stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}], l)
+	return r.item(ctx, si, markers, l)
 }
 
 // item checks one item (fixes it when l is set) while holding its stock row.
-func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []int64, l *lock.Lock) (ItemReport, error) {
+func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markers markerView, l *lock.Lock) (ItemReport, error) {
 	it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
+	markerUsers := markers.users[it]
 	k := r.deps.Stock.Keys(it)
 	rdb := r.deps.Stock.Client()
 	opts := order.LockOptions{LockTimeout: r.cfg.RowLockTimeout}
@@ -410,7 +420,7 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []
 		mode = "fix"
 		opts.FenceFunc = func(ctx context.Context, tx order.Execer) error { return l.CheckFence(ctx, tx) }
 	}
-	rep := ItemReport{ActivityID: it.ActivityID, ItemID: it.ItemID}
+	rep := ItemReport{ActivityID: it.ActivityID, ItemID: it.ItemID, MarkerIndex: markers.state(it)}
 	if l != nil {
 		// Before the fix puts the sale back on: a retry that arrives once it
 		// is on sale again must find its dedup record and replay.
@@ -437,12 +447,12 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []
 		slices.Sort(users)
 		users = slices.Compact(users)
 
-		keys := make([]string, 0, 4+len(li.Pending)+len(users))
-		keys = append(keys, k.Stock, k.Sale, k.Journal, k.Fence())
-		args := make([]any, 0, 12+2*len(created)+3*len(li.Pending)+len(users))
+		keys := make([]string, 0, 5+len(li.Pending)+len(users))
+		keys = append(keys, k.Stock, k.Sale, k.Journal, k.Fence(), k.MarkerIndex())
+		args := make([]any, 0, 13+2*len(created)+3*len(li.Pending)+2*len(users))
 		args = append(args, mode, li.Stock, li.StartsAt.UnixMilli(), li.EndsAt.UnixMilli(), li.PerUserLimit,
 			li.EndsAt.Add(stock.StockGrace).Unix(), li.EndsAt.Add(markerLife).UnixMilli()/1000,
-			len(created), len(li.Pending), len(users), "", "")
+			len(created), len(li.Pending), len(users), "", "", markers.scannedArg(it))
 		for rid, ono := range created {
 			args = append(args, rid, ono)
 		}
@@ -452,7 +462,7 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markerUsers []
 		}
 		for _, u := range users {
 			keys = append(keys, k.Limit(u))
-			args = append(args, li.Live[u])
+			args = append(args, li.Live[u], u)
 		}
 		out, err := reconcileScript.Run(ctx, rdb, keys, args...).Slice()
 		if err != nil {
@@ -522,7 +532,69 @@ func decode(out []any, dbStock int64, users []int64, rep *ItemReport) error {
 	return nil
 }
 
-// scanMarkers lists the users with a limit marker, per item.
+// markerView is the users holding a limit marker, per item bucket, as the
+// pass read them: from each bucket's marker index, or, for the buckets whose
+// index does not vouch for every marker, from a keyspace scan (scanned).
+type markerView struct {
+	users   map[stock.Item][]int64
+	scanned map[stock.Item]bool
+}
+
+// state is the item's MarkerIndex: "incomplete" when any of its buckets
+// was scanned.
+func (v markerView) state(base stock.Item) string {
+	for it := range v.scanned {
+		if it.ActivityID == base.ActivityID && it.ItemID == base.ItemID {
+			return "incomplete"
+		}
+	}
+	return "ok"
+}
+
+// scannedArg is the reconcile script's ARGV[13] for a bucket.
+func (v markerView) scannedArg(it stock.Item) string {
+	if v.scanned[it] {
+		return "1"
+	}
+	return ""
+}
+
+// readMarkers reads the markers of the items' buckets from their marker
+// indexes, so a pass costs what the items hold, not what Redis holds. Only
+// when an index does not vouch for itself does the pass scan the keyspace
+// (once, for all such buckets), as every pass did before there was an index.
+func (r *Reconciler) readMarkers(ctx context.Context, items []order.SaleItem) (markerView, error) {
+	v := markerView{users: map[stock.Item][]int64{}, scanned: map[stock.Item]bool{}}
+	for _, si := range items {
+		for b := range max(si.Buckets, 1) {
+			it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID, Bucket: b}
+			users, complete, err := r.deps.Stock.Markers(ctx, it)
+			if err != nil {
+				return v, err
+			}
+			v.users[it] = users
+			if !complete {
+				v.scanned[it] = true
+			}
+		}
+	}
+	if len(v.scanned) == 0 {
+		return v, nil
+	}
+	found, err := r.scanMarkers(ctx)
+	if err != nil {
+		return v, err
+	}
+	for it := range v.scanned {
+		// The index's own members too: a marker deleted since the scan
+		// passed its key is still checked (and, if stale, dropped by a fix).
+		v.users[it] = append(v.users[it], found[it]...)
+	}
+	return v, nil
+}
+
+// scanMarkers lists the users with a limit marker, per item, by a SCAN of
+// the whole keyspace: its cost is every key Redis holds.
 func (r *Reconciler) scanMarkers(ctx context.Context) (map[stock.Item][]int64, error) {
 	out := map[stock.Item][]int64{}
 	var mu sync.Mutex

@@ -73,6 +73,10 @@ func (r Report) writeTable(b *strings.Builder) {
 		case it.Drifted():
 			fmt.Fprintf(b, "activity %d item %d: %s\n", it.ActivityID, it.ItemID, explain(it))
 		}
+		if it.Error == "" && it.MarkerIndex == "incomplete" {
+			fmt.Fprintf(b, "activity %d item %d: marker index incomplete (markers of an older binary, or an index Redis lost): "+
+				"its markers were found by a scan of the keyspace; --fix completes the index\n", it.ActivityID, it.ItemID)
+		}
 	}
 	fmt.Fprintf(b, "%d item(s) checked at %s: %d drifted, %d could not be checked\n",
 		len(r.Items), r.CheckedAt.Format(time.RFC3339), r.Drifted(), r.Errors())

@@ -480,7 +480,7 @@ func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
 	orderNos := map[string]int64{}
 	for _, it := range items {
 		k := s.stock.Keys(stockItem(act, it))
-		keys = append(keys, k.Stock, k.Sale, k.Journal)
+		keys = append(keys, k.Stock, k.Sale, k.Journal, k.MarkerIndex())
 		for u := 1; u <= s.cfg.Users; u++ {
 			keys = append(keys, k.Limit(int64(u)))
 		}

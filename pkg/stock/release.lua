@@ -1,8 +1,10 @@
 -- release: the rollback script. Gives a reservation's stock and the user's
 -- limit marker back and drops its journal entry, at most once per
 -- reservation: the fate key remembers "released:<orderNo>".
--- KEYS: 1 stock, 2 limit marker, 3 journal, 4 fate, 5 dedup record, 6 order index
--- ARGV: 1 requestId, 2 orderNo, 3 quantity, 4 mode, 5 limit owner, 6 fate lifetime (s)
+-- KEYS: 1 stock, 2 limit marker, 3 journal, 4 fate, 5 dedup record, 6 order index,
+--       7 the item's marker index
+-- ARGV: 1 requestId, 2 orderNo, 3 quantity, 4 mode, 5 limit owner, 6 fate lifetime (s),
+--       7 user id
 -- mode "abort": the gateway could not produce the event. If a worker has
 --   already claimed the reservation the event did arrive, so nothing is
 --   released (answer CLAIMED); if a retry of the request was already told
@@ -41,6 +43,7 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
     redis.call('SET', KEYS[2], ARGV[5], 'KEEPTTL')
   else
     redis.call('DEL', KEYS[2])
+    redis.call('SREM', KEYS[7], ARGV[7])
   end
 end
 local entry = redis.call('HGET', KEYS[3], ARGV[1])

@@ -1,8 +1,8 @@
 -- reserve: the gateway's one round trip per order request.
 -- KEYS: 1 stock, 2 sale, 3 limit marker, 4 dedup record, 5 journal, 6 order index,
---       7 this attempt's orderNo's fate key
+--       7 this attempt's orderNo's fate key, 8 the item's marker index
 -- ARGV: 1 requestId, 2 fingerprint, 3 orderNo, 4 quantity, 5 event JSON,
---       6 minimum dedup lifetime (s), 7 traceparent ('' if none)
+--       6 minimum dedup lifetime (s), 7 traceparent ('' if none), 8 user id
 -- Order matters: dedup first (a retry never reserves twice), then the sale,
 -- then stock, and only then the user's limit, so a sold-out answer never
 -- consumes the user's chance.
@@ -54,6 +54,11 @@ local remaining = redis.call('DECRBY', KEYS[1], q)
 local limitAt = math.floor(ends / 1000) + 86400
 local reqAt = math.max(limitAt, math.floor(now / 1000) + tonumber(ARGV[6]))
 redis.call('SET', KEYS[3], ARGV[1], 'EXAT', limitAt)
+-- The index lives at least as long as the marker (the reconciler reads the
+-- item's markers from it; see stock.go, MarkerIndex).
+redis.call('SADD', KEYS[8], ARGV[8])
+local idxTTL = redis.call('TTL', KEYS[8])
+if idxTTL < 0 or math.floor(now / 1000) + idxTTL < limitAt then redis.call('EXPIREAT', KEYS[8], limitAt) end
 redis.call('HSET', KEYS[4], 'fp', ARGV[2], 'orderNo', ARGV[3], 'remaining', remaining, 'event', ARGV[5])
 if ARGV[7] and ARGV[7] ~= '' then redis.call('HSET', KEYS[4], 'tp', ARGV[7]) end
 redis.call('EXPIREAT', KEYS[4], reqAt)

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,6 +37,8 @@ var (
 	publishLua string
 	//go:embed end.lua
 	endLua string
+	//go:embed load.lua
+	loadLua string
 
 	reserveScript = redis.NewScript(reserveLua)
 	releaseScript = redis.NewScript(releaseLua)
@@ -44,6 +47,7 @@ var (
 	restoreScript = redis.NewScript(restoreLua)
 	publishScript = redis.NewScript(publishLua)
 	endScript     = redis.NewScript(endLua)
+	loadScript    = redis.NewScript(loadLua)
 )
 
 const (
@@ -54,6 +58,9 @@ const (
 	FateLifetime = 30 * 24 * time.Hour
 	// StockGrace keeps the stock key after the sale ends (the contract: endsAt + 1h).
 	StockGrace = time.Hour
+	// MarkerLife is how long limit markers (and their index) live after the
+	// sale ends; reserve.lua writes the same 86400 s.
+	MarkerLife = 24 * time.Hour
 )
 
 // Item names one activity item, or one bucket of it: an item whose stock is
@@ -115,6 +122,22 @@ func (k Keys) Given(id string) string { return k.prefix + "xfer:" + k.tag + ":" 
 
 // Hold marks a bucket that just received units from the mover (MoveHold).
 func (k Keys) Hold() string { return k.prefix + "xhold:" + k.tag }
+
+// MarkerIndex is the set of users that hold a limit marker in this item
+// (bucket): every script that sets or deletes a marker adds or removes its
+// user in the same call, so the reconciler reads an item's markers from it
+// instead of scanning the keyspace. It may hold stale members (a marker that
+// expired, or was deleted by a binary older than the index): a reader checks
+// the marker itself. The member IndexComplete says that every marker of the
+// item is in it (see MarkerIndexComplete).
+func (k Keys) MarkerIndex() string { return k.prefix + "lmk:" + k.tag }
+
+// IndexComplete is the MarkerIndex member that vouches for the index: written
+// when the index started with the item's stock (Load of a fresh sale), or by
+// the reconciler's fix after it found the item's markers by a keyspace scan.
+// An index without it (markers set by a binary that kept none, or an index
+// Redis lost) is read by a scan instead. Never a user id: those are numbers.
+const IndexComplete = "*"
 
 // LimitPattern matches every limit marker of the item.
 func (k Keys) LimitPattern() string { return k.prefix + "limit:" + k.tag + ":*" }
@@ -248,9 +271,10 @@ type ReserveResult struct {
 func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, error) {
 	k := s.Keys(r.Item)
 	cmd, acked := s.reserves.runAcked(ctx,
-		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo), k.Fate(r.OrderNo)},
+		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo), k.Fate(r.OrderNo),
+			k.MarkerIndex()},
 		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, int64(DedupLifetime/time.Second),
-		r.TraceParent,
+		r.TraceParent, r.UserID,
 	)
 	res, err := cmd.Slice()
 	if err != nil {
@@ -321,8 +345,8 @@ func (s *Store) Compensate(ctx context.Context, r Release) (ReleaseOutcome, erro
 func (s *Store) release(ctx context.Context, r Release, mode string) (ReleaseOutcome, error) {
 	k := s.Keys(r.Item)
 	res, err := releaseScript.Run(ctx, s.rdb,
-		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.OrderNo), k.Req(r.RequestID), k.Order(r.OrderNo)},
-		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second),
+		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.OrderNo), k.Req(r.RequestID), k.Order(r.OrderNo), k.MarkerIndex()},
+		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second), r.UserID,
 	).Text()
 	if err != nil {
 		return "", fmt.Errorf("running release script: %w", err)
@@ -459,9 +483,10 @@ func (s *Store) Preheat(ctx context.Context, sale Sale) (loaded bool, err error)
 // Load is a preheat's first Redis step: each bucket's stock key gets its
 // share (Split) unless it holds one already, so a repeated preheat never
 // overwrites a running sale's stock, and every key expires an hour after
-// the sale ends. It writes no sale hash: without one the reserve script
-// answers NOT_ON_SALE, so a preheat that stops here sells nothing. It
-// reports whether this call loaded any bucket. One MULTI per bucket: they
+// the sale ends; a fresh bucket's marker index starts complete (load.lua).
+// It writes no sale hash: without one the reserve script answers
+// NOT_ON_SALE, so a preheat that stops here sells nothing. It reports
+// whether this call loaded any bucket. One script per bucket: they
 // are separate slots.
 func (s *Store) Load(ctx context.Context, sale Sale) (loaded bool, err error) {
 	expireAt := sale.EndsAt.Add(StockGrace)
@@ -472,18 +497,37 @@ func (s *Store) Load(ctx context.Context, sale Sale) (loaded bool, err error) {
 		it := sale.Item
 		it.Bucket = b
 		k := s.Keys(it)
-		var setNX *redis.BoolCmd
-		_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			setNX = p.SetNX(ctx, k.Stock, share, 0)
-			p.ExpireAt(ctx, k.Stock, expireAt)
-			return nil
-		})
+		n, err := loadScript.Run(ctx, s.rdb, []string{k.Stock, k.MarkerIndex()},
+			share, expireAt.Unix(), sale.EndsAt.Add(MarkerLife).Unix()).Int()
 		if err != nil {
 			return loaded, fmt.Errorf("loading %s bucket %d: %w", sale.Item, b, err)
 		}
-		loaded = loaded || setNX.Val()
+		loaded = loaded || n == 1
 	}
 	return loaded, nil
+}
+
+// Markers reads the item's (bucket's) marker index: the users it lists and
+// whether it vouches for holding every marker (IndexComplete). Its cost is
+// the index's size, whatever else Redis holds.
+func (s *Store) Markers(ctx context.Context, it Item) (users []int64, complete bool, err error) {
+	iter := s.rdb.SScan(ctx, s.Keys(it).MarkerIndex(), 0, "", 1000).Iterator()
+	for iter.Next(ctx) {
+		v := iter.Val()
+		if v == IndexComplete {
+			complete = true
+			continue
+		}
+		if u, err := strconv.ParseInt(v, 10, 64); err == nil {
+			users = append(users, u)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return nil, false, fmt.Errorf("reading the marker index of %s: %w", it, err)
+	}
+	// SSCAN may return a member twice.
+	slices.Sort(users)
+	return slices.Compact(users), complete, nil
 }
 
 // Arm is a preheat's last step, once Postgres records the item preheated:
