@@ -260,6 +260,7 @@ func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer)
 		return ExitOK
 	}
 	if *purge {
+		fmt.Fprintf(stderr, "bench: deleting the keys under %s (SCAN and UNLINK, 1000 at a time)\n", cfg.RedisPrefix)
 		n, err := PurgeKeys(ctx, cfg.Redis, cfg.RedisPrefix)
 		if err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)

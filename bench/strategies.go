@@ -268,7 +268,7 @@ func strategyOrderNo(i int) string   { return "o" + strconv.Itoa(i) }
 // TestRedisStrategies checks by SCAN that nothing is left.
 func dropStrategyKeys(ctx context.Context, rdb redis.UniversalClient, st *stock.Store, prefix string, it stock.Item, users []int64) {
 	k := st.Keys(it)
-	names := []string{k.Stock, k.Sale, k.Journal, prefix + "lock:" + lockName(it), prefix + "fence:" + lockName(it)}
+	names := []string{k.Stock, k.Sale, k.Journal, k.MarkerIndex(), prefix + "lock:" + lockName(it), prefix + "fence:" + lockName(it)}
 	seen := map[int64]bool{}
 	for i, u := range users {
 		names = append(names, k.Req(strategyRequestID(i)), k.Order(strategyOrderNo(i)))
@@ -290,6 +290,24 @@ func race(ctx context.Context, s strategy, users []int64, cfg StrategyConfig) St
 	var mu sync.Mutex
 	var firstErr error
 	start := time.Now()
+	// A line a second: the lock strategy takes several seconds, which
+	// would otherwise be silence.
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-t.C:
+				fmt.Fprintf(cfg.Progress, "bench: strategy %s: %3.0fs  %d/%d requests\n", s.name, time.Since(start).Seconds(),
+					min(next.Load(), int64(len(users))), len(users))
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
 		wg.Go(func() {
@@ -319,6 +337,8 @@ func race(ctx context.Context, s strategy, users []int64, cfg StrategyConfig) St
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	close(stopProgress)
+	<-progressDone
 
 	res := StrategyResult{Name: s.name, Requests: len(users), ReqPerSec: float64(len(users)) / elapsed.Seconds(), LockLost: int(lost.Load())}
 	grants := map[int64]int{}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -48,15 +49,19 @@ func (c *reserveCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	}
 }
 
-// see counts a reserve call: EVALSHA|EVAL script 7 <7 keys> requestId
+// see counts a reserve call: EVALSHA|EVAL script <n> <n keys> requestId
 // fingerprint orderNo ... (stock.Reserve).
 func (c *reserveCounter) see(cmd redis.Cmder) {
 	a := cmd.Args()
-	if n := cmd.Name(); (n != "evalsha" && n != "eval") || len(a) < 13 ||
-		fmt.Sprint(a[10]) != c.requestID || fmt.Sprint(a[11]) != c.fingerprint {
+	if n := cmd.Name(); (n != "evalsha" && n != "eval") || len(a) < 3 {
 		return
 	}
-	orderNo := fmt.Sprint(a[12])
+	nkeys, err := strconv.Atoi(fmt.Sprint(a[2]))
+	base := 3 + nkeys
+	if err != nil || len(a) < base+3 || fmt.Sprint(a[base]) != c.requestID || fmt.Sprint(a[base+1]) != c.fingerprint {
+		return
+	}
+	orderNo := fmt.Sprint(a[base+2])
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.calls[orderNo] == 0 {

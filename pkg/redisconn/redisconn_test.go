@@ -185,7 +185,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("30 items landed on %d shards, want all 3", len(shards))
 	}
 	n, err := rediskeys.Delete(ctx, rdb, prefix+"*")
-	if err != nil || n != 60 {
-		t.Errorf("deleted %d keys (%v), want 60 (stock and sale of 30 items)", n, err)
+	if err != nil || n != 90 {
+		t.Errorf("deleted %d keys (%v), want 90 (stock, sale and marker index of 30 items)", n, err)
 	}
 }
