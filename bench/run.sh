@@ -50,6 +50,12 @@ WORKER_NICE=${WORKER_NICE:-0} # e.g. 19: the worker and the closer yield the cor
 
 . bench/lib.sh  # free_port
 
+# phase N TEXT: a progress line as each phase starts, with the time so far.
+bench_start=$(date +%s)
+phases=5
+[ "$OPEN" != 0 ] && phases=6
+phase() { echo "bench: [$1/$phases] $2 ($(($(date +%s) - bench_start))s so far)"; }
+
 run="$(date +%s)$$"
 db="orderpipe_bench_$run"
 export DATABASE_URL="$PG/$db?sslmode=disable"
@@ -210,8 +216,11 @@ times >"$times_file"
 client_before=$(children_cpu)
 
 status=0
+phase 1 "the standard scenario: c=$C, $N requests for $STOCK units on $ITEMS item(s), ${RETRY} retries, ${REPEAT} repeats"
 "$BIN" bench -c "$C" -n "$N" --stock "$STOCK" --items "$ITEMS" --retry-share "$RETRY" --repeat-share "$REPEAT" \
-  --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --wait-ready 60s --json-out "$OUT/load-$run.json" || status=$?
+  --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --wait-ready 60s --json-out "$OUT/load-$run.json" >"$OUT/load-$run.txt" || status=$?
+# The whole report is in the file; here the lines that say how it went.
+grep -E '^  (accepted|rejected by code|no answer|oversold|duplicates|lost|throughput|latency|drain)|FAIL' "$OUT/load-$run.txt" || cat "$OUT/load-$run.txt"
 times >"$times_file"
 client_after=$(children_cpu)
 
@@ -227,6 +236,9 @@ if [ ! -f "$OUT/load-$run.json" ]; then
 fi
 rss_kb=$(ps -o rss= -p "$pid" | tr -d ' ')
 gw_rps=$(sed -n 's/^  "reqPerSec": \([0-9.]*\).*/\1/p' "$OUT/load-$run.json" | head -1)
+gw_rps=${gw_rps:+$(awk -v v="$gw_rps" 'BEGIN{printf "%.0f", v}')}
+gw_lat=$(sed -n 's/^  latency (ms) *//p' "$OUT/load-$run.txt" | head -1)
+verdict=$(grep -c '^  FAIL' "$OUT/load-$run.txt" || true)
 
 # redis-benchmark: the same reserve script, one round trip per call, at the
 # same concurrency, with distinct users and requestIds (__rand_int__) and
@@ -243,8 +255,7 @@ if command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null; the
   rb_stock=$((RB_N * STOCK / N))
   ono="1-1-mil0x2kq__rand_int__"
   event="{\"requestId\":\"r__rand_int__\",\"orderNo\":\"$ono\",\"userId\":__rand_int__,\"activityId\":1,\"itemId\":1,\"quantity\":1,\"reservedAt\":\"2026-11-29T10:00:00.123456Z\"}"
-  echo
-  echo "redis-benchmark: EVALSHA reserve.lua ($sha), c=$C, n=$RB_N, stock $rb_stock, 3 runs"
+  phase 2 "redis-benchmark: EVALSHA reserve.lua, c=$C, n=$RB_N, stock $rb_stock, 3 runs (the floor of one reserve)"
   rates=()
   for i in 1 2 3; do
     rb_dirty=1
@@ -256,23 +267,15 @@ if command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null; the
       "${rbprefix}lmk:$tag" "r$i-__rand_int__" 0123456789abcdef01234567 "$ono" 1 "$event" 86400 "" __rand_int__ | tail -1)
     # CSV: "test","rps","avg","min","p50","p95","p99","max"; count from the end, the test name holds quotes.
     csv=$(echo "$csv" | tr -d '"')
-    rates+=("$(echo "$csv" | awk -F, '{print $(NF-6)}')")
-    echo "  run $i: $(echo "$csv" | awk -F, '{printf "%s req/s, p50 %s ms, p99 %s ms, max %s ms", $(NF-6), $(NF-3), $(NF-1), $NF}');" \
+    rates+=("$(echo "$csv" | awk -F, '{printf "%.0f", $(NF-6)}')")
+    echo "  run $i: $(echo "$csv" | awk -F, '{printf "%.0f req/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms", $(NF-6), $(NF-3), $(NF-1), $NF}');" \
       "remaining stock $(rcli GET "${rbprefix}stock:$tag"), journal $(rcli HLEN "${rbprefix}resv:$tag") entries"
     unlink_prefix "$rbprefix" 2>/dev/null
     rb_dirty=""
   done
   rb_rps=$(printf '%s\n' "${rates[@]}" | sort -g | sed -n 2p)
 else
-  echo "bench: redis-benchmark not found (apt-get install -y redis-tools); skipping the EVALSHA baseline" >&2
-fi
-
-echo
-echo "summary (standard scenario, $(nproc) cores):"
-echo "  gateway: ${gw_rps:-?} req/s; gateway RSS after the run: $((${rss_kb:-0} / 1024)) MiB (ps, pid $pid)"
-echo "$cpu_line (redis and postgres: every such process on this machine)"
-if [ -n "$rb_rps" ] && [ -n "$gw_rps" ]; then
-  echo "  redis-benchmark EVALSHA (median of 3): $rb_rps req/s; gateway / redis-benchmark = $(awk -v a="$gw_rps" -v b="$rb_rps" 'BEGIN{printf "%.3f", a/b}')"
+  phase 2 "redis-benchmark not found (apt-get install -y redis-tools): no EVALSHA baseline"
 fi
 
 # The open loop. Its workload: every request a new user with
@@ -288,18 +291,18 @@ if [ "$OPEN" != 0 ]; then
   floor_pid=$!
   pids+=("$floor_pid")
   if [ -z "$RATE" ]; then
-    echo
-    echo "open loop: the closed-loop maximum first (c=$C, $MAX_N requests, every one accepted)"
+    phase 3 "open loop: the closed-loop maximum first (c=$C, $MAX_N requests, every one accepted)"
     "$BIN" bench -c "$C" -n "$MAX_N" --stock "$MAX_N" --retry-share 0 --repeat-share 0 \
       --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --json-out "$OUT/max-$run.json" >"$OUT/max-$run.txt" || ostatus=$?
     grep -E '^  (throughput|latency|FAIL)' "$OUT/max-$run.txt" || cat "$OUT/max-$run.txt"
     max_rps=$(sed -n 's/^  "reqPerSec": \([0-9.]*\).*/\1/p' "$OUT/max-$run.json" 2>/dev/null | head -1)
     RATE=$(awk -v m="${max_rps:-0}" 'BEGIN{printf "%d", m / 2}')
+  else
+    phase 3 "open loop: RATE=$RATE given, no maximum measured"
   fi
   if [ "${RATE:-0}" -gt 0 ] 2>/dev/null; then
     open_n=$((RATE * OPEN_SECONDS))
-    echo
-    echo "open loop: $RATE req/s for ${OPEN_SECONDS}s ($open_n requests, at most $C connections), the trivial handler then the gateway"
+    phase 4 "open loop: $RATE req/s for ${OPEN_SECONDS}s ($open_n requests, at most $C connections), the trivial handler then the gateway"
     curl -s "http://$HTTP_ADDR/metrics" >"$OUT/waits0-$run.txt" || true
     declare -A obefore
     cpu_snapshot obefore
@@ -313,7 +316,7 @@ if [ "$OPEN" != 0 ]; then
     oclient_after=$(children_cpu)
     ocpu="$(cpu_since obefore) trivial-handler $(awk -v t=$(($(cpu_ticks "$floor_pid") - floor_before)) -v hz="$hz" 'BEGIN{printf "%.2f", t / hz}')"
     ocpu+=" load-client $(awk -v a="$oclient_after" -v b="$oclient_before" 'BEGIN{printf "%.2f", a - b}')"
-    cat "$OUT/open-$run.txt"
+    sed -n '/^open loop:/,/gateway \/ trivial handler/p' "$OUT/open-$run.txt"
     echo "  CPU seconds during the open loop (the trivial handler's run, then the gateway's):$ocpu"
     # What the gateway's two waits took in the open loop, from its own histograms.
     if curl -s "http://$HTTP_ADDR/metrics" >"$OUT/waits1-$run.txt" && [ -s "$OUT/waits0-$run.txt" ]; then
@@ -333,10 +336,35 @@ if ! alive; then
 fi
 
 sstatus=0
+phase $((phases - 1)) "the Redis strategies race: naive, lock, reserve script; c=$C, $STRAT_N requests for $STRAT_STOCK units"
 "$BIN" bench --redis-strategies -c "$C" -n "$STRAT_N" --stock "$STRAT_STOCK" --repeat-share "$REPEAT" \
-  --json-out "$OUT/strategies-$run.json" || sstatus=$?
+  --json-out "$OUT/strategies-$run.json" >"$OUT/strategies-$run.txt" || sstatus=$?
+sed -n '/^  strategy/,$p' "$OUT/strategies-$run.txt"
+phase "$phases" "stopping the pipeline, removing its database and keys"
+
+# One screen: the figures that matter, each with where its detail is.
 echo
-echo "bench: reports in $OUT/load-$run.json, $OUT/strategies-$run.json and (open loop) $OUT/max-$run.json, $OUT/open-$run.json"
+echo "summary ($(nproc) cores, $(($(date +%s) - bench_start))s; every figure of this run, with its detail, in $OUT/*-$run.*):"
+if [ "${verdict:-1}" = 0 ] && [ "$status" -eq 0 ]; then
+  echo "  invariants: every one held (I1-I5, nothing lost; $OUT/load-$run.txt)"
+else
+  echo "  invariants: FAILED, see $OUT/load-$run.txt"
+fi
+echo "  gateway, closed loop c=$C: ${gw_rps:-?} req/s; latency $gw_lat"
+echo "  gateway RSS after the run: $((${rss_kb:-0} / 1024)) MiB"
+if [ -n "$rb_rps" ] && [ -n "$gw_rps" ]; then
+  echo "  redis-benchmark EVALSHA (median of 3): $rb_rps req/s; gateway / redis-benchmark = $(awk -v a="$gw_rps" -v b="$rb_rps" 'BEGIN{printf "%.2f", a/b}')"
+fi
+echo "$cpu_line"
+if [ -s "$OUT/open-$run.txt" ]; then
+  echo "  open loop at ${RATE} req/s (ms, from each request's intended time; $OUT/open-$run.txt):"
+  sed -n '/^open loop:/,/gateway \/ trivial handler/p' "$OUT/open-$run.txt" | sed 1d | sed 's/^/  /' || true
+fi
+if [ "$sstatus" -eq 0 ]; then
+  echo "  Redis strategies: the reserve script never oversold nor granted a user twice ($OUT/strategies-$run.txt)"
+else
+  echo "  Redis strategies: FAILED, see $OUT/strategies-$run.txt"
+fi
 if [ "$status" -eq 0 ]; then
   status=$ostatus
 fi
