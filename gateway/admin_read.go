@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"orderpipe/pkg/order"
@@ -44,13 +47,25 @@ func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	v, err := s.statusOf(r.Context(), a)
+	if err != nil {
+		s.deps.Log.Error("reading activity sales", "activity_id", a.ID, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// statusOf is an activity's numbers from both stores; an error is
+// Postgres's (Redis unavailable is "redis":"unavailable").
+func (s *Server) statusOf(ctx context.Context, a order.Activity) (activityStatus, error) {
 	id := a.ID
 	// Redis first: an entry the worker commits after this read is then
 	// counted as sold by the Postgres reads below, not missed by both.
 	snaps := make([]stock.Snapshot, len(a.Items))
 	redisOK := true
 	for i, it := range a.Items {
-		err := s.inRedis(r.Context(), func(ctx context.Context) error {
+		err := s.inRedis(ctx, func(ctx context.Context) error {
 			var err error
 			snaps[i], err = s.deps.Stock.SnapshotBuckets(ctx, stock.Item{ActivityID: id, ItemID: it.ItemID}, it.Buckets)
 			return err
@@ -69,7 +84,7 @@ func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
 	}
 	var sales map[int64]order.ItemSales
 	var processed map[string]order.Processed
-	err := s.inPostgres(r.Context(), func(ctx context.Context) error {
+	err := s.inPostgres(ctx, func(ctx context.Context) error {
 		var err error
 		if sales, err = s.deps.Orders.SalesOf(ctx, id); err != nil {
 			return err
@@ -78,9 +93,7 @@ func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		s.deps.Log.Error("reading activity sales", "activity_id", id, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
-		return
+		return activityStatus{}, err
 	}
 	v := activityStatus{ID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
 		Redis: "ok", Items: make([]itemStatus, 0, len(a.Items))}
@@ -97,7 +110,97 @@ func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Items = append(v.Items, st)
 	}
+	return v, nil
+}
+
+// activityPage is GET /admin/v1/activities: a page of activities, newest
+// first, and the cursor of the next page (absent on the last).
+type activityPage struct {
+	Activities []activityStatus `json:"activities"`
+	NextCursor string           `json:"nextCursor,omitempty"`
+}
+
+const (
+	defaultActivityPage = 20
+	maxActivityPage     = 100
+)
+
+// listActivities answers a page of activities, each as GET of it answers
+// it, newest first (the latest startsAt first, ties by the higher id):
+// ?limit=1..100 (default 20) and ?cursor=, the nextCursor of the page
+// before. The cursor is opaque to clients: base64url of "<startsAt in unix
+// µs>:<id>" of the page's last activity, so a page never repeats or skips
+// one while activities are added.
+func (s *Server) listActivities(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "limit" && k != "cursor" {
+			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "unknown query parameter "+strconv.Quote(k)+" (limit, cursor)")
+			return
+		}
+	}
+	limit := defaultActivityPage
+	if q.Has("limit") {
+		n, err := strconv.Atoi(q.Get("limit"))
+		if err != nil || n < 1 || n > maxActivityPage {
+			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "limit must be an integer from 1 to 100")
+			return
+		}
+		limit = n
+	}
+	var after *order.ActivityCursor
+	if q.Has("cursor") {
+		c, ok := parseActivityCursor(q.Get("cursor"))
+		if !ok {
+			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "cursor is not a nextCursor this API answered")
+			return
+		}
+		after = &c
+	}
+	var page []order.Activity
+	if err := s.inPostgres(r.Context(), func(ctx context.Context) error {
+		var err error
+		page, err = s.deps.Orders.ListActivities(ctx, limit+1, after)
+		return err
+	}); err != nil {
+		s.deps.Log.Error("listing activities", "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+		return
+	}
+	v := activityPage{Activities: make([]activityStatus, 0, min(len(page), limit))}
+	if len(page) > limit {
+		page = page[:limit]
+		last := page[limit-1]
+		v.NextCursor = activityCursor(order.ActivityCursor{StartsAt: last.StartsAt, ID: last.ID})
+	}
+	for _, a := range page {
+		st, err := s.statusOf(r.Context(), a)
+		if err != nil {
+			s.deps.Log.Error("reading activity sales", "activity_id", a.ID, "err", err)
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+			return
+		}
+		v.Activities = append(v.Activities, st)
+	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+func activityCursor(c order.ActivityCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.StartsAt.UnixMicro(), 10) + ":" + strconv.FormatInt(c.ID, 10)))
+}
+
+func parseActivityCursor(s string) (order.ActivityCursor, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return order.ActivityCursor{}, false
+	}
+	at, id, ok := strings.Cut(string(raw), ":")
+	us, err1 := strconv.ParseInt(at, 10, 64)
+	n, err2 := strconv.ParseInt(id, 10, 64)
+	if !ok || err1 != nil || err2 != nil || n <= 0 {
+		return order.ActivityCursor{}, false
+	}
+	return order.ActivityCursor{StartsAt: time.UnixMicro(us).UTC(), ID: n}, true
 }
 
 // inFlight is what the reconciler counts from a journal: the quantity of

@@ -228,6 +228,7 @@ func (s *Server) routes() {
 	s.handle("POST /v1/orders/{orderNo}/pay", s.api(s.payOrder))
 	if s.cfg.AdminToken != "" {
 		s.handleOn(s.adminMux, "PUT /admin/v1/activities/{activityId}", s.admin(s.putActivity))
+		s.handleOn(s.adminMux, "GET /admin/v1/activities", s.admin(s.listActivities))
 		s.handleOn(s.adminMux, "GET /admin/v1/activities/{activityId}", s.admin(s.getActivity))
 		s.handleOn(s.adminMux, "POST /admin/v1/activities/{activityId}/preheat", s.admin(s.preheat))
 		s.handleOn(s.adminMux, "POST /admin/v1/activities/{activityId}/end", s.admin(s.endSale))

@@ -164,6 +164,59 @@ func (s *Store) GetActivity(ctx context.Context, id int64) (Activity, error) {
 	return a, nil
 }
 
+// ActivityCursor is where a page of ListActivities starts: after the
+// activity with this start and id, in the listing's order.
+type ActivityCursor struct {
+	StartsAt time.Time
+	ID       int64
+}
+
+// ListActivities is a page of activities, newest first — the latest start
+// first, ties by the higher id — each with its items; after is the previous
+// page's last activity (nil: the first page).
+func (s *Store) ListActivities(ctx context.Context, limit int, after *ActivityCursor) ([]Activity, error) {
+	var at *time.Time
+	var id int64
+	if after != nil {
+		at, id = &after.StartsAt, after.ID
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, name, starts_at, ends_at, per_user_limit FROM activities
+		WHERE $1::timestamptz IS NULL OR (starts_at, id) < ($1, $2)
+		ORDER BY starts_at DESC, id DESC LIMIT $3`, at, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing activities: %w", err)
+	}
+	page, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Activity, error) {
+		var a Activity
+		err := row.Scan(&a.ID, &a.Name, &a.StartsAt, &a.EndsAt, &a.PerUserLimit)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing activities: %w", err)
+	}
+	if len(page) == 0 {
+		return page, nil
+	}
+	ids := make([]int64, len(page))
+	for i, a := range page {
+		ids[i] = a.ID
+	}
+	items, err := queryAll[ItemStock](ctx, s.pool, "listing the activities' items",
+		`SELECT activity_id, item_id, initial_stock, stock, version, buckets FROM item_stock WHERE activity_id = ANY($1) ORDER BY activity_id, item_id`, ids)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[int64]int{}
+	for i, a := range page {
+		byID[a.ID] = i
+	}
+	for _, it := range items {
+		i := byID[it.ActivityID]
+		page[i].Items = append(page[i].Items, it)
+	}
+	return page, nil
+}
+
 // EndActivity is the kill switch's record: the activity's window ends at
 // the earliest of its own end and at (a sale not yet started ends a
 // millisecond before at, its start moved there too, as stock.End does), and
