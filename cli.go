@@ -33,7 +33,7 @@ func (c command) writeUsage(w io.Writer) {
 	fmt.Fprint(w, c.usage)
 }
 
-const configHint = "\nConfiguration: environment variables (NAME, or NAME_FILE naming a file that holds the\nvalue), see README.md or `orderpipe env`.\n"
+const configHint = "\nConfiguration: environment variables (NAME, or NAME_FILE naming a file that holds the\nvalue), see `orderpipe env` or docs/config.md.\n"
 
 // commands is every command, in the order `orderpipe help` lists them.
 var commands = []command{

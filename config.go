@@ -16,7 +16,7 @@ import (
 )
 
 // config is every environment variable the binary reads, with its default.
-// The README's configuration table mirrors this list.
+// docs/config.md's table mirrors this list (TestConfigDocDocumentsEveryVariable).
 type config struct {
 	HTTPAddr       string
 	DatabaseURL    string

@@ -7,28 +7,17 @@ import (
 	"time"
 )
 
-// TestReadmeDocumentsEveryVariable keeps the README's configuration table
-// true: every variable the binary reads appears in it with its default.
-func TestReadmeDocumentsEveryVariable(t *testing.T) {
-	raw, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	readme := string(raw)
+// TestConfigDocDocumentsEveryVariable keeps docs/config.md's table true:
+// every variable the binary reads appears in it with its default.
+func TestConfigDocDocumentsEveryVariable(t *testing.T) {
+	doc := tableRows(t, "docs/config.md", "")
 	for _, e := range envVars {
-		row := "| `" + e[0] + "` |"
-		i := strings.Index(readme, row)
-		if i < 0 {
-			t.Errorf("README's configuration table lacks %s", e[0])
-			continue
-		}
-		line := readme[i : i+strings.Index(readme[i:], "\n")]
-		def := "(empty)"
-		if e[1] != "" {
-			def = "`" + e[1] + "`"
-		}
-		if !strings.Contains(line, def) {
-			t.Errorf("README gives %s a default other than %s: %s", e[0], def, line)
+		def, ok := doc[e[0]]
+		switch {
+		case !ok:
+			t.Errorf("docs/config.md's table lacks %s", e[0])
+		case def != e[1]:
+			t.Errorf("docs/config.md gives %s the default %q, config.go %q", e[0], def, e[1])
 		}
 	}
 }

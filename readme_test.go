@@ -16,19 +16,23 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// readmeRows are the configuration table's rows: variable → default, as
-// README writes them (a default in backticks, or "(empty)").
-func readmeRows(t *testing.T) map[string]string {
+// tableRows are the rows of a settings table in a Markdown file: variable →
+// default, as the docs write them (a default in backticks, or "(empty)").
+// With a section, only the table under that "## " heading is read.
+func tableRows(t *testing.T, file, section string) map[string]string {
 	t.Helper()
-	raw, err := os.ReadFile("README.md")
+	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, ok := strings.Cut(string(raw), "\n## Configuration\n")
-	if !ok {
-		t.Fatal("README has no Configuration section")
+	table := string(raw)
+	if section != "" {
+		var ok bool
+		if _, table, ok = strings.Cut(table, "\n## "+section+"\n"); !ok {
+			t.Fatalf("%s has no %s section", file, section)
+		}
+		table, _, _ = strings.Cut(table, "\n## ")
 	}
-	table, _, _ = strings.Cut(table, "\n## ")
 	row := regexp.MustCompile("(?m)^\\| `([A-Z0-9_*]+)` \\| (`[^`]*`|\\(empty\\)|[^|]+) \\|")
 	rows := map[string]string{}
 	for _, m := range row.FindAllStringSubmatch(table, -1) {
@@ -41,17 +45,12 @@ func readmeRows(t *testing.T) map[string]string {
 		}
 		rows[m[1]] = def
 	}
-	if len(rows) < 10 {
-		t.Fatalf("README's configuration table: only %d rows found", len(rows))
-	}
 	return rows
 }
 
-// TestReadmeAgreesWithOrderpipeEnv holds README to its claim: `orderpipe
-// env`, run as a user runs it, prints every row of the configuration table
-// with the same default, except OTEL_* (the SDK's own variables), and
-// nothing else.
-func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
+// orderpipeEnv runs `orderpipe env` as a user runs it: variable → default.
+func orderpipeEnv(t *testing.T) map[string]string {
+	t.Helper()
 	res := runBinary(t, cleanEnv(), "env")
 	if res.code != 0 {
 		t.Fatalf("orderpipe env: %s", res)
@@ -69,24 +68,58 @@ func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
 		}
 		printed[m[1]] = def
 	}
-	readme := readmeRows(t)
-	for name, def := range printed {
-		got, ok := readme[name]
+	return printed
+}
+
+// agreesWithEnv checks a settings table of file against what `orderpipe
+// env` printed: every row (OTEL_* aside: the SDK's own variables) is a
+// variable it prints, with the same default; complete also wants a row for
+// every variable it prints, and the OTEL_* row.
+func agreesWithEnv(t *testing.T, file string, rows, printed map[string]string, complete bool) {
+	t.Helper()
+	for name, got := range rows {
+		def, ok := printed[name]
 		switch {
+		case name == "OTEL_*":
 		case !ok:
-			t.Errorf("orderpipe env prints %s, README's table has no row for it", name)
+			t.Errorf("%s has %s, orderpipe env does not print it", file, name)
 		case got != def:
-			t.Errorf("%s: orderpipe env says the default is %q, README %q", name, def, got)
+			t.Errorf("%s: orderpipe env says the default is %q, %s %q", name, def, file, got)
 		}
 	}
-	for name := range readme {
-		if _, ok := printed[name]; !ok && name != "OTEL_*" {
-			t.Errorf("README's table has %s, orderpipe env does not print it (README says only OTEL_* is left out)", name)
+	if !complete {
+		return
+	}
+	for name := range printed {
+		if _, ok := rows[name]; !ok {
+			t.Errorf("orderpipe env prints %s, %s has no row for it", name, file)
 		}
 	}
-	if _, ok := readme["OTEL_*"]; !ok {
-		t.Error("README's table has no OTEL_* row, yet says orderpipe env leaves it out")
+	if _, ok := rows["OTEL_*"]; !ok {
+		t.Errorf("%s has no OTEL_* row", file)
 	}
+}
+
+// TestReadmeAgreesWithOrderpipeEnv holds README to its claims: every
+// setting its Configuration table names is one `orderpipe env` prints,
+// with the same default.
+func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
+	readme := tableRows(t, "README.md", "Configuration")
+	if len(readme) < 5 {
+		t.Fatalf("README's configuration table: only %d rows found", len(readme))
+	}
+	agreesWithEnv(t, "README.md", readme, orderpipeEnv(t), false)
+}
+
+// TestConfigDocAgreesWithOrderpipeEnv holds docs/config.md to its claim:
+// its table is every variable `orderpipe env` prints, with the same
+// default, plus OTEL_*.
+func TestConfigDocAgreesWithOrderpipeEnv(t *testing.T) {
+	doc := tableRows(t, "docs/config.md", "")
+	if len(doc) < 10 {
+		t.Fatalf("docs/config.md's table: only %d rows found", len(doc))
+	}
+	agreesWithEnv(t, "docs/config.md", doc, orderpipeEnv(t), true)
 }
 
 // TestMakeRunCtrlCEndsClean runs the README's first command as a user at a

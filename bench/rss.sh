@@ -8,7 +8,7 @@
 # the maximum, writes every sample to $OUT/rss-<run>.csv, then stops the
 # process and removes what the run created.
 #   N=300000 C=100 bench/rss.sh            (bin/orderpipe-dev: make build-dev)
-#   GOMEMLIMIT=200MiB N=300000 bench/rss.sh   any variable of the README's table (and Go's
+#   GOMEMLIMIT=200MiB N=300000 bench/rss.sh   any variable of docs/config.md (and Go's
 #                                             GOMEMLIMIT) passes through to orderpipe all
 # Exit status: the load run's (0 every invariant held, 1 one failed, 2 could not run).
 set -euo pipefail
