@@ -19,12 +19,6 @@ import (
 	"orderpipe/pkg/event"
 )
 
-// components are the compose services built from deploy/Dockerfile, with
-// the subcommand each runs.
-var components = map[string]string{
-	"migrate": "migrate", "gateway": "gateway", "worker": "worker", "closer": "closer", "reconciler": "reconciler",
-}
-
 // mustCompose loads docker-compose.yml the way `docker compose` does
 // (interpolation, merge keys, normalization, validation).
 func mustCompose(t *testing.T) *types.Project {
