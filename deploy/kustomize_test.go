@@ -1,8 +1,10 @@
 package deploy
 
 import (
+	"encoding/base64"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -551,4 +553,74 @@ func disruptionsAllowed(t *testing.T, minAvail, maxUnavail any, replicas int) in
 		return count(maxUnavail)
 	}
 	return replicas
+}
+
+// TestProductionReachesEveryDependencyOverTLS: the production overlay
+// reaches Postgres, Redis (a Cluster), Kafka and the collector over TLS,
+// verified against CAs from a mounted Secret, with every credential in a
+// Secret file.
+func TestProductionReachesEveryDependencyOverTLS(t *testing.T) {
+	objs := objects(mustOverlay(t, "production"))
+	d := find(objs, "Deployment", "orderpipe-worker")
+	if d == nil {
+		t.Fatal("no worker")
+	}
+	w := mustWorkload(t, d)
+	ct := w.tmpl.Spec.Containers[0]
+	env := ct.env(t, objs)
+	// secretFile is the content of the mounted Secret key a *_FILE names.
+	secretFile := func(p string) string {
+		t.Helper()
+		for _, m := range ct.VolumeMounts {
+			rel, ok := strings.CutPrefix(p, strings.TrimSuffix(m.MountPath, "/")+"/")
+			if !ok {
+				continue
+			}
+			for _, v := range w.tmpl.Spec.Volumes {
+				if v.Name != m.Name || v.Secret == nil {
+					continue
+				}
+				key := rel
+				for _, it := range v.Secret.Items {
+					if it.Path == rel {
+						key = it.Key
+					}
+				}
+				if sec := find(objs, "Secret", v.Secret.SecretName); sec != nil {
+					b, err := base64.StdEncoding.DecodeString(sec.Data[key])
+					if err == nil && len(b) > 0 {
+						return strings.TrimSpace(string(b))
+					}
+				}
+			}
+		}
+		t.Errorf("%s is no key of a Secret mounted in the worker", p)
+		return ""
+	}
+	if _, ok := env["REDIS_ADDR"]; ok {
+		t.Error("REDIS_ADDR is set: with REDIS_URL the binary refuses to start")
+	}
+	redis, err := url.Parse(secretFile(env["REDIS_URL_FILE"]))
+	if err != nil || redis.Scheme != "rediss" || len(strings.Split(redis.Host, ",")) < 3 || redis.User.Username() == "" {
+		t.Errorf("redis_url %v: want rediss:// with an ACL user and at least three Cluster seed nodes (%v)", redis, err)
+	}
+	pg, err := url.Parse(secretFile(env["DATABASE_URL_FILE"]))
+	if err != nil || pg.Query().Get("sslmode") != "verify-full" {
+		t.Errorf("database_url %v: want sslmode=verify-full (%v)", pg, err)
+	} else {
+		secretFile(pg.Query().Get("sslrootcert"))
+	}
+	if env["KAFKA_TLS"] != "true" || env["KAFKA_SASL_MECHANISM"] == "" {
+		t.Errorf("Kafka: KAFKA_TLS=%q KAFKA_SASL_MECHANISM=%q, want TLS and a SASL login", env["KAFKA_TLS"], env["KAFKA_SASL_MECHANISM"])
+	}
+	if !strings.HasPrefix(env["OTEL_EXPORTER_OTLP_ENDPOINT"], "https://") {
+		t.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT=%s, want https://", env["OTEL_EXPORTER_OTLP_ENDPOINT"])
+	}
+	for _, k := range []string{"REDIS_TLS_CA_FILE", "KAFKA_TLS_CA_FILE", "KAFKA_SASL_PASSWORD_FILE", "OTEL_EXPORTER_OTLP_CERTIFICATE"} {
+		if env[k] == "" {
+			t.Errorf("%s not set", k)
+			continue
+		}
+		secretFile(env[k])
+	}
 }
