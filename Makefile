@@ -12,7 +12,7 @@ TRACE_STORE_DIR ?= $(CURDIR)/bin/traces
 export TRACE_STORE_DIR
 endif
 
-.PHONY: run services promtool test test-kafka build build-dev vet bench fuzz chaos chaos-kafka soak kafka
+.PHONY: run services promtool k8s-rules test test-kafka build build-dev vet bench fuzz chaos chaos-kafka soak kafka
 
 # What `orderpipe version` and the orderpipe_build_info metric say. The
 # production build (`build`, deploy/Dockerfile) links no test fake; `-tags
@@ -52,6 +52,12 @@ services: ## make PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) availab
 # prometheus package (never installed: that would start a server on :9090).
 promtool: ## fetch promtool (Debian's prometheus package, unpacked into ~/.cache/orderpipe) for the alert rules' tests
 	@deploy/prometheus/promtool.sh >/dev/null
+
+# The alert and recording rules as a PrometheusRule for prometheus-operator
+# users, generated from deploy/prometheus/orderpipe-rules.yml (the test fails
+# when the two differ).
+k8s-rules: ## regenerate deploy/k8s/components/prometheus-operator/prometheusrule.yaml from deploy/prometheus/orderpipe-rules.yml
+	$(GO) test -count=1 -run TestPrometheusRuleMatchesRulesFile ./deploy/ -update-rules
 
 # The tests run on a Redis of their own (deploy/local/test-redis.sh: a
 # throwaway redis-server on a free port, unless TEST_REDIS_ADDR is set), so

@@ -327,7 +327,7 @@ var needs = map[string][]string{
 var emptyByDesign = map[string]string{
 	"REDIS_KEY_PREFIX":      "the deployment owns its Redis; prefixes isolate tests",
 	"API_TOKENS":            "the order API is reached by the storefront backend on a private network",
-	"ADMIN_ADDR":            "admin API on HTTP_ADDR (the Kubernetes manifests move it to :8081)",
+	"ADMIN_ADDR":            "admin API on HTTP_ADDR (the Kubernetes base moves it to :8081)",
 	"KAFKA_EMBEDDED_DIR":    "only `orderpipe all` reads it (the embedded broker); deployments use real Kafka",
 	"PPROF_ADDR":            "profiles expose internals: off unless someone measuring turns them on",
 	"DEV_CLOCK_OFFSET_FILE": "a fault-injection hook of dev builds (the nemesis's clock steps); production builds refuse it",
@@ -350,9 +350,13 @@ var emptyByDesign = map[string]string{
 	"KAFKA_SASL_PASSWORD":  "no SASL unless the brokers require it",
 }
 
-// given reports whether env gives name, directly or as NAME_FILE.
+// given reports whether env gives name, directly or as NAME_FILE (and
+// REDIS_ADDR as REDIS_URL, its TLS and credentials form).
 func given(env map[string]string, name string) bool {
 	if v, ok := env[name]; ok && v != "" {
+		return true
+	}
+	if name == "REDIS_ADDR" && given(env, "REDIS_URL") {
 		return true
 	}
 	return env[name+"_FILE"] != ""

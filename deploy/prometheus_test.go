@@ -145,12 +145,17 @@ func TestAlertsAreActionableAndTested(t *testing.T) {
 			if s := r.Labels["severity"]; s != "page" && s != "ticket" {
 				t.Errorf("severity %q, want page or ticket", s)
 			}
-			for _, a := range []string{"summary", "description", "runbook"} {
+			for _, a := range []string{"summary", "description", "runbook_url"} {
 				if strings.TrimSpace(r.Annotations[a]) == "" {
 					t.Errorf("no %s annotation", a)
 				}
 			}
-			checkRunbook(t, r.Annotations["runbook"])
+			// The runbook is a section of docs/oncall.md, the on-call
+			// document: not a heading somewhere else, not the whole file.
+			if file, anchor, _ := strings.Cut(r.Annotations["runbook_url"], "#"); file != "docs/oncall.md" || anchor == "" {
+				t.Errorf("runbook_url %q, want docs/oncall.md#<section>", r.Annotations["runbook_url"])
+			}
+			checkRunbook(t, r.Annotations["runbook_url"])
 			if !fires[r.Alert] {
 				t.Error("no unit test shows it firing")
 			}
@@ -162,7 +167,8 @@ func TestAlertsAreActionableAndTested(t *testing.T) {
 	// What on-call must act on: each has an alert.
 	for _, want := range []string{"OrderpipeStockDrift", "OrderpipeDBStockMismatch", "OrderpipeDuplicateLiveOrder",
 		"OrderpipeCircuitBreakerOpen", "OrderpipeCompensationsPendingTooLong", "OrderpipeDeadLetters",
-		"OrderpipeConsumerLagGrowing", "OrderpipeCloserStalled", "OrderpipeRedriveStalled", "OrderpipeHigh5xxRatio"} {
+		"OrderpipeConsumerLagGrowing", "OrderpipeCloserStalled", "OrderpipeRedriveStalled", "OrderpipeHigh5xxRatio",
+		"OrderpipeReconcileOverdue"} {
 		if !fires[want] {
 			t.Errorf("alert %s is missing or never tested firing", want)
 		}

@@ -234,6 +234,9 @@ func (r Result) ExitCode() int {
 
 // Run checks (and with Fix, repairs) every Interval until ctx ends.
 func (r *Reconciler) Run(ctx context.Context) error {
+	if m := r.deps.Metrics; m != nil {
+		m.ReconcilerInterval.Set(r.cfg.Interval.Seconds())
+	}
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -659,13 +662,16 @@ func parseMarker(s string) (stock.Item, int64, bool) {
 // observe records the pass in the metrics and the log.
 func (r *Reconciler) observe(res Result) {
 	final := res.Final()
+	result := "clean"
 	switch {
 	case final.Drifted() > 0:
-		r.count("drift")
+		result = "drift"
 	case final.Errors() > 0 || res.FixError != "":
-		r.count("error")
-	default:
-		r.count("clean")
+		result = "error"
+	}
+	r.count(result)
+	if m := r.deps.Metrics; m != nil && result != "error" {
+		m.ReconcilerLastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
 	}
 	for _, it := range final.Items {
 		switch {

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
@@ -351,5 +354,63 @@ func TestNotPreheatedIsSkipped(t *testing.T) {
 	}
 	if len(res.Found.Items) != 1 || res.Found.Items[0].Item() != e.it {
 		t.Errorf("checked %+v; want only %s", res.Found.Items, e.it)
+	}
+}
+
+// TestLastSuccessGauge: a pass that checked every item stamps
+// orderpipe_reconciler_last_success_timestamp_seconds (drift found is
+// still a check done); a pass that could not run leaves it alone, so the
+// stale-reconciliation alert fires once passes keep failing; the loop
+// publishes its interval beside it.
+func TestLastSuccessGauge(t *testing.T) {
+	e := mustEnv(t, 10)
+	if got := testutil.ToFloat64(e.metrics.ReconcilerLastSuccess); got != 0 {
+		t.Fatalf("last success %v before any pass, want 0", got)
+	}
+	before := float64(time.Now().Unix())
+	e.wantClean(t, e.it, "clean", 0)
+	first := testutil.ToFloat64(e.metrics.ReconcilerLastSuccess)
+	if first < before || first > float64(time.Now().Unix()+1) {
+		t.Fatalf("last success %v after a clean pass, want about now (%v)", first, before)
+	}
+
+	// Drift: Redis holds a unit Postgres does not know of.
+	if err := e.rdb.Client.IncrBy(context.Background(), e.st.Keys(e.it).Stock, 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.check(t, e.it); !r.Drifted() {
+		t.Fatalf("no drift after INCRBY: %+v", r)
+	}
+	if got := testutil.ToFloat64(e.metrics.ReconcilerLastSuccess); got < first {
+		t.Errorf("last success %v after a pass that found drift, want ≥ %v", got, first)
+	}
+
+	// A pass that cannot reach Postgres is no success.
+	dead, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	m := telemetry.NewMetrics()
+	broken := reconciler.New(reconciler.Config{Interval: 50 * time.Millisecond}, reconciler.Deps{Orders: order.NewStore(dead), Stock: e.st,
+		Locker: lock.New(e.rdb.Client, e.rdb.Prefix), Metrics: m, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if _, err := broken.RunOnce(context.Background()); err == nil {
+		t.Fatal("a pass without Postgres ran")
+	}
+	if got := testutil.ToFloat64(m.ReconcilerLastSuccess); got != 0 {
+		t.Errorf("last success %v after a failed pass, want 0", got)
+	}
+	if got := testutil.ToFloat64(m.ReconcilerPasses.WithLabelValues("error")); got != 1 {
+		t.Errorf("error passes %v, want 1", got)
+	}
+
+	// The loop says its interval.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := broken.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.ReconcilerInterval); got != 0.05 {
+		t.Errorf("interval gauge %v, want 0.05", got)
 	}
 }

@@ -59,6 +59,13 @@ type Metrics struct {
 	ReconcilerDrift       *prometheus.GaugeVec   // activity, item
 	ReconcilerMarkerDrift *prometheus.GaugeVec   // activity, item
 	ReconcilerPasses      *prometheus.CounterVec // result
+	// ReconcilerLastSuccess is when a pass last checked every item (clean
+	// or drift found, and a fix that did not fail); ReconcilerInterval is
+	// the loop's RECONCILE_INTERVAL. Together they say a scheduled
+	// reconciliation is overdue: a stale-check alert needs no copy of the
+	// interval. Both are 0 in a process that runs no reconciler loop.
+	ReconcilerLastSuccess prometheus.Gauge
+	ReconcilerInterval    prometheus.Gauge
 }
 
 // NewMetrics registers every series on a fresh registry, with Go and
@@ -139,6 +146,10 @@ func NewMetrics() *Metrics {
 			Help: "Postgres checks of an item Redis has no sale of, by result: queried, remembered (an answer reused or shared), refused (over the check's budget: answered 503)."}, []string{"result"}),
 		ReconcilerPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_reconciler_passes_total",
 			Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"}),
+		ReconcilerLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_reconciler_last_success_timestamp_seconds",
+			Help: "Unix time of the last reconciler pass that checked every item (clean or drift; with --fix, a fix that did not fail); 0 before the first."}),
+		ReconcilerInterval: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_reconciler_interval_seconds",
+			Help: "RECONCILE_INTERVAL of the reconciler loop this process runs; 0 where none runs."}),
 	}
 	// One list, so a new series cannot be declared and left unregistered.
 	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ReserveUnreplicated, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
@@ -146,7 +157,7 @@ func NewMetrics() *Metrics {
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
 		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
 		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
-		m.SaleChecks)
+		m.SaleChecks, m.ReconcilerLastSuccess, m.ReconcilerInterval)
 	// Every result is a series from the start, so an alert on a rate of
 	// passes works before the first pass (and sees a component that never
 	// completes one).
