@@ -65,6 +65,11 @@ type Config struct {
 	// primary to its replica (a replica in another zone): a failover then
 	// loses the writes of that last stretch.
 	RedisReplLag time.Duration
+	// RedisWaitReplicas is the gateways' REDIS_WAIT_REPLICAS (0: off): the
+	// nemesis runs them with 1, as production must, so a failover loses no
+	// dedup record of a 202 (CHAOS_REDIS_WAIT_REPLICAS=0 shows what it
+	// closes). Their REDIS_WAIT_TIMEOUT is 200 ms plus twice RedisReplLag.
+	RedisWaitReplicas int
 	// OutDir receives a folder per run with every process's log.
 	OutDir string
 	// Seed makes the fault instants and the load repeatable (0: random).
@@ -358,6 +363,12 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		env := []string{"DATABASE_URL=" + s.dbURL, bootstrap, "HTTP_ADDR=" + addr}
 		if cfg.ProduceTimeout > 0 {
 			env = append(env, "PRODUCE_TIMEOUT="+cfg.ProduceTimeout.String())
+		}
+		if cfg.RedisWaitReplicas > 0 {
+			// Above the replica's ack time on a loaded machine (a later
+			// ack is a 503 with nothing reserved), below REDIS_TIMEOUT (1s).
+			wait := min(200*time.Millisecond+2*cfg.RedisReplLag, 900*time.Millisecond)
+			env = append(env, "REDIS_WAIT_REPLICAS="+strconv.Itoa(cfg.RedisWaitReplicas), "REDIS_WAIT_TIMEOUT="+wait.String())
 		}
 		g := s.newProc(numbered("gateway", i), healthz(u+"/readyz"), env...)
 		g.args = []string{"gateway"}

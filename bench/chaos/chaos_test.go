@@ -144,7 +144,8 @@ func chaosConfig(t *testing.T) Config {
 // a violation. Knobs besides TestChaos's: CHAOS_SEED runs that one seed
 // (repeating a failure), else CHAOS_NEMESIS_SEEDS (comma-separated;
 // default 1,2,3); CHAOS_NEMESIS_LOAD (Go duration of each seed's load,
-// default 12s); CHAOS_SOAK (a Go duration: seeds CHAOS_SEED, +1, +2, ...
+// default 12s); CHAOS_REDIS_WAIT_REPLICAS (the gateways' REDIS_WAIT_REPLICAS,
+// default 1; 0 shows what a failover costs without it); CHAOS_SOAK (a Go duration: seeds CHAOS_SEED, +1, +2, ...
 // until it has passed — `make soak`).
 //
 //	CHAOS_SEED=7 go test -tags chaos -run TestNemesis -v -timeout 20m ./bench/chaos/
@@ -158,6 +159,16 @@ func TestNemesis(t *testing.T) {
 		cfg.Stock = 1200 // bucketed: the items sell out under the faults, so buckets empty and the mover works
 	}
 	cfg.DrainWithin = 90 * time.Second
+	// The gateways wait for the replica as production must; 0 shows what
+	// a failover costs without it.
+	cfg.RedisWaitReplicas = 1
+	if v := os.Getenv("CHAOS_REDIS_WAIT_REPLICAS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1 {
+			t.Fatalf("CHAOS_REDIS_WAIT_REPLICAS: want 0 or 1 (the suite runs one replica), got %q", v)
+		}
+		cfg.RedisWaitReplicas = n
+	}
 	nc := NemesisConfig{LoadFor: 12 * time.Second,
 		Timeouts: []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond, 5 * time.Second}}
 	if v := os.Getenv("CHAOS_NEMESIS_LOAD"); v != "" {

@@ -131,11 +131,11 @@ func processFaults(seed uint64, loadFor time.Duration, comps, brokers []string) 
 // link to the kfake broker (one at a time), from the menu with these
 // weights:
 //
-//	2 redis-restart: SIGKILL the Redis primary, start it again empty after
-//	  0.3–1.5 s (its replica resyncs empty too), then the repair
-//	2 redis-failover: SIGKILL the primary, promote the replica after
-//	  0.3–1.5 s and move the proxy to it, the old primary back as its
-//	  replica, then the repair
+//	2 redis-restart: SIGKILL the Redis primary, start it again after
+//	  0.3–1.5 s from its append-only file (nothing acknowledged lost)
+//	2 redis-failover: cut the replication link for half of For, SIGKILL
+//	  the primary, promote the replica after For (0.3–1.5 s) and move the
+//	  proxy to it, the old primary back as its replica, then the repair
 //	2 pause the Redis primary 0.3–2.5 s
 //	1 Redis latency 150±50 ms for 1–3 s (every process)
 //	1 Redis connections reset for 0.3–1.5 s
@@ -148,9 +148,9 @@ func processFaults(seed uint64, loadFor time.Duration, comps, brokers []string) 
 //	1 broker link connections reset for 0.3–1.5 s
 //	1 broker link bandwidth 32 KB/s each way for 1–3 s
 //
-// The repair after a Redis data loss (repairRedis) waits for the worker to
-// catch up, then runs `orderpipe reconciler --once --fix`; Redis stays
-// busy 5 s more for it.
+// The repair after a failover (repairRedis) waits for the worker to catch
+// up, then runs `orderpipe reconciler --once --fix`; Redis stays busy 5 s
+// more for it (and after a restart, for its replica's resync).
 func storeFaults(seed uint64, loadFor time.Duration, withPG, kafkaLink bool) []fault {
 	rng := rand.New(rand.NewPCG(seed, 0x73746f726573))
 	var extra []string

@@ -88,6 +88,13 @@ func (t *toxi) bandwidth(name string, kbps int) error {
 	return nil
 }
 
+// blackhole drops whatever proxy name's upstream sends (its connections
+// stay open) until the toxic "blackhole" is removed.
+func (t *toxi) blackhole(name string) error {
+	_, err := t.proxies[name].AddToxic("blackhole", "timeout", "downstream", 1, toxiclient.Attributes{"timeout": 0})
+	return err
+}
+
 // resetPeer resets every connection through proxy name (new ones too) as
 // soon as the client sends anything, with the given probability per
 // connection.
