@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"orderpipe/pkg/setting"
 )
 
 // TestReadmeDocumentsEveryVariable keeps the README's configuration table
@@ -15,20 +17,20 @@ func TestReadmeDocumentsEveryVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	readme := string(raw)
-	for _, e := range envVars {
-		row := "| `" + e[0] + "` |"
+	for _, e := range settings() {
+		row := "| `" + e.Name + "` |"
 		i := strings.Index(readme, row)
 		if i < 0 {
-			t.Errorf("README's configuration table lacks %s", e[0])
+			t.Errorf("README's configuration table lacks %s", e.Name)
 			continue
 		}
 		line := readme[i : i+strings.Index(readme[i:], "\n")]
 		def := "(empty)"
-		if e[1] != "" {
-			def = "`" + e[1] + "`"
+		if e.Default != "" {
+			def = "`" + e.Default + "`"
 		}
 		if !strings.Contains(line, def) {
-			t.Errorf("README gives %s a default other than %s: %s", e[0], def, line)
+			t.Errorf("README gives %s a default other than %s: %s", e.Name, def, line)
 		}
 	}
 }
@@ -59,8 +61,8 @@ func TestFileVariables(t *testing.T) {
 	if err != nil || cfg.AdminToken != "s3cret" {
 		t.Fatalf("from file: %q %v", cfg.AdminToken, err)
 	}
-	if !envSet("ADMIN_TOKEN") || envSet("DATABASE_URL") {
-		t.Errorf("envSet: ADMIN_TOKEN %v, DATABASE_URL %v", envSet("ADMIN_TOKEN"), envSet("DATABASE_URL"))
+	if !setting.Set("ADMIN_TOKEN") || setting.Set("DATABASE_URL") {
+		t.Errorf("setting.Set: ADMIN_TOKEN %v, DATABASE_URL %v", setting.Set("ADMIN_TOKEN"), setting.Set("DATABASE_URL"))
 	}
 
 	t.Setenv("ADMIN_TOKEN", "direct")

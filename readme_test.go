@@ -49,8 +49,9 @@ func readmeRows(t *testing.T) map[string]string {
 
 // TestReadmeAgreesWithOrderpipeEnv holds README to its claim: `orderpipe
 // env`, run as a user runs it, prints every row of the configuration table
-// with the same default, except OTEL_* (the SDK's own variables), and
-// nothing else.
+// with the same default, except OTEL_* (the SDK's own variables) and the
+// development build's own (devSettings: this test binary's, built with
+// -tags dev as make test builds it), and nothing else.
 func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
 	res := runBinary(t, cleanEnv(), "env")
 	if res.code != 0 {
@@ -79,9 +80,22 @@ func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
 			t.Errorf("%s: orderpipe env says the default is %q, README %q", name, def, got)
 		}
 	}
+	dev := map[string]bool{}
+	for _, v := range devSettings() {
+		dev[v.Name] = true
+		if _, ok := printed[v.Name]; ok {
+			t.Errorf("the production build's orderpipe env prints %s, a setting of the development build only", v.Name)
+		}
+		if got, ok := readme[v.Name]; !ok || got != v.Default {
+			t.Errorf("%s (development builds): README's default %q (row found: %v), declared %q", v.Name, got, ok, v.Default)
+		}
+	}
+	if len(dev) == 0 {
+		t.Log("not a -tags dev test binary: README's rows of the development build's settings are not checked")
+	}
 	for name := range readme {
-		if _, ok := printed[name]; !ok && name != "OTEL_*" {
-			t.Errorf("README's table has %s, orderpipe env does not print it (README says only OTEL_* is left out)", name)
+		if _, ok := printed[name]; !ok && name != "OTEL_*" && !dev[name] && len(dev) > 0 {
+			t.Errorf("README's table has %s, orderpipe env does not print it, nor is it a setting of the development build", name)
 		}
 	}
 	if _, ok := readme["OTEL_*"]; !ok {
