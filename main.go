@@ -13,7 +13,8 @@
 //
 //	cli_test.go config_test.go     the command line and the settings: the built
 //	readme_test.go secrets_test.go binary's usage, exit codes, env, secrets
-//	standin_test.go tls_test.go    wiring: stand-ins of `all` (dev), TLS to Redis
+//	targets_test.go tls_test.go    wiring: the targets table, TLS to Redis and Kafka,
+//	standin_test.go                the stand-ins of `all` (dev)
 //	*_e2e_test.go e2e_test.go      end to end: targets in process (harness_test.go,
 //	                               harness_main_test.go) on real Postgres and Redis
 //	neverlose_test.go              faults: dependencies killed, paused or cut under
