@@ -13,7 +13,7 @@
 //
 //	cli_test.go config_test.go     the command line and the settings: the built
 //	readme_test.go secrets_test.go binary's usage, exit codes, env, secrets
-//	targets_test.go tls_test.go    wiring: the targets table, TLS to Redis and Kafka,
+//	targets_test.go tls_test.go    wiring: the targets table, TLS to Redis, Postgres, Kafka,
 //	standin_test.go                the stand-ins of `all` (dev)
 //	*_e2e_test.go e2e_test.go      end to end: targets in process (harness_test.go,
 //	                               harness_main_test.go) on real Postgres and Redis
