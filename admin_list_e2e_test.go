@@ -15,7 +15,7 @@ import (
 // with its items' numbers as GET of one activity gives them; bad paging
 // input is a 400 that says why.
 func TestListActivitiesPagesNewestFirst(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	// Activities 1..5 start an hour apart in the order 3, 1, 4, 5 (5 and 4 tie).

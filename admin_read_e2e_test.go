@@ -23,7 +23,7 @@ func TestAdminReadsActivity(t *testing.T) {
 	}
 	pgProxy := testenv.MustProxy(t, dbURL.Host)
 	redisProxy := testenv.MustProxy(t, testenv.RedisAddr())
-	p := mustPipeline(t, components{gateway: true, closer: true}, func(c *config) {
+	p := mustPipeline(t, components{"gateway", "closer"}, func(c *config) {
 		u, _ := url.Parse(c.DatabaseURL)
 		u.Host = pgProxy.Addr
 		c.DatabaseURL = u.String()
@@ -51,7 +51,7 @@ func TestAdminReadsActivity(t *testing.T) {
 	// A worker of its own, stopped before the in-flight reservation is made.
 	workerCtx, stopWorker := context.WithCancel(ctx)
 	workerDone := make(chan error, 1)
-	go func() { workerDone <- runComponents(workerCtx, testLog(), p.Cfg, components{worker: true}, nil) }()
+	go func() { workerDone <- runComponents(workerCtx, testLog(), p.Cfg, components{"worker"}, nil) }()
 	unpaid := func(rid string, user int64, q int) string {
 		t.Helper()
 		r := p.order(t, orderBody{RequestID: rid, UserID: user, ActivityID: 7, ItemID: 70, Quantity: q})

@@ -16,7 +16,7 @@ import (
 // that its audit comes out clean and its counts agree with each other and
 // with the harness's own invariant checks.
 func TestBenchLoadAudit(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	const requests, units = 500, 200
 	var progress bytes.Buffer
 	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,

@@ -1,14 +1,23 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 
 	"orderpipe/bench"
+	"orderpipe/closer"
+	"orderpipe/gateway"
+	"orderpipe/pkg/dlq"
+	"orderpipe/pkg/locate"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/version"
+	"orderpipe/reconciler"
+	"orderpipe/worker"
 )
 
 // command is one `orderpipe <name>`: what `orderpipe help` lists and
@@ -23,6 +32,11 @@ type command struct {
 	// usageFunc, when set, writes the usage instead of usage (bench
 	// prints its flags with their defaults).
 	usageFunc func(w io.Writer)
+	// main runs the command once the configuration is read and checked:
+	// the Main of the package it drives, given the settings (exit status
+	// returned). Or run, for what the root wires itself (targets).
+	main func(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int
+	run  func(ctx context.Context, log *slog.Logger, cfg config) error
 }
 
 func (c command) writeUsage(w io.Writer) {
@@ -35,7 +49,8 @@ func (c command) writeUsage(w io.Writer) {
 
 const configHint = "\nConfiguration: environment variables (NAME, or NAME_FILE naming a file that holds the\nvalue), see `orderpipe env` or docs/config.md.\n"
 
-// commands is every command, in the order `orderpipe help` lists them.
+// commands is every command, in the order `orderpipe help` lists them;
+// adding one is a row here.
 var commands = []command{
 	{name: "all", summary: "gateway + worker + closer in one process; embedded Kafka unless KAFKA_BROKERS is set (dev builds)",
 		usage: `usage: orderpipe all
@@ -47,44 +62,26 @@ topics if missing; without, a build with -tags dev (make run) starts an
 embedded Kafka-protocol broker on KAFKA_EMBEDDED_PORT, and stands in for
 Redis and Postgres when their variables are unset and nothing answers.
 Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
-` + configHint, check: noArgs},
+` + configHint, check: noArgs, run: runTarget("all")},
 	{name: "gateway", summary: "the HTTP service (needs KAFKA_BROKERS)",
-		usage: `usage: orderpipe gateway
-
-The HTTP service: POST /v1/orders (one reserve script in Redis, one produce
-to Kafka), order lookups and pay, the admin API (with ADMIN_TOKEN), /healthz,
-/readyz and /metrics on HTTP_ADDR. Needs KAFKA_BROKERS and Redis; starts
-without Postgres (lookups answer 503 until it returns).
-` + configHint, check: noArgs},
+		usage: gateway.Usage + configHint, check: noArgs, run: runTarget("gateway")},
 	{name: "worker", summary: "the Kafka consumer writing orders to Postgres (needs KAFKA_BROKERS)",
-		usage: `usage: orderpipe worker
-
-A member of the consumer group KAFKA_GROUP on KAFKA_TOPIC: one Postgres
-transaction per batch, offsets committed after it; also runs the journal
-redrive (one replica at a time). /healthz and /metrics on METRICS_ADDR.
-Needs KAFKA_BROKERS, Postgres and Redis.
-` + configHint, check: noArgs},
+		usage: worker.Usage + configHint, check: noArgs, run: runTarget("worker")},
 	{name: "closer", summary: "closes orders unpaid after CLOSE_AFTER and gives their stock back (no Kafka)",
-		usage: `usage: orderpipe closer
-
-Closes UNPAID orders older than CLOSE_AFTER every CLOSER_INTERVAL and gives
-their stock and the user's chance back in Redis. Any number of replicas
-(FOR UPDATE SKIP LOCKED). /healthz and /metrics on METRICS_ADDR. Needs
-Postgres and Redis.
-` + configHint, check: noArgs},
+		usage: closer.Usage + configHint, check: noArgs, run: runTarget("closer")},
 	{name: "reconciler", summary: "compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run",
-		usage: reconcilerUsage + configHint, check: func(args []string) error { _, err := parseReconcilerArgs(args); return err }},
+		usage: reconciler.Usage + configHint, check: reconciler.CheckArgs, main: reconciler.Main},
 	{name: "locate", summary: "where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown",
-		usage: locateUsage + configHint, check: func(args []string) error { _, err := parseLocateArgs(args); return err }},
+		usage: locate.Usage + configHint, check: locate.CheckArgs, main: locate.Main},
 	{name: "dlq", summary: "dead letters: orderpipe dlq list | show <p:o> | replay <p:o>...|--all [--json]; exit 1 if refused",
-		usage: dlqUsage + configHint, check: func(args []string) error { _, err := parseDLQArgs(args); return err }},
+		usage: dlq.Usage + configHint, check: dlq.CheckArgs, main: dlq.Main},
 	{name: "migrate", summary: "create the database if missing and apply the migrations",
 		usage: `usage: orderpipe migrate
 
 Creates the database DATABASE_URL names if it is missing (through the
 server's maintenance database "postgres") and applies every embedded
 migration not applied yet, serialized across processes by an advisory lock.
-` + configHint, check: noArgs},
+` + configHint, check: noArgs, run: migrate},
 	{name: "kafka", summary: "the embedded Kafka-protocol broker alone on KAFKA_EMBEDDED_PORT (dev builds; on disk with KAFKA_EMBEDDED_DIR)",
 		usage: `usage: orderpipe kafka
 
@@ -96,16 +93,16 @@ KAFKA_EMBEDDED_DLQ_RETENTION_MB; never an event the group has not committed.
 For multi-process local runs and the chaos suite. Only in builds
 with -tags dev (make build-dev, make run): the production build has no
 embedded broker.
-` + configHint, check: noArgs},
+` + configHint, check: noArgs, main: kafkaMain},
 	{name: "topics", summary: "create the order and dead-letter topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
 		usage: `usage: orderpipe topics
 
 Creates KAFKA_TOPIC and KAFKA_DLQ_TOPIC on KAFKA_BROKERS if they are missing,
 with KAFKA_PARTITIONS partitions and KAFKA_REPLICATION_FACTOR replicas each;
 existing topics are left as they are.
-` + configHint, check: noArgs},
+` + configHint, check: noArgs, run: topics},
 	{name: "bench", summary: "load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)",
-		check: bench.CheckArgs, usageFunc: bench.Usage},
+		check: bench.CheckArgs, usageFunc: bench.Usage, main: bench.Main},
 	{name: "env", summary: "print every environment variable with its default",
 		usage: `usage: orderpipe env
 
@@ -196,9 +193,7 @@ func preflight(args []string, stdout io.Writer) (done bool, err error) {
 	}
 	c, ok := lookupCommand(name)
 	if !ok {
-		// A command another file's switch knows runs there; one nobody
-		// knows is refused by run.
-		return false, nil
+		return false, nil // run refuses it
 	}
 	if err := c.check(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -224,9 +219,7 @@ func preflight(args []string, stdout io.Writer) (done bool, err error) {
 		fmt.Fprintf(stdout, "version   %s\ncommit    %s\nmodified  %t\ngo        %s\n", v.Version, v.Commit, v.Modified, v.GoVersion)
 		return true, nil
 	case "env":
-		for _, e := range envVars {
-			fmt.Fprintf(stdout, "%-22s %-60q %s\n", e[0], e[1], e[2])
-		}
+		setting.Write(stdout, settings())
 		return true, nil
 	}
 	return false, nil

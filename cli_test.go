@@ -5,9 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"io"
 	"net"
 	"net/http"
@@ -15,7 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -81,8 +78,8 @@ func (r result) String() string {
 // reads (nor its _FILE form), plus env: what a run sees is what the test set.
 func cleanEnv(env ...string) []string {
 	names := map[string]bool{"REDIS_URL": true}
-	for _, e := range envVars {
-		names[e[0]] = true
+	for _, e := range settings() {
+		names[e.Name] = true
 	}
 	var out []string
 	for _, kv := range os.Environ() {
@@ -147,35 +144,25 @@ func deadEnds(t *testing.T) []string {
 		"KAFKA_BROKERS=" + closed, "HTTP_ADDR=" + closed, "METRICS_ADDR=" + closed, "OTEL_EXPORTER_OTLP_ENDPOINT=http://" + closed}
 }
 
-// TestCommandTableCoversRun: every command run's switch dispatches is in
-// the table that help, usage and argument checks come from.
-func TestCommandTableCoversRun(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		if fn, ok := n.(*ast.FuncDecl); ok && fn.Name.Name != "run" {
-			return false
+// TestEveryCommandRuns: every command in the table that help, usage and
+// argument checks come from is answered by preflight or has what runs it, and
+// every target a command runs is a row of the targets table.
+func TestEveryCommandRuns(t *testing.T) {
+	answered := map[string]bool{"help": true, "env": true, "version": true}
+	for _, c := range commands {
+		if answered[c.name] == (c.main != nil || c.run != nil) {
+			t.Errorf("%s: answered by preflight %v, has a main or run %v", c.name, answered[c.name], c.main != nil || c.run != nil)
 		}
-		if cc, ok := n.(*ast.CaseClause); ok {
-			for _, e := range cc.List {
-				if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-					s, _ := strconv.Unquote(lit.Value)
-					names = append(names, s)
-				}
+	}
+	for name, tg := range targets {
+		for _, d := range tg.deps {
+			if _, ok := targets[d]; !ok {
+				t.Errorf("target %s depends on %q, which is no target", name, d)
 			}
 		}
-		return true
-	})
-	if len(names) < 5 {
-		t.Fatalf("found only %v in run's switch", names)
 	}
-	for _, n := range names {
-		if _, ok := lookupCommand(n); !ok {
-			t.Errorf("run dispatches %q, which cli.go's command table lacks (no usage, no --help, no argument check)", n)
-		}
+	if got := resolve(components{"all"}); !slices.Equal(got, []string{"local", "gateway", "worker", "closer", "all"}) {
+		t.Errorf("all resolves to %v", got)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-var both = components{gateway: true, worker: true}
+var both = components{"gateway", "worker"}
 
 // TestOrderBecomesUnpaid: an order is accepted, persisted and readable,
 // with either of the gateway's producers (GATEWAY_PRODUCER).
@@ -48,7 +48,7 @@ func TestOrderBecomesUnpaid(t *testing.T) {
 }
 
 func TestGetOrderPendingBeforePersistence(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, nil) // no worker: nothing is persisted
+	p := mustPipeline(t, components{"gateway"}, nil) // no worker: nothing is persisted
 	p.mustSale(t, 1, 2, map[int64]int64{7: 10})
 	r := p.order(t, orderBody{RequestID: "r-p", UserID: 1, ActivityID: 1, ItemID: 7, Quantity: 2})
 	if r.Status != http.StatusAccepted {
@@ -184,7 +184,7 @@ func TestOrderRejections(t *testing.T) {
 }
 
 func TestAdminAPI(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, nil)
+	p := mustPipeline(t, components{"gateway"}, nil)
 	body := map[string]any{"name": "x", "startsAt": time.Now().UTC(), "endsAt": time.Now().Add(time.Hour).UTC(),
 		"items": []map[string]any{{"itemId": 1, "stock": 5}}}
 	if r := p.do(t, "PUT", "/admin/v1/activities/3", "application/json", body); r.Status != 401 || r.Code() != "UNAUTHORIZED" {
@@ -270,7 +270,7 @@ func TestAdminAPI(t *testing.T) {
 	if keys := testenv.Keys(t, p.Redis.Client, p.Redis.Prefix+"stock:{a4:"); len(keys) != 0 {
 		t.Errorf("an ended sale was loaded: %v", keys)
 	}
-	off := mustPipeline(t, components{gateway: true}, func(c *config) { c.AdminToken = "" })
+	off := mustPipeline(t, components{"gateway"}, func(c *config) { c.AdminToken = "" })
 	if r := off.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer "); r.Status != 404 {
 		t.Errorf("admin API without ADMIN_TOKEN: %d %v", r.Status, r.Body)
 	}
@@ -385,7 +385,7 @@ func TestIdempotency(t *testing.T) {
 // TestKafkaUnreachable: a failed produce releases the reservation and
 // answers 503; Redis is as before and a retry later succeeds.
 func TestKafkaUnreachable(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, func(c *config) { c.ProduceTimeout = 2 * time.Second })
+	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.ProduceTimeout = 2 * time.Second })
 	it := stock.Item{ActivityID: 6, ItemID: 1}
 	p.mustSale(t, 6, 1, map[int64]int64{1: 10})
 	keys := p.Stock.Keys(it)
@@ -414,7 +414,7 @@ func TestKafkaUnreachable(t *testing.T) {
 
 // TestProducedEventMatchesSchema reads what the gateway produced.
 func TestProducedEventMatchesSchema(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, nil)
+	p := mustPipeline(t, components{"gateway"}, nil)
 	p.mustSale(t, 7, 1, map[int64]int64{3: 10})
 	r := p.order(t, orderBody{RequestID: "schema-1", UserID: 11, ActivityID: 7, ItemID: 3, Quantity: 1})
 	if r.Status != http.StatusAccepted {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func mustPipelineLogging(tb testing.TB, comps components, mod func(*config), log
 	p.done = make(chan error, 1)
 	go func() { p.done <- runComponents(runCtx, log, cfg, comps, ln) }()
 	tb.Cleanup(p.Stop)
-	if comps.gateway {
+	if slices.Contains(comps, "gateway") {
 		testenv.WaitFor(tb, 10*time.Second, "gateway /healthz", func() bool {
 			res, _, err := get(tb, p.URL+"/healthz")
 			return err == nil && res.StatusCode == http.StatusOK
@@ -395,7 +396,7 @@ func (p *pipeline) assertResolved(tb testing.TB, orderNo, rid string) {
 	case o.Status == order.StatusRejected && o.Reason == "":
 		tb.Errorf("I4: %s was rejected without a reason", orderNo)
 	}
-	if p.URL == "" || !p.comps.gateway || p.cancel == nil {
+	if p.URL == "" || !slices.Contains(p.comps, "gateway") || p.cancel == nil {
 		return
 	}
 	g := p.do(tb, http.MethodGet, "/v1/orders/"+orderNo, "", nil)
@@ -428,7 +429,7 @@ func (p *pipeline) startWorker(tb testing.TB) {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runComponents(ctx, testLog(), p.Cfg, components{worker: true}, nil) }()
+	go func() { done <- runComponents(ctx, testLog(), p.Cfg, components{"worker"}, nil) }()
 	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -58,7 +58,7 @@ func (e exposition) add(raw []byte) {
 // result="ok", ...); every recording rule they use is defined. A renamed
 // metric or label breaks this test, not a silent alert.
 func TestMonitoringUsesExportedMetrics(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true, worker: true, closer: true}, nil)
+	p := mustPipeline(t, components{"gateway", "worker", "closer"}, nil)
 	it := stock.Item{ActivityID: 1, ItemID: 7}
 	p.mustSale(t, 1, 1, map[int64]int64{7: 2})
 	for i := range 3 { // two accepted, one sold out

@@ -257,7 +257,7 @@ func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := mustPipeline(t, components{gateway: true}, nil)
+			p := mustPipeline(t, components{"gateway"}, nil)
 			it := stock.Item{ActivityID: 9, ItemID: 1}
 			p.mustSale(t, 9, 1, map[int64]int64{1: 5})
 			r := p.order(t, orderBody{RequestID: "poisoned", UserID: 21, ActivityID: 9, ItemID: 1, Quantity: 1})

@@ -256,7 +256,7 @@ func scrape(tb testing.TB, url string) map[string]float64 {
 // TestMetricsMoveWhenOrdersFlow: /metrics has every series the contract
 // names, and they move as orders are created, rejected and closed.
 func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true, worker: true, closer: true}, func(c *config) {
+	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
 		c.CloseAfter = 3 * time.Second
 		c.CloserInterval = 200 * time.Millisecond
 	})

@@ -133,7 +133,7 @@ func startGateway(tb testing.TB, cfg config) *pipeline {
 	g := &pipeline{URL: "http://" + ln.Addr().String()}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runComponents(ctx, testLog(), cfg, components{gateway: true}, ln) }()
+	go func() { done <- runComponents(ctx, testLog(), cfg, components{"gateway"}, ln) }()
 	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

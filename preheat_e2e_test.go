@@ -152,7 +152,7 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, components{gateway: true, worker: true}, func(c *config) {
+	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
 		u, _ := url.Parse(c.DatabaseURL)
 		u.Host = proxy.Addr
 		c.DatabaseURL = u.String()
@@ -236,7 +236,7 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 // back, a new preheat finishes the sale over that count.
 func TestPreheatRedisCutFixesLayout(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
-	p := mustPipeline(t, components{gateway: true, worker: true}, func(c *config) {
+	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
 		c.RedisAddr = proxy.Addr
 		c.BreakerOpenFor = 200 * time.Millisecond
 		c.RedisTimeout = 500 * time.Millisecond

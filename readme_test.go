@@ -72,27 +72,47 @@ func orderpipeEnv(t *testing.T) map[string]string {
 }
 
 // agreesWithEnv checks a settings table of file against what `orderpipe
-// env` printed: every row (OTEL_* aside: the SDK's own variables) is a
-// variable it prints, with the same default; complete also wants a row for
-// every variable it prints, and the OTEL_* row.
+// env` printed (the production build: runBinary) and the development
+// build's own settings (devSettings: this test binary is built with -tags
+// dev, as make test builds it): every row (OTEL_* aside: the SDK's own
+// variables) is a variable one of the two declares, with the same default,
+// and the production build prints none of the development build's;
+// complete also wants a row for every variable either declares, and the
+// OTEL_* row.
 func agreesWithEnv(t *testing.T, file string, rows, printed map[string]string, complete bool) {
 	t.Helper()
+	dev := map[string]string{}
+	for _, v := range devSettings() {
+		dev[v.Name] = v.Default
+		if _, ok := printed[v.Name]; ok {
+			t.Errorf("the production build's orderpipe env prints %s, a setting of the development build only", v.Name)
+		}
+	}
+	if len(dev) == 0 {
+		t.Log("not a -tags dev test binary: rows of the development build's settings are not checked")
+	}
 	for name, got := range rows {
 		def, ok := printed[name]
+		if !ok {
+			def, ok = dev[name]
+		}
 		switch {
 		case name == "OTEL_*":
+		case !ok && len(dev) == 0:
 		case !ok:
-			t.Errorf("%s has %s, orderpipe env does not print it", file, name)
+			t.Errorf("%s has %s, neither orderpipe env prints it nor is it a setting of the development build", file, name)
 		case got != def:
-			t.Errorf("%s: orderpipe env says the default is %q, %s %q", name, def, file, got)
+			t.Errorf("%s: declared default %q, %s %q", name, def, file, got)
 		}
 	}
 	if !complete {
 		return
 	}
-	for name := range printed {
-		if _, ok := rows[name]; !ok {
-			t.Errorf("orderpipe env prints %s, %s has no row for it", name, file)
+	for _, names := range []map[string]string{printed, dev} {
+		for name := range names {
+			if _, ok := rows[name]; !ok {
+				t.Errorf("%s is a setting of the binary, %s has no row for it", name, file)
+			}
 		}
 	}
 	if _, ok := rows["OTEL_*"]; !ok {
@@ -113,7 +133,7 @@ func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
 
 // TestConfigDocAgreesWithOrderpipeEnv holds docs/config.md to its claim:
 // its table is every variable `orderpipe env` prints, with the same
-// default, plus OTEL_*.
+// default, plus the development build's own and OTEL_*.
 func TestConfigDocAgreesWithOrderpipeEnv(t *testing.T) {
 	doc := tableRows(t, "docs/config.md", "")
 	if len(doc) < 10 {

@@ -71,7 +71,7 @@ func (p *pipeline) count(tb testing.TB, sql string, args ...any) int64 {
 // script, before producing; the redrive publishes the journaled event and the
 // order is created, exactly once.
 func TestRedriveStrandedReservation(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true, worker: true}, func(c *config) {
+	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
 		c.RedriveAfter = time.Second
 		c.RedriveInterval = 100 * time.Millisecond
 	})
@@ -107,7 +107,7 @@ func TestRedriveStrandedReservation(t *testing.T) {
 // runs) and compensations the closer wrote but has not applied are in
 // flight, not drift.
 func TestReconcilerCountsInFlight(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, nil)
+	p := mustPipeline(t, components{"gateway"}, nil)
 	it := stock.Item{ActivityID: 2, ItemID: 1}
 	p.mustSale(t, 2, 1, map[int64]int64{1: 10})
 	for u := int64(1); u <= 3; u++ {
@@ -129,7 +129,7 @@ func TestReconcilerCountsInFlight(t *testing.T) {
 // compensation is not applied yet (the closer died after its commit) is in
 // flight, not drift, and so is nothing once it is applied.
 func TestReconcilerCountsCloserCompensations(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 4, ItemID: 1}
 	p.mustSale(t, 4, 5, map[int64]int64{1: 10})
 	r := p.order(t, orderBody{RequestID: "c-1", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 3})
@@ -164,7 +164,7 @@ func TestReconcilerCountsCloserCompensations(t *testing.T) {
 // TestReconcilerNudgedStock: Redis stock moved behind the system's back is
 // reported exactly and repaired.
 func TestReconcilerNudgedStock(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true, worker: true}, nil)
+	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 5, ItemID: 3}
 	p.mustSale(t, 5, 1, map[int64]int64{3: 20})
 	for u := int64(1); u <= 5; u++ {
@@ -213,7 +213,7 @@ func TestReconcilerNudgedStock(t *testing.T) {
 // oversell, one live order per user); the reconciler reports the drift and
 // --fix repairs stock, sale window and limit markers.
 func TestReconcilerRedisLoss(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, nil) // the worker starts later
+	p := mustPipeline(t, components{"gateway"}, nil) // the worker starts later
 	it := stock.Item{ActivityID: 3, ItemID: 1}
 	p.mustSale(t, 3, 1, map[int64]int64{1: 10})
 	buy := func(rid string, user int64) apiResponse {
@@ -272,7 +272,7 @@ func TestReconcilerRedisLoss(t *testing.T) {
 
 	wctx, stopWorker := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- runComponents(wctx, testLog(), p.Cfg, components{worker: true}, nil) }()
+	go func() { done <- runComponents(wctx, testLog(), p.Cfg, components{"worker"}, nil) }()
 	t.Cleanup(func() {
 		stopWorker()
 		if err := <-done; err != nil {
@@ -334,7 +334,7 @@ func TestReconcilerRedisLoss(t *testing.T) {
 func TestReconcilerLoopDuringRace(t *testing.T) {
 	// The worker starts only halfway through, so passes certainly meet
 	// reservations in flight (first half) and while they are consumed.
-	p := mustPipeline(t, components{gateway: true}, nil)
+	p := mustPipeline(t, components{"gateway"}, nil)
 	it := stock.Item{ActivityID: 6, ItemID: 1}
 	const buyers, waves, units = 2000, 10, 500
 	p.mustSale(t, 6, 1, map[int64]int64{1: units})
@@ -441,7 +441,7 @@ func TestReconcilerLoopDuringRace(t *testing.T) {
 // the newest token it saw. The next fix must still repair (its token starts
 // above the recorded one), or the sale would never come back.
 func TestReconcilerFixAfterRedisLostTheFence(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, nil)
+	p := mustPipeline(t, components{"gateway"}, nil)
 	it := stock.Item{ActivityID: 4, ItemID: 1}
 	p.mustSale(t, 4, 1, map[int64]int64{1: 10})
 	ctx := context.Background()

@@ -19,7 +19,7 @@ import (
 // replica, or a proxy in front of one) with REDIS_WAIT_REPLICAS=replicas.
 func replicaWaitPipeline(t *testing.T, addr string, replicas int) *pipeline {
 	t.Helper()
-	return mustPipeline(t, components{gateway: true}, func(c *config) {
+	return mustPipeline(t, components{"gateway"}, func(c *config) {
 		c.RedisAddr, c.RedisPrefix = addr, ""
 		// Long enough for a healthy replica on two shared cores under the
 		// race detector; the tests that want no ack take the replica away.

@@ -130,7 +130,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 // TestKafkaDownOpensBreaker: failed produces answer 503 with nothing
 // reserved, trip the breaker, and then fail fast without touching Redis.
 func TestKafkaDownOpensBreaker(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, func(c *config) { c.ProduceTimeout = time.Second; c.BreakerOpenFor = time.Minute })
+	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.ProduceTimeout = time.Second; c.BreakerOpenFor = time.Minute })
 	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stop it")
 	}
@@ -225,7 +225,7 @@ func committedOffsets(tb testing.TB, p *pipeline) int64 {
 // TestUserFloodIsRateLimited: a bot flooding as one user meets 429 while a
 // burst of distinct buyers never does.
 func TestUserFloodIsRateLimited(t *testing.T) {
-	p := mustPipeline(t, components{gateway: true}, nil) // production defaults
+	p := mustPipeline(t, components{"gateway"}, nil) // production defaults
 	p.mustSale(t, 4, 1, map[int64]int64{1: 100000})
 	limited := 0
 	for i := 0; i < 40; i++ {
@@ -259,7 +259,7 @@ func TestUserFloodIsRateLimited(t *testing.T) {
 
 func TestAPITokensAndAdminListener(t *testing.T) {
 	adminLn := freeAddr(t)
-	p := mustPipeline(t, components{gateway: true}, func(c *config) { c.APITokens = []string{"svc-a", "svc-b"}; c.AdminAddr = adminLn })
+	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.APITokens = []string{"svc-a", "svc-b"}; c.AdminAddr = adminLn })
 	body := orderBody{RequestID: "tok", UserID: 1, ActivityID: 1, ItemID: 1, Quantity: 1}
 	if r := p.order(t, body); r.Status != http.StatusUnauthorized || r.Code() != "UNAUTHORIZED" {
 		t.Errorf("no token: %d %v", r.Status, r.Body)
@@ -295,7 +295,7 @@ func TestAPITokensAndAdminListener(t *testing.T) {
 func TestHungRedisAnswers503InTime(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	const redisTimeout = 500 * time.Millisecond
-	p := mustPipeline(t, components{gateway: true}, func(c *config) { c.RedisAddr = proxy.Addr; c.RedisTimeout = redisTimeout })
+	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.RedisAddr = proxy.Addr; c.RedisTimeout = redisTimeout })
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	k := p.Stock.Keys(it)

@@ -4,71 +4,64 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
-	"strings"
 	"time"
 
-	"orderpipe/pkg/database"
+	"orderpipe/pkg/clock"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/standin"
 )
 
-// probeTimeout bounds the check whether a default address answers.
-const probeTimeout = 500 * time.Millisecond
+// The development build (-tags dev: make run, make build-dev) adds what the
+// production build must not link (standin_prod.go): the embedded broker,
+// stand-ins for a missing Redis and Postgres, and the stepped clock; their
+// settings exist only here.
 
-// startStandins lets `orderpipe all` run on a machine that has only Go (in a
-// build with -tags dev: make run; the production build has no stand-ins): for
-// Redis and for Postgres, when its variable (REDIS_ADDR or REDIS_URL,
-// DATABASE_URL, or the _FILE form) is unset and nothing answers on the default address, it starts
-// a throwaway stand-in (package standin) and points cfg at it. A real server
-// is always preferred. stop ends the stand-ins; their data is gone.
-func startStandins(ctx context.Context, log *slog.Logger, cfg *config) (stop func(), err error) {
-	var stops []func()
-	stop = func() {
-		for i := len(stops) - 1; i >= 0; i-- {
-			stops[i]()
-		}
-	}
-	if !envSet("REDIS_ADDR") && !envSet("REDIS_URL") && !standin.Reachable(ctx, cfg.RedisAddr, probeTimeout) {
-		r, err := standin.StartRedis("127.0.0.1:0")
-		if err != nil {
-			return func() {}, err
-		}
-		stops = append(stops, r.Close)
-		log.Warn("no Redis answers at "+cfg.RedisAddr+" and REDIS_ADDR and REDIS_URL are unset: using an in-memory miniredis stand-in; "+
-			"its data is lost on exit (set REDIS_ADDR or start redis-server for a real one)", "redis", r.Addr)
-		cfg.RedisAddr = r.Addr
-	}
-	if pgAddr, db := postgresTarget(cfg.DatabaseURL); !envSet("DATABASE_URL") && !standin.Reachable(ctx, pgAddr, probeTimeout) {
-		p, err := standin.StartPostgres(ctx, db)
-		if err != nil {
-			stop()
-			return func() {}, fmt.Errorf("no Postgres answers at %s and DATABASE_URL is unset, and no stand-in could start: %w", pgAddr, err)
-		}
-		stops = append(stops, func() {
-			if err := p.Close(); err != nil {
-				log.Warn("stopping the postgres stand-in", "err", err)
-			}
-		})
-		log.Warn("no Postgres answers at "+pgAddr+" and DATABASE_URL is unset: using a throwaway PostgreSQL stand-in "+
-			"in a temporary directory; its data is lost on exit (set DATABASE_URL or start PostgreSQL for a real one)",
-			"postgres", database.Redact(p.URL), "via", p.Via)
-		cfg.DatabaseURL = p.URL
-	}
-	return stop, nil
+func devSettings() []setting.Var { return concat(standin.Settings, clock.Settings) }
+
+// devConfig is what only the development build reads.
+type devConfig struct {
+	embedded  standin.Embedded
+	clockFile string // DEV_CLOCK_OFFSET_FILE
 }
 
-// postgresTarget is the host:port and database name of a Postgres URL.
-func postgresTarget(dsn string) (addr, db string) {
-	u, err := url.Parse(dsn)
+func readDev(r *setting.Reader) devConfig {
+	return devConfig{embedded: standin.ReadEmbedded(r), clockFile: r.String("DEV_CLOCK_OFFSET_FILE")}
+}
+
+// kafkaMain is `orderpipe kafka`.
+var kafkaMain = standin.KafkaMain
+
+// startBroker starts the embedded broker of `all` (standin.Embedded).
+func startBroker(cfg config) (brokers []string, stop func(), err error) {
+	e := cfg.dev.embedded
+	e.Partitions, e.Topic, e.DLQTopic, e.Group = cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic, cfg.KafkaGroup
+	return e.Start()
+}
+
+// watchClock applies the chaos suite's clock steps (DEV_CLOCK_OFFSET_FILE).
+func watchClock(ctx context.Context, log *slog.Logger, cfg config) error {
+	if cfg.dev.clockFile == "" {
+		return nil
+	}
+	err := clock.Watch(ctx, cfg.dev.clockFile, 100*time.Millisecond, func(from, to time.Duration, err error) {
+		if err != nil {
+			log.Warn("clock offset file unreadable: keeping the offset", "offset", from.String(), "err", err)
+			return
+		}
+		log.Warn("wall clock stepped", "from_offset", from.String(), "to_offset", to.String())
+	})
 	if err != nil {
-		return "", ""
+		return err
 	}
-	port := u.Port()
-	if port == "" {
-		port = "5432"
+	if off := clock.Offset(); off != 0 {
+		log.Warn("wall clock stepped at start", "offset", off.String())
 	}
-	return net.JoinHostPort(u.Hostname(), port), strings.TrimPrefix(u.Path, "/")
+	return nil
+}
+
+// startStandins starts stand-ins for a Redis and a Postgres that are
+// neither configured nor answering (standin.ForMissing).
+func startStandins(ctx context.Context, log *slog.Logger, cfg *config) (stop func(), err error) {
+	return standin.ForMissing(ctx, log, &cfg.RedisAddr, &cfg.DatabaseURL)
 }

@@ -4,12 +4,24 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"time"
+
+	"orderpipe/pkg/clock"
+	"orderpipe/pkg/setting"
 )
 
 // The production build links no test fake: no embedded Kafka broker (kfake),
-// no miniredis, no embedded-postgres. `make run` and `make build-dev` build
-// with -tags dev, which brings them in (standin.go, cmd_kafka.go).
+// no miniredis, no embedded-postgres, and has no stepped clock. `make run`
+// and `make build-dev` build with -tags dev, which brings them in
+// (standin.go), with their settings.
+
+func devSettings() []setting.Var { return nil }
+
+type devConfig struct{}
+
+func readDev(*setting.Reader) devConfig { return devConfig{} }
 
 // startStandins starts nothing: a production process uses the servers it is
 // configured with, and says so when they do not answer.
@@ -21,6 +33,16 @@ func startBroker(config) (brokers []string, stop func(), err error) {
 	return nil, nil, errNoEmbedded
 }
 
-func runKafka(context.Context, *slog.Logger, config) error {
-	return errNoEmbedded
+func kafkaMain(context.Context, []string, setting.Env, io.Writer, io.Writer) int {
+	slog.Error("orderpipe failed", "err", errNoEmbedded)
+	return 1
+}
+
+// watchClock refuses DEV_CLOCK_OFFSET_FILE, which this build does not
+// declare, rather than ignore it (clock.Watch says why).
+func watchClock(ctx context.Context, _ *slog.Logger, _ config) error {
+	if !setting.Set("DEV_CLOCK_OFFSET_FILE") {
+		return nil
+	}
+	return clock.Watch(ctx, "", 100*time.Millisecond, nil)
 }

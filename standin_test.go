@@ -53,7 +53,7 @@ func TestStandinsReplaceOnlyMissingServices(t *testing.T) {
 			t.Errorf("migrated tables: %v", err)
 		}
 		stop()
-		addr, _ := postgresTarget(cfg.DatabaseURL)
+		addr, _ := standin.PostgresTarget(cfg.DatabaseURL)
 		for _, a := range []string{cfg.RedisAddr, addr} {
 			if standin.Reachable(ctx, a, 200*time.Millisecond) {
 				t.Errorf("%s still answers after stop", a)

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 )
 
@@ -224,7 +225,18 @@ func Usage(w io.Writer) {
 
 // Main is `orderpipe bench`: it parses args, runs, writes the report to
 // stdout and returns the exit code.
-func Main(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) int {
+func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
+	r := &setting.Reader{Env: env}
+	e := Env{HTTPAddr: r.String("HTTP_ADDR"), AdminToken: r.String("ADMIN_TOKEN"), DatabaseURL: r.String("DATABASE_URL"),
+		Redis: redisconn.Read(r), RedisPrefix: r.String("REDIS_KEY_PREFIX")}
+	if err := r.Err(); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return ExitError
+	}
+	return run(ctx, e, args, stdout, stderr)
+}
+
+func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) int {
 	cfg := Config{AdminToken: env.AdminToken, DatabaseURL: env.DatabaseURL, Redis: env.Redis, RedisPrefix: env.RedisPrefix,
 		Progress: stderr}
 	fs, m := flagSet(env, &cfg)

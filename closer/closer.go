@@ -40,10 +40,10 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.CloseAfter <= 0 {
-		c.CloseAfter = 30 * time.Minute
+		c.CloseAfter = closeAfterVar.Duration()
 	}
 	if c.Interval <= 0 {
-		c.Interval = 2 * time.Second
+		c.Interval = intervalVar.Duration()
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 500

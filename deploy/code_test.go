@@ -19,15 +19,16 @@ import (
 const root = ".."
 
 // code is what the deployment files must agree with, read from the source:
-// package main cannot be imported, so its envVars table, subcommands and
-// flags are parsed from config.go, main.go and the other root files.
+// package main cannot be imported, so the settings every package declares
+// (setting.Var{Name, Default, ...}), the root's command table and the
+// subcommands' flags are parsed from the module's files.
 type code struct {
-	// env is the envVars table: name → default.
+	// env is every declared setting: name → default.
 	env map[string]envDefault
 	// direct are names read with os.Getenv/os.LookupEnv outside the table
 	// (e.g. LOG_LEVEL in pkg/telemetry).
 	direct map[string]bool
-	// commands are the first arguments run accepts.
+	// commands are the first arguments run accepts (the commands table).
 	commands map[string]bool
 	// flags are each subcommand's flags (from flag.NewFlagSet("<sub>", ...)).
 	flags map[string]map[string]bool
@@ -71,20 +72,11 @@ func parseCode() (code, []string) {
 			errs = append(errs, err.Error())
 			continue
 		}
-		collectEnvTable(f, c.env)
-		for _, d := range f.Decls {
-			fn, ok := d.(*ast.FuncDecl)
-			if !ok || fn.Body == nil {
-				continue
-			}
-			if fn.Name.Name == "run" && fn.Recv == nil {
-				collectCommands(fn, c.commands)
-			}
-			collectFlags(fn, c.flags)
-		}
+		collectCommands(f, c.commands)
 	}
-	// Direct reads anywhere in the module's non-test code, except the test
-	// helpers (pkg/testenv reads TEST_*) and the benchmark harness.
+	// Settings, flags and direct reads anywhere in the module's non-test
+	// code, except the test helpers (pkg/testenv reads TEST_*) and the
+	// benchmark harness.
 	filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -104,6 +96,12 @@ func parseCode() (code, []string) {
 			errs = append(errs, err.Error())
 			return nil
 		}
+		collectSettings(f, c.env)
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Body != nil {
+				collectFlags(fn, c.flags)
+			}
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok || len(call.Args) == 0 {
@@ -121,16 +119,48 @@ func parseCode() (code, []string) {
 		return nil
 	})
 	if len(c.env) == 0 {
-		errs = append(errs, "no envVars table found in the root package")
+		errs = append(errs, "no setting.Var declarations found in the module")
 	}
 	if len(c.commands) == 0 {
-		errs = append(errs, "no subcommands found in func run")
+		errs = append(errs, "no commands table found in the root package")
 	}
 	return c, errs
 }
 
-// collectEnvTable reads `var envVars = [][3]string{{name, default, meaning}, ...}`.
-func collectEnvTable(f *ast.File, into map[string]envDefault) {
+// collectSettings reads every setting declaration, a composite literal with
+// the fields Name (a string literal) and Default: setting.Var{Name: ...,
+// Default: ..., Help: ...}, or such an element of a []setting.Var.
+func collectSettings(f *ast.File, into map[string]envDefault) {
+	ast.Inspect(f, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		var name string
+		var def ast.Expr
+		for _, e := range lit.Elts {
+			kv, ok := e.(*ast.KeyValueExpr)
+			if !ok {
+				continue
+			}
+			switch key, _ := kv.Key.(*ast.Ident); {
+			case key == nil:
+			case key.Name == "Name":
+				name, _ = stringLit(kv.Value)
+			case key.Name == "Default":
+				def = kv.Value
+			}
+		}
+		if name != "" && def != nil {
+			value, literal := stringLit(def)
+			into[name] = envDefault{value: value, literal: literal}
+		}
+		return true
+	})
+}
+
+// collectCommands reads the names of `var commands = []command{{name: "..."}, ...}`.
+func collectCommands(f *ast.File, into map[string]bool) {
 	for _, d := range f.Decls {
 		gd, ok := d.(*ast.GenDecl)
 		if !ok {
@@ -138,7 +168,7 @@ func collectEnvTable(f *ast.File, into map[string]envDefault) {
 		}
 		for _, s := range gd.Specs {
 			vs, ok := s.(*ast.ValueSpec)
-			if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "envVars" || len(vs.Values) != 1 {
+			if !ok || len(vs.Names) != 1 || vs.Names[0].Name != "commands" || len(vs.Values) != 1 {
 				continue
 			}
 			lit, ok := vs.Values[0].(*ast.CompositeLit)
@@ -147,53 +177,21 @@ func collectEnvTable(f *ast.File, into map[string]envDefault) {
 			}
 			for _, e := range lit.Elts {
 				row, ok := e.(*ast.CompositeLit)
-				if !ok || len(row.Elts) < 2 {
-					continue
-				}
-				name, ok := stringLit(row.Elts[0])
 				if !ok {
 					continue
 				}
-				def, literal := stringLit(row.Elts[1])
-				into[name] = envDefault{value: def, literal: literal}
-			}
-		}
-	}
-}
-
-// collectCommands reads the string cases of `switch args[0]` and the
-// `args[0] == "..."` comparisons in run.
-func collectCommands(fn *ast.FuncDecl, into map[string]bool) {
-	isArg0 := func(e ast.Expr) bool {
-		ix, ok := e.(*ast.IndexExpr)
-		if !ok {
-			return false
-		}
-		id, ok := ix.X.(*ast.Ident)
-		lit, ok2 := ix.Index.(*ast.BasicLit)
-		return ok && ok2 && id.Name == "args" && lit.Value == "0"
-	}
-	ast.Inspect(fn.Body, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.SwitchStmt:
-			if n.Tag != nil && isArg0(n.Tag) {
-				for _, st := range n.Body.List {
-					for _, e := range st.(*ast.CaseClause).List {
-						if s, ok := stringLit(e); ok {
-							into[s] = true
+				for _, f := range row.Elts {
+					if kv, ok := f.(*ast.KeyValueExpr); ok {
+						if key, ok := kv.Key.(*ast.Ident); ok && key.Name == "name" {
+							if s, ok := stringLit(kv.Value); ok {
+								into[s] = true
+							}
 						}
 					}
 				}
 			}
-		case *ast.BinaryExpr:
-			if n.Op == token.EQL && isArg0(n.X) {
-				if s, ok := stringLit(n.Y); ok {
-					into[s] = true
-				}
-			}
 		}
-		return true
-	})
+	}
 }
 
 // collectFlags finds `fs := flag.NewFlagSet("<sub>", ...)` and the names of
@@ -304,7 +302,7 @@ func (c code) defaultOf(t *testing.T, name string) string {
 	t.Helper()
 	d, ok := c.env[name]
 	if !ok || !d.literal {
-		t.Fatalf("envVars has no literal default for %s", name)
+		t.Fatalf("no setting declares a literal default for %s", name)
 	}
 	return d.value
 }
@@ -390,18 +388,18 @@ func mustRead(t *testing.T, path string) []byte {
 	return b
 }
 
-// TestCodeIsReadable guards the parsing itself: if main.go or config.go
-// change shape, the other tests must not pass by finding nothing.
+// TestCodeIsReadable guards the parsing itself: if the declarations or the
+// command table change shape, the other tests must not pass by finding nothing.
 func TestCodeIsReadable(t *testing.T) {
 	c := mustCode(t)
 	for _, name := range []string{"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS", "ADMIN_TOKEN", "HTTP_ADDR", "METRICS_ADDR", "KAFKA_PARTITIONS"} {
 		if _, ok := c.env[name]; !ok {
-			t.Errorf("envVars has no %s", name)
+			t.Errorf("no setting declares %s", name)
 		}
 	}
 	for cmd := range needs {
 		if !c.commands[cmd] {
-			t.Errorf("run has no subcommand %q (found %v)", cmd, sortedKeys(c.commands))
+			t.Errorf("the commands table has no %q (found %v)", cmd, sortedKeys(c.commands))
 		}
 	}
 	for _, f := range []string{"once", "fix", "json"} {
@@ -429,7 +427,7 @@ func TestEveryVariableHasADefaultOrIsGiven(t *testing.T) {
 		for _, n := range names {
 			needed[n] = true
 			if _, ok := c.env[n]; !ok {
-				t.Errorf("needs lists %s, which envVars does not have", n)
+				t.Errorf("needs lists %s, which no setting declares", n)
 			}
 		}
 	}
@@ -441,7 +439,7 @@ func TestEveryVariableHasADefaultOrIsGiven(t *testing.T) {
 	}
 	for name := range emptyByDesign {
 		if _, ok := c.env[name]; !ok {
-			t.Errorf("emptyByDesign lists %s, which envVars does not have", name)
+			t.Errorf("emptyByDesign lists %s, which no setting declares", name)
 		}
 	}
 }

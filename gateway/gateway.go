@@ -29,6 +29,7 @@ import (
 	"orderpipe/pkg/clock"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 )
@@ -62,16 +63,16 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Addr == "" {
-		c.Addr = ":8080"
+		c.Addr = addrVar.Default
 	}
 	if c.ReserveTimeout <= 0 {
-		c.ReserveTimeout = time.Second
+		c.ReserveTimeout = redisconn.TimeoutVar.Duration()
 	}
 	if c.ProduceTimeout <= 0 {
-		c.ProduceTimeout = 3 * time.Second
+		c.ProduceTimeout = produceTimeoutVar.Duration()
 	}
 	if c.ReplayWait <= 0 {
-		c.ReplayWait = 2 * time.Second
+		c.ReplayWait = replayWaitVar.Duration()
 	}
 	// Waiting longer than the first attempt's produce can take is pointless.
 	c.ReplayWait = min(c.ReplayWait, c.ProduceTimeout)

@@ -66,7 +66,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Interval <= 0 {
-		c.Interval = time.Minute
+		c.Interval = intervalVar.Duration()
 	}
 	if c.LockTTL <= 0 {
 		c.LockTTL = 30 * time.Second

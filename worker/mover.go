@@ -44,7 +44,7 @@ type Mover struct {
 // NewMover builds a mover.
 func NewMover(cfg MoverConfig, orders *order.Store, st *stock.Store, log *slog.Logger) *Mover {
 	if cfg.Interval <= 0 {
-		cfg.Interval = 100 * time.Millisecond
+		cfg.Interval = moveIntervalVar.Duration()
 	}
 	if log == nil {
 		log = slog.Default()

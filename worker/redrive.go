@@ -57,10 +57,10 @@ type RedriveConfig struct {
 
 func (c *RedriveConfig) defaults() {
 	if c.After <= 0 {
-		c.After = 30 * time.Second
+		c.After = redriveAfterVar.Duration()
 	}
 	if c.Interval <= 0 {
-		c.Interval = 5 * time.Second
+		c.Interval = redriveIntervalVar.Duration()
 	}
 	if c.EndedWithin <= 0 {
 		c.EndedWithin = 24 * time.Hour

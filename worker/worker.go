@@ -56,13 +56,13 @@ func (c *Config) defaults() {
 		c.DLQTopic = event.DLQTopic
 	}
 	if c.GroupID == "" {
-		c.GroupID = "orderpipe-worker"
+		c.GroupID = groupVar.Default
 	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = 500
+		c.BatchSize = batchSizeVar.Int()
 	}
 	if c.BatchWait <= 0 {
-		c.BatchWait = 5 * time.Millisecond
+		c.BatchWait = batchWaitVar.Duration()
 	}
 	if c.SweepInterval <= 0 {
 		c.SweepInterval = 2 * time.Second
@@ -71,7 +71,7 @@ func (c *Config) defaults() {
 		c.SweepAfter = 5 * time.Second
 	}
 	if c.LagInterval <= 0 {
-		c.LagInterval = 2 * time.Second
+		c.LagInterval = lagIntervalVar.Duration()
 	}
 }
 

@@ -35,7 +35,7 @@ type Breaker struct {
 // name), 0 closed, 1 half-open, 2 open. gauge may be nil.
 func New(name string, s Settings, gauge *prometheus.GaugeVec) *Breaker {
 	if s.OpenFor <= 0 {
-		s.OpenFor = 2 * time.Second
+		s.OpenFor = OpenForVar.Duration()
 	}
 	if s.ConsecutiveFailures == 0 {
 		s.ConsecutiveFailures = 5

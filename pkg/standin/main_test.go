@@ -1,6 +1,4 @@
-//go:build dev
-
-package main
+package standin
 
 import (
 	"bytes"
@@ -19,20 +17,16 @@ import (
 // committed offsets, so a worker group resumes where it stopped instead of
 // re-reading the topic. (The chaos suite kills it with SIGKILL instead.)
 func TestEmbeddedBrokerDataDirSurvivesRestart(t *testing.T) {
-	cfg, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.KafkaPort, cfg.KafkaParts, cfg.KafkaDir = 0, 2, t.TempDir()
-	cfg.KafkaTopic, cfg.KafkaDLQTopic = "orders.requested", "orders.requested.dlq"
+	cfg := Embedded{Partitions: 2, Dir: t.TempDir(), RetainMB: 16, DLQRetainMB: 64, Group: "orderpipe-worker",
+		Topic: "orders.requested", DLQTopic: "orders.requested.dlq"}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	brokers, stop, err := startBroker(cfg)
+	brokers, stop, err := cfg.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := event.NewWriter(event.WriterConfig{Brokers: brokers, Topic: cfg.KafkaTopic})
+	w := event.NewWriter(event.WriterConfig{Brokers: brokers, Topic: cfg.Topic})
 	for i := range 10 {
 		if err := w.WriteMessages(ctx, kafka.Message{Key: fmt.Appendf(nil, "k%d", i%3), Value: fmt.Appendf(nil, "m%d", i)}); err != nil {
 			t.Fatal(err)
@@ -40,20 +34,20 @@ func TestEmbeddedBrokerDataDirSurvivesRestart(t *testing.T) {
 	}
 	w.Close()
 	seen := map[string]bool{}
-	consume(ctx, t, brokers, cfg.KafkaTopic, 4, seen)
+	consume(ctx, t, brokers, cfg.Topic, 4, seen)
 	stop()
 
-	brokers, stop, err = startBroker(cfg) // same dir, another port
+	brokers, stop, err = cfg.Start() // same dir, another port
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	consume(ctx, t, brokers, cfg.KafkaTopic, 6, seen)
+	consume(ctx, t, brokers, cfg.Topic, 6, seen)
 	if len(seen) != 10 {
 		t.Errorf("after the restart the group read %d distinct messages of 10: it did not resume at its offsets", len(seen))
 	}
 	// Nothing is left: the group's offsets were all committed.
-	r := groupReader(brokers, cfg.KafkaTopic)
+	r := groupReader(brokers, cfg.Topic)
 	defer r.Close()
 	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
 	defer cancelShort()
@@ -110,25 +104,19 @@ func TestEmbeddedBrokerRetentionWaitsForTheWorkerGroup(t *testing.T) {
 }
 
 func testRetention(t *testing.T, onDisk bool) {
-	cfg, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.KafkaPort, cfg.KafkaParts, cfg.KafkaGroup = 0, 1, "g"
-	cfg.KafkaRetainMB, cfg.KafkaDLQMB = 1, 1
-	cfg.KafkaTopic, cfg.KafkaDLQTopic = "orders.requested", "orders.requested.dlq"
+	cfg := Embedded{Partitions: 1, Group: "g", RetainMB: 1, DLQRetainMB: 1, Topic: "orders.requested", DLQTopic: "orders.requested.dlq"}
 	if onDisk {
-		cfg.KafkaDir = t.TempDir()
+		cfg.Dir = t.TempDir()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	brokers, stop, err := startBroker(cfg)
+	brokers, stop, err := cfg.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { stop() }()
 	const n, committed = 3000, 1000
-	for _, topic := range []string{cfg.KafkaTopic, cfg.KafkaDLQTopic} {
+	for _, topic := range []string{cfg.Topic, cfg.DLQTopic} {
 		w := event.NewWriter(event.WriterConfig{Brokers: brokers, Topic: topic})
 		w.BatchSize = 10
 		msgs := make([]kafka.Message, n)
@@ -140,7 +128,7 @@ func testRetention(t *testing.T, onDisk bool) {
 		}
 		w.Close()
 	}
-	r := groupReader(brokers, cfg.KafkaTopic)
+	r := groupReader(brokers, cfg.Topic)
 	for range committed {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
@@ -166,7 +154,7 @@ func testRetention(t *testing.T, onDisk bool) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if first > committed && topic == cfg.KafkaTopic {
+			if first > committed && topic == cfg.Topic {
 				t.Fatalf("%s: records below %d deleted, the group committed only %d", topic, first, committed)
 			}
 			if done(first, next) {
@@ -175,20 +163,20 @@ func testRetention(t *testing.T, onDisk bool) {
 		}
 		t.Fatalf("%s holds [%d, %d) after 20 s", topic, first, next)
 	}
-	bounds(cfg.KafkaTopic, func(first, next int64) bool { return first == committed && next == n })
+	bounds(cfg.Topic, func(first, next int64) bool { return first == committed && next == n })
 	// ~1 KiB a record: a 1 MiB budget keeps about a thousand.
-	bounds(cfg.KafkaDLQTopic, func(first, next int64) bool { return next == n && first > n-1200 && first < n-800 })
+	bounds(cfg.DLQTopic, func(first, next int64) bool { return next == n && first > n-1200 && first < n-800 })
 	if !onDisk {
 		return
 	}
 
 	stop()
-	brokers, stop, err = startBroker(cfg) // same dir, another port
+	brokers, stop, err = cfg.Start() // same dir, another port
 	if err != nil {
 		t.Fatal(err)
 	}
-	bounds(cfg.KafkaTopic, func(first, next int64) bool { return next == n && first <= committed })
-	r = groupReader(brokers, cfg.KafkaTopic)
+	bounds(cfg.Topic, func(first, next int64) bool { return next == n && first <= committed })
+	r = groupReader(brokers, cfg.Topic)
 	defer r.Close()
 	for want := committed; want < n; want++ {
 		m, err := r.FetchMessage(ctx)

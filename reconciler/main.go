@@ -1,4 +1,4 @@
-package main
+package reconciler
 
 import (
 	"context"
@@ -13,17 +13,13 @@ import (
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
-	"orderpipe/reconciler"
 )
 
-// exitCode is an error that asks main for a specific exit status.
-type exitCode int
-
-func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
-
-const reconcilerUsage = `usage: orderpipe reconciler [--once] [--fix] [--json]
+// Usage is `orderpipe reconciler --help`.
+const Usage = `usage: orderpipe reconciler [--once] [--fix] [--json]
 
 Compares Redis with Postgres for every preheated activity item, counting the
 reservations in flight, and reports drift. Postgres is the truth.
@@ -35,13 +31,14 @@ reservations in flight, and reports drift. Postgres is the truth.
 Without --once it runs a pass every RECONCILE_INTERVAL and serves /metrics on METRICS_ADDR.
 `
 
-// reconcilerArgs are the flags of `orderpipe reconciler`.
-type reconcilerArgs struct{ once, fix, json bool }
+// mainArgs are the flags of `orderpipe reconciler`.
+type mainArgs struct{ once, fix, json bool }
 
-// parseReconcilerArgs reads the flags, touching nothing (flag.ErrHelp for
-// -h/--help).
-func parseReconcilerArgs(args []string) (reconcilerArgs, error) {
-	var a reconcilerArgs
+// CheckArgs reads the flags, touching nothing (flag.ErrHelp for -h/--help).
+func CheckArgs(args []string) error { _, err := parseArgs(args); return err }
+
+func parseArgs(args []string) (mainArgs, error) {
+	var a mainArgs
 	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.BoolVar(&a.once, "once", false, "one pass, then exit")
@@ -56,39 +53,55 @@ func parseReconcilerArgs(args []string) (reconcilerArgs, error) {
 	return a, nil
 }
 
-// runReconciler is `orderpipe reconciler`: it returns the exit code and
-// writes its report to stdout (logs go to log).
-func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []string, stdout io.Writer) int {
-	a, err := parseReconcilerArgs(args)
+// Main is `orderpipe reconciler`: it returns the exit code and writes its
+// report to stdout (logs go to the default logger).
+func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
+	a, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprint(stdout, reconcilerUsage)
+		fmt.Fprint(stdout, Usage)
 		if errors.Is(err, flag.ErrHelp) {
-			return reconciler.ExitClean
+			return ExitClean
 		}
-		return reconciler.ExitError
+		return ExitError
 	}
 	once, fix, asJSON := &a.once, &a.fix, &a.json
-	log = log.With("component", "reconciler")
+	log := slog.Default().With("component", "reconciler")
+	r := &setting.Reader{Env: env}
+	cfg := struct {
+		DatabaseURL, RedisPrefix, MetricsAddr string
+		ReconcileInterval                     time.Duration
+		redis                                 redisconn.Config
+	}{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.String("METRICS_ADDR"), r.Duration("RECONCILE_INTERVAL"), redisconn.Read(r)}
+	if err := r.Err(); err != nil {
+		log.Error("reconciler cannot run", "err", err)
+		return ExitError
+	}
+	stopTracing, err := telemetry.StartTracing(ctx, slog.Default(), "orderpipe-reconciler")
+	if err != nil {
+		slog.Error("orderpipe failed", "err", err)
+		return 1
+	}
+	defer stopTracing()
 
 	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
 	if err != nil {
 		log.Error("reconciler cannot run", "err", err)
-		return reconciler.ExitError
+		return ExitError
 	}
 	defer pool.Close()
-	rdb, err := cfg.redis().New(redisconn.Options{PoolSize: 8, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
+	rdb, err := cfg.redis.New(redisconn.Options{PoolSize: 8, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
 	if err != nil {
 		log.Error("reconciler cannot run", "err", err)
-		return reconciler.ExitError
+		return ExitError
 	}
 	defer rdb.Close()
 	telemetry.InstrumentRedis(rdb)
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		log.Error("reconciler cannot run", "err", fmt.Errorf("reaching redis at %s: %w", cfg.redis(), err))
-		return reconciler.ExitError
+		log.Error("reconciler cannot run", "err", fmt.Errorf("reaching redis at %s: %w", cfg.redis, err))
+		return ExitError
 	}
 	metrics := telemetry.NewMetrics()
-	write := func(res reconciler.Result) {
+	write := func(res Result) {
 		var err error
 		if *asJSON {
 			err = res.WriteJSON(stdout)
@@ -99,7 +112,7 @@ func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []str
 			log.Warn("writing report", "err", err)
 		}
 	}
-	rec := reconciler.New(reconciler.Config{Interval: cfg.ReconcileInterval, Fix: *fix}, reconciler.Deps{
+	rec := New(Config{Interval: cfg.ReconcileInterval, Fix: *fix}, Deps{
 		Orders: order.NewStore(pool), Stock: stock.New(rdb, cfg.RedisPrefix), Locker: lock.New(rdb, cfg.RedisPrefix),
 		Metrics: metrics, Log: log, ReportFunc: write,
 	})
@@ -108,7 +121,7 @@ func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []str
 		res, err := rec.RunOnce(ctx)
 		if err != nil {
 			log.Error("reconciler cannot run", "err", err)
-			return reconciler.ExitError
+			return ExitError
 		}
 		write(res)
 		return res.ExitCode()
@@ -118,7 +131,7 @@ func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []str
 	defer cancel()
 	metricsErr := make(chan error, 1)
 	go func() {
-		err := serveMetrics(ctx, cfg.MetricsAddr, metrics)
+		err := telemetry.ServeMetrics(ctx, cfg.MetricsAddr, metrics)
 		cancel()
 		metricsErr <- err
 	}()
@@ -127,11 +140,11 @@ func runReconciler(ctx context.Context, log *slog.Logger, cfg config, args []str
 	cancel()
 	if runErr != nil {
 		log.Error("reconciler stopped", "err", runErr)
-		return reconciler.ExitError
+		return ExitError
 	}
 	if err := <-metricsErr; err != nil {
 		log.Error("reconciler cannot run", "err", err)
-		return reconciler.ExitError
+		return ExitError
 	}
-	return reconciler.ExitClean
+	return ExitClean
 }

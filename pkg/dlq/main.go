@@ -1,11 +1,13 @@
-package main
+package dlq
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -14,12 +16,13 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/database"
-	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/secret"
+	"orderpipe/pkg/setting"
 )
 
-const dlqUsage = `usage: orderpipe dlq list [--json] [--limit N]
+// Usage is `orderpipe dlq --help`.
+const Usage = `usage: orderpipe dlq list [--json] [--limit N]
        orderpipe dlq show <partition:offset> [--json]
        orderpipe dlq replay (<partition:offset>... | --all) [--json]
 
@@ -50,18 +53,20 @@ Exit status: 0 done; 1 something refused (no dead letter at a position, or a
 letter the schema still refuses); 2 could not run.
 `
 
-// dlqArgs are the subcommand, operands and flags of `orderpipe dlq`.
-type dlqArgs struct {
+// mainArgs are the subcommand, operands and flags of `orderpipe dlq`.
+type mainArgs struct {
 	sub       string
-	positions []dlq.Position
+	positions []Position
 	all, json bool
 	limit     int
 }
 
-// parseDLQArgs reads and checks the arguments, touching nothing
-// (flag.ErrHelp for -h/--help).
-func parseDLQArgs(args []string) (dlqArgs, error) {
-	a := dlqArgs{limit: 100}
+// CheckArgs reads and checks the arguments, touching nothing (flag.ErrHelp
+// for -h/--help).
+func CheckArgs(args []string) error { _, err := parseArgs(args); return err }
+
+func parseArgs(args []string) (mainArgs, error) {
+	a := mainArgs{limit: 100}
 	if len(args) == 0 {
 		return a, errors.New("want a subcommand: list, show or replay")
 	}
@@ -103,7 +108,7 @@ func parseDLQArgs(args []string) (dlqArgs, error) {
 		return a, fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	for _, p := range pos {
-		at, err := dlq.ParsePosition(p)
+		at, err := ParsePosition(p)
 		if err != nil {
 			return a, err
 		}
@@ -120,38 +125,65 @@ func parseDLQArgs(args []string) (dlqArgs, error) {
 	return a, nil
 }
 
-// runDLQ is `orderpipe dlq`. Exit codes: 0 done, 1 refused, 2 could not run.
-func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Writer) error {
-	a, err := parseDLQArgs(args)
+// exitCode is an error that asks Main for a specific exit status.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
+// Main is `orderpipe dlq`. Exit codes: 0 done, 1 refused, 2 could not run.
+func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
+	err := run(ctx, env, args, stdout, stderr)
+	var code exitCode
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	}
+	slog.Error("orderpipe failed", "err", err)
+	return 1
+}
+
+func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {
+	a, err := parseArgs(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, dlqUsage)
+		fmt.Fprint(stdout, Usage)
 		return nil
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "orderpipe dlq: %v\n%s", err, dlqUsage)
+		fmt.Fprintf(stderr, "orderpipe dlq: %v\n%s", err, Usage)
 		return exitCode(2)
 	}
 	cannot := func(err error) error {
 		fmt.Fprintf(stderr, "orderpipe dlq %s: could not run: %v\n", a.sub, secret.Scrub(err.Error()))
 		return exitCode(2)
 	}
+	r := &setting.Reader{Env: env}
+	cfg := struct {
+		KafkaBrokers                           []string
+		KafkaSecurity                          event.Security
+		KafkaTopic, KafkaDLQTopic, DatabaseURL string
+	}{r.List("KAFKA_BROKERS"), event.ReadSecurity(r), r.String("KAFKA_TOPIC"), r.String("KAFKA_DLQ_TOPIC"), r.String("DATABASE_URL")}
+	if err := r.Err(); err != nil {
+		return cannot(err)
+	}
 	if len(cfg.KafkaBrokers) == 0 {
 		return cannot(errors.New("KAFKA_BROKERS is empty: the dead-letter topic is on a Kafka cluster"))
 	}
 	tr := cfg.KafkaSecurity.Transport(5 * time.Second)
 	defer tr.CloseIdleConnections()
-	reader := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 15 * time.Second, Transport: tr},
+	reader := Reader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 15 * time.Second, Transport: tr},
 		Topic: cfg.KafkaDLQTopic}
 	pool, err := database.Open(ctx, cfg.DatabaseURL, 2)
 	if err != nil {
 		return cannot(err)
 	}
 	defer pool.Close()
-	replays, err := dlq.Replays(ctx, pool, cfg.KafkaDLQTopic)
+	replays, err := Replays(ctx, pool, cfg.KafkaDLQTopic)
 	if err != nil {
 		return cannot(err)
 	}
-	withReplay := func(l dlq.Letter) dlq.Letter {
+	withReplay := func(l Letter) Letter {
 		if r, ok := replays[l.Position]; ok {
 			l.Replay = &r
 		}
@@ -169,8 +201,8 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 		}
 		if a.json {
 			return writeJSONLine(stdout, struct {
-				Topic   string       `json:"topic"`
-				Letters []dlq.Letter `json:"letters"`
+				Topic   string   `json:"topic"`
+				Letters []Letter `json:"letters"`
 			}{cfg.KafkaDLQTopic, letters})
 		}
 		writeLetterTable(stdout, cfg.KafkaDLQTopic, letters)
@@ -178,7 +210,7 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 
 	case "show":
 		l, err := reader.Read(ctx, a.positions[0])
-		if errors.Is(err, dlq.ErrNotFound) {
+		if errors.Is(err, ErrNotFound) {
 			fmt.Fprintf(stderr, "orderpipe dlq show: %v\n", err)
 			return exitCode(1)
 		}
@@ -197,15 +229,15 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 	w := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Security: cfg.KafkaSecurity,
 		WriteTimeout: 5 * time.Second})
 	defer w.Close()
-	rp := dlq.Replayer{Pool: pool, Producer: w, DLQTopic: cfg.KafkaDLQTopic, Topic: cfg.KafkaTopic}
-	var results []dlq.Result
+	rp := Replayer{Pool: pool, Producer: w, DLQTopic: cfg.KafkaDLQTopic, Topic: cfg.KafkaTopic}
+	var results []Result
 	refused := false
-	replay := func(l dlq.Letter) error {
+	replay := func(l Letter) error {
 		res, err := rp.Replay(ctx, l)
 		if err != nil {
 			return err
 		}
-		refused = refused || res.Outcome == dlq.StillInvalid
+		refused = refused || res.Outcome == StillInvalid
 		results = append(results, res)
 		return nil
 	}
@@ -215,7 +247,7 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 		if err != nil {
 			return cannot(err)
 		}
-		runErr = reader.Scan(ctx, parts, func(l dlq.Letter) error {
+		runErr = reader.Scan(ctx, parts, func(l Letter) error {
 			if _, done := replays[l.Position]; done {
 				return nil // replayed before: --all is about the rest
 			}
@@ -224,9 +256,9 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 	} else {
 		for _, at := range a.positions {
 			l, err := reader.Read(ctx, at)
-			if errors.Is(err, dlq.ErrNotFound) {
+			if errors.Is(err, ErrNotFound) {
 				refused = true
-				results = append(results, dlq.Result{Position: at, Outcome: dlq.NotFound, Reason: "no dead letter at this position"})
+				results = append(results, Result{Position: at, Outcome: NotFound, Reason: "no dead letter at this position"})
 				continue
 			}
 			if err == nil {
@@ -241,16 +273,16 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 	// What was done is reported even when a later letter could not be.
 	if a.json {
 		out := struct {
-			Topic   string       `json:"topic"`
-			To      string       `json:"to"`
-			Results []dlq.Result `json:"results"`
-			Error   string       `json:"error,omitempty"`
+			Topic   string   `json:"topic"`
+			To      string   `json:"to"`
+			Results []Result `json:"results"`
+			Error   string   `json:"error,omitempty"`
 		}{Topic: cfg.KafkaDLQTopic, To: cfg.KafkaTopic, Results: results}
 		if runErr != nil {
 			out.Error = secret.Scrub(runErr.Error())
 		}
 		if results == nil {
-			out.Results = []dlq.Result{}
+			out.Results = []Result{}
 		}
 		if err := writeJSONLine(stdout, out); err != nil {
 			return err
@@ -268,7 +300,7 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 }
 
 // listLetters reads the newest limit dead letters (all for 0), oldest first.
-func listLetters(ctx context.Context, r dlq.Reader, limit int) ([]dlq.Letter, error) {
+func listLetters(ctx context.Context, r Reader, limit int) ([]Letter, error) {
 	parts, err := r.Partitions(ctx)
 	if err != nil {
 		return nil, err
@@ -279,8 +311,8 @@ func listLetters(ctx context.Context, r dlq.Reader, limit int) ([]dlq.Letter, er
 			parts[i].First = parts[i].Next - int64(limit)
 		}
 	}
-	letters := []dlq.Letter{}
-	if err := r.Scan(ctx, parts, func(l dlq.Letter) error { letters = append(letters, l); return nil }); err != nil {
+	letters := []Letter{}
+	if err := r.Scan(ctx, parts, func(l Letter) error { letters = append(letters, l); return nil }); err != nil {
 		return nil, err
 	}
 	sort.SliceStable(letters, func(i, j int) bool {
@@ -298,7 +330,7 @@ func listLetters(ctx context.Context, r dlq.Reader, limit int) ([]dlq.Letter, er
 	return letters, nil
 }
 
-func writeLetterTable(w io.Writer, topic string, letters []dlq.Letter) {
+func writeLetterTable(w io.Writer, topic string, letters []Letter) {
 	fmt.Fprintf(w, "%s: %d dead letter(s)\n", topic, len(letters))
 	if len(letters) == 0 {
 		return
@@ -319,14 +351,14 @@ func writeLetterTable(w io.Writer, topic string, letters []dlq.Letter) {
 	tw.Flush()
 }
 
-func source(l dlq.Letter) string {
+func source(l Letter) string {
 	if l.SourcePartition < 0 || l.SourceOffset < 0 {
 		return "?"
 	}
 	return fmt.Sprintf("%d:%d", l.SourcePartition, l.SourceOffset)
 }
 
-func size(l dlq.Letter) string {
+func size(l Letter) string {
 	s := fmt.Sprint(len(l.Value))
 	if l.OriginalSize >= 0 && l.OriginalSize != len(l.Value) {
 		s = fmt.Sprintf("%d of %d", len(l.Value), l.OriginalSize)
@@ -351,17 +383,17 @@ func oneLine(s string, max int) string {
 
 // detail is `dlq show --json`: the letter with its headers and value.
 type detail struct {
-	dlq.Letter
-	Key         string       `json:"key"`
-	Value       string       `json:"value,omitempty"`
-	ValueBase64 []byte       `json:"valueBase64,omitempty"` // when the value is not UTF-8
-	Headers     []dlq.Header `json:"headers"`
+	Letter
+	Key         string   `json:"key"`
+	Value       string   `json:"value,omitempty"`
+	ValueBase64 []byte   `json:"valueBase64,omitempty"` // when the value is not UTF-8
+	Headers     []Header `json:"headers"`
 }
 
-func letterDetail(l dlq.Letter) detail {
+func letterDetail(l Letter) detail {
 	d := detail{Letter: l, Key: string(l.Key), Headers: l.Headers}
 	if d.Headers == nil {
-		d.Headers = []dlq.Header{}
+		d.Headers = []Header{}
 	}
 	if text, ok := l.ValueText(); ok {
 		d.Value = text
@@ -371,7 +403,7 @@ func letterDetail(l dlq.Letter) detail {
 	return d
 }
 
-func writeLetter(w io.Writer, topic string, l dlq.Letter) {
+func writeLetter(w io.Writer, topic string, l Letter) {
 	fmt.Fprintf(w, "dead letter %s/%s, %s\n", topic, l.Position, l.Time.Format(time.RFC3339Nano))
 	fmt.Fprintf(w, "  error:       %s\n", l.Error)
 	fmt.Fprintf(w, "  source:      partition:offset %s of the order topic\n", source(l))
@@ -409,8 +441,8 @@ func writeLetter(w io.Writer, topic string, l dlq.Letter) {
 	}
 }
 
-func writeReplayResults(w io.Writer, from, to string, results []dlq.Result) {
-	counts := map[dlq.Outcome]int{}
+func writeReplayResults(w io.Writer, from, to string, results []Result) {
+	counts := map[Outcome]int{}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(results) > 0 {
 		fmt.Fprintln(tw, "POSITION\tOUTCOME\tREQUEST\tORDER\tWHEN / WHY")
@@ -425,5 +457,11 @@ func writeReplayResults(w io.Writer, from, to string, results []dlq.Result) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%s → %s: %d replayed, %d already replayed, %d still invalid, %d not found\n", from, to,
-		counts[dlq.Replayed], counts[dlq.AlreadyReplayed], counts[dlq.StillInvalid], counts[dlq.NotFound])
+		counts[Replayed], counts[AlreadyReplayed], counts[StillInvalid], counts[NotFound])
+}
+
+func writeJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -1,4 +1,4 @@
-package main
+package locate
 
 import (
 	"context"
@@ -7,21 +7,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
-	"os"
 	"time"
 
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
-	"orderpipe/pkg/locate"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/secret"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 )
 
-const locateUsage = `usage: orderpipe locate <requestId> [--json] [--activity A --item I]
+// Usage is `orderpipe locate --help`.
+const Usage = `usage: orderpipe locate <requestId> [--json] [--activity A --item I]
 
 Shows everything known about one order request: the gateway's dedup record
 and journal entry in Redis, the worker's decision (processed_requests), the
@@ -40,17 +41,19 @@ are searched (--activity/--item narrow that).
 Exit status: 0 found, 1 unknown requestId, 2 could not run.
 `
 
-// locateArgs are the operand and flags of `orderpipe locate`.
-type locateArgs struct {
+// mainArgs are the operand and flags of `orderpipe locate`.
+type mainArgs struct {
 	requestID      string
 	json           bool
 	activity, item int64
 }
 
-// parseLocateArgs reads and checks the arguments, touching nothing
-// (flag.ErrHelp for -h/--help).
-func parseLocateArgs(args []string) (locateArgs, error) {
-	var a locateArgs
+// CheckArgs reads and checks the arguments, touching nothing (flag.ErrHelp
+// for -h/--help).
+func CheckArgs(args []string) error { _, err := parseArgs(args); return err }
+
+func parseArgs(args []string) (mainArgs, error) {
+	var a mainArgs
 	fs := flag.NewFlagSet("locate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported once, by the caller, with the usage
 	fs.BoolVar(&a.json, "json", false, "JSON output")
@@ -79,16 +82,57 @@ func parseLocateArgs(args []string) (locateArgs, error) {
 	return a, err
 }
 
-// runLocate is `orderpipe locate`.
-func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer) error {
-	a, err := parseLocateArgs(args)
+// ReadTraceQueryURL is TRACE_QUERY_URL, which must be an http(s) URL.
+func ReadTraceQueryURL(r *setting.Reader) string {
+	s := r.String("TRACE_QUERY_URL")
+	if u, err := url.Parse(s); s != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		r.Fail("TRACE_QUERY_URL: want the Jaeger query service's http(s) URL, such as http://jaeger:16686")
+	}
+	return s
+}
+
+// exitCode is an error that asks Main for a specific exit status.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
+// Main is `orderpipe locate`. Exit codes: 0 found, 1 unknown, 2 could not run.
+func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
+	err := run(ctx, env, args, stdout, stderr)
+	var code exitCode
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	}
+	slog.Error("orderpipe failed", "err", err)
+	return 1
+}
+
+func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {
+	a, err := parseArgs(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, locateUsage)
+		fmt.Fprint(stdout, Usage)
 		return nil
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "orderpipe locate: %v\n%s", err, locateUsage)
+		fmt.Fprintf(stderr, "orderpipe locate: %v\n%s", err, Usage)
 		return exitCode(2)
+	}
+	// couldNotRun reports err and exits 2: "could not look", never confused
+	// with exit 1, "looked and found nothing".
+	couldNotRun := func(err error) error {
+		fmt.Fprintf(stderr, "orderpipe locate: could not run: %v\n", secret.Scrub(err.Error()))
+		return exitCode(2)
+	}
+	r := &setting.Reader{Env: env}
+	cfg := struct {
+		DatabaseURL, RedisPrefix, TraceStoreDir, TraceQueryURL string
+		redis                                                  redisconn.Config
+	}{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.String("TRACE_STORE_DIR"), ReadTraceQueryURL(r), redisconn.Read(r)}
+	if err := r.Err(); err != nil {
+		return couldNotRun(err)
 	}
 	rid, asJSON, activity, item := a.requestID, &a.json, &a.activity, &a.item
 
@@ -99,13 +143,13 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 		return couldNotRun(err)
 	}
 	defer pool.Close()
-	rdb, err := cfg.redis().New(redisconn.Options{PoolSize: 2, DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second})
+	rdb, err := cfg.redis.New(redisconn.Options{PoolSize: 2, DialTimeout: 2 * time.Second, ReadTimeout: 5 * time.Second})
 	if err != nil {
 		return couldNotRun(err)
 	}
 	defer rdb.Close()
-	f := locate.Finder{Orders: order.NewStore(pool), Stock: stock.New(rdb, cfg.RedisPrefix)}
-	rep, err := f.Find(ctx, locate.Query{RequestID: rid, ActivityID: *activity, ItemID: *item})
+	f := Finder{Orders: order.NewStore(pool), Stock: stock.New(rdb, cfg.RedisPrefix)}
+	rep, err := f.Find(ctx, Query{RequestID: rid, ActivityID: *activity, ItemID: *item})
 	if err != nil {
 		return couldNotRun(fmt.Errorf("locating %s: %w", rid, err))
 	}
@@ -132,7 +176,7 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 	} else {
 		text := rep.Text()
 		if len(rep.Spans) > 0 {
-			text += "\nspans (" + source + "):\n" + locate.SpanTree(rep.Spans)
+			text += "\nspans (" + source + "):\n" + SpanTree(rep.Spans)
 		}
 		switch {
 		case storeErr != nil:
@@ -147,7 +191,7 @@ func runLocate(ctx context.Context, cfg config, args []string, stdout io.Writer)
 	if err != nil {
 		return err
 	}
-	if rep.Status == locate.StatusUnknown {
+	if rep.Status == StatusUnknown {
 		return exitCode(1)
 	}
 	return nil
@@ -177,11 +221,4 @@ func writeJSONLine(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// couldNotRun reports err and exits 2: "could not look", never confused
-// with exit 1, "looked and found nothing".
-func couldNotRun(err error) error {
-	fmt.Fprintf(os.Stderr, "orderpipe locate: could not run: %v\n", secret.Scrub(err.Error()))
-	return exitCode(2)
 }

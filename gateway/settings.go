@@ -1,0 +1,32 @@
+package gateway
+
+import "orderpipe/pkg/setting"
+
+var (
+	addrVar           = setting.Var{Name: "HTTP_ADDR", Default: ":8080", Help: "gateway listen address"}
+	produceTimeoutVar = setting.Var{Name: "PRODUCE_TIMEOUT", Default: "3s", Help: "bound on one produce before the reservation is released and 503 answered"}
+	replayWaitVar     = setting.Var{Name: "REPLAY_WAIT", Default: "2s", Help: "how long (at most PRODUCE_TIMEOUT) a retry waits for its first attempt's event to be acknowledged by Kafka before answering 503 (a retry is shown the orderNo only once it is durable)"}
+)
+
+// Settings are the gateway's environment variables.
+var Settings = []setting.Var{
+	addrVar,
+	{Name: "ADMIN_TOKEN", Default: "", Help: "bearer token of the admin API; empty ⇒ admin API off"},
+	{Name: "ADMIN_ADDR", Default: "", Help: "serve the admin API on this address instead of HTTP_ADDR"},
+	{Name: "API_TOKENS", Default: "", Help: "comma-separated bearer tokens the order API requires; empty ⇒ open"},
+	{Name: "GATEWAY_PRODUCER", Default: "group", Help: "the gateway's producer: group (one produce request in flight per partition, the orders that arrive meanwhile sent together in the next, no linger) or writer (kafka-go's Writer, lingering KAFKA_BATCH_TIMEOUT); both acks=all"},
+	{Name: "RATE_LIMIT_USER_RPS", Default: "5", Help: "order requests per second per user and gateway (0 ⇒ off)"},
+	{Name: "RATE_LIMIT_USER_BURST", Default: "10", Help: "burst of the per-user limit"},
+	{Name: "RATE_LIMIT_GLOBAL_RPS", Default: "0", Help: "order requests per second per gateway (0 ⇒ off)"},
+	produceTimeoutVar,
+	replayWaitVar,
+}
+
+// Usage is `orderpipe gateway --help`.
+const Usage = `usage: orderpipe gateway
+
+The HTTP service: POST /v1/orders (one reserve script in Redis, one produce
+to Kafka), order lookups and pay, the admin API (with ADMIN_TOKEN), /healthz,
+/readyz and /metrics on HTTP_ADDR. Needs KAFKA_BROKERS and Redis; starts
+without Postgres (lookups answer 503 until it returns).
+`

@@ -1,0 +1,34 @@
+package database
+
+import (
+	"context"
+	"log/slog"
+
+	"orderpipe/pkg/setting"
+)
+
+// Settings are the environment variables of the Postgres connection.
+var Settings = []setting.Var{
+	{Name: "DATABASE_URL", Default: DefaultURL, Help: "Postgres; the database is created if missing"},
+	{Name: "DB_MAX_CONNS", Default: "20", Help: "Postgres pool size per process"},
+}
+
+// Prepare is `orderpipe migrate` (and the start of `orderpipe all`): it
+// creates the database url names if it is missing and applies every
+// migration not applied yet.
+func Prepare(ctx context.Context, log *slog.Logger, url string) error {
+	if err := EnsureDatabase(ctx, url); err != nil {
+		return err
+	}
+	pool, err := Open(ctx, url, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	applied, err := Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	log.Info("migrated", "database", Redact(url), "applied", applied)
+	return nil
+}

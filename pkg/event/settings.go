@@ -1,0 +1,33 @@
+package event
+
+import "orderpipe/pkg/setting"
+
+// Settings are the environment variables of the Kafka clients: where the
+// cluster is, its topics, how a client reaches it.
+var Settings = []setting.Var{
+	{Name: "KAFKA_BROKERS", Default: "", Help: "comma-separated brokers; empty ⇒ `all` starts an embedded broker"},
+	{Name: "KAFKA_TOPIC", Default: Topic, Help: "topic of order events"},
+	{Name: "KAFKA_DLQ_TOPIC", Default: DLQTopic, Help: "dead-letter topic"},
+	{Name: "KAFKA_PARTITIONS", Default: "8", Help: "partitions when orderpipe creates the topics"},
+	{Name: "KAFKA_REPLICATION_FACTOR", Default: "1", Help: "replicas per partition when orderpipe creates the topics (3 on a 3-broker cluster; with min.insync.replicas=2 an acknowledged event survives one broker's loss)"},
+	{Name: "KAFKA_BATCH_TIMEOUT", Default: "2ms", Help: "linger of kafka-go's Writer before a batch is sent: the worker's dead-letter and redrive producers, and the gateway's with GATEWAY_PRODUCER=writer"},
+	{Name: "KAFKA_TLS", Default: "false", Help: "true ⇒ TLS to every broker, verified against KAFKA_TLS_CA_FILE (else the system's roots) and the broker's host name"},
+	{Name: "KAFKA_TLS_CA_FILE", Default: "", Help: "PEM CA certificate(s) that verify the brokers (with KAFKA_TLS=true)"},
+	{Name: "KAFKA_TLS_CERT_FILE", Default: "", Help: "PEM client certificate for mutual TLS with the brokers (with KAFKA_TLS_KEY_FILE)"},
+	{Name: "KAFKA_TLS_KEY_FILE", Default: "", Help: "PEM private key of KAFKA_TLS_CERT_FILE"},
+	{Name: "KAFKA_SASL_MECHANISM", Default: "", Help: "SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with KAFKA_TLS=true: SASL_SSL); empty ⇒ no SASL"},
+	{Name: "KAFKA_SASL_USERNAME", Default: "", Help: "SASL user"},
+	{Name: "KAFKA_SASL_PASSWORD", Default: "", Help: "SASL password (usually KAFKA_SASL_PASSWORD_FILE)"},
+}
+
+// ReadSecurity is the TLS and SASL the settings describe, loaded (a
+// certificate that cannot be read is a failure of r).
+func ReadSecurity(r *setting.Reader) Security {
+	sec, err := SecurityConfig{TLS: r.Bool("KAFKA_TLS"), CAFile: r.String("KAFKA_TLS_CA_FILE"), CertFile: r.String("KAFKA_TLS_CERT_FILE"),
+		KeyFile: r.String("KAFKA_TLS_KEY_FILE"), Mechanism: r.String("KAFKA_SASL_MECHANISM"), Username: r.String("KAFKA_SASL_USERNAME"),
+		Password: r.String("KAFKA_SASL_PASSWORD")}.Load()
+	if err != nil {
+		r.Fail("%s", err.Error())
+	}
+	return sec
+}

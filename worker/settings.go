@@ -1,0 +1,26 @@
+package worker
+
+import "orderpipe/pkg/setting"
+
+var (
+	groupVar           = setting.Var{Name: "KAFKA_GROUP", Default: "orderpipe-worker", Help: "worker consumer group"}
+	batchSizeVar       = setting.Var{Name: "WORKER_BATCH_SIZE", Default: "500", Help: "max messages per worker transaction"}
+	batchWaitVar       = setting.Var{Name: "WORKER_BATCH_WAIT", Default: "5ms", Help: "how long a started batch waits for more messages"}
+	lagIntervalVar     = setting.Var{Name: "WORKER_LAG_INTERVAL", Default: "2s", Help: "how often a worker reads its group's total consumer lag from the broker (the lag gauge)"}
+	redriveAfterVar    = setting.Var{Name: "REDRIVE_AFTER", Default: "30s", Help: "journal entries older than this that no worker decided are re-published"}
+	redriveIntervalVar = setting.Var{Name: "REDRIVE_INTERVAL", Default: "5s", Help: "pause between redrive passes (one worker replica redrives at a time)"}
+	moveIntervalVar    = setting.Var{Name: "MOVE_INTERVAL", Default: "100ms", Help: "pause between the passes of the mover, which moves stock into an empty bucket of a bucketed item (runs with the worker)"}
+)
+
+// Settings are the environment variables of the worker, its redrive and
+// its mover.
+var Settings = []setting.Var{groupVar, batchSizeVar, batchWaitVar, lagIntervalVar, redriveAfterVar, redriveIntervalVar, moveIntervalVar}
+
+// Usage is `orderpipe worker --help`.
+const Usage = `usage: orderpipe worker
+
+A member of the consumer group KAFKA_GROUP on KAFKA_TOPIC: one Postgres
+transaction per batch, offsets committed after it; also runs the journal
+redrive (one replica at a time). /healthz and /metrics on METRICS_ADDR.
+Needs KAFKA_BROKERS, Postgres and Redis.
+`
