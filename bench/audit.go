@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 )
 
 // auditor reads one activity's state in Postgres and Redis.
@@ -46,7 +47,7 @@ func (a *auditor) drainState(ctx context.Context) (drainState, error) {
 	var cmds []*redis.IntCmd
 	for _, id := range a.items {
 		for _, it := range a.bucketsOf(id) {
-			cmds = append(cmds, pipe.HLen(ctx, st.Keys(it).Journal))
+			cmds = append(cmds, pipe.HLen(ctx, stocktest.KeysOf(st, it).Journal))
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -293,7 +294,7 @@ func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance, users m
 // requestId holding it. The activity is the bench's own, so only users of its
 // workload can hold one; reading their keys directly avoids a SCAN, which
 // walks the whole keyspace of a shared Redis.
-func (a *auditor) markers(ctx context.Context, keys stock.Keys, users []int64) (map[int64]string, error) {
+func (a *auditor) markers(ctx context.Context, keys stocktest.Keys, users []int64) (map[int64]string, error) {
 	out := map[int64]string{}
 	for start := 0; start < len(users); start += 500 {
 		batch := users[start:min(start+500, len(users))]
@@ -318,7 +319,7 @@ func (a *auditor) markers(ctx context.Context, keys stock.Keys, users []int64) (
 // the user's bucket.
 func (a *auditor) markersOf(ctx context.Context, st *stock.Store, id int64, users []int64) (map[int64]string, error) {
 	if a.buckets <= 1 {
-		return a.markers(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: id}), users)
+		return a.markers(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: id}), users)
 	}
 	per := make([][]int64, a.buckets)
 	for _, u := range users {
@@ -327,7 +328,7 @@ func (a *auditor) markersOf(ctx context.Context, st *stock.Store, id int64, user
 	}
 	out := map[int64]string{}
 	for b, it := range a.bucketsOf(id) {
-		m, err := a.markers(ctx, st.Keys(it), per[b])
+		m, err := a.markers(ctx, stocktest.KeysOf(st, it), per[b])
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +346,7 @@ func (a *auditor) markersOf(ctx context.Context, st *stock.Store, id int64, user
 func (a *auditor) redisState(ctx context.Context, st *stock.Store, base stock.Item, ia *ItemAudit, au *Audit) error {
 	id := base.ItemID
 	if a.buckets <= 1 {
-		keys := st.Keys(base)
+		keys := stocktest.KeysOf(st, base)
 		if n, err := a.rdb.Get(ctx, keys.Stock).Int64(); err == nil {
 			ia.RedisStock = n
 			au.OversoldUnits += max(0, -n)
@@ -382,7 +383,7 @@ func (a *auditor) redisState(ctx context.Context, st *stock.Store, base stock.It
 	}
 	ia.RedisStock = total
 	for _, it := range a.bucketsOf(id) {
-		n, err := a.rdb.HLen(ctx, st.Keys(it).Journal).Result()
+		n, err := a.rdb.HLen(ctx, stocktest.KeysOf(st, it).Journal).Result()
 		if err != nil {
 			return fmt.Errorf("reading journal of item %d: %w", id, err)
 		}

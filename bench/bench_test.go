@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -103,23 +104,23 @@ func TestAuditCatches(t *testing.T) {
 		}, []string{"I4 nothing lost"}},
 		{"Oversold", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			mustExec(t, a, `UPDATE item_stock SET initial_stock = 1, stock = 0 WHERE activity_id = $1`, a.activityID)
-			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 0, 0)
+			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 0, 0)
 		}, []string{"I1 no oversell", "counts add up"}},
 		{"RedisStockDrift", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
+			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"LimitMarkerMissing", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			rd.Client.Del(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(2))
+			rd.Client.Del(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(2))
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"ExtraLimitMarker", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(3), "stray", time.Hour)
+			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(3), "stray", time.Hour)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"ReplayNamedAnotherOrder", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			acc[fmt.Sprintf("a%d-u1", a.activityID)].orderNo = "someone-else"
 		}, []string{"I3 one order per requestId"}},
 		{"StockGivenBackTwice", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			mustExec(t, a, `UPDATE item_stock SET stock = 2 WHERE activity_id = $1`, a.activityID)
-			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
+			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
 		}, []string{"I1 no oversell"}},
 		// The last cases take the table's rules away (for this test's
 		// database), to see that the audit does not rely on them.
@@ -174,7 +175,7 @@ func mustSmallSale(t *testing.T, a *auditor, st *stock.Store) map[string]*accept
 	id := a.activityID
 	mustExec(t, a, `INSERT INTO activities (id, name, starts_at, ends_at) VALUES ($1, 'audit', now(), now() + interval '1 hour')`, id)
 	mustExec(t, a, `INSERT INTO item_stock (activity_id, item_id, initial_stock, stock) VALUES ($1, 1, 3, 1)`, id)
-	keys := st.Keys(stock.Item{ActivityID: id, ItemID: 1})
+	keys := stocktest.KeysOf(st, stock.Item{ActivityID: id, ItemID: 1})
 	if err := a.rdb.Set(ctx, keys.Stock, 1, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}

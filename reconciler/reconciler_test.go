@@ -14,6 +14,7 @@ import (
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/outbox"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 	"orderpipe/reconciler"
@@ -151,7 +152,7 @@ func (e *env) wantClean(tb testing.TB, it stock.Item, step string, inFlight int6
 
 func (e *env) redisStock(tb testing.TB, it stock.Item) int64 {
 	tb.Helper()
-	n, err := e.rdb.Client.Get(context.Background(), e.st.Keys(it).Stock).Int64()
+	n, err := e.rdb.Client.Get(context.Background(), stocktest.KeysOf(e.st, it).Stock).Int64()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestRejectionCountedOnce(t *testing.T) {
 	ctx := context.Background()
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1))...)
 	e.wantClean(t, e.it, "sold out", 0)
-	if err := e.rdb.Client.IncrBy(ctx, e.st.Keys(e.it).Stock, 1).Err(); err != nil {
+	if err := e.rdb.Client.IncrBy(ctx, stocktest.KeysOf(e.st, e.it).Stock, 1).Err(); err != nil {
 		t.Fatal(err)
 	}
 	e.wantDrift(t, "nudged", 1, 0)
@@ -251,7 +252,7 @@ func (e *env) wantDrift(tb testing.TB, step string, drift, inFlight int64) {
 func TestMarkers(t *testing.T) {
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	k := e.st.Keys(e.it)
+	k := stocktest.KeysOf(e.st, e.it)
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1), e.reserve(t, e.it, "b", 2, 1), e.reserve(t, e.it, "c", 3, 1))...)
 	e.reserve(t, e.it, "d", 4, 1) // in flight: its marker is legitimate
 	e.wantClean(t, e.it, "before tampering", 1)
@@ -304,7 +305,7 @@ func TestMarkers(t *testing.T) {
 func TestFixKeepsInFlight(t *testing.T) {
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	k := e.st.Keys(e.it)
+	k := stocktest.KeysOf(e.st, e.it)
 	a := e.reserve(t, e.it, "a", 1, 3)
 	// Redis loses the stock key and the sale window, as after a failover.
 	if err := e.rdb.Client.Del(ctx, k.Stock, k.Sale).Err(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
@@ -67,7 +68,7 @@ func TestRedrivePass(t *testing.T) {
 	if res.Republished != 1 || res.Acked != 1 || res.Rejected != 1 || res.Entries != 4 {
 		t.Errorf("pass %+v; want 1 republished, 1 acked, 1 rejected of 4 entries", res)
 	}
-	journal := r.Client.HKeys(ctx, st.Keys(it).Journal).Val()
+	journal := r.Client.HKeys(ctx, stocktest.KeysOf(st, it).Journal).Val()
 	if len(journal) != 3 || contains(journal, "created") {
 		t.Errorf("journal after the pass %v; want it without the created entry", journal)
 	}
