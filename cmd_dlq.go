@@ -16,6 +16,7 @@ import (
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/secret"
 )
 
@@ -147,7 +148,7 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 		return cannot(err)
 	}
 	defer pool.Close()
-	replays, err := dlq.Replays(ctx, pool, cfg.KafkaDLQTopic)
+	replays, err := dlq.Replays(ctx, order.NewStore(pool), cfg.KafkaDLQTopic)
 	if err != nil {
 		return cannot(err)
 	}
@@ -197,7 +198,7 @@ func runDLQ(ctx context.Context, cfg config, args []string, stdout, stderr io.Wr
 	w := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Security: cfg.KafkaSecurity,
 		WriteTimeout: 5 * time.Second})
 	defer w.Close()
-	rp := dlq.Replayer{Pool: pool, Producer: w, DLQTopic: cfg.KafkaDLQTopic, Topic: cfg.KafkaTopic}
+	rp := dlq.Replayer{Orders: order.NewStore(pool), Producer: w, DLQTopic: cfg.KafkaDLQTopic, Topic: cfg.KafkaTopic}
 	var results []dlq.Result
 	refused := false
 	replay := func(l dlq.Letter) error {

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"orderpipe/bench"
 	"orderpipe/closer"
@@ -322,7 +321,7 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 			AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
 			BreakerOpenFor: cfg.BreakerOpenFor, Topic: cfg.KafkaTopic},
 			gateway.Deps{Stock: st, Orders: orders, Producer: writer, Metrics: metrics, Log: log.With("component", "gateway"),
-				Ready: readyChecks(rdb, cfg.KafkaBrokers, cfg.KafkaSecurity)})
+				Ready: readyChecks(st, cfg.KafkaBrokers, cfg.KafkaSecurity)})
 		start("gateway", func(ctx context.Context) error {
 			if ln != nil {
 				return gw.Serve(ctx, ln)
@@ -431,9 +430,9 @@ func transient(err error) bool {
 // gateways must stay in service (order lookups, pay and the admin API answer
 // 503 meanwhile). The other components serve no traffic and have no
 // readiness beyond /healthz: each waits for its own dependencies.
-func readyChecks(rdb redis.UniversalClient, brokers []string, sec event.Security) map[string]gateway.PingFunc {
+func readyChecks(st *stock.Store, brokers []string, sec event.Security) map[string]gateway.PingFunc {
 	return map[string]gateway.PingFunc{
-		"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		"redis": st.Ping,
 		"kafka": func(ctx context.Context) error { return sec.Ping(ctx, brokers) },
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/outbox"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
@@ -343,9 +344,7 @@ func TestFixKeepsInFlight(t *testing.T) {
 func TestNotPreheatedIsSkipped(t *testing.T) {
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	if _, err := e.orders.Pool().Exec(ctx, `UPDATE item_stock SET preheated_at = NULL WHERE item_id = 2`); err != nil {
-		t.Fatal(err)
-	}
+	ordertest.Unpreheat(t, e.orders, e.other.ActivityID, e.other.ItemID)
 	res, err := e.rec.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)

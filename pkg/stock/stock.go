@@ -1,8 +1,11 @@
 // Package stock owns the Redis side of a sale: the key layout under one hash
-// tag per activity item, and the Lua scripts that reserve, claim, acknowledge
-// and release reservations. Every script touches keys of a single item only,
-// so the layout works on Redis Cluster. It never talks to Postgres: Postgres
-// is the truth and Redis a fast projection the reconciler can rebuild.
+// tag per activity item (internal/layout), and the Lua scripts that reserve,
+// claim, acknowledge and release reservations, move stock between buckets,
+// and check and fix an item against Postgres (reconcile.lua). Nothing else
+// names a key or holds the client: the others call typed methods, tests go
+// through stocktest. Every script touches keys of a single item only, so the
+// layout works on Redis Cluster. It never talks to Postgres: Postgres is the
+// truth and Redis a fast projection the reconciler can rebuild.
 package stock
 
 import (
