@@ -140,7 +140,7 @@ func (p *pipeline) assertBucketInvariants(tb testing.TB, it stock.Item, buckets 
 			tb.Errorf("I2: user %d holds more than one live order", user)
 		}
 		liveUsers[user] = true
-		if got := p.Redis.Client.Get(ctx, stocktest.KeysOf(p.Stock, it.ForUser(user, buckets)).Limit(user)).Val(); got != rid {
+		if got := stocktest.MarkerOwner(tb, p.Stock, it.ForUser(user, buckets), user); got != rid {
 			tb.Errorf("I5: user %d's limit marker in bucket %d is %q, want %q", user, stock.BucketOf(user, buckets), got, rid)
 		}
 		return nil
@@ -151,7 +151,7 @@ func (p *pipeline) assertBucketInvariants(tb testing.TB, it stock.Item, buckets 
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		markers += len(testenv.Keys(tb, p.Redis.Client, stocktest.KeysOf(p.Stock, bi).LimitPattern()))
+		markers += stocktest.CountMarkers(tb, p.Stock, bi)
 	}
 	if markers != len(liveUsers) {
 		tb.Errorf("I5: %d limit markers over the buckets for %d live orders", markers, len(liveUsers))
@@ -202,7 +202,7 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 	for b := range 3 {
 		bi := it
 		bi.Bucket = b
-		if v := p.Redis.Client.HGet(ctx, stocktest.KeysOf(p.Stock, bi).Sale, "buckets").Val(); v != "3" {
+		if v := stocktest.SaleField(t, p.Stock, bi, "buckets"); v != "3" {
 			t.Errorf("bucket %d's sale holds buckets %q, want 3", b, v)
 		}
 	}
@@ -219,9 +219,7 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 		t.Errorf("item 2 has %d bucket keys", n)
 	}
 	// A second preheat keeps each bucket's running stock.
-	if err := p.Redis.Client.DecrBy(ctx, stocktest.KeysOf(p.Stock, stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}).Stock, 2).Err(); err != nil {
-		t.Fatal(err)
-	}
+	stocktest.AddStock(t, p.Stock, stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}, -2)
 	if r := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...); r.Status != http.StatusOK {
 		t.Fatalf("second preheat: %d %v", r.Status, r.Body)
 	}
@@ -399,9 +397,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	ctx := context.Background()
 	b2 := stock.Item{ActivityID: 65, ItemID: 1, Bucket: 2}
 	t.Run("NudgedBucket", func(t *testing.T) {
-		if err := p.Redis.Client.IncrBy(ctx, stocktest.KeysOf(p.Stock, b2).Stock, 4).Err(); err != nil {
-			t.Fatal(err)
-		}
+		stocktest.AddStock(t, p.Stock, b2, 4)
 		if code, _, r := p.reconcileJSON(t, it, "--once"); code != 1 || r.Drift != 4 {
 			t.Errorf("exit %d, drift %d; want 1, +4", code, r.Drift)
 		}
@@ -426,7 +422,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 		if got := p.bucketStocks(t, it, B); fmt.Sprint(got) != "[8 8 8]" {
 			t.Errorf("after the fix: buckets %v, want the split of 24: [8 8 8]", got)
 		}
-		if v := p.Redis.Client.HGet(ctx, stocktest.KeysOf(p.Stock, b1).Sale, "buckets").Val(); v != "3" {
+		if v := stocktest.SaleField(t, p.Stock, b1, "buckets"); v != "3" {
 			t.Errorf("restored sale's buckets %q", v)
 		}
 	})

@@ -353,14 +353,14 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	liveUsers := 0
 	if _, err := pgx.ForEachRow(rows, []any{&user, &rid}, func() error {
 		liveUsers++
-		if got := p.Redis.Client.Get(ctx, stocktest.KeysOf(p.Stock, it).Limit(user)).Val(); got != rid {
+		if got := stocktest.MarkerOwner(tb, p.Stock, it, user); got != rid {
 			tb.Errorf("I5: user %d's limit marker is %q, want their live order's request %q", user, got, rid)
 		}
 		return nil
 	}); err != nil {
 		tb.Fatal(err)
 	}
-	if markers := len(testenv.Keys(tb, p.Redis.Client, stocktest.KeysOf(p.Stock, it).LimitPattern())); markers != liveUsers {
+	if markers := stocktest.CountMarkers(tb, p.Stock, it); markers != liveUsers {
 		tb.Errorf("I5: %d limit markers for %d live orders", markers, liveUsers)
 	}
 	// I6: a paid order was never closed, and the status agrees with the times.

@@ -134,7 +134,7 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 		return s.InitialStock-s.Stock == int64(len(users))
 	})
 	p.assertBucketInvariants(tb, it, buckets)
-	if v := p.Redis.Client.HGet(context.Background(), stocktest.KeysOf(p.Stock, it.Base()).Sale, "buckets").Val(); v != fmt.Sprint(buckets) {
+	if v := stocktest.SaleField(tb, p.Stock, it.Base(), "buckets"); v != fmt.Sprint(buckets) {
 		tb.Errorf("the sale's bucket count in Redis is %q, want %d (Postgres's)", v, buckets)
 	}
 }

@@ -110,7 +110,7 @@ func TestAuditCatches(t *testing.T) {
 			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"LimitMarkerMissing", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			rd.Client.Del(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(2))
+			stocktest.DropMarker(t, st, stock.Item{ActivityID: a.activityID, ItemID: 1}, 2)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"ExtraLimitMarker", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(3), "stray", time.Hour)

@@ -52,9 +52,7 @@ func TestStaleFixerCannotWrite(t *testing.T) {
 
 	nudge := func() {
 		t.Helper()
-		if err := r.Client.Set(ctx, stocktest.KeysOf(st, it).Stock, 15, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
+		stocktest.SetStock(t, st, it, 15)
 	}
 	nudge()
 	rep, err := rec.pass(ctx, []stock.Item{it}, cur)

@@ -108,7 +108,7 @@ func TestRedeliveryMakesOneOrder(t *testing.T) {
 	if got := f.redisStock(t); got != 8 {
 		t.Errorf("redis stock %d, want 8", got)
 	}
-	if n := f.rdb.Client.HLen(ctx, stocktest.KeysOf(f.stock, f.item).Journal).Val(); n != 0 {
+	if n := int64(len(stocktest.Journal(t, f.stock, f.item))); n != 0 {
 		t.Errorf("%d journal entries left after commit", n)
 	}
 }
@@ -143,7 +143,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d, want 9", got)
 	}
-	if f.rdb.Client.Exists(ctx, stocktest.KeysOf(f.stock, f.item).Limit(2)).Val() != 0 {
+	if stocktest.MarkerOwner(t, f.stock, f.item, 2) != "" {
 		t.Error("rejected user's limit marker was not freed")
 	}
 	// Applying the same compensation again (a sweeper racing) changes nothing.
@@ -167,7 +167,7 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Redis lost the user's marker (a failover); the same user reserves again.
-	f.rdb.Client.Del(ctx, stocktest.KeysOf(f.stock, f.item).Limit(1))
+	stocktest.DropMarker(t, f.stock, f.item, 1)
 	second := f.reserve(t, "second", 1)
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{second}); err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d, want 9", got)
 	}
-	if owner := f.rdb.Client.Get(ctx, stocktest.KeysOf(f.stock, f.item).Limit(1)).Val(); owner != "first" {
+	if owner := stocktest.MarkerOwner(t, f.stock, f.item, 1); owner != "first" {
 		t.Errorf("marker owner %q, want the live order's request", owner)
 	}
 }
@@ -336,7 +336,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d after the sweep, want 9 (b's unit back, once)", got)
 	}
-	if f.rdb.Client.Exists(ctx, stocktest.KeysOf(f.stock, f.item).Limit(2)).Val() != 0 {
+	if stocktest.MarkerOwner(t, f.stock, f.item, 2) != "" {
 		t.Error("the refused user's limit marker was not freed")
 	}
 }
@@ -407,7 +407,7 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 			if got := f.redisStock(t); got != 9 {
 				t.Errorf("redis stock %d, want 9 (the live order keeps its unit)", got)
 			}
-			if got := f.rdb.Client.Get(ctx, stocktest.KeysOf(f.stock, f.item).Limit(1)).Val(); got != "a" {
+			if got := stocktest.MarkerOwner(t, f.stock, f.item, 1); got != "a" {
 				t.Errorf("user 1's marker is %q, want a's", got)
 			}
 			if n := f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'a' AND status = 'UNPAID' AND user_id = 1 AND quantity = 1`); n != 1 {
