@@ -332,3 +332,49 @@ func (s *Store) MarkerOwner(ctx context.Context, it Item, userID int64) (string,
 
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+// JournalLen counts the journal entries of the items (buckets), in one
+// pipeline: the reservations not yet decided by a worker.
+func (s *Store) JournalLen(ctx context.Context, items ...Item) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(items))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, it := range items {
+			cmds[i] = p.HLen(ctx, s.keys(it).Journal)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading journals: %w", err)
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+// MarkerOwners reads the limit markers of the given users in one item
+// (bucket), 500 a round trip: user → the requestId holding it (users
+// holding none are absent). Reading the users' keys directly costs what
+// they are, where a scan walks the whole keyspace.
+func (s *Store) MarkerOwners(ctx context.Context, it Item, users []int64) (map[int64]string, error) {
+	k := s.keys(it)
+	out := map[int64]string{}
+	for start := 0; start < len(users); start += 500 {
+		batch := users[start:min(start+500, len(users))]
+		names := make([]string, len(batch))
+		for i, u := range batch {
+			names[i] = k.Limit(u)
+		}
+		vals, err := s.rdb.MGet(ctx, names...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("reading limit markers: %w", err)
+		}
+		for i, v := range vals {
+			if str, ok := v.(string); ok {
+				out[batch[i]] = str
+			}
+		}
+	}
+	return out, nil
+}
