@@ -63,12 +63,12 @@ var storageOwners = map[string]string{
 	// pkg/rediskeys unlinks by a pattern its caller gives (test and bench
 	// cleanups), pkg/testenv is the tests' connection factory.
 	"redis": "pkg/stock pkg/redisconn pkg/lock pkg/telemetry pkg/rediskeys pkg/testenv",
-	// pkg/database connects and migrates; pkg/lock/fence.go owns the
-	// lock_fences table of the fencing check; main.go opens the pool it
+	// pkg/database connects and migrates; pkg/lock owns the lock_fences
+	// table of its fencing check (fence.go); main.go opens the pool it
 	// hands to order.NewStore; pkg/standin and pkg/testenv start and create
 	// databases.
-	"pgx":    "pkg/order pkg/database pkg/lock/fence.go main.go pkg/standin pkg/testenv",
-	"sql":    "pkg/order pkg/database pkg/lock/fence.go pkg/testenv",
+	"pgx":    "pkg/order pkg/database pkg/lock main.go pkg/standin pkg/testenv",
+	"sql":    "pkg/order pkg/database pkg/lock pkg/testenv",
 	"key":    "pkg/stock",
 	"helper": "pkg/stock pkg/order",
 }
@@ -112,7 +112,6 @@ var storagePending = map[string][]string{
 	"gateway/replay_test.go":         {"redis"},
 	"harness_test.go":                {"pgx", "sql"},
 	"observability_e2e_test.go":      {"sql"},
-	"pkg/lock/lock_test.go":          {"sql"},
 	"pkg/standin/standin_test.go":    {"redis", "sql"},
 	"preheat_e2e_test.go":            {"sql", "key"},
 	"reconcile_e2e_test.go":          {"sql"},
@@ -120,8 +119,6 @@ var storagePending = map[string][]string{
 	"replicawait_e2e_test.go":        {"redis"},
 	"resilience_test.go":             {"redis", "sql"},
 	"standin_test.go":                {"redis", "sql"},
-	"worker/lag_test.go":             {"sql"},
-	"worker/redrive_test.go":         {"sql"},
 	"worker/worker_test.go":          {"sql"},
 }
 

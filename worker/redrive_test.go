@@ -13,6 +13,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
@@ -25,7 +26,7 @@ import (
 // backs off before re-publishing the same entry again.
 func TestRedrivePass(t *testing.T) {
 	f := newRedriveSale(t, 5, 6)
-	ctx, db, r, k, orders, st, it, now, reserve := f.ctx, f.db, f.r, f.k, f.orders, f.st, f.it, f.now, f.reserve
+	ctx, r, k, orders, st, it, now, reserve := f.ctx, f.r, f.k, f.orders, f.st, f.it, f.now, f.reserve
 	topic := f.topic
 	decide := func(ev event.OrderRequested) order.Decision {
 		t.Helper()
@@ -46,9 +47,7 @@ func TestRedrivePass(t *testing.T) {
 		t.Fatalf("created decided %s", d.Outcome)
 	}
 	rejected := reserve("rejected", 3, old)
-	if _, err := db.Pool.Exec(ctx, `UPDATE item_stock SET stock = 0`); err != nil {
-		t.Fatal(err)
-	}
+	ordertest.SetStock(t, orders, it.ActivityID, it.ItemID, 0)
 	if d := decide(rejected); d.Outcome != order.Rejected {
 		t.Fatalf("rejected decided %s", d.Outcome)
 	}

@@ -26,3 +26,24 @@ func Unpreheat(tb TB, st *order.Store, activityID, itemID int64) {
 		tb.Fatalf("unpreheating %d:%d: %v", activityID, itemID, err)
 	}
 }
+
+// SetStock overwrites the item's stock in Postgres (initial stock unchanged),
+// as a stock Redis does not know of would.
+func SetStock(tb TB, st *order.Store, activityID, itemID, stock int64) {
+	tb.Helper()
+	_, err := handle.Pool(st).Exec(context.Background(),
+		`UPDATE item_stock SET stock = $3 WHERE activity_id = $1 AND item_id = $2`, activityID, itemID, stock)
+	if err != nil {
+		tb.Fatalf("setting the stock of %d:%d: %v", activityID, itemID, err)
+	}
+}
+
+// CountOrders counts the order rows, whatever their status.
+func CountOrders(tb TB, st *order.Store) int {
+	tb.Helper()
+	var n int
+	if err := handle.Pool(st).QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n); err != nil {
+		tb.Fatalf("counting orders: %v", err)
+	}
+	return n
+}
