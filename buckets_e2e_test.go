@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -139,7 +140,7 @@ func (p *pipeline) assertBucketInvariants(tb testing.TB, it stock.Item, buckets 
 			tb.Errorf("I2: user %d holds more than one live order", user)
 		}
 		liveUsers[user] = true
-		if got := p.Redis.Client.Get(ctx, p.Stock.Keys(it.ForUser(user, buckets)).Limit(user)).Val(); got != rid {
+		if got := stocktest.MarkerOwner(tb, p.Stock, it.ForUser(user, buckets), user); got != rid {
 			tb.Errorf("I5: user %d's limit marker in bucket %d is %q, want %q", user, stock.BucketOf(user, buckets), got, rid)
 		}
 		return nil
@@ -150,7 +151,7 @@ func (p *pipeline) assertBucketInvariants(tb testing.TB, it stock.Item, buckets 
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		markers += len(testenv.Keys(tb, p.Redis.Client, p.Stock.Keys(bi).LimitPattern()))
+		markers += stocktest.CountMarkers(tb, p.Stock, bi)
 	}
 	if markers != len(liveUsers) {
 		tb.Errorf("I5: %d limit markers over the buckets for %d live orders", markers, len(liveUsers))
@@ -201,26 +202,24 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 	for b := range 3 {
 		bi := it
 		bi.Bucket = b
-		if v := p.Redis.Client.HGet(ctx, p.Stock.Keys(bi).Sale, "buckets").Val(); v != "3" {
+		if v := stocktest.SaleField(t, p.Stock, bi, "buckets"); v != "3" {
 			t.Errorf("bucket %d's sale holds buckets %q, want 3", b, v)
 		}
 	}
 	// Item 2 has one bucket: today's keys exactly.
 	plain := stock.Item{ActivityID: 61, ItemID: 2}
-	if p.Stock.Keys(plain).Stock != p.Redis.Prefix+"stock:{a61:i2}" {
-		t.Errorf("one bucket's stock key is %q", p.Stock.Keys(plain).Stock)
+	if stocktest.KeysOf(p.Stock, plain).Stock != p.Redis.Prefix+"stock:{a61:i2}" {
+		t.Errorf("one bucket's stock key is %q", stocktest.KeysOf(p.Stock, plain).Stock)
 	}
-	if p.redisStock(t, plain) != 7 || p.Redis.Client.HExists(ctx, p.Stock.Keys(plain).Sale, "buckets").Val() {
+	if p.redisStock(t, plain) != 7 || p.Redis.Client.HExists(ctx, stocktest.KeysOf(p.Stock, plain).Sale, "buckets").Val() {
 		t.Errorf("item 2: stock %d, sale %v; want 7 and no buckets field", p.redisStock(t, plain),
-			p.Redis.Client.HGetAll(ctx, p.Stock.Keys(plain).Sale).Val())
+			p.Redis.Client.HGetAll(ctx, stocktest.KeysOf(p.Stock, plain).Sale).Val())
 	}
 	if n := len(testenv.Keys(t, p.Redis.Client, p.Redis.Prefix+"*{a61:i2:b*")); n != 0 {
 		t.Errorf("item 2 has %d bucket keys", n)
 	}
 	// A second preheat keeps each bucket's running stock.
-	if err := p.Redis.Client.DecrBy(ctx, p.Stock.Keys(stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}).Stock, 2).Err(); err != nil {
-		t.Fatal(err)
-	}
+	stocktest.AddStock(t, p.Stock, stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}, -2)
 	if r := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...); r.Status != http.StatusOK {
 		t.Fatalf("second preheat: %d %v", r.Status, r.Body)
 	}
@@ -398,9 +397,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	ctx := context.Background()
 	b2 := stock.Item{ActivityID: 65, ItemID: 1, Bucket: 2}
 	t.Run("NudgedBucket", func(t *testing.T) {
-		if err := p.Redis.Client.IncrBy(ctx, p.Stock.Keys(b2).Stock, 4).Err(); err != nil {
-			t.Fatal(err)
-		}
+		stocktest.AddStock(t, p.Stock, b2, 4)
 		if code, _, r := p.reconcileJSON(t, it, "--once"); code != 1 || r.Drift != 4 {
 			t.Errorf("exit %d, drift %d; want 1, +4", code, r.Drift)
 		}
@@ -413,7 +410,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	})
 	t.Run("LostBucket", func(t *testing.T) {
 		b1 := stock.Item{ActivityID: 65, ItemID: 1, Bucket: 1}
-		if err := p.Redis.Client.Del(ctx, p.Stock.Keys(b1).Stock, p.Stock.Keys(b1).Sale).Err(); err != nil {
+		if err := p.Redis.Client.Del(ctx, stocktest.KeysOf(p.Stock, b1).Stock, stocktest.KeysOf(p.Stock, b1).Sale).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if code, _, r := p.reconcileJSON(t, it, "--once"); code != 1 || r.StockKey != "missing" || r.Sale != "missing" {
@@ -425,7 +422,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 		if got := p.bucketStocks(t, it, B); fmt.Sprint(got) != "[8 8 8]" {
 			t.Errorf("after the fix: buckets %v, want the split of 24: [8 8 8]", got)
 		}
-		if v := p.Redis.Client.HGet(ctx, p.Stock.Keys(b1).Sale, "buckets").Val(); v != "3" {
+		if v := stocktest.SaleField(t, p.Stock, b1, "buckets"); v != "3" {
 			t.Errorf("restored sale's buckets %q", v)
 		}
 	})

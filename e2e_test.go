@@ -13,6 +13,7 @@ import (
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -388,7 +389,7 @@ func TestKafkaUnreachable(t *testing.T) {
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.ProduceTimeout = 2 * time.Second })
 	it := stock.Item{ActivityID: 6, ItemID: 1}
 	p.mustSale(t, 6, 1, map[int64]int64{1: 10})
-	keys := p.Stock.Keys(it)
+	keys := stocktest.KeysOf(p.Stock, it)
 	snapshot := func() string {
 		ctx := context.Background()
 		c := p.Redis.Client

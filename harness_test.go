@@ -20,6 +20,7 @@ import (
 	"orderpipe/gateway"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -277,7 +278,7 @@ func (p *pipeline) mustSale(tb testing.TB, id int64, perUserLimit int, items map
 // redisStock is the item's Redis stock (-1 if the key is missing).
 func (p *pipeline) redisStock(tb testing.TB, it stock.Item) int64 {
 	tb.Helper()
-	n, err := p.Redis.Client.Get(context.Background(), p.Stock.Keys(it).Stock).Int64()
+	n, err := p.Redis.Client.Get(context.Background(), stocktest.KeysOf(p.Stock, it).Stock).Int64()
 	if err != nil {
 		return -1
 	}
@@ -297,7 +298,7 @@ func (p *pipeline) dbStock(tb testing.TB, it stock.Item) order.ItemStock {
 // journalLen is the number of in-flight reservations of the item.
 func (p *pipeline) journalLen(tb testing.TB, it stock.Item) int64 {
 	tb.Helper()
-	n, err := p.Redis.Client.HLen(context.Background(), p.Stock.Keys(it).Journal).Result()
+	n, err := p.Redis.Client.HLen(context.Background(), stocktest.KeysOf(p.Stock, it).Journal).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -353,14 +354,14 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	liveUsers := 0
 	if _, err := pgx.ForEachRow(rows, []any{&user, &rid}, func() error {
 		liveUsers++
-		if got := p.Redis.Client.Get(ctx, p.Stock.Keys(it).Limit(user)).Val(); got != rid {
+		if got := stocktest.MarkerOwner(tb, p.Stock, it, user); got != rid {
 			tb.Errorf("I5: user %d's limit marker is %q, want their live order's request %q", user, got, rid)
 		}
 		return nil
 	}); err != nil {
 		tb.Fatal(err)
 	}
-	if markers := len(testenv.Keys(tb, p.Redis.Client, p.Stock.Keys(it).LimitPattern())); markers != liveUsers {
+	if markers := stocktest.CountMarkers(tb, p.Stock, it); markers != liveUsers {
 		tb.Errorf("I5: %d limit markers for %d live orders", markers, liveUsers)
 	}
 	// I6: a paid order was never closed, and the status agrees with the times.

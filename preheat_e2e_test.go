@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -72,7 +73,7 @@ func (p *pipeline) assertNotOnSale(tb testing.TB, it stock.Item, buckets int, wa
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		k := p.Stock.Keys(bi)
+		k := stocktest.KeysOf(p.Stock, bi)
 		if n := p.journalLen(tb, bi); n != 0 {
 			tb.Errorf("bucket %d: %d journal entries", b, n)
 		}
@@ -133,7 +134,7 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 		return s.InitialStock-s.Stock == int64(len(users))
 	})
 	p.assertBucketInvariants(tb, it, buckets)
-	if v := p.Redis.Client.HGet(context.Background(), p.Stock.Keys(it.Base()).Sale, "buckets").Val(); v != fmt.Sprint(buckets) {
+	if v := stocktest.SaleField(tb, p.Stock, it.Base(), "buckets"); v != fmt.Sprint(buckets) {
 		tb.Errorf("the sale's bucket count in Redis is %q, want %d (Postgres's)", v, buckets)
 	}
 }

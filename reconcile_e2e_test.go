@@ -20,6 +20,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 	"orderpipe/reconciler"
 )
@@ -182,9 +183,7 @@ func TestReconcilerNudgedStock(t *testing.T) {
 		nudge int64
 	}{{"Plus5", 5}, {"Minus5", -5}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := p.Redis.Client.IncrBy(context.Background(), p.Stock.Keys(it).Stock, tc.nudge).Err(); err != nil {
-				t.Fatal(err)
-			}
+			stocktest.AddStock(t, p.Stock, it, tc.nudge)
 			code, _, r := p.reconcileJSON(t, it, "--once")
 			if code != 1 || r.Drift != tc.nudge || !r.Drifted() {
 				t.Errorf("exit %d, drift %d; want exit 1, drift %+d", code, r.Drift, tc.nudge)
@@ -309,7 +308,7 @@ func TestReconcilerRedisLoss(t *testing.T) {
 		t.Errorf("redis stock after the fix %d, want 0", got)
 	}
 	for u := int64(4); u <= 6; u++ {
-		if got, want := p.Redis.Client.Get(ctx, p.Stock.Keys(it).Limit(u)).Val(), fmt.Sprintf("before-%d", u); got != want {
+		if got, want := stocktest.MarkerOwner(t, p.Stock, it, u), fmt.Sprintf("before-%d", u); got != want {
 			t.Errorf("marker of user %d = %q, want %q", u, got, want)
 		}
 	}
@@ -446,9 +445,7 @@ func TestReconcilerFixAfterRedisLostTheFence(t *testing.T) {
 	p.mustSale(t, 4, 1, map[int64]int64{1: 10})
 	ctx := context.Background()
 	for i := range 2 { // two drifted fixes: Postgres records token 2
-		if err := p.Redis.Client.Set(ctx, p.Stock.Keys(it).Stock, 3+i, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
+		stocktest.SetStock(t, p.Stock, it, int64(3+i))
 		if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
 			t.Fatalf("fix %d: exit %d\n%s", i+1, code, out)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -39,7 +40,7 @@ func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
 	defer rdb.Close()
 	ctx := context.Background()
 	it := stock.Item{ActivityID: 1, ItemID: 1}
-	k := stock.New(rdb, "").Keys(it)
+	k := stocktest.KeysOf(stock.New(rdb, ""), it)
 	body := orderBody{RequestID: "wait-1", UserID: 7, ActivityID: 1, ItemID: 1, Quantity: 1}
 
 	pair.Replica.Pause(t)

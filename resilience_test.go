@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -112,9 +113,9 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	testenv.WaitFor(t, 10*time.Second, "db and redis to agree", func() bool {
 		db := p.dbStock(t, it)
-		redisStock, _ := rdb.Get(ctx, st.Keys(it).Stock).Int64()
+		redisStock, _ := rdb.Get(ctx, stocktest.KeysOf(st, it).Stock).Int64()
 		var inflight int64
-		for rid := range rdb.HGetAll(ctx, st.Keys(it).Journal).Val() {
+		for rid := range rdb.HGetAll(ctx, stocktest.KeysOf(st, it).Journal).Val() {
 			var done bool
 			p.DB.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_requests WHERE request_id = $1)`, rid).Scan(&done)
 			if !done {
@@ -298,7 +299,7 @@ func TestHungRedisAnswers503InTime(t *testing.T) {
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.RedisAddr = proxy.Addr; c.RedisTimeout = redisTimeout })
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
 	it := stock.Item{ActivityID: 1, ItemID: 1}
-	k := p.Stock.Keys(it)
+	k := stocktest.KeysOf(p.Stock, it)
 	proxy.Hang()
 
 	start := time.Now()

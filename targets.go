@@ -207,7 +207,7 @@ func gatewayTarget(p *process) (stop func(), err error) {
 		AdminAddr: cfg.AdminAddr, APITokens: cfg.APITokens, UserRPS: cfg.UserRPS, UserBurst: cfg.UserBurst, GlobalRPS: cfg.GlobalRPS,
 		BreakerOpenFor: cfg.BreakerOpenFor, Topic: cfg.KafkaTopic},
 		gateway.Deps{Stock: p.stock, Orders: p.orders, Producer: writer, Metrics: p.metrics, Log: p.log.With("component", "gateway"),
-			Ready: readyChecks(p.rdb, cfg.KafkaBrokers, cfg.KafkaSecurity)})
+			Ready: readyChecks(p.stock, cfg.KafkaBrokers, cfg.KafkaSecurity)})
 	p.run("gateway", func(ctx context.Context) error {
 		if p.ln != nil {
 			return gw.Serve(ctx, p.ln)
@@ -417,9 +417,9 @@ func transient(err error) bool {
 // gateways must stay in service (order lookups, pay and the admin API answer
 // 503 meanwhile). The other components serve no traffic and have no
 // readiness beyond /healthz: each waits for its own dependencies.
-func readyChecks(rdb redis.UniversalClient, brokers []string, sec event.Security) map[string]gateway.PingFunc {
+func readyChecks(st *stock.Store, brokers []string, sec event.Security) map[string]gateway.PingFunc {
 	return map[string]gateway.PingFunc{
-		"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		"redis": st.Ping,
 		"kafka": func(ctx context.Context) error { return sec.Ping(ctx, brokers) },
 	}
 }

@@ -2,13 +2,11 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/stock"
 )
@@ -16,8 +14,7 @@ import (
 // auditor reads one activity's state in Postgres and Redis.
 type auditor struct {
 	pool       *pgxpool.Pool
-	rdb        redis.UniversalClient
-	prefix     string
+	st         *stock.Store
 	activityID int64
 	items      []int64
 	buckets    int // stock buckets of each item (0 or 1: one)
@@ -41,21 +38,15 @@ type drainState struct {
 
 func (a *auditor) drainState(ctx context.Context) (drainState, error) {
 	var d drainState
-	st := stock.New(a.rdb, a.prefix)
-	pipe := a.rdb.Pipeline()
-	var cmds []*redis.IntCmd
+	var items []stock.Item
 	for _, id := range a.items {
-		for _, it := range a.bucketsOf(id) {
-			cmds = append(cmds, pipe.HLen(ctx, st.Keys(it).Journal))
-		}
+		items = append(items, a.bucketsOf(id)...)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return d, fmt.Errorf("reading journals: %w", err)
+	var err error
+	if d.journal, err = a.st.JournalLen(ctx, items...); err != nil {
+		return d, err
 	}
-	for _, c := range cmds {
-		d.journal += c.Val()
-	}
-	err := a.pool.QueryRow(ctx, `SELECT
+	err = a.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM processed_requests WHERE activity_id = $1),
 		(SELECT count(*) FROM redis_compensations WHERE activity_id = $1 AND applied_at IS NULL)`, a.activityID).
 		Scan(&d.processed, &d.pending)
@@ -135,7 +126,7 @@ type Audit struct {
 // users are the workload's users by item.
 func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance, users map[int64][]int64) (Audit, error) {
 	au := Audit{OrdersByStatus: map[string]int64{}, RejectedInDB: map[string]int64{}}
-	st := stock.New(a.rdb, a.prefix)
+	st := a.st
 
 	// Every row of the activity, by requestId: the activity is the bench's own.
 	type row struct {
@@ -289,36 +280,11 @@ func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance, users m
 	return au, nil
 }
 
-// markers reads the limit markers of the given users on one item: user →
-// requestId holding it. The activity is the bench's own, so only users of its
-// workload can hold one; reading their keys directly avoids a SCAN, which
-// walks the whole keyspace of a shared Redis.
-func (a *auditor) markers(ctx context.Context, keys stock.Keys, users []int64) (map[int64]string, error) {
-	out := map[int64]string{}
-	for start := 0; start < len(users); start += 500 {
-		batch := users[start:min(start+500, len(users))]
-		names := make([]string, len(batch))
-		for i, u := range batch {
-			names[i] = keys.Limit(u)
-		}
-		vals, err := a.rdb.MGet(ctx, names...).Result()
-		if err != nil {
-			return nil, fmt.Errorf("reading limit markers: %w", err)
-		}
-		for i, v := range vals {
-			if s, ok := v.(string); ok {
-				out[batch[i]] = s
-			}
-		}
-	}
-	return out, nil
-}
-
 // markersOf reads the limit markers of the given users on one item, each in
 // the user's bucket.
 func (a *auditor) markersOf(ctx context.Context, st *stock.Store, id int64, users []int64) (map[int64]string, error) {
 	if a.buckets <= 1 {
-		return a.markers(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: id}), users)
+		return st.MarkerOwners(ctx, stock.Item{ActivityID: a.activityID, ItemID: id}, users)
 	}
 	per := make([][]int64, a.buckets)
 	for _, u := range users {
@@ -327,7 +293,7 @@ func (a *auditor) markersOf(ctx context.Context, st *stock.Store, id int64, user
 	}
 	out := map[int64]string{}
 	for b, it := range a.bucketsOf(id) {
-		m, err := a.markers(ctx, st.Keys(it), per[b])
+		m, err := st.MarkerOwners(ctx, it, per[b])
 		if err != nil {
 			return nil, err
 		}
@@ -345,15 +311,15 @@ func (a *auditor) markersOf(ctx context.Context, st *stock.Store, id int64, user
 func (a *auditor) redisState(ctx context.Context, st *stock.Store, base stock.Item, ia *ItemAudit, au *Audit) error {
 	id := base.ItemID
 	if a.buckets <= 1 {
-		keys := st.Keys(base)
-		if n, err := a.rdb.Get(ctx, keys.Stock).Int64(); err == nil {
-			ia.RedisStock = n
-			au.OversoldUnits += max(0, -n)
-		} else if !errors.Is(err, redis.Nil) {
+		stocks, err := st.BucketStocks(ctx, base, 1)
+		if err != nil {
 			return fmt.Errorf("reading redis stock of item %d: %w", id, err)
 		}
-		var err error
-		if ia.Journal, err = a.rdb.HLen(ctx, keys.Journal).Result(); err != nil {
+		if n := stocks[0]; n != nil {
+			ia.RedisStock = *n
+			au.OversoldUnits += max(0, -*n)
+		}
+		if ia.Journal, err = st.JournalLen(ctx, base); err != nil {
 			return fmt.Errorf("reading journal of item %d: %w", id, err)
 		}
 		return nil
@@ -381,12 +347,8 @@ func (a *auditor) redisState(ctx context.Context, st *stock.Store, base stock.It
 		}
 	}
 	ia.RedisStock = total
-	for _, it := range a.bucketsOf(id) {
-		n, err := a.rdb.HLen(ctx, st.Keys(it).Journal).Result()
-		if err != nil {
-			return fmt.Errorf("reading journal of item %d: %w", id, err)
-		}
-		ia.Journal += n
+	if ia.Journal, err = st.JournalLen(ctx, a.bucketsOf(id)...); err != nil {
+		return fmt.Errorf("reading journal of item %d: %w", id, err)
 	}
 	return nil
 }

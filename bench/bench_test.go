@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -103,23 +104,23 @@ func TestAuditCatches(t *testing.T) {
 		}, []string{"I4 nothing lost"}},
 		{"Oversold", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			mustExec(t, a, `UPDATE item_stock SET initial_stock = 1, stock = 0 WHERE activity_id = $1`, a.activityID)
-			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 0, 0)
+			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 0, 0)
 		}, []string{"I1 no oversell", "counts add up"}},
 		{"RedisStockDrift", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
+			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"LimitMarkerMissing", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			rd.Client.Del(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(2))
+			stocktest.DropMarker(t, st, stock.Item{ActivityID: a.activityID, ItemID: 1}, 2)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"ExtraLimitMarker", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(3), "stray", time.Hour)
+			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Limit(3), "stray", time.Hour)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"ReplayNamedAnotherOrder", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			acc[fmt.Sprintf("a%d-u1", a.activityID)].orderNo = "someone-else"
 		}, []string{"I3 one order per requestId"}},
 		{"StockGivenBackTwice", func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			mustExec(t, a, `UPDATE item_stock SET stock = 2 WHERE activity_id = $1`, a.activityID)
-			rd.Client.Set(ctx, st.Keys(stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
+			rd.Client.Set(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: a.activityID, ItemID: 1}).Stock, 2, 0)
 		}, []string{"I1 no oversell"}},
 		// The last cases take the table's rules away (for this test's
 		// database), to see that the audit does not rely on them.
@@ -140,7 +141,7 @@ func TestAuditCatches(t *testing.T) {
 	mayFail := map[string][]string{"SecondLiveOrder": {"I5 Redis agrees with Postgres"}}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &auditor{pool: db.Pool, rdb: rd.Client, prefix: rd.Prefix, activityID: int64(100 + i), items: []int64{1}}
+			a := &auditor{pool: db.Pool, st: st, activityID: int64(100 + i), items: []int64{1}}
 			acc := mustSmallSale(t, a, st)
 			if tt.breakFunc != nil {
 				tt.breakFunc(t, a, acc)
@@ -170,14 +171,11 @@ func TestAuditCatches(t *testing.T) {
 // in Postgres and Redis alike; it returns what the client was told.
 func mustSmallSale(t *testing.T, a *auditor, st *stock.Store) map[string]*acceptance {
 	t.Helper()
-	ctx := context.Background()
 	id := a.activityID
 	mustExec(t, a, `INSERT INTO activities (id, name, starts_at, ends_at) VALUES ($1, 'audit', now(), now() + interval '1 hour')`, id)
 	mustExec(t, a, `INSERT INTO item_stock (activity_id, item_id, initial_stock, stock) VALUES ($1, 1, 3, 1)`, id)
-	keys := st.Keys(stock.Item{ActivityID: id, ItemID: 1})
-	if err := a.rdb.Set(ctx, keys.Stock, 1, time.Hour).Err(); err != nil {
-		t.Fatal(err)
-	}
+	it := stock.Item{ActivityID: id, ItemID: 1}
+	stocktest.SetStock(t, st, it, 1)
 	acc := map[string]*acceptance{}
 	for user := int64(1); user <= 2; user++ {
 		rid, no := fmt.Sprintf("a%d-u%d", id, user), fmt.Sprintf("%d-1-%d", id, user)
@@ -185,9 +183,7 @@ func mustSmallSale(t *testing.T, a *auditor, st *stock.Store) map[string]*accept
 			VALUES ($1, $2, $3, $4, 1, 1, now())`, no, rid, user, id)
 		mustExec(t, a, `INSERT INTO processed_requests (request_id, outcome, order_no, user_id, activity_id, item_id, quantity, reserved_at)
 			VALUES ($1, 'CREATED', $2, $3, $4, 1, 1, now())`, rid, no, user, id)
-		if err := a.rdb.Set(ctx, keys.Limit(user), rid, time.Hour).Err(); err != nil {
-			t.Fatal(err)
-		}
+		stocktest.SetMarker(t, st, it, user, rid)
 		acc[rid] = &acceptance{orderNo: no, accepts: 1}
 	}
 	return acc

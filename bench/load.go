@@ -15,6 +15,7 @@ import (
 
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/stock"
 )
 
 // Run creates and preheats a sale through the admin API, sends the load,
@@ -62,7 +63,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	go func() { defer close(scrDone); scr.run(scrCtx, 100*time.Millisecond) }()
 	defer func() { stopScraper(); <-scrDone }()
 
-	a := &auditor{pool: pool, rdb: rdb, prefix: cfg.RedisPrefix, activityID: cfg.ActivityID, items: items, buckets: cfg.Buckets}
+	a := &auditor{pool: pool, st: stock.New(rdb, cfg.RedisPrefix), activityID: cfg.ActivityID, items: items, buckets: cfg.Buckets}
 	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
 		cfg.ActivityID, cfg.Items, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.URL, cfg.Seed)
 	var floor *Arrival

@@ -21,6 +21,7 @@ import (
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/rediskeys"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 )
 
 // StrategyConfig is one --redis-strategies run.
@@ -147,7 +148,7 @@ func RunStrategies(ctx context.Context, cfg StrategyConfig) (*StrategyReport, er
 			s := newStrategy(name, rdb, st, lock.New(rdb, prefix), item, cfg.LockWait)
 			fmt.Fprintf(cfg.Progress, "bench: strategy %s: %d requests at c=%d on %d units\n", name, cfg.Requests, cfg.Concurrency, cfg.Stock)
 			res := race(ctx, s, users, cfg)
-			final, err := rdb.Get(ctx, st.Keys(item).Stock).Int64()
+			final, err := rdb.Get(ctx, stocktest.KeysOf(st, item).Stock).Int64()
 			if err != nil {
 				return StrategyResult{}, fmt.Errorf("reading final stock: %w", err)
 			}
@@ -184,7 +185,7 @@ func strategyUsers(cfg StrategyConfig) (users []int64, repeats int) {
 }
 
 func newStrategy(name string, rdb redis.UniversalClient, st *stock.Store, lk *lock.Locker, item stock.Item, lockWait time.Duration) strategy {
-	keys := st.Keys(item)
+	keys := stocktest.KeysOf(st, item)
 	// checkAndTake is the critical section written the obvious way: read,
 	// decide in the client, write. Four round trips with gaps between them.
 	checkAndTake := func(ctx context.Context, user int64) (outcome, error) {
@@ -267,7 +268,7 @@ func strategyOrderNo(i int) string   { return "o" + strconv.Itoa(i) }
 // name: a SCAN would walk the whole keyspace of a shared Redis.
 // TestRedisStrategies checks by SCAN that nothing is left.
 func dropStrategyKeys(ctx context.Context, rdb redis.UniversalClient, st *stock.Store, prefix string, it stock.Item, users []int64) {
-	k := st.Keys(it)
+	k := stocktest.KeysOf(st, it)
 	names := []string{k.Stock, k.Sale, k.Journal, k.MarkerIndex(), prefix + "lock:" + lockName(it), prefix + "fence:" + lockName(it)}
 	seen := map[int64]bool{}
 	for i, u := range users {

@@ -17,6 +17,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -187,7 +188,7 @@ func statuses(tb testing.TB, e env) map[string]string {
 
 func redisStock(tb testing.TB, e env, it stock.Item) int64 {
 	tb.Helper()
-	n, err := e.Redis.Client.Get(context.Background(), e.Stock.Keys(it).Stock).Int64()
+	n, err := e.Redis.Client.Get(context.Background(), stocktest.KeysOf(e.Stock, it).Stock).Int64()
 	if err != nil {
 		tb.Fatalf("redis stock of %s: %v", it, err)
 	}
@@ -207,9 +208,9 @@ func assertSettled(tb testing.TB, e env, ps []placed) {
 		switch st[p.OrderNo] {
 		case order.StatusUnpaid, order.StatusPaid:
 			live[p.Item] += int64(p.Quantity)
-			liveReq[e.Stock.Keys(p.Item).Limit(p.UserID)] = p.RequestID
+			liveReq[stocktest.KeysOf(e.Stock, p.Item).Limit(p.UserID)] = p.RequestID
 		case order.StatusClosed:
-			fate, err := e.Redis.Client.Get(ctx, e.Stock.Keys(p.Item).Fate(p.OrderNo)).Result()
+			fate, err := e.Redis.Client.Get(ctx, stocktest.KeysOf(e.Stock, p.Item).Fate(p.OrderNo)).Result()
 			if err != nil || fate != "released:"+p.OrderNo {
 				tb.Errorf("%s is CLOSED but its reservation fate is %q (%v)", p.OrderNo, fate, err)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
@@ -63,7 +64,7 @@ func TestFailedProduce(t *testing.T) {
 			w := httptest.NewRecorder()
 			s.Handler().ServeHTTP(w, req)
 
-			k := st.Keys(it)
+			k := stocktest.KeysOf(st, it)
 			left, _ := r.Client.Get(ctx, k.Stock).Int64()
 			journal, _ := r.Client.HLen(ctx, k.Journal).Result()
 			marker, _ := r.Client.Exists(ctx, k.Limit(7)).Result()

@@ -20,6 +20,7 @@ import (
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
@@ -284,7 +285,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 					t.Fatalf("retries answered %v, want one 202 and %d replays of its orderNo", got, n-1)
 				}
 			}
-			if left, err := r.Client.Get(ctx, st.Keys(it).Stock).Int64(); err != nil || left != 9 {
+			if left, err := r.Client.Get(ctx, stocktest.KeysOf(st, it).Stock).Int64(); err != nil || left != 9 {
 				t.Fatalf("redis stock %d (%v), want 9: one unit reserved", left, err)
 			}
 		})

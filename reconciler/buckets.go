@@ -51,7 +51,6 @@ func (r *Reconciler) bucketedItem(ctx context.Context, si order.SaleItem, marker
 func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers markerView, l *lock.Lock, fence int64) (ItemReport, error) {
 	base := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
 	B := si.Buckets
-	rdb := r.deps.Stock.Client()
 	opts := order.LockOptions{LockTimeout: r.cfg.RowLockTimeout}
 	if l != nil {
 		opts.FenceFunc = func(ctx context.Context, tx order.Execer) error { return l.CheckFence(ctx, tx) }
@@ -62,10 +61,6 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers mar
 			return rep, err
 		}
 	}
-	fenceArg := any("")
-	if l != nil {
-		fenceArg = fence
-	}
 	err := r.deps.Orders.WithItemLocked(ctx, si.ActivityID, si.ItemID, opts, func(ctx context.Context, li *order.LockedItem) error {
 		if l != nil {
 			if err := r.finishTransfers(ctx, base, B, fence); err != nil {
@@ -73,8 +68,7 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers mar
 			}
 		}
 		type bucket struct {
-			keys []string
-			args []any // after the mode and the DB stock argument
+			want stock.Expected
 			rep  ItemReport
 			cur  int64 // stock as read
 		}
@@ -84,10 +78,9 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers mar
 		for b := range B {
 			it := base
 			it.Bucket = b
-			k := r.deps.Stock.Keys(it)
-			rids, err := rdb.HKeys(ctx, k.Journal).Result()
+			rids, err := r.deps.Stock.JournalIDs(ctx, it)
 			if err != nil {
-				return fmt.Errorf("reading journal of %s bucket %d: %w", it, b, err)
+				return err
 			}
 			created, err := li.CreatedAmong(ctx, rids)
 			if err != nil {
@@ -107,30 +100,15 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers mar
 					comps = append(comps, c)
 				}
 			}
-			keys := []string{k.Stock, k.Sale, k.Journal, k.Fence(), k.MarkerIndex()}
-			args := []any{li.StartsAt.UnixMilli(), li.EndsAt.UnixMilli(), li.PerUserLimit,
-				li.EndsAt.Add(stock.StockGrace).Unix(), li.EndsAt.Add(markerLife).UnixMilli() / 1000,
-				len(created), len(comps), len(users), fenceArg, B, markers.scannedArg(it)}
-			for rid, ono := range created {
-				args = append(args, rid, ono)
-			}
-			for _, c := range comps {
-				keys = append(keys, k.Fate(c.OrderNo))
-				args = append(args, c.RequestID, c.OrderNo, c.Quantity)
-			}
-			for _, u := range users {
-				keys = append(keys, k.Limit(u))
-				args = append(args, li.Live[u], u)
-			}
-			out, err := reconcileScript.Run(ctx, rdb, keys, append([]any{"check", int64(0)}, args...)...).Slice()
+			want := expected(li, 0, created, comps, users)
+			want.Buckets, want.Scanned = B, markers.scanned[it]
+			o, err := r.deps.Stock.Check(ctx, it, want)
 			if err != nil {
-				return fmt.Errorf("running reconcile script on %s bucket %d: %w", it, b, err)
-			}
-			br := ItemReport{}
-			if err := decode(out, 0, users, &br); err != nil {
 				return err
 			}
-			bs[b] = bucket{keys: keys, args: args, rep: br}
+			br := ItemReport{}
+			decode(o, 0, &br)
+			bs[b] = bucket{want: want, rep: br}
 			if br.RedisStock != nil {
 				bs[b].cur = *br.RedisStock
 				redis += *br.RedisStock
@@ -149,7 +127,7 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers mar
 				sale = br.Sale
 			}
 		}
-		if n, _ := rdb.HGet(ctx, r.deps.Stock.Keys(base).Sale, "buckets").Int(); n != B && sale == "ok" {
+		if n, _, err := r.deps.Stock.Buckets(ctx, base); (err != nil || n != B) && sale == "ok" {
 			sale = "differs" // the gateway would route by another count
 		}
 		transfers, err := r.deps.Stock.Transfers(ctx, base, B)
@@ -195,13 +173,10 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers mar
 			if resetStock {
 				want = shares[b]
 			}
-			args := append([]any{"fix", want + bs[b].rep.InFlight}, bs[b].args...)
-			out, err := reconcileScript.Run(ctx, rdb, bs[b].keys, args...).Result()
-			if err != nil {
-				return fmt.Errorf("fixing %s bucket %d: %w", it, b, err)
-			}
-			if out == "STALE" {
-				return fmt.Errorf("fixing %s bucket %d with token %d: a newer holder claimed the bucket: %w", it, b, fence, lock.ErrStaleFence)
+			fix := bs[b].want
+			fix.Stock, fix.Fence = want+bs[b].rep.InFlight, fence
+			if _, err := r.deps.Stock.Fix(ctx, it, fix); err != nil {
+				return err
 			}
 		}
 		return nil

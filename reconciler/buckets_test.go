@@ -13,6 +13,7 @@ import (
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 	"orderpipe/reconciler"
 )
@@ -179,7 +180,7 @@ func TestStaleMoverAfterFix(t *testing.T) {
 func TestFixWaitsForMover(t *testing.T) {
 	e := mustBucketEnv(t, 30, 3)
 	ctx := context.Background()
-	b1 := e.st.Keys(stock.Item{ActivityID: 8, ItemID: 1, Bucket: 1})
+	b1 := stocktest.KeysOf(e.st, stock.Item{ActivityID: 8, ItemID: 1, Bucket: 1})
 	if err := e.rdb.Client.IncrBy(ctx, b1.Stock, 4).Err(); err != nil {
 		t.Fatal(err)
 	}

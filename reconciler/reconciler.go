@@ -13,17 +13,14 @@ package reconciler
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 
 	"orderpipe/pkg/clock"
@@ -34,19 +31,9 @@ import (
 	"orderpipe/pkg/telemetry"
 )
 
-var (
-	//go:embed reconcile.lua
-	reconcileLua    string
-	reconcileScript = redis.NewScript(reconcileLua)
-)
-
 // FixLockName is the lock that keeps fixes to one runner; the hash tag keeps
 // its keys in one slot on Redis Cluster.
 const FixLockName = "{reconciler}:fix"
-
-// markerLife is how long a limit marker lives after the sale ends (the
-// reserve script's choice, which the fix repeats).
-const markerLife = stock.MarkerLife
 
 // Config is the reconciler's configuration.
 type Config struct {
@@ -98,10 +85,8 @@ type Reconciler struct {
 	cfg  Config
 	deps Deps
 
-	mu      sync.Mutex
-	gauged  map[stock.Item]bool // items that have drift series, to drop them when they leave
-	scanPat string
-	keyHead string
+	mu     sync.Mutex
+	gauged map[stock.Item]bool // items that have drift series, to drop them when they leave
 }
 
 // New builds a reconciler.
@@ -110,11 +95,7 @@ func New(cfg Config, deps Deps) *Reconciler {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	// Marker keys are <prefix>limit:<tag>:<user>; the store keeps its prefix
-	// to itself, so it is read off a key it names.
-	zero := stock.Item{}
-	head := strings.TrimSuffix(deps.Stock.Keys(zero).Stock, "stock:"+zero.Tag()) + "limit:"
-	return &Reconciler{cfg: cfg, deps: deps, gauged: map[stock.Item]bool{}, keyHead: head, scanPat: head + "{a*"}
+	return &Reconciler{cfg: cfg, deps: deps, gauged: map[stock.Item]bool{}}
 }
 
 // ItemReport is what one check found for one item.
@@ -415,12 +396,8 @@ func (r *Reconciler) tracedItem(ctx context.Context, si order.SaleItem, markers 
 func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markers markerView, l *lock.Lock) (ItemReport, error) {
 	it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID}
 	markerUsers := markers.users[it]
-	k := r.deps.Stock.Keys(it)
-	rdb := r.deps.Stock.Client()
 	opts := order.LockOptions{LockTimeout: r.cfg.RowLockTimeout}
-	mode := "check"
 	if l != nil {
-		mode = "fix"
 		opts.FenceFunc = func(ctx context.Context, tx order.Execer) error { return l.CheckFence(ctx, tx) }
 	}
 	rep := ItemReport{ActivityID: it.ActivityID, ItemID: it.ItemID, MarkerIndex: markers.state(it)}
@@ -434,9 +411,9 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markers marker
 	err := r.deps.Orders.WithItemLocked(ctx, it.ActivityID, it.ItemID, opts, func(ctx context.Context, li *order.LockedItem) error {
 		// Read under the lock: an entry created as an order must be known
 		// as such, and no entry journaled from now on can be.
-		rids, err := rdb.HKeys(ctx, k.Journal).Result()
+		rids, err := r.deps.Stock.JournalIDs(ctx, it)
 		if err != nil {
-			return fmt.Errorf("reading journal of %s: %w", it, err)
+			return err
 		}
 		created, err := li.CreatedAmong(ctx, rids)
 		if err != nil {
@@ -449,31 +426,31 @@ func (r *Reconciler) item(ctx context.Context, si order.SaleItem, markers marker
 		users = append(users, markerUsers...)
 		slices.Sort(users)
 		users = slices.Compact(users)
-
-		keys := make([]string, 0, 5+len(li.Pending)+len(users))
-		keys = append(keys, k.Stock, k.Sale, k.Journal, k.Fence(), k.MarkerIndex())
-		args := make([]any, 0, 13+2*len(created)+3*len(li.Pending)+2*len(users))
-		args = append(args, mode, li.Stock, li.StartsAt.UnixMilli(), li.EndsAt.UnixMilli(), li.PerUserLimit,
-			li.EndsAt.Add(stock.StockGrace).Unix(), li.EndsAt.Add(markerLife).UnixMilli()/1000,
-			len(created), len(li.Pending), len(users), "", "", markers.scannedArg(it))
-		for rid, ono := range created {
-			args = append(args, rid, ono)
+		e := expected(li, li.Stock, created, li.Pending, users)
+		e.Scanned = markers.scanned[it]
+		check := r.deps.Stock.Check
+		if l != nil {
+			check = r.deps.Stock.Fix
 		}
-		for _, c := range li.Pending {
-			keys = append(keys, k.Fate(c.OrderNo))
-			args = append(args, c.RequestID, c.OrderNo, c.Quantity)
-		}
-		for _, u := range users {
-			keys = append(keys, k.Limit(u))
-			args = append(args, li.Live[u], u)
-		}
-		out, err := reconcileScript.Run(ctx, rdb, keys, args...).Slice()
+		o, err := check(ctx, it, e)
 		if err != nil {
-			return fmt.Errorf("running reconcile script on %s: %w", it, err)
+			return err
 		}
-		return decode(out, li.Stock, users, &rep)
+		decode(o, li.Stock, &rep)
+		return nil
 	})
 	return rep, err
+}
+
+// expected is what Postgres, read under the item's row lock, says the item
+// (one bucket of it) holds in Redis.
+func expected(li *order.LockedItem, dbStock int64, created map[string]string, comps []order.Compensation, users []int64) stock.Expected {
+	e := stock.Expected{Stock: dbStock, StartsAt: li.StartsAt, EndsAt: li.EndsAt, Cap: li.PerUserLimit,
+		Created: created, Users: users, Live: li.Live}
+	for _, c := range comps {
+		e.Pending = append(e.Pending, stock.Pending{Ref: stock.Ref{RequestID: c.RequestID, OrderNo: c.OrderNo}, Quantity: c.Quantity})
+	}
+	return e
 }
 
 // restoreDedup rebuilds lost dedup records of recently decided requests, so
@@ -497,42 +474,22 @@ func (r *Reconciler) restoreDedup(ctx context.Context, it stock.Item, rep *ItemR
 	return err
 }
 
-// decode fills rep from the script's answer:
-// {exists, stock, inflight, entries, comps, sale, missing, wrong, extra, unreadable}.
-func decode(out []any, dbStock int64, users []int64, rep *ItemReport) error {
-	if len(out) != 10 {
-		return fmt.Errorf("reconcile script answered %d values", len(out))
-	}
-	num := func(i int) int64 { n, _ := out[i].(int64); return n }
-	pick := func(i int) []int64 {
-		idx, _ := out[i].([]any)
-		us := []int64{}
-		for _, v := range idx {
-			if j, ok := v.(int64); ok && j >= 1 && int(j) <= len(users) {
-				us = append(us, users[j-1])
-			}
-		}
-		return us
-	}
+// decode fills rep from what the check observed.
+func decode(o stock.Observed, dbStock int64, rep *ItemReport) {
 	rep.DBStock = dbStock
-	switch num(0) {
-	case 1:
-		n := num(1)
-		rep.RedisStock, rep.StockKey = &n, "ok"
-	case 2:
-		rep.StockKey = "invalid"
-	default:
-		rep.StockKey = "missing"
+	rep.StockKey = o.StockKey
+	if o.StockKey == "ok" {
+		n := o.Stock
+		rep.RedisStock = &n
 	}
-	rep.InFlight = num(2)
-	rep.InFlightReservations = int(num(3))
-	rep.PendingCompensations = int(num(4))
-	rep.Sale = fmt.Sprint(out[5])
-	rep.MissingMarkers, rep.WrongMarkers, rep.ExtraMarkers = pick(6), pick(7), pick(8)
-	rep.UnreadableEntries = int(num(9))
+	rep.InFlight = o.InFlight
+	rep.InFlightReservations = o.Entries
+	rep.PendingCompensations = o.Compensations
+	rep.Sale = o.Sale
+	rep.MissingMarkers, rep.WrongMarkers, rep.ExtraMarkers = o.Missing, o.Wrong, o.Extra
+	rep.UnreadableEntries = o.Unreadable
 	rep.ExpectedRedisStock = dbStock - rep.InFlight
-	rep.Drift = num(1) - rep.ExpectedRedisStock
-	return nil
+	rep.Drift = o.Stock - rep.ExpectedRedisStock
 }
 
 // markerView is the users holding a limit marker, per item bucket, as the
@@ -552,14 +509,6 @@ func (v markerView) state(base stock.Item) string {
 		}
 	}
 	return "ok"
-}
-
-// scannedArg is the reconcile script's ARGV[13] for a bucket.
-func (v markerView) scannedArg(it stock.Item) string {
-	if v.scanned[it] {
-		return "1"
-	}
-	return ""
 }
 
 // readMarkers reads the markers of the items' buckets from their marker
@@ -584,7 +533,7 @@ func (r *Reconciler) readMarkers(ctx context.Context, items []order.SaleItem) (m
 	if len(v.scanned) == 0 {
 		return v, nil
 	}
-	found, err := r.scanMarkers(ctx)
+	found, err := r.deps.Stock.ScanMarkers(ctx)
 	if err != nil {
 		return v, err
 	}
@@ -594,69 +543,6 @@ func (r *Reconciler) readMarkers(ctx context.Context, items []order.SaleItem) (m
 		v.users[it] = append(v.users[it], found[it]...)
 	}
 	return v, nil
-}
-
-// scanMarkers lists the users with a limit marker, per item, by a SCAN of
-// the whole keyspace: its cost is every key Redis holds.
-func (r *Reconciler) scanMarkers(ctx context.Context) (map[stock.Item][]int64, error) {
-	out := map[stock.Item][]int64{}
-	var mu sync.Mutex
-	add := func(key string) {
-		it, user, ok := parseMarker(strings.TrimPrefix(key, r.keyHead))
-		if !ok {
-			return
-		}
-		mu.Lock()
-		out[it] = append(out[it], user)
-		mu.Unlock()
-	}
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		// A large COUNT: few round trips, each still about a millisecond of
-		// Redis time.
-		iter := c.Scan(ctx, 0, r.scanPat, 10000).Iterator()
-		for iter.Next(ctx) {
-			add(iter.Val())
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := r.deps.Stock.Client().(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, r.deps.Stock.Client())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("scanning limit markers: %w", err)
-	}
-	return out, nil
-}
-
-// parseMarker reads "{a<activity>:i<item>}:<user>" or, in bucket b > 0,
-// "{a<activity>:i<item>:b<b>}:<user>".
-func parseMarker(s string) (stock.Item, int64, bool) {
-	tag, user, ok := strings.Cut(s, "}:")
-	if !ok || !strings.HasPrefix(tag, "{a") {
-		return stock.Item{}, 0, false
-	}
-	act, item, ok := strings.Cut(tag[2:], ":i")
-	if !ok {
-		return stock.Item{}, 0, false
-	}
-	bucket := 0
-	if rest, bs, isBucket := strings.Cut(item, ":b"); isBucket {
-		b, err := strconv.Atoi(bs)
-		if err != nil || b <= 0 {
-			return stock.Item{}, 0, false
-		}
-		item, bucket = rest, b
-	}
-	a, err1 := strconv.ParseInt(act, 10, 64)
-	i, err2 := strconv.ParseInt(item, 10, 64)
-	u, err3 := strconv.ParseInt(user, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return stock.Item{}, 0, false
-	}
-	return stock.Item{ActivityID: a, ItemID: i, Bucket: bucket}, u, true
 }
 
 // observe records the pass in the metrics and the log.

@@ -9,14 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/outbox"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 	"orderpipe/reconciler"
@@ -154,7 +156,7 @@ func (e *env) wantClean(tb testing.TB, it stock.Item, step string, inFlight int6
 
 func (e *env) redisStock(tb testing.TB, it stock.Item) int64 {
 	tb.Helper()
-	n, err := e.rdb.Client.Get(context.Background(), e.st.Keys(it).Stock).Int64()
+	n, err := e.rdb.Client.Get(context.Background(), stocktest.KeysOf(e.st, it).Stock).Int64()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -222,12 +224,9 @@ func TestLifecycleIsNeverDrift(t *testing.T) {
 // after it is applied, never double counted.
 func TestRejectionCountedOnce(t *testing.T) {
 	e := mustEnv(t, 1)
-	ctx := context.Background()
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1))...)
 	e.wantClean(t, e.it, "sold out", 0)
-	if err := e.rdb.Client.IncrBy(ctx, e.st.Keys(e.it).Stock, 1).Err(); err != nil {
-		t.Fatal(err)
-	}
+	stocktest.AddStock(t, e.st, e.it, 1)
 	e.wantDrift(t, "nudged", 1, 0)
 	b := e.reserve(t, e.it, "b", 2, 1)
 	e.wantDrift(t, "oversold reservation in flight", 1, 1)
@@ -254,7 +253,7 @@ func (e *env) wantDrift(tb testing.TB, step string, drift, inFlight int64) {
 func TestMarkers(t *testing.T) {
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	k := e.st.Keys(e.it)
+	k := stocktest.KeysOf(e.st, e.it)
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1), e.reserve(t, e.it, "b", 2, 1), e.reserve(t, e.it, "c", 3, 1))...)
 	e.reserve(t, e.it, "d", 4, 1) // in flight: its marker is legitimate
 	e.wantClean(t, e.it, "before tampering", 1)
@@ -307,7 +306,7 @@ func TestMarkers(t *testing.T) {
 func TestFixKeepsInFlight(t *testing.T) {
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	k := e.st.Keys(e.it)
+	k := stocktest.KeysOf(e.st, e.it)
 	a := e.reserve(t, e.it, "a", 1, 3)
 	// Redis loses the stock key and the sale window, as after a failover.
 	if err := e.rdb.Client.Del(ctx, k.Stock, k.Sale).Err(); err != nil {
@@ -345,9 +344,7 @@ func TestFixKeepsInFlight(t *testing.T) {
 func TestNotPreheatedIsSkipped(t *testing.T) {
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	if _, err := e.orders.Pool().Exec(ctx, `UPDATE item_stock SET preheated_at = NULL WHERE item_id = 2`); err != nil {
-		t.Fatal(err)
-	}
+	ordertest.Unpreheat(t, e.orders, e.other.ActivityID, e.other.ItemID)
 	res, err := e.rec.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -375,9 +372,7 @@ func TestLastSuccessGauge(t *testing.T) {
 	}
 
 	// Drift: Redis holds a unit Postgres does not know of.
-	if err := e.rdb.Client.IncrBy(context.Background(), e.st.Keys(e.it).Stock, 1).Err(); err != nil {
-		t.Fatal(err)
-	}
+	stocktest.AddStock(t, e.st, e.it, 1)
 	if r := e.check(t, e.it); !r.Drifted() {
 		t.Fatalf("no drift after INCRBY: %+v", r)
 	}
@@ -386,7 +381,7 @@ func TestLastSuccessGauge(t *testing.T) {
 	}
 
 	// A pass that cannot reach Postgres is no success.
-	dead, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	dead, err := database.OpenLazy(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
@@ -238,11 +239,7 @@ func TestLagGaugeMovesWhilePostgresIsDown(t *testing.T) {
 
 	proxy.Up(t)
 	testenv.WaitFor(t, 30*time.Second, "the lag gauge to fall to 0", func() bool { return gauge() == 0 })
-	var n int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != items {
+	if n := ordertest.CountOrders(t, order.NewStore(db.Pool)); n != items {
 		t.Errorf("%d orders once the lag read 0, want %d", n, items)
 	}
 }

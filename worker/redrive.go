@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -212,7 +211,7 @@ type journaled struct {
 }
 
 func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, seen map[stock.Ref]bool) error {
-	entries, err := r.journal(ctx, it)
+	entries, err := r.deps.Stock.Journal(ctx, it)
 	if err != nil || len(entries) == 0 {
 		return err
 	}
@@ -326,28 +325,6 @@ func (r *Redriver) startSends(ctx context.Context, it stock.Item, refs []stock.R
 		}
 	}
 	return ctxs, spans
-}
-
-// journal reads an item's journal without blocking Redis on a long one.
-func (r *Redriver) journal(ctx context.Context, it stock.Item) (map[string]string, error) {
-	key := r.deps.Stock.Keys(it).Journal
-	out := map[string]string{}
-	var cursor uint64
-	for {
-		kv, next, err := r.deps.Stock.Client().HScan(ctx, key, cursor, "", 500).Result()
-		if errors.Is(err, redis.Nil) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading journal: %w", err)
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			out[kv[i]] = kv[i+1]
-		}
-		if cursor = next; cursor == 0 {
-			return out, nil
-		}
-	}
 }
 
 // redriven is the journaled event as the gateway would have produced it,

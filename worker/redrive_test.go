@@ -13,7 +13,9 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
@@ -24,7 +26,7 @@ import (
 // backs off before re-publishing the same entry again.
 func TestRedrivePass(t *testing.T) {
 	f := newRedriveSale(t, 5, 6)
-	ctx, db, r, k, orders, st, it, now, reserve := f.ctx, f.db, f.r, f.k, f.orders, f.st, f.it, f.now, f.reserve
+	ctx, r, k, orders, st, it, now, reserve := f.ctx, f.r, f.k, f.orders, f.st, f.it, f.now, f.reserve
 	topic := f.topic
 	decide := func(ev event.OrderRequested) order.Decision {
 		t.Helper()
@@ -45,9 +47,7 @@ func TestRedrivePass(t *testing.T) {
 		t.Fatalf("created decided %s", d.Outcome)
 	}
 	rejected := reserve("rejected", 3, old)
-	if _, err := db.Pool.Exec(ctx, `UPDATE item_stock SET stock = 0`); err != nil {
-		t.Fatal(err)
-	}
+	ordertest.SetStock(t, orders, it.ActivityID, it.ItemID, 0)
 	if d := decide(rejected); d.Outcome != order.Rejected {
 		t.Fatalf("rejected decided %s", d.Outcome)
 	}
@@ -67,7 +67,7 @@ func TestRedrivePass(t *testing.T) {
 	if res.Republished != 1 || res.Acked != 1 || res.Rejected != 1 || res.Entries != 4 {
 		t.Errorf("pass %+v; want 1 republished, 1 acked, 1 rejected of 4 entries", res)
 	}
-	journal := r.Client.HKeys(ctx, st.Keys(it).Journal).Val()
+	journal := r.Client.HKeys(ctx, stocktest.KeysOf(st, it).Journal).Val()
 	if len(journal) != 3 || contains(journal, "created") {
 		t.Errorf("journal after the pass %v; want it without the created entry", journal)
 	}

@@ -14,6 +14,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
@@ -81,7 +82,7 @@ func (f *fixture) count(t *testing.T, q string, args ...any) int64 {
 
 func (f *fixture) redisStock(t *testing.T) int64 {
 	t.Helper()
-	n, err := f.rdb.Client.Get(context.Background(), f.stock.Keys(f.item).Stock).Int64()
+	n, err := f.rdb.Client.Get(context.Background(), stocktest.KeysOf(f.stock, f.item).Stock).Int64()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestRedeliveryMakesOneOrder(t *testing.T) {
 	if got := f.redisStock(t); got != 8 {
 		t.Errorf("redis stock %d, want 8", got)
 	}
-	if n := f.rdb.Client.HLen(ctx, f.stock.Keys(f.item).Journal).Val(); n != 0 {
+	if n := int64(len(stocktest.Journal(t, f.stock, f.item))); n != 0 {
 		t.Errorf("%d journal entries left after commit", n)
 	}
 }
@@ -142,7 +143,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d, want 9", got)
 	}
-	if f.rdb.Client.Exists(ctx, f.stock.Keys(f.item).Limit(2)).Val() != 0 {
+	if stocktest.MarkerOwner(t, f.stock, f.item, 2) != "" {
 		t.Error("rejected user's limit marker was not freed")
 	}
 	// Applying the same compensation again (a sweeper racing) changes nothing.
@@ -166,7 +167,7 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Redis lost the user's marker (a failover); the same user reserves again.
-	f.rdb.Client.Del(ctx, f.stock.Keys(f.item).Limit(1))
+	stocktest.DropMarker(t, f.stock, f.item, 1)
 	second := f.reserve(t, "second", 1)
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{second}); err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d, want 9", got)
 	}
-	if owner := f.rdb.Client.Get(ctx, f.stock.Keys(f.item).Limit(1)).Val(); owner != "first" {
+	if owner := stocktest.MarkerOwner(t, f.stock, f.item, 1); owner != "first" {
 		t.Errorf("marker owner %q, want the live order's request", owner)
 	}
 }
@@ -335,7 +336,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d after the sweep, want 9 (b's unit back, once)", got)
 	}
-	if f.rdb.Client.Exists(ctx, f.stock.Keys(f.item).Limit(2)).Val() != 0 {
+	if stocktest.MarkerOwner(t, f.stock, f.item, 2) != "" {
 		t.Error("the refused user's limit marker was not freed")
 	}
 }
@@ -370,7 +371,7 @@ func TestCorruptCopyIsDecidedByTheJournal(t *testing.T) {
 	if got := f.redisStock(t); got != 8 {
 		t.Errorf("redis stock %d, want 8 (nothing given back)", got)
 	}
-	keys := f.stock.Keys(f.item)
+	keys := stocktest.KeysOf(f.stock, f.item)
 	if got := f.rdb.Client.Get(ctx, keys.Limit(3)).Val(); got != "victim" {
 		t.Errorf("user 3's marker is %q, want victim's", got)
 	}
@@ -406,7 +407,7 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 			if got := f.redisStock(t); got != 9 {
 				t.Errorf("redis stock %d, want 9 (the live order keeps its unit)", got)
 			}
-			if got := f.rdb.Client.Get(ctx, f.stock.Keys(f.item).Limit(1)).Val(); got != "a" {
+			if got := stocktest.MarkerOwner(t, f.stock, f.item, 1); got != "a" {
 				t.Errorf("user 1's marker is %q, want a's", got)
 			}
 			if n := f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'a' AND status = 'UNPAID' AND user_id = 1 AND quantity = 1`); n != 1 {
@@ -426,7 +427,7 @@ func TestInvalidJournalEntryIsReleased(t *testing.T) {
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	msg := f.reserve(t, "broken", 5)
-	keys := f.stock.Keys(f.item)
+	keys := stocktest.KeysOf(f.stock, f.item)
 	if err := f.rdb.Client.HSet(ctx, keys.Journal, "broken",
 		`{"requestId":"broken","orderNo":"1-2-broken","userId":5,"activityId":1,"itemId":2,"quantity":1}`).Err(); err != nil {
 		t.Fatal(err)

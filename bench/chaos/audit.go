@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 )
 
 // audit holds one drained activity to the invariants (docs/architecture.md) and to
@@ -234,7 +235,7 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 		pipe := rdb.Pipeline()
 		cmds := make([]*redis.StringCmd, users+1)
 		for u := 1; u <= users; u++ {
-			cmds[u] = pipe.Get(ctx, st.Keys(stock.Item{ActivityID: act, ItemID: it}.ForUser(int64(u), buckets)).Limit(int64(u)))
+			cmds[u] = pipe.Get(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: act, ItemID: it}.ForUser(int64(u), buckets)).Limit(int64(u)))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("reading limit markers: %w", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 )
 
 // Bucketed stock (CHAOS_BUCKETS): the checker holds I5 to an item's Redis
@@ -47,7 +48,7 @@ func journalLen(ctx context.Context, st *stock.Store, it stock.Item, buckets int
 	for b := range max(buckets, 1) {
 		bi := it
 		bi.Bucket = b
-		n, err := st.Client().HLen(ctx, st.Keys(bi).Journal).Result()
+		n, err := stocktest.Client(st).HLen(ctx, stocktest.KeysOf(st, bi).Journal).Result()
 		if err != nil {
 			return total, err
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 )
 
 // copyMutations turn an event the gateway really wrote into what a
@@ -38,7 +39,7 @@ func poisonCopies(ctx context.Context, s *Suite, act int64, rng *rand.Rand) (str
 	var kinds []string
 	for _, it := range []int64{1, 2} {
 		for b := range buckets {
-			k := s.stock.Keys(stock.Item{ActivityID: act, ItemID: it, Bucket: b})
+			k := stocktest.KeysOf(s.stock, stock.Item{ActivityID: act, ItemID: it, Bucket: b})
 			entries, err := s.rdb.HVals(ctx, k.Journal).Result()
 			if err != nil {
 				return "", fmt.Errorf("reading the journal of %d:%d: %w", act, it, err)

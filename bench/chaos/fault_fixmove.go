@@ -12,6 +12,7 @@ import (
 
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 )
 
 // The fix-move fault: `orderpipe reconciler --once --fix` during moves, with
@@ -65,7 +66,7 @@ func (s *Suite) fixDuringMove(ctx context.Context, f fault, act int64) (string, 
 			}
 		}
 		// Drift for another reason than the stock: a sale window 1 ms wider.
-		sale := s.stock.Keys(it).Sale
+		sale := stocktest.KeysOf(s.stock, it).Sale
 		if n, err := s.rdb.Exists(ctx, sale).Result(); err == nil && n == 1 {
 			errs = append(errs, s.rdb.HIncrBy(ctx, sale, "starts", -1).Err())
 		}
@@ -133,7 +134,7 @@ func (s *Suite) dieMidMove(ctx context.Context, it stock.Item) (*deadMove, strin
 func (s *Suite) staleGive(ctx context.Context, d deadMove) (string, error) {
 	dst := d.it
 	dst.Bucket = d.t.To
-	fence, err := s.rdb.Get(ctx, s.stock.Keys(dst).Fence()).Int64()
+	fence, err := s.rdb.Get(ctx, stocktest.KeysOf(s.stock, dst).Fence()).Int64()
 	if errors.Is(err, redis.Nil) {
 		fence, err = 0, nil // Redis lost it: nobody claimed since
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 )
 
 // The preheat fault: a preheat of a fresh activity with Postgres or Redis
@@ -131,7 +132,7 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 	// preheated), or Postgres has fixed the layout (Redis next).
 	reached := func() bool {
 		if f.Target == "postgres" {
-			n, err := s.rdb.Exists(ctx, s.stock.Keys(it).Stock).Result()
+			n, err := s.rdb.Exists(ctx, stocktest.KeysOf(s.stock, it).Stock).Result()
 			return err == nil && n == 1
 		}
 		var started bool
@@ -305,7 +306,7 @@ func (s *Suite) itemKeysHeld(ctx context.Context, it stock.Item, buckets int) st
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		k := s.stock.Keys(bi)
+		k := stocktest.KeysOf(s.stock, bi)
 		for _, key := range []string{k.Stock, k.Sale} {
 			if n, err := s.rdb.Exists(ctx, key).Result(); err == nil && n == 1 {
 				held = append(held, key)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/stock/stocktest"
 )
 
 // afterHeal is the least load after a fault's heal.
@@ -479,7 +481,7 @@ func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
 	var keys []string
 	orderNos := map[string]int64{}
 	for _, it := range items {
-		k := s.stock.Keys(stockItem(act, it))
+		k := stocktest.KeysOf(s.stock, stockItem(act, it))
 		keys = append(keys, k.Stock, k.Sale, k.Journal, k.MarkerIndex())
 		for u := 1; u <= s.cfg.Users; u++ {
 			keys = append(keys, k.Limit(int64(u)))
@@ -500,7 +502,7 @@ func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
 	lr := s.load
 	lr.mu.Lock()
 	for rid, r := range lr.requests {
-		k := s.stock.Keys(stockItem(act, r.body.ItemID))
+		k := stocktest.KeysOf(s.stock, stockItem(act, r.body.ItemID))
 		keys = append(keys, k.Req(rid))
 		if r.orderNo != "" {
 			keys = append(keys, k.Fate(r.orderNo))
@@ -509,7 +511,7 @@ func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
 	}
 	lr.mu.Unlock()
 	for no, it := range orderNos {
-		keys = append(keys, s.stock.Keys(stockItem(act, it)).Order(no))
+		keys = append(keys, stocktest.KeysOf(s.stock, stockItem(act, it)).Order(no))
 	}
 	pipe := s.rdb.TxPipeline()
 	var cmds []*redis.IntCmd

@@ -2,9 +2,9 @@
 // (with the error, source partition and offset the worker wrote in their
 // headers) and replaying them to the order topic once the reason they died is
 // fixed. A replay re-validates the event with the event schema (event.Decode,
-// what the worker runs) and is recorded in Postgres (dlq_replays) in the
-// transaction that holds the record while the event is published, so no
-// dead letter is published twice. It never decides an order: the worker
+// what the worker runs) and is recorded in Postgres (order.Store.ClaimReplay:
+// the record is held uncommitted while the event is published), so no dead
+// letter is published twice. It never decides an order: the worker
 // does, idempotently, as for any event.
 package dlq
 

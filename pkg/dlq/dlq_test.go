@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/testenv"
 )
 
@@ -128,13 +129,12 @@ func TestReplayPublishesOnce(t *testing.T) {
 	ln.Close()
 	dead := event.NewWriter(event.WriterConfig{Brokers: []string{closed}, Topic: topic, WriteTimeout: 200 * time.Millisecond, MaxAttempts: 1})
 	defer dead.Close()
-	rp := Replayer{Pool: db.Pool, Producer: dead, DLQTopic: topic + ".dlq", Topic: topic, PublishTimeout: time.Second}
+	rp := Replayer{Orders: order.NewStore(db.Pool), Producer: dead, DLQTopic: topic + ".dlq", Topic: topic, PublishTimeout: time.Second}
 	if res, err := rp.Replay(ctx, l); err == nil {
 		t.Fatalf("replay through an unreachable broker: %+v", res)
 	}
-	var rows int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM dlq_replays`).Scan(&rows); err != nil || rows != 0 {
-		t.Fatalf("a failed publish left %d rows (%v)", rows, err)
+	if rows, err := order.NewStore(db.Pool).Replays(ctx, topic+".dlq"); err != nil || len(rows) != 0 {
+		t.Fatalf("a failed publish left %d rows (%v)", len(rows), err)
 	}
 
 	w := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic})
@@ -151,7 +151,7 @@ func TestReplayPublishesOnce(t *testing.T) {
 	if n := published(t, k, topic, l.Position); n != 1 {
 		t.Errorf("published %d times, want once", n)
 	}
-	got, err := Replays(ctx, db.Pool, topic+".dlq")
+	got, err := Replays(ctx, order.NewStore(db.Pool), topic+".dlq")
 	if err != nil || got[l.Position].RequestID != "r-once" || got[l.Position].Topic != topic || len(got) != 1 {
 		t.Errorf("recorded replays: %+v %v", got, err)
 	}
@@ -188,7 +188,7 @@ func TestReplayPublishesOnce(t *testing.T) {
 	if res, err := rp.Replay(ctx, bad); err != nil || res.Outcome != StillInvalid || res.Reason == "" {
 		t.Errorf("invalid letter: %+v %v", res, err)
 	}
-	if got, _ := Replays(ctx, db.Pool, topic+".dlq"); len(got) != 2 {
+	if got, _ := Replays(ctx, order.NewStore(db.Pool), topic+".dlq"); len(got) != 2 {
 		t.Errorf("%d replays recorded, want 2", len(got))
 	}
 }

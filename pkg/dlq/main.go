@@ -17,6 +17,7 @@ import (
 
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/secret"
 	"orderpipe/pkg/setting"
 )
@@ -179,7 +180,7 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 		return cannot(err)
 	}
 	defer pool.Close()
-	replays, err := Replays(ctx, pool, cfg.KafkaDLQTopic)
+	replays, err := Replays(ctx, order.NewStore(pool), cfg.KafkaDLQTopic)
 	if err != nil {
 		return cannot(err)
 	}
@@ -229,7 +230,7 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 	w := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Security: cfg.KafkaSecurity,
 		WriteTimeout: 5 * time.Second})
 	defer w.Close()
-	rp := Replayer{Pool: pool, Producer: w, DLQTopic: cfg.KafkaDLQTopic, Topic: cfg.KafkaTopic}
+	rp := Replayer{Orders: order.NewStore(pool), Producer: w, DLQTopic: cfg.KafkaDLQTopic, Topic: cfg.KafkaTopic}
 	var results []Result
 	refused := false
 	replay := func(l Letter) error {

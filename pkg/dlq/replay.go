@@ -2,15 +2,13 @@ package dlq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
 )
 
 // Producer publishes events; *kafka.Writer is one.
@@ -45,8 +43,8 @@ type Result struct {
 
 // Replayer publishes dead letters back to the order topic, each at most once.
 type Replayer struct {
-	Pool     *pgxpool.Pool
-	Producer Producer // writes to Topic
+	Orders   *order.Store // keeps the replay records
+	Producer Producer     // writes to Topic
 	DLQTopic string
 	Topic    string
 	// PublishTimeout bounds one publish (default 10 s).
@@ -74,37 +72,26 @@ func (r Replayer) Replay(ctx context.Context, l Letter) (Result, error) {
 	}
 	res.RequestID, res.OrderNo = ev.RequestID, ev.OrderNo
 
-	tx, err := r.Pool.Begin(ctx)
-	if err != nil {
-		return res, fmt.Errorf("replaying %s: %w", l.Position, err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	var at time.Time
-	err = tx.QueryRow(ctx, `INSERT INTO dlq_replays (dlq_topic, dlq_partition, dlq_offset, request_id, order_no, topic)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING RETURNING replayed_at`,
-		r.DLQTopic, l.Partition, l.Offset, ev.RequestID, ev.OrderNo, r.Topic).Scan(&at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Replayed before (or just now by a concurrent replay, whose commit
-		// this insert waited for).
-		tx.Rollback(ctx) //nolint:errcheck
-		prior, err := r.recorded(ctx, l.Position)
-		if err != nil {
-			return res, err
-		}
-		res.Outcome, res.ReplayedAt = AlreadyReplayed, prior.ReplayedAt
-		return res, nil
-	}
+	claim, prior, err := r.Orders.ClaimReplay(ctx, order.DLQReplay{DLQTopic: r.DLQTopic, Partition: l.Partition, Offset: l.Offset,
+		RequestID: ev.RequestID, OrderNo: ev.OrderNo, Topic: r.Topic})
 	if err != nil {
 		return res, fmt.Errorf("recording the replay of %s: %w", l.Position, err)
 	}
+	if prior != nil {
+		// Replayed before (or just now by a concurrent replay, whose commit
+		// this claim waited for).
+		res.Outcome, res.ReplayedAt = AlreadyReplayed, prior.ReplayedAt
+		return res, nil
+	}
+	defer claim.Rollback(ctx)
 	if err := r.publish(ctx, l, ev); err != nil {
 		return res, fmt.Errorf("publishing %s to %s (not recorded; a later replay retries it): %w", l.Position, r.Topic, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := claim.Commit(ctx); err != nil {
 		return res, fmt.Errorf("%s was published to %s but its replay could not be recorded (a later replay may publish it again; the worker skips the duplicate): %w",
 			l.Position, r.Topic, err)
 	}
-	res.Outcome, res.ReplayedAt = Replayed, at
+	res.Outcome, res.ReplayedAt = Replayed, claim.At
 	return res, nil
 }
 
@@ -130,33 +117,16 @@ func (r Replayer) publish(ctx context.Context, l Letter, ev event.OrderRequested
 	return r.Producer.WriteMessages(pctx, msg)
 }
 
-func (r Replayer) recorded(ctx context.Context, pos Position) (Replay, error) {
-	var rp Replay
-	err := r.Pool.QueryRow(ctx, `SELECT request_id, order_no, topic, replayed_at FROM dlq_replays
-		WHERE dlq_topic = $1 AND dlq_partition = $2 AND dlq_offset = $3`, r.DLQTopic, pos.Partition, pos.Offset).
-		Scan(&rp.RequestID, &rp.OrderNo, &rp.Topic, &rp.ReplayedAt)
-	if err != nil {
-		return Replay{}, fmt.Errorf("reading the replay of %s: %w", pos, err)
-	}
-	return rp, nil
-}
-
 // Replays returns every recorded replay of the dead-letter topic.
-func Replays(ctx context.Context, pool *pgxpool.Pool, dlqTopic string) (map[Position]Replay, error) {
-	rows, err := pool.Query(ctx, `SELECT dlq_partition, dlq_offset, request_id, order_no, topic, replayed_at
-		FROM dlq_replays WHERE dlq_topic = $1`, dlqTopic)
+func Replays(ctx context.Context, orders *order.Store, dlqTopic string) (map[Position]Replay, error) {
+	recs, err := orders.Replays(ctx, dlqTopic)
 	if err != nil {
-		return nil, fmt.Errorf("reading replays of %s: %w", dlqTopic, err)
+		return nil, err
 	}
-	out := map[Position]Replay{}
-	var pos Position
-	var rp Replay
-	_, err = pgx.ForEachRow(rows, []any{&pos.Partition, &pos.Offset, &rp.RequestID, &rp.OrderNo, &rp.Topic, &rp.ReplayedAt}, func() error {
-		out[pos] = rp
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading replays of %s: %w", dlqTopic, err)
+	out := make(map[Position]Replay, len(recs))
+	for _, rp := range recs {
+		out[Position{Partition: rp.Partition, Offset: rp.Offset}] = Replay{RequestID: rp.RequestID, OrderNo: rp.OrderNo,
+			Topic: rp.Topic, ReplayedAt: rp.ReplayedAt}
 	}
 	return out, nil
 }

@@ -9,15 +9,11 @@ package locate
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -203,72 +199,33 @@ func appendItem(items []stock.Item, it stock.Item) []stock.Item {
 // postgres reads the decision, the order and the compensations in one round
 // trip and returns the items they name.
 func (f *Finder) postgres(ctx context.Context, rep *Report) ([]stock.Item, error) {
-	var items []stock.Item
-	rid := rep.RequestID
-	b := &pgx.Batch{}
-	b.Queue(`SELECT outcome, COALESCE(reason, ''), order_no, user_id, activity_id, item_id, quantity, reserved_at, processed_at
-		FROM processed_requests WHERE request_id = $1`, rid).QueryRow(func(row pgx.Row) error {
-		var p Processed
-		var it stock.Item
-		err := row.Scan(&p.Outcome, &p.Reason, &p.OrderNo, &rep.UserID, &it.ActivityID, &it.ItemID, &rep.Quantity, &p.ReservedAt, &p.ProcessedAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading processed_requests: %w", err)
-		}
-		rep.Processed = &p
-		rep.ActivityID, rep.ItemID = it.ActivityID, it.ItemID
-		items = appendItem(items, it)
-		return nil
-	})
-	b.Queue(`SELECT order_no, status, created_at, paid_at, closed_at, user_id, activity_id, item_id, quantity
-		FROM orders WHERE request_id = $1`, rid).QueryRow(func(row pgx.Row) error {
-		var o Order
-		var it stock.Item
-		err := row.Scan(&o.OrderNo, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &rep.UserID, &it.ActivityID, &it.ItemID, &rep.Quantity)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading orders: %w", err)
-		}
-		rep.Order = &o
-		rep.ActivityID, rep.ItemID = it.ActivityID, it.ItemID
-		items = appendItem(items, it)
-		return nil
-	})
-	b.Queue(`SELECT order_no, reason, created_at, applied_at, attempts, COALESCE(last_error, ''), activity_id, item_id
-		FROM redis_compensations WHERE request_id = $1 ORDER BY id`, rid).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var c Compensation
-			var it stock.Item
-			if err := rows.Scan(&c.OrderNo, &c.Reason, &c.CreatedAt, &c.AppliedAt, &c.Attempts, &c.LastError, &it.ActivityID, &it.ItemID); err != nil {
-				return fmt.Errorf("reading redis_compensations: %w", err)
-			}
-			c.Status = "PENDING"
-			if c.AppliedAt != nil {
-				c.Status = "APPLIED"
-			}
-			rep.Compensations = append(rep.Compensations, c)
-			items = appendItem(items, it)
-		}
-		return rows.Err()
-	})
-	b.Queue(`SELECT order_no, activity_id, item_id, reason, rejected_at FROM rejected_reservations
-		WHERE request_id = $1 ORDER BY rejected_at`, rid).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var r Refused
-			if err := rows.Scan(&r.OrderNo, &r.ActivityID, &r.ItemID, &r.Reason, &r.RejectedAt); err != nil {
-				return fmt.Errorf("reading rejected_reservations: %w", err)
-			}
-			rep.Refused = append(rep.Refused, r)
-			items = appendItem(items, stock.Item{ActivityID: r.ActivityID, ItemID: r.ItemID})
-		}
-		return rows.Err()
-	})
-	if err := f.Orders.Pool().SendBatch(ctx, b).Close(); err != nil {
+	t, err := f.Orders.TrailOf(ctx, rep.RequestID)
+	if err != nil {
 		return nil, err
+	}
+	var items []stock.Item
+	if d := t.Decision; d != nil {
+		rep.Processed = &Processed{Outcome: d.Outcome, Reason: d.Reason, OrderNo: d.OrderNo, ReservedAt: d.ReservedAt, ProcessedAt: d.ProcessedAt}
+		rep.UserID, rep.Quantity, rep.ActivityID, rep.ItemID = d.UserID, d.Quantity, d.ActivityID, d.ItemID
+		items = appendItem(items, stock.Item{ActivityID: d.ActivityID, ItemID: d.ItemID})
+	}
+	if o := t.Order; o != nil {
+		rep.Order = &Order{OrderNo: o.OrderNo, Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt}
+		rep.UserID, rep.Quantity, rep.ActivityID, rep.ItemID = o.UserID, o.Quantity, o.ActivityID, o.ItemID
+		items = appendItem(items, stock.Item{ActivityID: o.ActivityID, ItemID: o.ItemID})
+	}
+	for _, c := range t.Compensations {
+		status := "PENDING"
+		if c.AppliedAt != nil {
+			status = "APPLIED"
+		}
+		rep.Compensations = append(rep.Compensations, Compensation{OrderNo: c.OrderNo, Reason: c.Reason, Status: status,
+			CreatedAt: c.CreatedAt, AppliedAt: c.AppliedAt, Attempts: c.Attempts, LastError: c.LastError})
+		items = appendItem(items, stock.Item{ActivityID: c.ActivityID, ItemID: c.ItemID})
+	}
+	for _, r := range t.Refused {
+		rep.Refused = append(rep.Refused, Refused(r))
+		items = appendItem(items, stock.Item{ActivityID: r.ActivityID, ItemID: r.ItemID})
 	}
 	return items, nil
 }
@@ -285,36 +242,19 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 		return err
 	}
 	rid := rep.RequestID
-	type cmds struct {
-		dedup   *redis.MapStringStringCmd
-		journal *redis.StringCmd
+	found, err := f.Stock.Traces(ctx, items, rid)
+	if err != nil {
+		return err
 	}
-	got := make([]cmds, len(items))
-	_, err = f.Stock.Client().Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, it := range items {
-			k := f.Stock.Keys(it)
-			got[i] = cmds{dedup: p.HGetAll(ctx, k.Req(rid)), journal: p.HGet(ctx, k.Journal, rid)}
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("reading redis: %w", err)
-	}
-	for _, c := range got {
-		for _, err := range []error{c.dedup.Err(), c.journal.Err()} {
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("reading redis: %w", err)
-			}
-		}
-	}
-	for i, it := range items {
+	for _, tr := range found {
+		it := tr.Item
 		st := RedisState{ActivityID: it.ActivityID, ItemID: it.ItemID, Bucket: it.Bucket}
-		if d := got[i].dedup.Val(); len(d) > 0 {
-			st.Dedup = &Dedup{Key: f.Stock.Keys(it).Req(rid), OrderNo: d["orderNo"], Remaining: d["remaining"],
-				TraceParent: d["tp"], Event: rawJSON(d["event"])}
+		if d := tr.Dedup; d != nil {
+			st.Dedup = &Dedup{Key: d.Key, OrderNo: d.OrderNo, Remaining: d.Remaining,
+				TraceParent: d.TraceParent, Event: rawJSON(d.Event)}
 		}
-		if j, err := got[i].journal.Result(); err == nil {
-			st.Journal = rawJSON(j)
+		if tr.Journaled {
+			st.Journal = rawJSON(tr.Journal)
 		}
 		// The release guard is keyed by the reservation's orderNo.
 		orderNo := ""
@@ -324,9 +264,9 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 			orderNo = ev.OrderNo
 		}
 		if orderNo != "" {
-			fate, err := f.Stock.Client().Get(ctx, f.Stock.Keys(it).Fate(orderNo)).Result()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return fmt.Errorf("reading redis: %w", err)
+			fate, err := f.Stock.Fate(ctx, it, orderNo)
+			if err != nil {
+				return err
 			}
 			st.Fate = fate
 		}
@@ -347,9 +287,9 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 		if rep.ActivityID == 0 {
 			rep.ActivityID, rep.ItemID = st.ActivityID, st.ItemID
 		}
-		owner, err := f.Stock.Client().Get(ctx, f.Stock.Keys(stock.Item{ActivityID: st.ActivityID, ItemID: st.ItemID, Bucket: st.Bucket}).Limit(ev.UserID)).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("reading limit marker: %w", err)
+		owner, err := f.Stock.MarkerOwner(ctx, stock.Item{ActivityID: st.ActivityID, ItemID: st.ItemID, Bucket: st.Bucket}, ev.UserID)
+		if err != nil {
+			return err
 		}
 		st.LimitHeld = owner == rid
 	}

@@ -1,7 +1,11 @@
 // Package order owns the Postgres side: activities and their item stock,
 // orders and their state machine, the idempotency table and the outbox of
-// Redis compensations. One place decides what a batch of reservations does
-// (ProcessBatch). It never talks to Redis or Kafka.
+// Redis compensations, and the records of replayed dead letters. Every SQL
+// statement is here, but pkg/database's migrations and pkg/lock's fences:
+// others call typed methods (tests that must reach behind them use
+// ordertest), and the store hands out no pool.
+// One place decides what a batch of reservations does (ProcessBatch). It
+// never talks to Redis or Kafka.
 package order
 
 import (
@@ -12,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"orderpipe/pkg/order/internal/handle"
 )
 
 // Order statuses. PENDING and REJECTED are never stored in orders: PENDING
@@ -52,8 +58,7 @@ type Store struct {
 // NewStore wraps a pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-// Pool is the underlying pool.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+func init() { handle.Pool = func(store any) *pgxpool.Pool { return store.(*Store).pool } }
 
 // Activity is a sale with its items.
 type Activity struct {

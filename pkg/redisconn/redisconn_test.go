@@ -11,6 +11,7 @@ import (
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/rediskeys"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -137,10 +138,10 @@ func TestTLSAndAuth(t *testing.T) {
 			if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 7, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
 				t.Fatalf("preheat: %v", err)
 			}
-			if n, err := rdb.Get(ctx, st.Keys(it).Stock).Int(); err != nil || n != 7 {
+			if n, err := rdb.Get(ctx, stocktest.KeysOf(st, it).Stock).Int(); err != nil || n != 7 {
 				t.Errorf("stock %d %v, want 7", n, err)
 			}
-			rdb.Del(ctx, st.Keys(it).Stock, st.Keys(it).Sale)
+			rdb.Del(ctx, stocktest.KeysOf(st, it).Stock, stocktest.KeysOf(st, it).Sale)
 		})
 	}
 }
@@ -172,10 +173,10 @@ func TestCluster(t *testing.T) {
 		if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: int64(i + 1), StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
 			t.Fatalf("preheat item %d: %v", i, err)
 		}
-		if n, err := rdb.Get(ctx, st.Keys(it).Stock).Int(); err != nil || n != i+1 {
+		if n, err := rdb.Get(ctx, stocktest.KeysOf(st, it).Stock).Int(); err != nil || n != i+1 {
 			t.Errorf("item %d: stock %d %v", i, n, err)
 		}
-		node, err := cc.MasterForKey(ctx, st.Keys(it).Stock)
+		node, err := cc.MasterForKey(ctx, stocktest.KeysOf(st, it).Stock)
 		if err != nil {
 			t.Fatal(err)
 		}

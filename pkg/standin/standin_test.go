@@ -19,6 +19,7 @@ import (
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -43,7 +44,7 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	ctx := context.Background()
 	st := stock.New(rdb, "")
 	it := stock.Item{ActivityID: 1, ItemID: 7}
-	k := st.Keys(it)
+	k := stocktest.KeysOf(st, it)
 	now := time.Now()
 	ends := now.Add(time.Hour)
 	if loaded, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 3, StartsAt: now.Add(-time.Minute), EndsAt: ends, Cap: 2}); err != nil || !loaded {

@@ -73,7 +73,7 @@ func TestConcurrentReservesShareOnePipeline(t *testing.T) {
 	if reserved.Load() != 500 || soldOut.Load() != 1500 {
 		t.Fatalf("reserved %d, sold out %d; want 500 and 1500", reserved.Load(), soldOut.Load())
 	}
-	k := s.Keys(it)
+	k := s.keys(it)
 	if left, _ := r.Client.Get(context.Background(), k.Stock).Int64(); left != 0 {
 		t.Errorf("stock left %d", left)
 	}
@@ -114,7 +114,7 @@ func TestConcurrentMarksSharePipelines(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	k := s.Keys(it)
+	k := s.keys(it)
 	for n := 1; n <= 1000; n++ {
 		pub, err := r.Client.HGet(ctx, k.Req("r"+fmt.Sprint(n)), "published").Result()
 		if want := n%10 != 0; (err == nil && pub == "1") != want {
@@ -163,7 +163,7 @@ func TestQueuedReserveIsNeverSentOnceItsContextEnds(t *testing.T) {
 	if res, err := s.Reserve(context.Background(), reservation(it, 2)); err != nil || res.Outcome != Reserved {
 		t.Fatalf("next reserve: %v %v", res, err)
 	}
-	k := s.Keys(it)
+	k := s.keys(it)
 	if left, _ := r.Client.Get(context.Background(), k.Stock).Int64(); left != 9 {
 		t.Errorf("stock %d after one reserve, want 9: the abandoned call was sent", left)
 	}

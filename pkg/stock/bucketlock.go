@@ -46,10 +46,6 @@ var (
 	dropScript  = redis.NewScript(dropLua)
 )
 
-// Fence is the bucket's fence: the newest fencing token of the item's
-// bucket lock that claimed the bucket.
-func (k Keys) Fence() string { return k.prefix + "bfence:" + k.tag }
-
 // BucketLockName is the name (pkg/lock) of the item's bucket lock; bucket
 // 0's hash tag keeps its keys in one slot.
 func (it Item) BucketLockName() string { return it.Base().Tag() + ":buckets" }
@@ -84,7 +80,7 @@ func (s *Store) LockBuckets(ctx context.Context, it Item, buckets int, wait time
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		k := s.Keys(bi)
+		k := s.keys(bi)
 		ok, err := fenceScript.Run(ctx, s.rdb, []string{k.Fence(), k.Stock}, l.Fence(), fenceLifetime.Milliseconds()).Int64()
 		if err == nil && ok != 1 {
 			err = fmt.Errorf("bucket %d holds a newer token than %d: %w", b, l.Fence(), lock.ErrStaleFence)
@@ -131,7 +127,7 @@ func (s *Store) newestFence(ctx context.Context, it Item, buckets int) (int64, e
 		for b := range cmds {
 			bi := it
 			bi.Bucket = b
-			cmds[b] = p.Get(ctx, s.Keys(bi).Fence())
+			cmds[b] = p.Get(ctx, s.keys(bi).Fence())
 		}
 		return nil
 	})

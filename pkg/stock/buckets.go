@@ -95,7 +95,7 @@ func ValidBuckets(b int) bool { return b >= 1 && b <= MaxBuckets }
 // carries "buckets" when there are more than one). ok is false when the item
 // is not preheated (no sale).
 func (s *Store) Buckets(ctx context.Context, it Item) (n int, ok bool, err error) {
-	v, err := s.rdb.HMGet(ctx, s.Keys(it.Base()).Sale, "ends", "buckets").Result()
+	v, err := s.rdb.HMGet(ctx, s.keys(it.Base()).Sale, "ends", "buckets").Result()
 	if err != nil {
 		return 0, false, fmt.Errorf("reading buckets of %s: %w", it, err)
 	}
@@ -129,7 +129,7 @@ func (s *Store) Transfers(ctx context.Context, it Item, buckets int) ([]Transfer
 	for b := range max(buckets, 1) {
 		src := it
 		src.Bucket = b
-		recs, err := s.rdb.HGetAll(ctx, s.Keys(src).Transfers).Result()
+		recs, err := s.rdb.HGetAll(ctx, s.keys(src).Transfers).Result()
 		if err != nil {
 			return nil, fmt.Errorf("reading transfers of %s bucket %d: %w", it, b, err)
 		}
@@ -142,7 +142,7 @@ func (s *Store) Transfers(ctx context.Context, it Item, buckets int) ([]Transfer
 			}
 			dst := it
 			dst.Bucket = t
-			seen, err := s.rdb.Exists(ctx, s.Keys(dst).Given(id)).Result()
+			seen, err := s.rdb.Exists(ctx, s.keys(dst).Given(id)).Result()
 			if err != nil {
 				return nil, fmt.Errorf("reading transfer %s of %s: %w", id, it, err)
 			}
@@ -160,7 +160,7 @@ func (s *Store) BucketStocks(ctx context.Context, it Item, buckets int) ([]*int6
 		for b := range cmds {
 			bi := it
 			bi.Bucket = b
-			cmds[b] = p.Get(ctx, s.Keys(bi).Stock)
+			cmds[b] = p.Get(ctx, s.keys(bi).Stock)
 		}
 		return nil
 	})
@@ -200,7 +200,7 @@ func (s *Store) settle(ctx context.Context, it Item, t Transfer, fence int64, mo
 	}
 	src, dst := it, it
 	src.Bucket, dst.Bucket = t.From, t.To
-	dk, sk := s.Keys(dst), s.Keys(src)
+	dk, sk := s.keys(dst), s.keys(src)
 	out, err := giveScript.Run(ctx, s.rdb, []string{dk.Stock, dk.Given(t.ID), dk.Hold(), dk.Fence()},
 		t.Units, int64(FateLifetime/time.Second), MoveHold.Milliseconds(), fence, mode).Text()
 	switch {
@@ -230,7 +230,7 @@ func (s *Store) Take(ctx context.Context, it Item, t Transfer, fence int64) (boo
 	}
 	src := it
 	src.Bucket = t.From
-	k := s.Keys(src)
+	k := s.keys(src)
 	took, err := takeScript.Run(ctx, s.rdb, []string{k.Stock, k.Transfers, k.Fence()}, t.ID, t.To, t.Units, fence).Int64()
 	switch {
 	case err != nil:
@@ -286,7 +286,7 @@ func (s *Store) plan(ctx context.Context, it Item, buckets int) (from, to int, u
 		for b := range buckets {
 			bi := it
 			bi.Bucket = b
-			k := s.Keys(bi)
+			k := s.keys(bi)
 			stocks[b] = p.Get(ctx, k.Stock)
 			held[b] = p.Exists(ctx, k.Hold())
 		}
@@ -363,7 +363,7 @@ func (s *Store) NeedsMove(ctx context.Context, it Item, buckets int) (bool, erro
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		n, err := s.rdb.HLen(ctx, s.Keys(bi).Transfers).Result()
+		n, err := s.rdb.HLen(ctx, s.keys(bi).Transfers).Result()
 		if err != nil {
 			return false, fmt.Errorf("reading transfers of %s: %w", it, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -127,7 +128,7 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 	}
 	// Bucket 0 sells its last unit: half of the richest bucket not just
 	// filled (bucket 1 is held) comes over.
-	if err := r.Client.DecrBy(ctx, s.Keys(stock.Item{ActivityID: 3, ItemID: 4}).Stock, 1).Err(); err != nil {
+	if err := r.Client.DecrBy(ctx, stocktest.KeysOf(s, stock.Item{ActivityID: 3, ItemID: 4}).Stock, 1).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if moved := move(); moved != 1 {

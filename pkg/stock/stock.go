@@ -1,8 +1,11 @@
 // Package stock owns the Redis side of a sale: the key layout under one hash
-// tag per activity item, and the Lua scripts that reserve, claim, acknowledge
-// and release reservations. Every script touches keys of a single item only,
-// so the layout works on Redis Cluster. It never talks to Postgres: Postgres
-// is the truth and Redis a fast projection the reconciler can rebuild.
+// tag per activity item (internal/layout), and the Lua scripts that reserve,
+// claim, acknowledge and release reservations, move stock between buckets,
+// and check and fix an item against Postgres (reconcile.lua). Nothing else
+// names a key or holds the client: the others call typed methods, tests go
+// through stocktest. Every script touches keys of a single item only, so the
+// layout works on Redis Cluster. It never talks to Postgres: Postgres is the
+// truth and Redis a fast projection the reconciler can rebuild.
 package stock
 
 import (
@@ -20,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/clock"
+	"orderpipe/pkg/stock/internal/layout"
 )
 
 var (
@@ -85,53 +89,6 @@ func (it Item) Tag() string {
 // for every bucket).
 func (it Item) String() string { return fmt.Sprintf("%d:%d", it.ActivityID, it.ItemID) }
 
-// Keys are an item's Redis keys.
-type Keys struct {
-	Stock string // remaining stock
-	// Sale: hash of starts, ends (unix ms), cap (max quantity per user)
-	// and, bucketed, buckets; written last by a preheat (Arm): without it
-	// the bucket does not sell.
-	Sale    string
-	Journal string // hash: requestId → event JSON, until the worker commits
-	// Transfers: hash of the mover's transfers out of this bucket, id →
-	// "<target bucket>:<units>", until the target has them.
-	Transfers string
-	prefix    string
-	tag       string
-}
-
-// Limit is the user's live-order marker; its value is the owning requestId.
-func (k Keys) Limit(userID int64) string {
-	return k.prefix + "limit:" + k.tag + ":" + strconv.FormatInt(userID, 10)
-}
-
-// Req is the dedup record of a requestId: fp, orderNo, remaining, event.
-func (k Keys) Req(requestID string) string { return k.prefix + "req:" + k.tag + ":" + requestID }
-
-// Order maps an orderNo to its requestId while the dedup record lives.
-func (k Keys) Order(orderNo string) string { return k.prefix + "ord:" + k.tag + ":" + orderNo }
-
-// Fate guards one reservation's release: "claimed:<orderNo>" or
-// "released:<orderNo>". It is keyed by orderNo, not requestId: a requestId
-// whose produce failed twice has two aborted reservations, and each must stay
-// remembered as released.
-func (k Keys) Fate(orderNo string) string { return k.prefix + "fate:" + k.tag + ":" + orderNo }
-
-// Given marks that this bucket received transfer id (give.lua).
-func (k Keys) Given(id string) string { return k.prefix + "xfer:" + k.tag + ":" + id }
-
-// Hold marks a bucket that just received units from the mover (MoveHold).
-func (k Keys) Hold() string { return k.prefix + "xhold:" + k.tag }
-
-// MarkerIndex is the set of users that hold a limit marker in this item
-// (bucket): every script that sets or deletes a marker adds or removes its
-// user in the same call, so the reconciler reads an item's markers from it
-// instead of scanning the keyspace. It may hold stale members (a marker that
-// expired, or was deleted by a binary older than the index): a reader checks
-// the marker itself. The member IndexComplete says that every marker of the
-// item is in it (see MarkerIndexComplete).
-func (k Keys) MarkerIndex() string { return k.prefix + "lmk:" + k.tag }
-
 // IndexComplete is the MarkerIndex member that vouches for the index: written
 // when the index started with the item's stock (Load of a fresh sale), or by
 // the reconciler's fix after it found the item's markers by a keyspace scan.
@@ -139,15 +96,19 @@ func (k Keys) MarkerIndex() string { return k.prefix + "lmk:" + k.tag }
 // Redis lost) is read by a scan instead. Never a user id: those are numbers.
 const IndexComplete = "*"
 
-// LimitPattern matches every limit marker of the item.
-func (k Keys) LimitPattern() string { return k.prefix + "limit:" + k.tag + ":*" }
-
 // Store runs the scripts against one Redis (or cluster).
 type Store struct {
 	rdb       redis.UniversalClient
 	prefix    string
 	reserves  *batcher
 	publishes *batcher // the gateway marks every 202 published: one more call per order, so pipelined too
+}
+
+func init() {
+	layout.Open = func(store any) (redis.UniversalClient, string) {
+		s := store.(*Store)
+		return s.rdb, s.prefix
+	}
 }
 
 // New returns a Store; prefix is prepended to every key (tests isolate with it).
@@ -183,18 +144,8 @@ func (s *Store) WaitForReplicas(w ReplicaWait) error {
 	return nil
 }
 
-// Keys returns the item's keys.
-func (s *Store) Keys(it Item) Keys {
-	tag := it.Tag()
-	return Keys{
-		Stock:     s.prefix + "stock:" + tag,
-		Sale:      s.prefix + "sale:" + tag,
-		Journal:   s.prefix + "resv:" + tag,
-		Transfers: s.prefix + "xfers:" + tag,
-		prefix:    s.prefix,
-		tag:       tag,
-	}
-}
+// keys are the item's (bucket's) Redis keys.
+func (s *Store) keys(it Item) layout.Keys { return layout.For(s.prefix, it.Tag()) }
 
 // Outcome is what the reserve script decided.
 type Outcome string
@@ -269,7 +220,7 @@ type ReserveResult struct {
 // call is sent fails it with ErrNotSent; one that ends later does not
 // cancel it.
 func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, error) {
-	k := s.Keys(r.Item)
+	k := s.keys(r.Item)
 	cmd, acked := s.reserves.runAcked(ctx,
 		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo), k.Fate(r.OrderNo),
 			k.MarkerIndex()},
@@ -343,7 +294,7 @@ func (s *Store) Compensate(ctx context.Context, r Release) (ReleaseOutcome, erro
 }
 
 func (s *Store) release(ctx context.Context, r Release, mode string) (ReleaseOutcome, error) {
-	k := s.Keys(r.Item)
+	k := s.keys(r.Item)
 	res, err := releaseScript.Run(ctx, s.rdb,
 		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.OrderNo), k.Req(r.RequestID), k.Order(r.OrderNo), k.MarkerIndex()},
 		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second), r.UserID,
@@ -390,7 +341,7 @@ func (s *Store) ClaimEntries(ctx context.Context, it Item, refs []Ref) ([]Claim,
 	if len(refs) == 0 {
 		return nil, nil
 	}
-	k := s.Keys(it)
+	k := s.keys(it)
 	keys := make([]string, 0, 2*len(refs)+1)
 	args := make([]any, 0, 2*len(refs)+1)
 	keys = append(keys, k.Journal)
@@ -425,7 +376,7 @@ func (s *Store) MarkPublished(ctx context.Context, it Item, refs []Ref) (int64, 
 	if len(refs) == 0 {
 		return 0, nil
 	}
-	k := s.Keys(it)
+	k := s.keys(it)
 	keys := make([]string, len(refs))
 	args := make([]any, len(refs))
 	for i, r := range refs {
@@ -447,7 +398,7 @@ func (s *Store) Ack(ctx context.Context, it Item, refs []Ref) (int64, error) {
 	for _, r := range refs {
 		args = append(args, r.RequestID, r.OrderNo)
 	}
-	n, err := ackScript.Run(ctx, s.rdb, []string{s.Keys(it).Journal}, args...).Int64()
+	n, err := ackScript.Run(ctx, s.rdb, []string{s.keys(it).Journal}, args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("running ack script: %w", err)
 	}
@@ -496,7 +447,7 @@ func (s *Store) Load(ctx context.Context, sale Sale) (loaded bool, err error) {
 	for b, share := range Split(sale.Stock, sale.Buckets) {
 		it := sale.Item
 		it.Bucket = b
-		k := s.Keys(it)
+		k := s.keys(it)
 		n, err := loadScript.Run(ctx, s.rdb, []string{k.Stock, k.MarkerIndex()},
 			share, expireAt.Unix(), sale.EndsAt.Add(MarkerLife).Unix()).Int()
 		if err != nil {
@@ -511,7 +462,7 @@ func (s *Store) Load(ctx context.Context, sale Sale) (loaded bool, err error) {
 // whether it vouches for holding every marker (IndexComplete). Its cost is
 // the index's size, whatever else Redis holds.
 func (s *Store) Markers(ctx context.Context, it Item) (users []int64, complete bool, err error) {
-	iter := s.rdb.SScan(ctx, s.Keys(it).MarkerIndex(), 0, "", 1000).Iterator()
+	iter := s.rdb.SScan(ctx, s.keys(it).MarkerIndex(), 0, "", 1000).Iterator()
 	for iter.Next(ctx) {
 		v := iter.Val()
 		if v == IndexComplete {
@@ -542,7 +493,7 @@ func (s *Store) Arm(ctx context.Context, sale Sale) error {
 	for b := n - 1; b >= 0; b-- {
 		it := sale.Item
 		it.Bucket = b
-		k := s.Keys(it)
+		k := s.keys(it)
 		fields := []any{"starts", sale.StartsAt.UnixMilli(), "ends", sale.EndsAt.UnixMilli(), "cap", sale.Cap}
 		if n > 1 {
 			fields = append(fields, "buckets", n)
@@ -571,7 +522,7 @@ func (s *Store) End(ctx context.Context, it Item, buckets int, at time.Time) (st
 	for b := range max(buckets, 1) {
 		bit := it
 		bit.Bucket = b
-		r, err := endScript.Run(ctx, s.rdb, []string{s.Keys(bit).Sale}, at.UnixMilli()).Int64Slice()
+		r, err := endScript.Run(ctx, s.rdb, []string{s.keys(bit).Sale}, at.UnixMilli()).Int64Slice()
 		if err != nil {
 			return time.Time{}, time.Time{}, false, fmt.Errorf("ending the sale of %s bucket %d: %w", it, b, err)
 		}
@@ -591,7 +542,7 @@ func (s *Store) End(ctx context.Context, it Item, buckets int, at time.Time) (st
 // Pending looks an orderNo up in the item's dedup records: the reservation's
 // event JSON while it is known to Redis.
 func (s *Store) Pending(ctx context.Context, it Item, orderNo string) ([]byte, bool, error) {
-	k := s.Keys(it)
+	k := s.keys(it)
 	rid, err := s.rdb.Get(ctx, k.Order(orderNo)).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
@@ -612,7 +563,7 @@ func (s *Store) Pending(ctx context.Context, it Item, orderNo string) ([]byte, b
 // Journaled is a request's journal entry (the event JSON the gateway
 // reserved), if the item's journal still holds it.
 func (s *Store) Journaled(ctx context.Context, it Item, requestID string) ([]byte, bool, error) {
-	raw, err := s.rdb.HGet(ctx, s.Keys(it).Journal, requestID).Bytes()
+	raw, err := s.rdb.HGet(ctx, s.keys(it).Journal, requestID).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
@@ -625,7 +576,7 @@ func (s *Store) Journaled(ctx context.Context, it Item, requestID string) ([]byt
 // TraceParent is the W3C traceparent the gateway kept in a request's dedup
 // record ("" when none, or the record is gone).
 func (s *Store) TraceParent(ctx context.Context, it Item, requestID string) (string, error) {
-	tp, err := s.rdb.HGet(ctx, s.Keys(it).Req(requestID), "tp").Result()
+	tp, err := s.rdb.HGet(ctx, s.keys(it).Req(requestID), "tp").Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -634,9 +585,6 @@ func (s *Store) TraceParent(ctx context.Context, it Item, requestID string) (str
 	}
 	return tp, nil
 }
-
-// Client is the Redis client the store runs on.
-func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // Decided is a decided request whose dedup record RestoreDedup rebuilds.
 type Decided struct {
@@ -650,7 +598,7 @@ type Decided struct {
 // of decided requests of one item, leaving existing ones alone; remaining is
 // what a replay will report. It returns how many it rebuilt.
 func (s *Store) RestoreDedup(ctx context.Context, it Item, recs []Decided, remaining int64) (int64, error) {
-	k := s.Keys(it)
+	k := s.keys(it)
 	// A lifetime, not an instant: Redis's clock decides, not this host's.
 	lifetime := int64(DedupLifetime / time.Second)
 	var total int64
@@ -694,7 +642,7 @@ type Snapshot struct {
 
 // Snapshot reads an item's stock and journal in one MULTI, so the two agree.
 func (s *Store) Snapshot(ctx context.Context, it Item) (Snapshot, error) {
-	k := s.Keys(it)
+	k := s.keys(it)
 	var get *redis.StringCmd
 	var all *redis.MapStringStringCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {

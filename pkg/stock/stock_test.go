@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
@@ -16,7 +17,7 @@ type fixture struct {
 	s    *stock.Store
 	r    testenv.Redis
 	item stock.Item
-	keys stock.Keys
+	keys stocktest.Keys
 }
 
 func mustFixture(t *testing.T, units int64, cap int) fixture {
@@ -28,7 +29,7 @@ func mustFixture(t *testing.T, units int64, cap int) fixture {
 	if _, err := s.Preheat(context.Background(), stock.Sale{Item: it, Stock: units, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: cap}); err != nil {
 		t.Fatal(err)
 	}
-	return fixture{s: s, r: r, item: it, keys: s.Keys(it)}
+	return fixture{s: s, r: r, item: it, keys: stocktest.KeysOf(s, it)}
 }
 
 func (f fixture) reserve(t *testing.T, rid, orderNo string, user int64, q int, fp string) stock.ReserveResult {
@@ -127,7 +128,7 @@ func TestNotOnSale(t *testing.T) {
 	if err != nil || res.Outcome != stock.NotOnSale || !res.OutsideWindow || res.OrderNo != "" {
 		t.Errorf("before the sale: %+v %v", res, err)
 	}
-	if got := f.r.Client.Get(context.Background(), f.s.Keys(later).Stock).Val(); got != "3" {
+	if got := f.r.Client.Get(context.Background(), stocktest.KeysOf(f.s, later).Stock).Val(); got != "3" {
 		t.Errorf("stock of the later sale %s, want 3", got)
 	}
 	if f.stock(t) != 3 {

@@ -8,9 +8,9 @@
 --   live orders present, markers nobody owns removed; the item's marker
 --   index then lists exactly the users checked whose marker exists (stale
 --   members dropped), and, when the users came from a keyspace scan, is
---   marked complete (IndexComplete, pkg/stock/stock.go).
+--   marked complete (IndexComplete, stock.go).
 -- A fix of a bucketed item carries the fencing token of the item's bucket
--- lock (pkg/stock/bucketlock.go) and is refused, before it reads, when the
+-- lock (bucketlock.go) and is refused, before it reads, when the
 -- bucket's fence is newer: its lock expired and a mover claimed the item.
 -- KEYS: 1 stock, 2 sale, 3 journal, 4 the bucket's fence, 5 the marker index,
 --       then one fate key per compensation, then one limit marker per user

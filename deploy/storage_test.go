@@ -1,0 +1,252 @@
+package deploy
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Storage has one owner (docs/architecture.md, "Who owns storage"): every
+// Redis key and script is pkg/stock's, every SQL statement pkg/order's.
+// TestStorageHasOneOwner reads every Go file of the module, whatever its
+// build tags, and finds where each kind of storage access is:
+//
+//   - redis: imports the go-redis client;
+//   - pgx: imports pgx, pgxpool or pgconn;
+//   - sql: holds a string literal that is an SQL statement;
+//   - key: holds a string literal that names a key of pkg/stock's layout
+//     (a "stock:", "limit:", "resv:"… prefix, or an item hash tag "{a…:i");
+//   - helper: imports an owner's test helper (stocktest, ordertest) or its
+//     internal package.
+//
+// Each kind is allowed in its owners' directories only. Test code that has
+// not moved onto the owners' test helpers yet is listed file by file in
+// storagePending: the list may only shrink (a listed file that no longer
+// needs its entry fails the test too), so nothing new reaches behind an owner.
+func TestStorageHasOneOwner(t *testing.T) {
+	found := storageAccess(t)
+	for file, kinds := range found {
+		for _, kind := range kinds {
+			if storageAllowed(kind, file) || slices.Contains(storagePending[file], kind) {
+				continue
+			}
+			t.Errorf("%s: %s outside its owner (%s); call a typed method of the owner instead (docs/architecture.md, Who owns storage)",
+				file, kind, storageOwners[kind])
+		}
+	}
+	for file, kinds := range storagePending {
+		for _, kind := range kinds {
+			if !slices.Contains(found[file], kind) {
+				t.Errorf("%s no longer has %s: drop it from storagePending", file, kind)
+			}
+		}
+	}
+	// The owners hand out neither their client nor their pool.
+	for _, owner := range []struct{ dir, typ string }{{"pkg/stock", "Store"}, {"pkg/order", "Store"}} {
+		for _, m := range exportedMethodsReturning(t, owner.dir, owner.typ, "redis", "pgx", "pgxpool", "pgconn", "layout", "handle") {
+			t.Errorf("%s.%s.%s hands out the storage itself; return a typed value", owner.dir, owner.typ, m)
+		}
+	}
+}
+
+// storageOwners are the directories (and files) where each kind belongs.
+var storageOwners = map[string]string{
+	// pkg/redisconn builds the client (the root's targets.go opens it and
+	// hands it to stock.New and lock.New), pkg/lock owns its lock:/fence: keys
+	// and scripts, pkg/telemetry instruments the client (spans, no keys),
+	// pkg/rediskeys unlinks by a pattern its caller gives (test and bench
+	// cleanups), pkg/testenv is the tests' connection factory.
+	"redis": "pkg/stock pkg/redisconn pkg/lock pkg/telemetry pkg/rediskeys pkg/testenv targets.go",
+	// pkg/database connects and migrates; pkg/lock owns the lock_fences
+	// table of its fencing check (fence.go); the root's targets.go opens
+	// the pool it hands to order.NewStore; pkg/standin and pkg/testenv start and create
+	// databases.
+	"pgx":    "pkg/order pkg/database pkg/lock targets.go pkg/standin pkg/testenv",
+	"sql":    "pkg/order pkg/database pkg/lock pkg/testenv",
+	"key":    "pkg/stock",
+	"helper": "pkg/stock pkg/order",
+}
+
+func storageAllowed(kind, file string) bool {
+	for _, owner := range strings.Fields(storageOwners[kind]) {
+		if file == owner || strings.HasPrefix(file, owner+"/") {
+			return true
+		}
+	}
+	// An owner's test helper is for tests and the test tools (the bench's
+	// load and audit, the chaos suite).
+	return kind == "helper" && (strings.HasSuffix(file, "_test.go") || strings.HasPrefix(file, "bench/"))
+}
+
+// storagePending is the test code (and test tools) that still reaches
+// behind an owner: their own SQL in the invariant checkers and end-to-end
+// tests, raw Redis reads in the bench and chaos audits. Only ever shorten it.
+var storagePending = map[string][]string{
+	"admin_read_e2e_test.go":         {"sql"},
+	"bench/audit.go":                 {"pgx", "sql"},
+	"bench/bench_test.go":            {"sql"},
+	"bench/chaos/audit.go":           {"redis", "pgx", "sql"},
+	"bench/chaos/chaos.go":           {"redis", "pgx", "sql"},
+	"bench/chaos/checker.go":         {"pgx", "sql"},
+	"bench/chaos/fault_fixmove.go":   {"redis"},
+	"bench/chaos/fault_preheat.go":   {"sql"},
+	"bench/chaos/postgres.go":        {"pgx"},
+	"bench/chaos/redis.go":           {"redis"},
+	"bench/chaos/scenario.go":        {"redis", "sql"},
+	"bench/reconcilepass/main.go":    {"redis", "key"},
+	"bench/strategies.go":            {"redis"},
+	"bench/strategies_test.go":       {"redis"},
+	"buckets_e2e_test.go":            {"pgx", "sql", "key"},
+	"closer/closer_test.go":          {"redis", "sql", "key"},
+	"closer_e2e_test.go":             {"sql"},
+	"e2e_test.go":                    {"sql", "key"},
+	"gateway/flood_bench_test.go":    {"redis", "pgx"},
+	"gateway/lostsale_test.go":       {"pgx"},
+	"gateway/readyz_test.go":         {"redis"},
+	"gateway/replay_test.go":         {"redis"},
+	"harness_test.go":                {"pgx", "sql"},
+	"observability_e2e_test.go":      {"sql"},
+	"pkg/standin/standin_test.go":    {"redis", "sql"},
+	"preheat_e2e_test.go":            {"sql", "key"},
+	"reconcile_e2e_test.go":          {"sql"},
+	"reconciler/markerindex_test.go": {"redis", "key"},
+	"replicawait_e2e_test.go":        {"redis"},
+	"resilience_test.go":             {"redis", "sql"},
+	"standin_test.go":                {"redis", "sql"},
+	"worker/worker_test.go":          {"sql"},
+}
+
+var (
+	// sqlStatement is a literal that starts as an SQL statement does.
+	sqlStatement = regexp.MustCompile(`(?is)^\s*(SELECT\s|INSERT\s+INTO\s|UPDATE\s+\w+\s+SET\s|DELETE\s+FROM\s|` +
+		`CREATE\s+(TABLE|INDEX|DATABASE|SCHEMA|UNIQUE)\s|DROP\s+(TABLE|DATABASE|SCHEMA|INDEX)\s|ALTER\s+TABLE\s|TRUNCATE\s|WITH\s+\w+\s+AS\s*\()`)
+	// layoutKey is a literal naming a key of pkg/stock's layout: one of
+	// its prefixes before a hash tag (or at the literal's end), or an item
+	// hash tag.
+	layoutKey = regexp.MustCompile(`(^|[:"*])(stock|sale|resv|xfers|limit|req|ord|fate|xfer|xhold|lmk|bfence):(\{|$)|\{a(\d+|%d|\*)?(:i|$)`)
+)
+
+// storageAccess maps each Go file (module-relative, slash-separated) to the
+// kinds of storage access it has.
+func storageAccess(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		var kinds []string
+		add := func(k string) {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			switch {
+			case strings.HasPrefix(p, "github.com/redis/go-redis/"):
+				add("redis")
+			case strings.HasPrefix(p, "github.com/jackc/pgx/"):
+				add("pgx")
+			case p == "orderpipe/pkg/stock/stocktest" || p == "orderpipe/pkg/order/ordertest" ||
+				strings.HasPrefix(p, "orderpipe/pkg/stock/internal/") || strings.HasPrefix(p, "orderpipe/pkg/order/internal/"):
+				add("helper")
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			if sqlStatement.MatchString(s) {
+				add("sql")
+			}
+			if layoutKey.MatchString(s) {
+				add("key")
+			}
+			return true
+		})
+		slices.Sort(kinds)
+		if len(kinds) > 0 {
+			out[rel] = kinds
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// exportedMethodsReturning lists the exported methods of typ in dir (its
+// non-test files) whose results name one of the packages.
+func exportedMethodsReturning(t *testing.T, dir, typ string, pkgs ...string) []string {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
+	if err != nil || len(matches) == 0 {
+		t.Fatalf("no Go files in %s (%v)", dir, err)
+	}
+	var out []string
+	for _, path := range matches {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || !fn.Name.IsExported() || fn.Type.Results == nil || receiverName(fn) != typ {
+				continue
+			}
+			ast.Inspect(fn.Type.Results, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok {
+					if id, ok := sel.X.(*ast.Ident); ok && slices.Contains(pkgs, id.Name) {
+						out = append(out, fn.Name.Name)
+						return false
+					}
+				}
+				return true
+			})
+		}
+	}
+	return out
+}
+
+func receiverName(fn *ast.FuncDecl) string {
+	e := fn.Recv.List[0].Type
+	if s, ok := e.(*ast.StarExpr); ok {
+		e = s.X
+	}
+	if id, ok := e.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}

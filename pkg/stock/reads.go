@@ -1,0 +1,170 @@
+package stock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The reads the other components need of an item's Redis side: redrive and
+// the reconciler read the journal, locate a request's traces, the bench's
+// audit the markers of its users, the gateway's readiness probe pings.
+
+// JournalIDs lists the requestIds an item's journal holds.
+func (s *Store) JournalIDs(ctx context.Context, it Item) ([]string, error) {
+	rids, err := s.rdb.HKeys(ctx, s.keys(it).Journal).Result()
+	if err != nil {
+		return nil, fmt.Errorf("reading journal of %s bucket %d: %w", it, it.Bucket, err)
+	}
+	return rids, nil
+}
+
+// Journal reads an item's journal, requestId → entry, a few hundred
+// entries a call (HSCAN), so a long journal never blocks Redis.
+func (s *Store) Journal(ctx context.Context, it Item) (map[string]string, error) {
+	key := s.keys(it).Journal
+	out := map[string]string{}
+	var cursor uint64
+	for {
+		kv, next, err := s.rdb.HScan(ctx, key, cursor, "", 500).Result()
+		if errors.Is(err, redis.Nil) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading journal: %w", err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+// DedupRecord is a request's dedup record as the reserve script wrote it.
+type DedupRecord struct {
+	Key         string // the record's key, for an operator to read it
+	OrderNo     string
+	Remaining   string
+	TraceParent string
+	Event       string
+}
+
+// Traces is what one item's (bucket's) keys hold about a request.
+type Traces struct {
+	Item
+	Dedup     *DedupRecord // nil: none
+	Journal   string       // the journal entry ("" with Journaled false: none)
+	Journaled bool
+}
+
+// Traces reads a request's dedup record and journal entry on each of items
+// in one pipeline (the on-call's "where is this request?").
+func (s *Store) Traces(ctx context.Context, items []Item, requestID string) ([]Traces, error) {
+	type cmds struct {
+		dedup   *redis.MapStringStringCmd
+		journal *redis.StringCmd
+	}
+	got := make([]cmds, len(items))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, it := range items {
+			k := s.keys(it)
+			got[i] = cmds{dedup: p.HGetAll(ctx, k.Req(requestID)), journal: p.HGet(ctx, k.Journal, requestID)}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("reading redis: %w", err)
+	}
+	for _, c := range got {
+		for _, err := range []error{c.dedup.Err(), c.journal.Err()} {
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return nil, fmt.Errorf("reading redis: %w", err)
+			}
+		}
+	}
+	out := make([]Traces, len(items))
+	for i, it := range items {
+		out[i].Item = it
+		if d := got[i].dedup.Val(); len(d) > 0 {
+			out[i].Dedup = &DedupRecord{Key: s.keys(it).Req(requestID), OrderNo: d["orderNo"], Remaining: d["remaining"],
+				TraceParent: d["tp"], Event: d["event"]}
+		}
+		if j, err := got[i].journal.Result(); err == nil {
+			out[i].Journal, out[i].Journaled = j, true
+		}
+	}
+	return out, nil
+}
+
+// Fate is a reservation's release guard: "claimed:<orderNo>",
+// "released:<orderNo>", or "" when it has none.
+func (s *Store) Fate(ctx context.Context, it Item, orderNo string) (string, error) {
+	fate, err := s.rdb.Get(ctx, s.keys(it).Fate(orderNo)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("reading redis: %w", err)
+	}
+	return fate, nil
+}
+
+// MarkerOwner is the requestId the user's limit marker names ("" when the
+// user holds none).
+func (s *Store) MarkerOwner(ctx context.Context, it Item, userID int64) (string, error) {
+	owner, err := s.rdb.Get(ctx, s.keys(it).Limit(userID)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", fmt.Errorf("reading limit marker: %w", err)
+	}
+	return owner, nil
+}
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+// JournalLen counts the journal entries of the items (buckets), in one
+// pipeline: the reservations not yet decided by a worker.
+func (s *Store) JournalLen(ctx context.Context, items ...Item) (int64, error) {
+	cmds := make([]*redis.IntCmd, len(items))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, it := range items {
+			cmds[i] = p.HLen(ctx, s.keys(it).Journal)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading journals: %w", err)
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
+
+// MarkerOwners reads the limit markers of the given users in one item
+// (bucket), 500 a round trip: user → the requestId holding it (users
+// holding none are absent). Reading the users' keys directly costs what
+// they are, where a scan walks the whole keyspace.
+func (s *Store) MarkerOwners(ctx context.Context, it Item, users []int64) (map[int64]string, error) {
+	k := s.keys(it)
+	out := map[int64]string{}
+	for start := 0; start < len(users); start += 500 {
+		batch := users[start:min(start+500, len(users))]
+		names := make([]string, len(batch))
+		for i, u := range batch {
+			names[i] = k.Limit(u)
+		}
+		vals, err := s.rdb.MGet(ctx, names...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("reading limit markers: %w", err)
+		}
+		for i, v := range vals {
+			if str, ok := v.(string); ok {
+				out[batch[i]] = str
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,68 @@
+package stock_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"testing"
+
+	"orderpipe/pkg/stock"
+)
+
+// TestReads: what redrive, the reconciler, locate and the bench audit read
+// of a reservation through the store, before and after it is given back.
+func TestReads(t *testing.T) {
+	ctx := context.Background()
+	f := mustFixture(t, 5, 2)
+	other := stock.Item{ActivityID: 1, ItemID: 3}
+	if res := f.reserve(t, "r1", "1-2-o1", 7, 2, "fp1"); res.Outcome != stock.Reserved {
+		t.Fatalf("reserve: %v", res.Outcome)
+	}
+
+	if ids, err := f.s.JournalIDs(ctx, f.item); err != nil || !slices.Equal(ids, []string{"r1"}) {
+		t.Errorf("JournalIDs = %v, %v", ids, err)
+	}
+	if j, err := f.s.Journal(ctx, f.item); err != nil || !slices.Equal(slices.Collect(maps.Keys(j)), []string{"r1"}) || j["r1"] == "" {
+		t.Errorf("Journal = %v, %v", j, err)
+	}
+	if n, err := f.s.JournalLen(ctx, f.item, other); err != nil || n != 1 {
+		t.Errorf("JournalLen = %d, %v; want 1", n, err)
+	}
+	if owner, err := f.s.MarkerOwner(ctx, f.item, 7); err != nil || owner != "r1" {
+		t.Errorf("MarkerOwner = %q, %v; want r1", owner, err)
+	}
+	if m, err := f.s.MarkerOwners(ctx, f.item, []int64{7, 8}); err != nil || len(m) != 1 || m[7] != "r1" {
+		t.Errorf("MarkerOwners = %v, %v; want 7 → r1", m, err)
+	}
+	tr, err := f.s.Traces(ctx, []stock.Item{f.item, other}, "r1")
+	if err != nil || len(tr) != 2 {
+		t.Fatalf("Traces = %+v, %v", tr, err)
+	}
+	if d := tr[0].Dedup; d == nil || d.OrderNo != "1-2-o1" || d.Remaining != "3" || d.Event == "" || !tr[0].Journaled ||
+		tr[0].Journal != d.Event {
+		t.Errorf("Traces on the item = %+v (dedup %+v)", tr[0], d)
+	}
+	if tr[1].Dedup != nil || tr[1].Journaled || tr[1].Item != other {
+		t.Errorf("Traces on another item = %+v", tr[1])
+	}
+	if fate, err := f.s.Fate(ctx, f.item, "1-2-o1"); err != nil || fate != "" {
+		t.Errorf("Fate before a release = %q, %v", fate, err)
+	}
+
+	rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r1", OrderNo: "1-2-o1"}, UserID: 7, Quantity: 2}
+	if out, err := f.s.Compensate(ctx, rel); err != nil || out != stock.Released {
+		t.Fatalf("compensate: %v %v", out, err)
+	}
+	if fate, err := f.s.Fate(ctx, f.item, "1-2-o1"); err != nil || fate != "released:1-2-o1" {
+		t.Errorf("Fate after the release = %q, %v", fate, err)
+	}
+	if n, err := f.s.JournalLen(ctx, f.item); err != nil || n != 0 {
+		t.Errorf("JournalLen after the release = %d, %v", n, err)
+	}
+	if owner, err := f.s.MarkerOwner(ctx, f.item, 7); err != nil || owner != "" {
+		t.Errorf("MarkerOwner after the release = %q, %v", owner, err)
+	}
+	if err := f.s.Ping(ctx); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+}
