@@ -47,11 +47,11 @@ func (o orderRequest) fingerprint() string {
 
 // orderBody is the wire form of an orderRequest (integers by value).
 type orderBody struct {
-	RequestID  string  `json:"requestId"`
-	UserID     jsonInt `json:"userId"`
-	ActivityID jsonInt `json:"activityId"`
-	ItemID     jsonInt `json:"itemId"`
-	Quantity   jsonInt `json:"quantity"`
+	RequestID  string    `json:"requestId"`
+	UserID     jsonInt64 `json:"userId"`
+	ActivityID jsonInt64 `json:"activityId"`
+	ItemID     jsonInt64 `json:"itemId"`
+	Quantity   jsonInt64 `json:"quantity"`
 }
 
 // parseOrderRequest decodes and validates an order request. It is pure, so
@@ -67,16 +67,16 @@ func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiEr
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"userId", b.UserID.v}, {"activityId", b.ActivityID.v}, {"itemId", b.ItemID.v}} {
+	}{{"userId", int64(b.UserID)}, {"activityId", int64(b.ActivityID)}, {"itemId", int64(b.ItemID)}} {
 		if f.v <= 0 {
 			return orderRequest{}, invalid("%s must be a positive integer", f.name)
 		}
 	}
-	if b.Quantity.v < 1 || b.Quantity.v > 100 {
+	if b.Quantity < 1 || b.Quantity > 100 {
 		return orderRequest{}, invalid("quantity must be between 1 and 100")
 	}
-	return orderRequest{RequestID: b.RequestID, UserID: b.UserID.v, ActivityID: b.ActivityID.v, ItemID: b.ItemID.v,
-		Quantity: int(b.Quantity.v)}, nil
+	return orderRequest{RequestID: b.RequestID, UserID: int64(b.UserID), ActivityID: int64(b.ActivityID), ItemID: int64(b.ItemID),
+		Quantity: int(b.Quantity)}, nil
 }
 
 // decodeJSON reads one JSON object of at most limit bytes into v, unknown

@@ -72,6 +72,16 @@ for _ in $(seq 300); do
 done
 curl -fsS "$BASE/readyz" >/dev/null || { log "the pipeline is not ready"; tail -20 "$OUT/orderpipe.log" >&2; exit 1; }
 
+# A sale on the documents' example ids (activity 1, item 10086), so the
+# generated orders that use them reach the reserve script, the worker and
+# pay (202, replays, 422, SOLD_OUT, ALREADY_PURCHASED), not only 404.
+now=$(date -u +%s)
+sale=$(printf '{"name":"fuzz","startsAt":"%s","endsAt":"%s","perUserLimit":100,"items":[{"itemId":10086,"stock":1000000}]}' \
+  "$(date -u -d "@$((now - 60))" +%Y-%m-%dT%H:%M:%SZ)" "$(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)")
+curl -fsS -X PUT -H "Authorization: Bearer fuzz-admin-token" -H "Content-Type: application/json" -d "$sale" \
+  "$BASE/admin/v1/activities/1" >/dev/null
+curl -fsS -X POST -H "Authorization: Bearer fuzz-admin-token" "$BASE/admin/v1/activities/1/preheat" >/dev/null
+
 log "schemathesis $ST_VERSION, seed $SEED (FUZZ_API_SEED=$SEED repeats this run), $EXAMPLES examples per operation"
 status=0
 PYTHONPATH=$PWD/deploy/local SCHEMATHESIS_HOOKS=fuzz_api_hooks \
