@@ -95,10 +95,12 @@ func validActivity(id int64, b activityBody) (order.Activity, *apiError) {
 	}
 	a := order.Activity{ID: id, Name: b.Name}
 	var err error
-	if a.StartsAt, err = time.Parse(time.RFC3339, b.StartsAt); err != nil {
+	// RFC 3339 (and so the schema's date-time) lets T and Z be lower case;
+	// time.Parse wants them upper case, and no other letter is valid.
+	if a.StartsAt, err = time.Parse(time.RFC3339, strings.ToUpper(b.StartsAt)); err != nil {
 		return a, invalid("startsAt must be an RFC 3339 time such as 2026-11-29T10:00:00Z")
 	}
-	if a.EndsAt, err = time.Parse(time.RFC3339, b.EndsAt); err != nil {
+	if a.EndsAt, err = time.Parse(time.RFC3339, strings.ToUpper(b.EndsAt)); err != nil {
 		return a, invalid("endsAt must be an RFC 3339 time such as 2026-11-29T11:00:00Z")
 	}
 	switch {

@@ -80,6 +80,7 @@ func TestActivityBodyIntegers(t *testing.T) {
 	for _, tc := range []struct{ name, body, want string }{
 		{"IntegralFloats", body(`,"perUserLimit":2.0`, `{"itemId":7e0,"stock":2.4e1,"buckets":4.0}`), ""},
 		{"LimitAbsentOrZero", body(`,"perUserLimit":0.0`, `{"itemId":7,"stock":24}`), ""},
+		{"LowerCaseTimes", strings.ReplaceAll(strings.ReplaceAll(body("", `{"itemId":7,"stock":24}`), "T1", "t1"), "0Z", "0z"), ""},
 		{"BucketsNull", body("", `{"itemId":7,"stock":24,"buckets":null}`), "items[].buckets must be an integer, not null"},
 		{"StockNull", body("", `{"itemId":7,"stock":null}`), "items[].stock must be an integer, not null"},
 		{"StockAbsent", body("", `{"itemId":7}`), "items[].stock is required"},
