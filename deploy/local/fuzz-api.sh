@@ -12,7 +12,7 @@
 # document's x-refusals do not list (deploy/local/fuzz_api_hooks.py).
 #
 # FUZZ_API_SEED (default 1) makes a run repeatable; FUZZ_API_EXAMPLES
-# (default 150) bounds the examples per operation and phase; the whole run
+# (default 100) bounds the examples per operation and phase; the whole run
 # is cut at FUZZ_API_TIMEOUT seconds (default 600); FUZZ_API_BIN runs another
 # build (an older one, to see what the tier catches). The report (JUnit, and
 # the pipeline's log) is left in bin/fuzz-api.
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/../.."
 
 ST_VERSION=4.32.5
 SEED=${FUZZ_API_SEED:-1}
-EXAMPLES=${FUZZ_API_EXAMPLES:-150}
+EXAMPLES=${FUZZ_API_EXAMPLES:-100}
 TIMEOUT=${FUZZ_API_TIMEOUT:-600}
 VENV=${FUZZ_API_VENV:-$HOME/.cache/orderpipe/schemathesis-$ST_VERSION}
 OUT=${FUZZ_API_OUT:-$PWD/bin/fuzz-api}
