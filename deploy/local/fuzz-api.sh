@@ -18,6 +18,7 @@
 # the pipeline's log) is left in bin/fuzz-api.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
 
 ST_VERSION=4.32.5
 SEED=${FUZZ_API_SEED:-1}
@@ -84,11 +85,13 @@ curl -fsS -X POST -H "Authorization: Bearer fuzz-admin-token" "$BASE/admin/v1/ac
 
 log "schemathesis $ST_VERSION, seed $SEED (FUZZ_API_SEED=$SEED repeats this run), $EXAMPLES examples per operation"
 status=0
-PYTHONPATH=$PWD/deploy/local SCHEMATHESIS_HOOKS=fuzz_api_hooks \
-  timeout "$TIMEOUT" "$VENV/bin/st" --config-file deploy/local/fuzz-api.toml run gateway/openapi.json --url "$BASE" \
+# Run from $OUT: schemathesis keeps its state (.schemathesis/) in the
+# working directory.
+(cd "$OUT" && PYTHONPATH=$ROOT/deploy/local SCHEMATHESIS_HOOKS=fuzz_api_hooks \
+  timeout "$TIMEOUT" "$VENV/bin/st" --config-file "$ROOT/deploy/local/fuzz-api.toml" run "$ROOT/gateway/openapi.json" --url "$BASE" \
   -H "Authorization: Bearer fuzz-admin-token" \
   --seed "$SEED" --max-examples "$EXAMPLES" --workers 1 \
-  --report junit --report-dir "$OUT" --output-truncate false || status=$?
+  --report junit --report-dir "$OUT" --output-truncate false) || status=$?
 if [ "$status" -eq 124 ]; then log "cut at ${TIMEOUT}s"; fi
 if grep -q '"level":"ERROR"' "$OUT/orderpipe.log"; then
   log "the pipeline logged errors (first 5):"; grep '"level":"ERROR"' "$OUT/orderpipe.log" | head -5 >&2
