@@ -12,7 +12,7 @@ TRACE_STORE_DIR ?= $(CURDIR)/bin/traces
 export TRACE_STORE_DIR
 endif
 
-.PHONY: run services promtool k8s-rules test test-kafka build build-dev vet bench fuzz chaos chaos-kafka soak kafka
+.PHONY: run services promtool k8s-rules test test-kafka build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
 
 # What `orderpipe version` and the orderpipe_build_info metric say. The
 # production build (`build`, deploy/Dockerfile) links no test fake; `-tags
@@ -82,6 +82,14 @@ FUZZTIME ?= 30s
 fuzz: ## fuzz the order endpoint's decoding/validation and the worker's event decoding (go test runs their seed corpora too)
 	$(GO) test -tags dev -run '^$$' -fuzz FuzzParseOrderRequest -fuzztime $(FUZZTIME) ./gateway/
 	$(GO) test -tags dev -run '^$$' -fuzz FuzzDecodeAgreesWithSchema -fuzztime $(FUZZTIME) ./pkg/event/
+
+# The OpenAPI-driven property-based tier: schemathesis (pinned, into a venv
+# under ~/.cache/orderpipe) against a real `all` on free ports, its own
+# database and Redis, the admin API on; a fixed seed (FUZZ_API_SEED), a
+# bounded number of examples (FUZZ_API_EXAMPLES). See docs/architecture.md,
+# "HTTP conventions".
+fuzz-api: build-dev services ## fuzz the HTTP API from gateway/openapi.json (schemathesis) against a running pipeline: no 5xx, no answer outside the document, no unstated refusal
+	deploy/local/test-redis.sh deploy/local/fuzz-api.sh
 
 bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), then race the Redis strategies; see docs/benchmarks.md
 	./bench/run.sh

@@ -33,14 +33,14 @@ type activityBody struct {
 	Name         string     `json:"name"`
 	StartsAt     string     `json:"startsAt"` // RFC 3339, parsed by validActivity
 	EndsAt       string     `json:"endsAt"`
-	PerUserLimit int        `json:"perUserLimit"`
+	PerUserLimit jsonInt    `json:"perUserLimit"` // absent or 0: 1
 	Items        []itemBody `json:"items"`
 }
 
 type itemBody struct {
-	ItemID  int64 `json:"itemId"`
-	Stock   int64 `json:"stock"`
-	Buckets *int  `json:"buckets"` // nil: keep (1 for a new item)
+	ItemID  jsonInt `json:"itemId"`
+	Stock   jsonInt `json:"stock"`
+	Buckets jsonInt `json:"buckets"` // absent: keep (1 for a new item)
 }
 
 func pathID(r *http.Request, name string) (int64, *apiError) {
@@ -61,9 +61,6 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 	if apiErr := decodeJSON(r.Header.Get("Content-Type"), http.MaxBytesReader(w, r.Body, maxAdminBody+1), maxAdminBody, &body); apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
-	}
-	if body.PerUserLimit == 0 {
-		body.PerUserLimit = 1
 	}
 	a, apiErr := validActivity(id, body)
 	if apiErr != nil {
@@ -92,45 +89,58 @@ const maxAdminBody = 1 << 20
 
 // validActivity checks an upsert and builds the activity it describes.
 func validActivity(id int64, b activityBody) (order.Activity, *apiError) {
-	a := order.Activity{ID: id, Name: b.Name, PerUserLimit: b.PerUserLimit}
+	limit := b.PerUserLimit.v
+	if limit == 0 {
+		limit = 1
+	}
+	a := order.Activity{ID: id, Name: b.Name}
 	var err error
-	if a.StartsAt, err = time.Parse(time.RFC3339, b.StartsAt); err != nil {
+	// RFC 3339 (and so the schema's date-time) lets T and Z be lower case;
+	// time.Parse wants them upper case, and no other letter is valid.
+	if a.StartsAt, err = time.Parse(time.RFC3339, strings.ToUpper(b.StartsAt)); err != nil {
 		return a, invalid("startsAt must be an RFC 3339 time such as 2026-11-29T10:00:00Z")
 	}
-	if a.EndsAt, err = time.Parse(time.RFC3339, b.EndsAt); err != nil {
+	if a.EndsAt, err = time.Parse(time.RFC3339, strings.ToUpper(b.EndsAt)); err != nil {
 		return a, invalid("endsAt must be an RFC 3339 time such as 2026-11-29T11:00:00Z")
 	}
 	switch {
-	case strings.TrimSpace(b.Name) == "" || len(b.Name) > 200:
+	case b.Name == "" || utf8.RuneCountInString(b.Name) > 200:
 		return a, invalid("name must be 1-200 characters")
+	case strings.TrimSpace(b.Name) == "":
+		return a, invalid("name must not be blank")
 	case strings.IndexFunc(b.Name, unicode.IsControl) >= 0 || !utf8.ValidString(b.Name):
 		return a, invalid("name must be printable text")
 	case !a.EndsAt.After(a.StartsAt):
 		return a, invalid("endsAt must be after startsAt")
-	case b.PerUserLimit < 1 || b.PerUserLimit > 100:
+	case limit < 1 || limit > 100:
 		return a, invalid("perUserLimit must be between 1 and 100")
 	case len(b.Items) == 0 || len(b.Items) > 1000:
 		return a, invalid("items must hold 1-1000 items")
 	}
+	a.PerUserLimit = int(limit)
 	seen := map[int64]bool{}
 	for _, it := range b.Items {
-		if it.ItemID <= 0 {
+		if it.ItemID.v <= 0 {
 			return a, invalid("items[].itemId must be a positive integer")
 		}
-		if it.Stock < 0 || it.Stock > 1_000_000_000 {
+		if !it.Stock.set {
+			return a, invalid("items[].stock is required")
+		}
+		if it.Stock.v < 0 || it.Stock.v > 1_000_000_000 {
 			return a, invalid("items[].stock must be between 0 and 1000000000")
 		}
-		if seen[it.ItemID] {
-			return a, invalid("items[].itemId %d appears twice", it.ItemID)
+		if seen[it.ItemID.v] {
+			return a, invalid("items[].itemId must be unique: %d appears twice", it.ItemID.v)
 		}
 		buckets := 0
-		if it.Buckets != nil {
-			if buckets = *it.Buckets; !stock.ValidBuckets(buckets) {
+		if it.Buckets.set {
+			if it.Buckets.v < 1 || it.Buckets.v > stock.MaxBuckets {
 				return a, invalid("items[].buckets must be between 1 and %d", stock.MaxBuckets)
 			}
+			buckets = int(it.Buckets.v)
 		}
-		seen[it.ItemID] = true
-		a.Items = append(a.Items, order.ItemStock{ActivityID: id, ItemID: it.ItemID, InitialStock: it.Stock, Buckets: buckets})
+		seen[it.ItemID.v] = true
+		a.Items = append(a.Items, order.ItemStock{ActivityID: id, ItemID: it.ItemID.v, InitialStock: it.Stock.v, Buckets: buckets})
 	}
 	return a, nil
 }

@@ -240,13 +240,37 @@ func (s *Server) routes() {
 	s.handle("GET /readyz", s.readyz)
 	s.handle("GET /openapi.json", serveOpenAPI)
 	s.mux.Handle("GET /metrics", s.deps.Metrics.Handler())
-	notFound := func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "NOT_FOUND", "no such route: "+r.Method+" "+r.URL.Path)
-	}
-	s.mux.HandleFunc("/", notFound)
+	s.mux.Handle("/", noRoute(s.mux))
 	if s.adminMux != s.mux {
-		s.adminMux.HandleFunc("/", notFound)
+		s.adminMux.Handle("/", noRoute(s.adminMux))
 	}
+}
+
+// routeMethods are the methods a route of this API may be served with.
+var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// noRoute answers what no route of mux took, in the API's error body: 405
+// METHOD_NOT_ALLOWED with Allow where the path is served with other
+// methods, else 404 NOT_FOUND. The mux would tell 405 from 404 itself, but
+// a catch-all pattern matches every method, so it asks the mux: which
+// methods would a route take on this path? (A GET route takes HEAD too.)
+// Only requests no route took pay for the asking.
+func noRoute(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range routeMethods {
+			if _, pattern := mux.Handler(&http.Request{Method: m, Host: r.Host, URL: r.URL}); pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) == 0 {
+			writeError(w, http.StatusNotFound, "NOT_FOUND", "no such route: "+r.Method+" "+r.URL.Path)
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
+			r.URL.Path+" is served with "+strings.Join(allow, ", ")+", not "+r.Method)
+	})
 }
 
 // handle registers a route and counts its outcomes by route pattern.

@@ -100,7 +100,15 @@ func TestOpenAPIContractRejectsWrongExchanges(t *testing.T) {
 			`{"error":{"code":"ORDER_PENDING","message":"retry"}}`}},
 		{"AdminNoToken", exchange{"PUT", "/admin/v1/activities/1", `{"name":"x","startsAt":"2026-11-29T10:00:00Z","endsAt":"2026-11-29T11:00:00Z","items":[{"itemId":1,"stock":5}]}`,
 			jsonCT, 401, nil, `{"error":{"code":"UNAUTHORIZED","message":"admin API needs a token"}}`}},
-		{"UnknownRoute", exchange{"DELETE", "/v1/orders", "", nil, 404, nil, `{"error":{"code":"NOT_FOUND","message":"no such route: DELETE /v1/orders"}}`}},
+		{"UnknownRoute", exchange{"DELETE", "/v1/things", "", nil, 404, nil, `{"error":{"code":"NOT_FOUND","message":"no such route: DELETE /v1/things"}}`}},
+		{"MethodNotAllowed", exchange{"DELETE", "/v1/orders", "", nil, 405, map[string]string{"Allow": "POST"},
+			`{"error":{"code":"METHOD_NOT_ALLOWED","message":"/v1/orders is served with POST, not DELETE"}}`}},
+		{"MethodNotAllowedGET", exchange{"POST", "/healthz", "", nil, 405, map[string]string{"Allow": "GET, HEAD"},
+			`{"error":{"code":"METHOD_NOT_ALLOWED","message":"/healthz is served with GET, HEAD, not POST"}}`}},
+		{"AdminMethodWithAdminOff", exchange{"DELETE", "/admin/v1/activities/1", "", nil, 404, nil,
+			`{"error":{"code":"NOT_FOUND","message":"no such route: DELETE /admin/v1/activities/1"}}`}},
+		{"IntegralFloatTaken", exchange{"POST", "/v1/orders", `{"requestId":"r-1","userId":42,"activityId":1,"itemId":10086,"quantity":2.4e1}`,
+			jsonCT, 202, nil, accepted}},
 	}
 	bad := []struct {
 		name string
@@ -136,7 +144,17 @@ func TestOpenAPIContractRejectsWrongExchanges(t *testing.T) {
 		{"PreheatWithoutLoaded", exchange{"POST", "/admin/v1/activities/1/preheat", "", admin, 200, nil,
 			`{"activityId":1,"name":"x","startsAt":"2026-11-29T10:00:00Z","endsAt":"2026-11-29T11:00:00Z","perUserLimit":1,"items":[{"itemId":1,"initialStock":5,"stock":5}]}`}},
 		{"ReadyWithFailedCheck", exchange{"GET", "/readyz", "", nil, 200, nil, `{"status":"ok","checks":{"redis":"unavailable"}}`}},
-		{"UnknownRouteAnswered", exchange{"DELETE", "/v1/orders", "", nil, 200, nil, `{}`}},
+		{"UnknownRouteAnswered", exchange{"DELETE", "/v1/things", "", nil, 200, nil, `{}`}},
+		{"WrongMethodAnswered", exchange{"DELETE", "/v1/orders", "", nil, 200, nil, `{}`}},
+		{"WrongMethodNotFound", exchange{"DELETE", "/v1/orders", "", nil, 404, nil, `{"error":{"code":"NOT_FOUND","message":"no such route"}}`}},
+		{"MethodNotAllowedWithoutAllow", exchange{"DELETE", "/v1/orders", "", nil, 405, nil,
+			`{"error":{"code":"METHOD_NOT_ALLOWED","message":"no"}}`}},
+		{"MethodNotAllowedWrongAllow", exchange{"DELETE", "/admin/v1/activities/1", "", nil, 405, map[string]string{"Allow": "GET, PUT"},
+			`{"error":{"code":"METHOD_NOT_ALLOWED","message":"no"}}`}},
+		{"NullQuantityTaken", exchange{"POST", "/v1/orders", `{"requestId":"r-1","userId":42,"activityId":1,"itemId":10086,"quantity":null}`,
+			jsonCT, 202, nil, accepted}},
+		{"FractionTaken", exchange{"POST", "/v1/orders", `{"requestId":"r-1","userId":42,"activityId":1,"itemId":10086,"quantity":24.5}`,
+			jsonCT, 202, nil, accepted}},
 	}
 	run := func(ex exchange) error {
 		var body *bytes.Reader
@@ -367,4 +385,66 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestOpenAPIRefusalsStated: each rule an operation lists in x-refusals (the
+// refusals of a schema-valid request, which `make fuzz-api` holds the
+// gateway to) is one the gateway answers: its code in the catalogue, its
+// status among the operation's answers, its rule the start of a message the
+// code says; and the operation's description states it.
+func TestOpenAPIRefusalsStated(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Description string `json:"description"`
+			Refusals    []struct {
+				Status int    `json:"status"`
+				Code   string `json:"code"`
+				Rule   string `json:"rule"`
+			} `json:"x-refusals"`
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"paths"`
+		Components struct {
+			Schemas struct {
+				ErrorCode struct {
+					Enum []string `json:"enum"`
+				} `json:"ErrorCode"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var src strings.Builder
+	files, _ := filepath.Glob("*.go")
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			src.Write(mustRead(t, f))
+		}
+	}
+	rules := 0
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			for _, r := range op.Refusals {
+				name := strings.ToUpper(method) + " " + path
+				if !slices.Contains(doc.Components.Schemas.ErrorCode.Enum, r.Code) {
+					t.Errorf("%s: x-refusals has %s, not in the ErrorCode catalogue", name, r.Code)
+				}
+				if _, ok := op.Responses[strconv.Itoa(r.Status)]; !ok {
+					t.Errorf("%s: x-refusals has %d %s, not among its answers", name, r.Status, r.Code)
+				}
+				if !strings.Contains(op.Description, r.Code) {
+					t.Errorf("%s: the description does not state the refusal %d %s", name, r.Status, r.Code)
+				}
+				if r.Rule != "" {
+					rules++
+					if !strings.Contains(src.String(), `"`+r.Rule) {
+						t.Errorf("%s: x-refusals rule %q is no message the gateway says", name, r.Rule)
+					}
+				}
+			}
+		}
+	}
+	if rules < 5 {
+		t.Errorf("only %d rules in x-refusals", rules)
+	}
 }

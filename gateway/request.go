@@ -45,28 +45,38 @@ func (o orderRequest) fingerprint() string {
 	return stock.Fingerprint(o.UserID, o.ActivityID, o.ItemID, o.Quantity)
 }
 
+// orderBody is the wire form of an orderRequest (integers by value).
+type orderBody struct {
+	RequestID  string    `json:"requestId"`
+	UserID     jsonInt64 `json:"userId"`
+	ActivityID jsonInt64 `json:"activityId"`
+	ItemID     jsonInt64 `json:"itemId"`
+	Quantity   jsonInt64 `json:"quantity"`
+}
+
 // parseOrderRequest decodes and validates an order request. It is pure, so
 // the fuzzer can drive it: every failure is a 4xx apiError, never a panic.
 func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiError) {
-	var req orderRequest
-	if apiErr := decodeJSON(contentType, body, MaxBodyBytes, &req); apiErr != nil {
+	var b orderBody
+	if apiErr := decodeJSON(contentType, body, MaxBodyBytes, &b); apiErr != nil {
 		return orderRequest{}, apiErr
 	}
-	if err := validRequestID(req.RequestID); err != nil {
+	if err := validRequestID(b.RequestID); err != nil {
 		return orderRequest{}, err
 	}
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"userId", req.UserID}, {"activityId", req.ActivityID}, {"itemId", req.ItemID}} {
+	}{{"userId", int64(b.UserID)}, {"activityId", int64(b.ActivityID)}, {"itemId", int64(b.ItemID)}} {
 		if f.v <= 0 {
 			return orderRequest{}, invalid("%s must be a positive integer", f.name)
 		}
 	}
-	if req.Quantity < 1 || req.Quantity > 100 {
+	if b.Quantity < 1 || b.Quantity > 100 {
 		return orderRequest{}, invalid("quantity must be between 1 and 100")
 	}
-	return req, nil
+	return orderRequest{RequestID: b.RequestID, UserID: int64(b.UserID), ActivityID: int64(b.ActivityID), ItemID: int64(b.ItemID),
+		Quantity: int(b.Quantity)}, nil
 }
 
 // decodeJSON reads one JSON object of at most limit bytes into v, unknown
@@ -105,7 +115,20 @@ func jsonError(err error) *apiError {
 		if typeErr.Field == "" {
 			return invalid("body must be a JSON object")
 		}
-		return invalid("%s has the wrong type or is out of range", typeErr.Field)
+		// "items.stock" is items[].stock: encoding/json names no index.
+		field := typeErr.Field
+		if rest, ok := strings.CutPrefix(field, "items."); ok {
+			field = "items[]." + rest
+		}
+		switch typeErr.Value {
+		case nullNumber:
+			return invalid("%s must be an integer, not null", field)
+		case notInteger:
+			return invalid("%s must be an integer", field)
+		case outOfRange:
+			return invalid("%s is out of range", field)
+		}
+		return invalid("%s has the wrong type or is out of range", field)
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return invalid("malformed JSON")
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pb33f/libopenapi"
@@ -28,8 +30,12 @@ import (
 //     range, no bearer token where one is required, ...) must be refused: a
 //     4xx. Tests send such requests on purpose; the gateway must not take
 //     what the contract says it refuses.
-//   - A route or method the description does not have must be answered
-//     404 NOT_FOUND with the error body.
+//   - A path the description does not have must be answered 404
+//     NOT_FOUND with the error body; a path it has, with a method it does
+//     not, 405 METHOD_NOT_ALLOWED with an Allow header listing exactly the
+//     path's methods (GET with HEAD), or 404 NOT_FOUND where every
+//     operation of the path is an admin one (the admin API may be off).
+//     HEAD where GET is described is answered as GET, without a body.
 //
 // It is safe for concurrent use.
 type APIContract struct {
@@ -70,8 +76,15 @@ func (c *APIContract) Check(req *http.Request, reqBody []byte, res *http.Respons
 	resCopy.Body = io.NopCloser(bytes.NewReader(resBody))
 	resCopy.Request = r
 
-	if !c.documented(r) {
+	item, _, _ := paths.FindPath(r, c.model, c.opts)
+	if item == nil {
+		if r.Method == http.MethodHead {
+			return checkStatus(res.StatusCode, resBody, http.StatusNotFound)
+		}
 		return checkNotFound(res.StatusCode, resBody)
+	}
+	if helpers.ExtractOperation(r, item) == nil {
+		return checkMethodNotAllowed(r.Method, item, res, resBody)
 	}
 	var problems []error
 	if ok, errs := c.v.ValidateHttpRequestSync(r); !ok {
@@ -95,21 +108,71 @@ func (c *APIContract) Check(req *http.Request, reqBody []byte, res *http.Respons
 	return errors.Join(problems...)
 }
 
-// documented says whether the description has r's path and method.
-func (c *APIContract) documented(r *http.Request) bool {
-	item, _, _ := paths.FindPath(r, c.model, c.opts)
-	return item != nil && helpers.ExtractOperation(r, item) != nil
+// checkMethodNotAllowed is the answer to a path the contract has, with a
+// method it has not.
+func checkMethodNotAllowed(method string, item *v3.PathItem, res *http.Response, body []byte) error {
+	ops := item.GetOperations()
+	if method == http.MethodHead && item.Get != nil {
+		if _, ok := item.Get.Responses.Codes.Get(strconv.Itoa(res.StatusCode)); !ok || len(body) > 0 {
+			return fmt.Errorf("HEAD of a GET path was answered %d with %d bytes, want a status GET documents and no body", res.StatusCode, len(body))
+		}
+		return nil
+	}
+	admin := ops.Len() > 0
+	var allow []string
+	for _, m := range []string{"get", "head", "post", "put", "patch", "delete", "options", "trace"} {
+		op, ok := ops.Get(m)
+		if !ok && !(m == "head" && item.Get != nil) {
+			continue
+		}
+		allow = append(allow, strings.ToUpper(m))
+		if ok && !slices.Contains(op.Tags, "admin") {
+			admin = false
+		}
+	}
+	if admin && res.StatusCode == http.StatusNotFound {
+		if method == http.MethodHead {
+			return checkStatus(res.StatusCode, body, http.StatusNotFound)
+		}
+		return checkNotFound(res.StatusCode, body)
+	}
+	code, msg := errorOf(body)
+	if method == http.MethodHead && len(body) == 0 { // the answer without its body
+		code, msg = "METHOD_NOT_ALLOWED", "-"
+	}
+	want := strings.Join(allow, ", ")
+	if res.StatusCode != http.StatusMethodNotAllowed || code != "METHOD_NOT_ALLOWED" || msg == "" || res.Header.Get("Allow") != want ||
+		res.Header.Get("Content-Type") != "application/json" {
+		return fmt.Errorf("%s on a path the contract has with %s was answered %d (Allow %q) %s, want 405 METHOD_NOT_ALLOWED with Allow %q",
+			method, want, res.StatusCode, res.Header.Get("Allow"), truncate(body, 300), want)
+	}
+	return nil
 }
 
-// checkNotFound is the answer to a route the contract does not have.
-func checkNotFound(status int, body []byte) error {
+// checkStatus is an answer to HEAD: the status wanted, no body.
+func checkStatus(status int, body []byte, want int) error {
+	if status != want || len(body) > 0 {
+		return fmt.Errorf("HEAD was answered %d with %d bytes, want %d without a body", status, len(body), want)
+	}
+	return nil
+}
+
+func errorOf(body []byte) (code, message string) {
 	var e struct {
 		Error struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	if status != http.StatusNotFound || json.Unmarshal(body, &e) != nil || e.Error.Code != "NOT_FOUND" || e.Error.Message == "" {
+	if json.Unmarshal(body, &e) != nil {
+		return "", ""
+	}
+	return e.Error.Code, e.Error.Message
+}
+
+// checkNotFound is the answer to a route the contract does not have.
+func checkNotFound(status int, body []byte) error {
+	if code, msg := errorOf(body); status != http.StatusNotFound || code != "NOT_FOUND" || msg == "" {
 		return fmt.Errorf("a route the contract does not have was answered %d %s, want 404 NOT_FOUND", status, truncate(body, 300))
 	}
 	return nil
