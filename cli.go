@@ -37,11 +37,11 @@ const configHint = "\nConfiguration: environment variables (NAME, or NAME_FILE n
 
 // commands is every command, in the order `orderpipe help` lists them.
 var commands = []command{
-	{name: "all", summary: "gateway + worker + closer in one process; embedded Kafka unless KAFKA_BROKERS is set (dev builds)",
+	{name: "all", summary: "gateway + worker + closer + relay in one process; embedded Kafka unless KAFKA_BROKERS is set (dev builds)",
 		usage: `usage: orderpipe all
 
-Runs the gateway, the worker (with the journal redrive) and the closer in one
-process: the local default (make run). Creates the database if missing and
+Runs the gateway, the worker (with the journal redrive), the closer and the
+relay of orders.status in one process: the local default (make run). Creates the database if missing and
 migrates it. With KAFKA_BROKERS set it uses that cluster and creates the
 topics if missing; without, a build with -tags dev (make run) starts an
 embedded Kafka-protocol broker on KAFKA_EMBEDDED_PORT, and stands in for
@@ -71,6 +71,17 @@ Closes UNPAID orders older than CLOSE_AFTER every CLOSER_INTERVAL and gives
 their stock and the user's chance back in Redis. Any number of replicas
 (FOR UPDATE SKIP LOCKED). /healthz and /metrics on METRICS_ADDR. Needs
 Postgres and Redis.
+` + configHint, check: noArgs},
+	{name: "relay", summary: "publishes the orders.status outbox to KAFKA_STATUS_TOPIC (needs KAFKA_BROKERS)",
+		usage: `usage: orderpipe relay
+
+Publishes the outbox of orders.status (the order_events rows every change of
+an order writes in its own transaction) to KAFKA_STATUS_TOPIC, keyed by
+orderNo, acks=all, each order's events in version order, at least once;
+marks them published and deletes published rows after STATUS_RETENTION.
+Any number of replicas (FOR UPDATE SKIP LOCKED, one version of an order in
+flight at a time). /healthz and /metrics on METRICS_ADDR. Needs
+KAFKA_BROKERS and Postgres.
 ` + configHint, check: noArgs},
 	{name: "reconciler", summary: "compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run",
 		usage: reconcilerUsage + configHint, check: func(args []string) error { _, err := parseReconcilerArgs(args); return err }},

@@ -55,9 +55,12 @@ const retentionInterval = time.Second
 // long `make run` stays bounded.
 func startBroker(cfg config) (brokers []string, stop func(), err error) {
 	k, err := standin.StartKafka(standin.KafkaOptions{Port: cfg.KafkaPort, Partitions: cfg.KafkaParts,
-		Topics: []string{cfg.KafkaTopic, cfg.KafkaDLQTopic}, Dir: cfg.KafkaDir, AdvertisedPort: cfg.KafkaAdvPort,
+		Topics: []string{cfg.KafkaTopic, cfg.KafkaDLQTopic, cfg.KafkaStatusTopic}, Dir: cfg.KafkaDir, AdvertisedPort: cfg.KafkaAdvPort,
 		Retention: standin.Retention{Interval: retentionInterval,
-			Bytes: map[string]int64{cfg.KafkaTopic: int64(cfg.KafkaRetainMB) << 20, cfg.KafkaDLQTopic: int64(cfg.KafkaDLQMB) << 20},
+			// orders.status is kept like the dead letters: its newest
+			// KAFKA_EMBEDDED_DLQ_RETENTION_MB (no group guards it).
+			Bytes: map[string]int64{cfg.KafkaTopic: int64(cfg.KafkaRetainMB) << 20, cfg.KafkaDLQTopic: int64(cfg.KafkaDLQMB) << 20,
+				cfg.KafkaStatusTopic: int64(cfg.KafkaDLQMB) << 20},
 			Guard: map[string]string{cfg.KafkaTopic: cfg.KafkaGroup}},
 		RetentionErrFunc: func(err error) { slog.Warn("embedded broker: deleting old records", "err", err) },
 		GhostFunc: func(reaped []string, err error) {

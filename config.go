@@ -73,6 +73,11 @@ type config struct {
 	RedisWait      stock.ReplicaWait
 	CloseAfter     time.Duration
 	CloserInterval time.Duration
+	// The relay of orders.status (pkg/relay).
+	KafkaStatusTopic string
+	RelayInterval    time.Duration
+	RelayBatchSize   int
+	StatusRetention  time.Duration
 	// TraceStoreDir is the local span store (TRACE_STORE_DIR) that
 	// `locate` reads a request's spans from; SetupTracing writes it.
 	TraceStoreDir string
@@ -100,9 +105,10 @@ var envVars = [][3]string{
 	{"KAFKA_EMBEDDED_ADVERTISED_PORT", "0", "port on 127.0.0.1 the embedded broker names to clients instead of its own (a proxy in front of it); 0 ⇒ its own"},
 	{"KAFKA_EMBEDDED_DIR", "", "data directory of the embedded broker (messages and group offsets survive a restart); empty ⇒ in memory"},
 	{"KAFKA_EMBEDDED_RETENTION_MB", "16", "the embedded broker keeps about this many MiB of KAFKA_TOPIC's history that KAFKA_GROUP has committed (what the worker has not committed is always kept); 0 ⇒ keep everything"},
-	{"KAFKA_EMBEDDED_DLQ_RETENTION_MB", "64", "the embedded broker keeps about this many MiB of the newest dead letters (KAFKA_DLQ_TOPIC); 0 ⇒ keep every one"},
+	{"KAFKA_EMBEDDED_DLQ_RETENTION_MB", "64", "the embedded broker keeps about this many MiB of the newest dead letters (KAFKA_DLQ_TOPIC), and as many of the newest orders.status events (KAFKA_STATUS_TOPIC); 0 ⇒ keep every one"},
 	{"KAFKA_TOPIC", event.Topic, "topic of order events"},
 	{"KAFKA_DLQ_TOPIC", event.DLQTopic, "dead-letter topic"},
+	{"KAFKA_STATUS_TOPIC", event.StatusTopic, "topic of orders.status, one event per state change of an order (key orderNo), published by the relay"},
 	{"KAFKA_GROUP", "orderpipe-worker", "worker consumer group"},
 	{"KAFKA_PARTITIONS", "8", "partitions when orderpipe creates the topics"},
 	{"KAFKA_REPLICATION_FACTOR", "1", "replicas per partition when orderpipe creates the topics (3 on a 3-broker cluster; with min.insync.replicas=2 an acknowledged event survives one broker's loss)"},
@@ -139,6 +145,9 @@ var envVars = [][3]string{
 	{"MOVE_INTERVAL", "100ms", "pause between the passes of the mover, which moves stock into an empty bucket of a bucketed item (runs with the worker)"},
 	{"CLOSE_AFTER", "30m", "unpaid orders close after this Go duration (database clock)"},
 	{"CLOSER_INTERVAL", "2s", "pause between closer passes"},
+	{"RELAY_INTERVAL", "200ms", "pause between the relay's passes over the orders.status outbox once it is drained (doubles after a failure, up to 5s)"},
+	{"RELAY_BATCH_SIZE", "500", "max orders.status events per relay transaction and produce"},
+	{"STATUS_RETENTION", "168h", "published orders.status outbox rows (order_events) are deleted after this Go duration; unpublished ones never are"},
 	{"TRACE_STORE_DIR", "", "append every span to JSON-lines files in this directory, for `orderpipe locate` (local runs); empty ⇒ off"},
 	{"DEV_CLOCK_OFFSET_FILE", "", "development builds only (the chaos suite's clock steps): a file holding a duration (-90s, +3h) added to this process's wall clock (reservedAt, order numbers, the redrive's ages, the reconciler's report time), re-read every 100 ms; the sale window goes by Redis's clock and the closer by the database's, so neither moves; a production build refuses to start with it set"},
 	{"TRACE_QUERY_URL", "", "Jaeger query service (e.g. http://jaeger:16686) `orderpipe locate` reads a request's span tree from (GET /api/traces/{id}); takes precedence over TRACE_STORE_DIR; empty ⇒ not read"},
@@ -237,6 +246,11 @@ func loadConfig() (config, error) {
 		RedisWait:      stock.ReplicaWait{Replicas: intVar("REDIS_WAIT_REPLICAS"), Timeout: durVar("REDIS_WAIT_TIMEOUT")},
 		CloseAfter:     durVar("CLOSE_AFTER"),
 		CloserInterval: durVar("CLOSER_INTERVAL"),
+
+		KafkaStatusTopic: getenv("KAFKA_STATUS_TOPIC"),
+		RelayInterval:    durVar("RELAY_INTERVAL"),
+		RelayBatchSize:   intVar("RELAY_BATCH_SIZE"),
+		StatusRetention:  durVar("STATUS_RETENTION"),
 		TraceStoreDir:  getenv("TRACE_STORE_DIR"),
 		TraceQueryURL:  getenv("TRACE_QUERY_URL"),
 	}
@@ -262,6 +276,9 @@ func loadConfig() (config, error) {
 	}
 	if c.GatewayProducer != "group" && c.GatewayProducer != "writer" {
 		errs = append(errs, fmt.Sprintf("GATEWAY_PRODUCER: want group or writer, got %q", c.GatewayProducer))
+	}
+	if c.RelayBatchSize == 0 {
+		errs = append(errs, "RELAY_BATCH_SIZE: want at least 1")
 	}
 	if c.KafkaParts == 0 {
 		errs = append(errs, "KAFKA_PARTITIONS: want at least 1")

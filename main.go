@@ -94,7 +94,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		}
 	}
 	switch args[0] {
-	case "all", "gateway", "worker", "closer", "reconciler":
+	case "all", "gateway", "worker", "closer", "reconciler", "relay":
 		shutdown, err := telemetry.SetupTracing(ctx, "orderpipe-"+args[0])
 		if err != nil {
 			return err
@@ -134,11 +134,13 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		if err := ensureTopics(ctx, cfg); err != nil {
 			return err
 		}
-		log.Info("topics ready", "topics", []string{cfg.KafkaTopic, cfg.KafkaDLQTopic}, "partitions", cfg.KafkaParts,
+		log.Info("topics ready", "topics", []string{cfg.KafkaTopic, cfg.KafkaDLQTopic, cfg.KafkaStatusTopic}, "partitions", cfg.KafkaParts,
 			"replication_factor", cfg.KafkaRF)
 		return nil
 	case "closer":
 		return runComponents(ctx, log, cfg, components{closer: true}, nil)
+	case "relay":
+		return runComponents(ctx, log, cfg, components{relay: true}, nil)
 	case "reconciler":
 		if code := runReconciler(ctx, log, cfg, args[1:], os.Stdout); code != 0 {
 			return exitCode(code)
@@ -221,26 +223,27 @@ func runAll(ctx context.Context, log *slog.Logger, cfg config) error {
 	log.Info("orderpipe all starting",
 		"http", cfg.HTTPAddr, "postgres", database.Redact(cfg.DatabaseURL), "redis", cfg.redis().String(), "kafka", kafkaDesc,
 		"try", try)
-	return runComponents(ctx, log, cfg, components{gateway: true, worker: true, closer: true}, nil)
+	return runComponents(ctx, log, cfg, components{gateway: true, worker: true, closer: true, relay: true}, nil)
 }
 
 // ensureTopics creates the order and dead-letter topics if missing.
 func ensureTopics(ctx context.Context, cfg config) error {
-	return cfg.KafkaSecurity.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaRF, cfg.KafkaTopic, cfg.KafkaDLQTopic)
+	return cfg.KafkaSecurity.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaRF, cfg.KafkaTopic, cfg.KafkaDLQTopic,
+		cfg.KafkaStatusTopic)
 }
 
 // components picks what a process runs.
 type components struct {
-	gateway, worker, closer bool
+	gateway, worker, closer, relay bool
 }
 
 // runComponents starts the chosen components and waits until ctx ends and
 // they have drained. ln, when not nil, is the gateway's listener (tests).
 func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps components, ln net.Listener) error {
-	if (comps.gateway || comps.worker) && len(cfg.KafkaBrokers) == 0 {
+	if (comps.gateway || comps.worker || comps.relay) && len(cfg.KafkaBrokers) == 0 {
 		return errors.New("KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
 	}
-	log.Info("starting", "gateway", comps.gateway, "worker", comps.worker, "closer", comps.closer,
+	log.Info("starting", "gateway", comps.gateway, "worker", comps.worker, "closer", comps.closer, "relay", comps.relay,
 		"postgres", database.Redact(cfg.DatabaseURL), "redis", cfg.redis().String(), "kafka", strings.Join(cfg.KafkaBrokers, ","),
 		"kafka_security", cfg.KafkaSecurity.String())
 	pool, err := openPool(ctx, log, cfg, comps)
@@ -315,6 +318,9 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, comps comp
 			closer.Deps{Orders: orders, Stock: st, Metrics: metrics, Log: log.With("component", "closer")})
 		start("closer", c.Run)
 	}
+	if comps.relay {
+		start("relay", startRelay(cfg, orders, metrics, log))
+	}
 	if comps.gateway {
 		writer := gatewayProducer(cfg, metrics)
 		defer writer.Close()
@@ -366,7 +372,7 @@ func openPool(ctx context.Context, log *slog.Logger, cfg config, comps component
 	if err != nil {
 		return nil, err
 	}
-	if comps.worker || comps.closer {
+	if comps.worker || comps.closer || comps.relay {
 		if err := waitReachable(ctx, log, "postgres", pool.Ping); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("pinging database %s: %w", database.Redact(cfg.DatabaseURL), err)

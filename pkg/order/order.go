@@ -255,7 +255,7 @@ type Order struct {
 	ItemID     int64
 	Quantity   int
 	Status     string
-	Reason     string // REJECTED only
+	Reason     string // REJECTED and CLOSED
 	CreatedAt  time.Time
 	PaidAt     *time.Time
 	ClosedAt   *time.Time
@@ -266,9 +266,10 @@ type Order struct {
 // number.
 func (s *Store) GetOrder(ctx context.Context, orderNo string) (Order, error) {
 	o := Order{OrderNo: orderNo}
-	err := s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at
+	err := s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, status, COALESCE(close_reason, ''),
+		created_at, paid_at, closed_at
 		FROM orders WHERE order_no = $1`, orderNo).
-		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt)
+		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.Reason, &o.CreatedAt, &o.PaidAt, &o.ClosedAt)
 	if err == nil {
 		return o, nil
 	}

@@ -59,6 +59,14 @@ type Metrics struct {
 	ReconcilerDrift       *prometheus.GaugeVec   // activity, item
 	ReconcilerMarkerDrift *prometheus.GaugeVec   // activity, item
 	ReconcilerPasses      *prometheus.CounterVec // result
+
+	// The relay of orders.status (pkg/relay).
+	StatusPublished *prometheus.CounterVec // status
+	StatusFailed    prometheus.Counter
+	StatusPending   prometheus.Gauge
+	StatusOldest    prometheus.Gauge
+	StatusPruned    prometheus.Counter
+	RelayPasses     *prometheus.CounterVec // result: ok, error
 }
 
 // NewMetrics registers every series on a fresh registry, with Go and
@@ -139,6 +147,18 @@ func NewMetrics() *Metrics {
 			Help: "Postgres checks of an item Redis has no sale of, by result: queried, remembered (an answer reused or shared), refused (over the check's budget: answered 503)."}, []string{"result"}),
 		ReconcilerPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_reconciler_passes_total",
 			Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"}),
+		StatusPublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_status_events_published_total",
+			Help: "orders.status events the relay published (acknowledged by all in-sync replicas and marked published), by status; a republished one counts again."}, []string{"status"}),
+		StatusFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_status_events_failed_total",
+			Help: "orders.status events whose publish failed (left unpublished, retried)."}),
+		StatusPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_status_outbox_pending",
+			Help: "orders.status events committed in the outbox (order_events) but not yet published, as the relay last counted them."}),
+		StatusOldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_status_outbox_oldest_pending_seconds",
+			Help: "Age of the oldest unpublished orders.status event (database clock); 0 when none is pending."}),
+		StatusPruned: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_status_events_pruned_total",
+			Help: "Published orders.status outbox rows deleted after STATUS_RETENTION."}),
+		RelayPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_relay_passes_total",
+			Help: "Relay passes by result: ok (the outbox drained as far as it could), error (Postgres or the broker failed; retried with backoff)."}, []string{"result"}),
 	}
 	// One list, so a new series cannot be declared and left unregistered.
 	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ReserveUnreplicated, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
@@ -146,13 +166,17 @@ func NewMetrics() *Metrics {
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
 		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
 		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
-		m.SaleChecks)
+		m.SaleChecks, m.StatusPublished, m.StatusFailed, m.StatusPending, m.StatusOldest, m.StatusPruned, m.RelayPasses)
 	// Every result is a series from the start, so an alert on a rate of
 	// passes works before the first pass (and sees a component that never
 	// completes one).
 	for _, r := range []string{"ok", "error"} {
 		m.CloserPasses.WithLabelValues(r)
 		m.RedrivePasses.WithLabelValues(r)
+		m.RelayPasses.WithLabelValues(r)
+	}
+	for _, st := range []string{"UNPAID", "PAID", "CLOSED", "REJECTED"} {
+		m.StatusPublished.WithLabelValues(st)
 	}
 	for _, r := range []string{"queried", "remembered", "refused"} {
 		m.SaleChecks.WithLabelValues(r)
