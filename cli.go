@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"orderpipe/bench"
+	"orderpipe/pkg/events"
 	"orderpipe/pkg/version"
 )
 
@@ -87,6 +88,8 @@ KAFKA_BROKERS and Postgres.
 		usage: reconcilerUsage + configHint, check: func(args []string) error { _, err := parseReconcilerArgs(args); return err }},
 	{name: "locate", summary: "where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown",
 		usage: locateUsage + configHint, check: func(args []string) error { _, err := parseLocateArgs(args); return err }},
+	{name: "events", summary: "tail orders.status: orderpipe events [--order-no N] [--request-id R] [--follow] [--json]; exit 1 if nothing matched",
+		check: events.CheckArgs, usageFunc: events.Usage},
 	{name: "dlq", summary: "dead letters: orderpipe dlq list | show <p:o> | replay <p:o>...|--all [--json]; exit 1 if refused",
 		usage: dlqUsage + configHint, check: func(args []string) error { _, err := parseDLQArgs(args); return err }},
 	{name: "migrate", summary: "create the database if missing and apply the migrations",

@@ -251,8 +251,8 @@ func loadConfig() (config, error) {
 		RelayInterval:    durVar("RELAY_INTERVAL"),
 		RelayBatchSize:   intVar("RELAY_BATCH_SIZE"),
 		StatusRetention:  durVar("STATUS_RETENTION"),
-		TraceStoreDir:  getenv("TRACE_STORE_DIR"),
-		TraceQueryURL:  getenv("TRACE_QUERY_URL"),
+		TraceStoreDir:    getenv("TRACE_STORE_DIR"),
+		TraceQueryURL:    getenv("TRACE_QUERY_URL"),
 	}
 	if g := getenv("GOGC"); g != "off" {
 		if n, err := strconv.Atoi(g); err != nil || n < 0 {

@@ -29,6 +29,7 @@ import (
 	"orderpipe/pkg/clock"
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/events"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
@@ -143,6 +144,11 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		return runComponents(ctx, log, cfg, components{relay: true}, nil)
 	case "reconciler":
 		if code := runReconciler(ctx, log, cfg, args[1:], os.Stdout); code != 0 {
+			return exitCode(code)
+		}
+		return nil
+	case "events":
+		if code := events.Main(ctx, events.Env{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaStatusTopic, Security: cfg.KafkaSecurity}, args[1:], os.Stdout, os.Stderr); code != 0 {
 			return exitCode(code)
 		}
 		return nil

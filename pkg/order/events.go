@@ -222,7 +222,7 @@ func (s *Store) StatusHistories(ctx context.Context, activityID int64) (map[stri
 	}
 	rows, err := queryAll[StatusEvent](ctx, s.pool, "reading status events", `
 		SELECT id, order_no, version, status, COALESCE(reason, ''), payload::text::bytea, COALESCE(traceparent, ''), created_at, published_at
-		FROM order_events WHERE payload->>'activityId' = $1::text ORDER BY order_no, version, id`, activityID)
+		FROM order_events WHERE payload->>'activityId' = $1::bigint::text ORDER BY order_no, version, id`, activityID)
 	if err != nil {
 		return nil, err
 	}
