@@ -162,7 +162,8 @@ func TestAlertsAreActionableAndTested(t *testing.T) {
 	// What on-call must act on: each has an alert.
 	for _, want := range []string{"OrderpipeStockDrift", "OrderpipeDBStockMismatch", "OrderpipeDuplicateLiveOrder",
 		"OrderpipeCircuitBreakerOpen", "OrderpipeCompensationsPendingTooLong", "OrderpipeDeadLetters",
-		"OrderpipeConsumerLagGrowing", "OrderpipeCloserStalled", "OrderpipeRedriveStalled", "OrderpipeHigh5xxRatio"} {
+		"OrderpipeConsumerLagGrowing", "OrderpipeCloserStalled", "OrderpipeRedriveStalled", "OrderpipeHigh5xxRatio",
+		"OrderpipeStatusOutboxStuck"} {
 		if !fires[want] {
 			t.Errorf("alert %s is missing or never tested firing", want)
 		}
