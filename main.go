@@ -154,7 +154,12 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		return nil
 	case "bench":
 		env := bench.Env{HTTPAddr: cfg.HTTPAddr, AdminToken: cfg.AdminToken, DatabaseURL: cfg.DatabaseURL,
-			Redis: cfg.redis(), RedisPrefix: cfg.RedisPrefix}
+			Redis: cfg.redis(), RedisPrefix: cfg.RedisPrefix, KafkaBrokers: cfg.KafkaBrokers, StatusTopic: cfg.KafkaStatusTopic,
+			Security: cfg.KafkaSecurity}
+		if len(env.KafkaBrokers) == 0 {
+			// `make run`: the embedded broker of `all` (the audit's I7).
+			env.KafkaBrokers = []string{fmt.Sprintf("127.0.0.1:%d", cfg.KafkaPort)}
+		}
 		if code := bench.Main(ctx, env, args[1:], os.Stdout, secret.Writer(os.Stderr)); code != 0 {
 			return exitCode(code)
 		}
