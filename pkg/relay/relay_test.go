@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -25,6 +27,7 @@ import (
 
 // env is a store with a sale (activity 1, item 10) and a topic on a broker.
 type env struct {
+	url    string
 	orders *order.Store
 	kafka  testenv.Kafka
 	topic  string
@@ -35,7 +38,7 @@ type env struct {
 func mustEnv(tb testing.TB) *env {
 	tb.Helper()
 	db := testenv.MustDatabase(tb)
-	e := &env{orders: order.NewStore(db.Pool), kafka: testenv.MustKafka(tb), topic: testenv.UniqueName("orders.status.")}
+	e := &env{url: db.URL, orders: order.NewStore(db.Pool), kafka: testenv.MustKafka(tb), topic: testenv.UniqueName("orders.status.")}
 	err := e.orders.UpsertActivity(context.Background(), order.Activity{ID: 1, Name: "sale", StartsAt: time.Now().Add(-time.Hour),
 		EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1, Items: []order.ItemStock{{ItemID: 10, InitialStock: 1000}}})
 	if err != nil {
@@ -207,5 +210,52 @@ func TestRelayRestartRepublishesWhatItDidNotMark(t *testing.T) {
 	e.mustAudit(t)
 	if got := e.messages(t); got <= sent {
 		t.Errorf("%d messages after the restart, %d before: nothing was republished", got, sent)
+	}
+}
+
+// TestRelayRidesOutAPostgresOutage: Postgres goes away just after a batch
+// was acknowledged by the broker and before its mark commits, and stays away
+// while the relay retries; once it is back, every event is on the topic, in
+// order — the unmarked batch again, nothing lost.
+func TestRelayRidesOutAPostgresOutage(t *testing.T) {
+	e := mustEnv(t)
+	e.changes(t, 10)
+	dbURL, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.MustProxy(t, dbURL.Host)
+	dbURL.Host = proxy.Addr
+	pool, err := pgxpool.New(context.Background(), dbURL.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var cut sync.Once
+	m := telemetry.NewMetrics()
+	w := event.NewWriter(event.WriterConfig{Brokers: e.kafka.Brokers, Topic: e.topic})
+	t.Cleanup(func() { w.Close() })
+	r := relay.New(relay.Config{Topic: e.topic, Interval: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		relay.Deps{Orders: order.NewStore(pool), Writer: w, Metrics: m, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+			BeforeMarkFunc: func(context.Context, []order.StatusEvent) error {
+				cut.Do(proxy.Down)
+				return nil
+			}})
+	run(t, r)
+	testenv.WaitFor(t, 30*time.Second, "two failed relay passes", func() bool {
+		return testutil.ToFloat64(m.RelayPasses.WithLabelValues("error")) >= 2
+	})
+	sent := e.messages(t)
+	if sent == 0 {
+		t.Fatal("nothing was published before Postgres went away")
+	}
+	if n, _, _ := e.orders.EventBacklog(context.Background()); n == 0 {
+		t.Fatal("the batch was marked although Postgres went away before its commit")
+	}
+	e.changes(t, 5)
+	proxy.Up(t)
+	e.mustAudit(t)
+	if got := e.messages(t); got <= sent {
+		t.Errorf("%d messages after Postgres returned, %d before: the unmarked batch was not published again", got, sent)
 	}
 }
