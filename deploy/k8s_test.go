@@ -215,6 +215,7 @@ var k8sComponents = []struct {
 	{"Deployment", "orderpipe-gateway", "gateway"},
 	{"Deployment", "orderpipe-worker", "worker"},
 	{"Deployment", "orderpipe-closer", "closer"},
+	{"Deployment", "orderpipe-relay", "relay"},
 	{"CronJob", "orderpipe-reconciler", "reconciler"},
 	{"Job", "orderpipe-migrate", "migrate"},
 }
@@ -223,8 +224,8 @@ func TestManifestsExist(t *testing.T) {
 	objs := mustManifests(t)
 	for _, want := range []struct{ kind, name string }{
 		{"Deployment", "orderpipe-gateway"}, {"Service", "orderpipe-gateway"}, {"HorizontalPodAutoscaler", "orderpipe-gateway"},
-		{"Deployment", "orderpipe-worker"}, {"Deployment", "orderpipe-closer"}, {"CronJob", "orderpipe-reconciler"},
-		{"Job", "orderpipe-migrate"}, {"ConfigMap", "orderpipe-config"},
+		{"Deployment", "orderpipe-worker"}, {"Deployment", "orderpipe-closer"}, {"Deployment", "orderpipe-relay"},
+		{"CronJob", "orderpipe-reconciler"}, {"Job", "orderpipe-migrate"}, {"ConfigMap", "orderpipe-config"},
 	} {
 		if find(objs, want.kind, want.name) == nil {
 			t.Errorf("no %s %s", want.kind, want.name)
