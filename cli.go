@@ -111,10 +111,10 @@ For multi-process local runs and the chaos suite. Only in builds
 with -tags dev (make build-dev, make run): the production build has no
 embedded broker.
 ` + configHint, check: noArgs},
-	{name: "topics", summary: "create the order and dead-letter topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
+	{name: "topics", summary: "create the order, dead-letter and status topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
 		usage: `usage: orderpipe topics
 
-Creates KAFKA_TOPIC and KAFKA_DLQ_TOPIC on KAFKA_BROKERS if they are missing,
+Creates KAFKA_TOPIC, KAFKA_DLQ_TOPIC and KAFKA_STATUS_TOPIC on KAFKA_BROKERS if they are missing,
 with KAFKA_PARTITIONS partitions and KAFKA_REPLICATION_FACTOR replicas each;
 existing topics are left as they are.
 ` + configHint, check: noArgs},
