@@ -1,7 +1,9 @@
 // Package order owns the Postgres side: activities and their item stock,
-// orders and their state machine, the idempotency table and the outbox of
-// Redis compensations. One place decides what a batch of reservations does
-// (ProcessBatch). It never talks to Redis or Kafka.
+// orders and their state machine, the idempotency table, the outbox of
+// Redis compensations and the outbox of orders.status (order_events: every
+// change of an order writes its event row in its own transaction). One
+// place decides what a batch of reservations does (ProcessBatch). It never
+// talks to Redis or Kafka.
 package order
 
 import (
