@@ -27,7 +27,20 @@ func Audit(ctx context.Context, orders *order.Store, client *kafka.Client, topic
 	if err != nil {
 		return nil, err
 	}
-	published, err := readTopic(ctx, client, topic, activityID)
+	// A broker just restarted may fail a read (a connection it dropped):
+	// that is not a verdict, so the read is tried again for a while.
+	var published map[string][]seen
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if published, err = readTopic(ctx, client, topic, activityID); err == nil || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
