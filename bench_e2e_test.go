@@ -16,12 +16,13 @@ import (
 // that its audit comes out clean and its counts agree with each other and
 // with the harness's own invariant checks.
 func TestBenchLoadAudit(t *testing.T) {
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
 	const requests, units = 500, 200
 	var progress bytes.Buffer
 	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,
 		Redis: redisconn.Config{Addr: testenv.RedisAddr()}, RedisPrefix: p.Redis.Prefix, Concurrency: 50, Requests: requests, Items: 1,
-		Stock: units, RetryShare: 0.10, RepeatShare: 0.05, Seed: 42, Progress: &progress})
+		Stock: units, RetryShare: 0.10, RepeatShare: 0.05, Seed: 42, Progress: &progress,
+		KafkaBrokers: p.Cfg.KafkaBrokers, StatusTopic: p.Cfg.KafkaStatusTopic, KafkaSecurity: p.Cfg.KafkaSecurity})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,6 +33,9 @@ func TestBenchLoadAudit(t *testing.T) {
 		t.Fatalf("audit failed:\n%s", out.String())
 	}
 	au := rep.Audit
+	if !au.StatusChecked || len(au.StatusProblems) != 0 {
+		t.Errorf("I7 checked %v: %q", au.StatusChecked, au.StatusProblems)
+	}
 	if au.OversoldUnits != 0 || au.Lost != 0 || au.DuplicateUsers != 0 || au.DuplicateReqIDs != 0 || rep.DoubleAccepted != 0 {
 		t.Errorf("oversold %d, lost %d, duplicate users %d, duplicate requests %d, double accepted %d",
 			au.OversoldUnits, au.Lost, au.DuplicateUsers, au.DuplicateReqIDs, rep.DoubleAccepted)

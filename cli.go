@@ -13,7 +13,9 @@ import (
 	"orderpipe/closer"
 	"orderpipe/gateway"
 	"orderpipe/pkg/dlq"
+	"orderpipe/pkg/events"
 	"orderpipe/pkg/locate"
+	"orderpipe/pkg/relay"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/version"
 	"orderpipe/reconciler"
@@ -52,11 +54,11 @@ const configHint = "\nConfiguration: environment variables (NAME, or NAME_FILE n
 // commands is every command, in the order `orderpipe help` lists them;
 // adding one is a row here.
 var commands = []command{
-	{name: "all", summary: "gateway + worker + closer in one process; embedded Kafka unless KAFKA_BROKERS is set (dev builds)",
+	{name: "all", summary: "gateway + worker + closer + relay in one process; embedded Kafka unless KAFKA_BROKERS is set (dev builds)",
 		usage: `usage: orderpipe all
 
-Runs the gateway, the worker (with the journal redrive) and the closer in one
-process: the local default (make run). Creates the database if missing and
+Runs the gateway, the worker (with the journal redrive), the closer and the
+relay of orders.status in one process: the local default (make run). Creates the database if missing and
 migrates it. With KAFKA_BROKERS set it uses that cluster and creates the
 topics if missing; without, a build with -tags dev (make run) starts an
 embedded Kafka-protocol broker on KAFKA_EMBEDDED_PORT, and stands in for
@@ -69,10 +71,14 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 		usage: worker.Usage + configHint, check: noArgs, run: runTarget("worker")},
 	{name: "closer", summary: "closes orders unpaid after CLOSE_AFTER and gives their stock back (no Kafka)",
 		usage: closer.Usage + configHint, check: noArgs, run: runTarget("closer")},
+	{name: "relay", summary: "publishes the orders.status outbox to KAFKA_STATUS_TOPIC (needs KAFKA_BROKERS)",
+		usage: relay.Usage + configHint, check: noArgs, run: runTarget("relay")},
 	{name: "reconciler", summary: "compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run",
 		usage: reconciler.Usage + configHint, check: reconciler.CheckArgs, main: reconciler.Main},
 	{name: "locate", summary: "where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown",
 		usage: locate.Usage + configHint, check: locate.CheckArgs, main: locate.Main},
+	{name: "events", summary: "tail orders.status: orderpipe events [--order-no N] [--request-id R] [--follow] [--json]; exit 1 if nothing matched",
+		check: events.CheckArgs, usageFunc: events.Usage, main: events.Main},
 	{name: "dlq", summary: "dead letters: orderpipe dlq list | show <p:o> | replay <p:o>...|--all [--json]; exit 1 if refused",
 		usage: dlq.Usage + configHint, check: dlq.CheckArgs, main: dlq.Main},
 	{name: "migrate", summary: "create the database if missing and apply the migrations",
@@ -94,10 +100,10 @@ For multi-process local runs and the chaos suite. Only in builds
 with -tags dev (make build-dev, make run): the production build has no
 embedded broker.
 ` + configHint, check: noArgs, main: kafkaMain},
-	{name: "topics", summary: "create the order and dead-letter topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
+	{name: "topics", summary: "create the order, dead-letter and status topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
 		usage: `usage: orderpipe topics
 
-Creates KAFKA_TOPIC and KAFKA_DLQ_TOPIC on KAFKA_BROKERS if they are missing,
+Creates KAFKA_TOPIC, KAFKA_DLQ_TOPIC and KAFKA_STATUS_TOPIC on KAFKA_BROKERS if they are missing,
 with KAFKA_PARTITIONS partitions and KAFKA_REPLICATION_FACTOR replicas each;
 existing topics are left as they are.
 ` + configHint, check: noArgs, run: topics},

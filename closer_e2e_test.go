@@ -137,10 +137,10 @@ func TestPayOrder(t *testing.T) {
 	t.Run("RejectedIs409", func(t *testing.T) {
 		if _, err := p.DB.Pool.Exec(ctx, `INSERT INTO processed_requests
 			(request_id, outcome, reason, order_no, user_id, activity_id, item_id, quantity, reserved_at)
-			VALUES ('pay-rejected', 'REJECTED', 'DB_STOCK_MISMATCH', '4-40-rejected', 9, 4, 40, 1, now())`); err != nil {
+			VALUES ('pay-rejected', 'REJECTED', 'DB_STOCK_MISMATCH', '44-40-rejected', 9, 44, 40, 1, now())`); err != nil {
 			t.Fatal(err)
 		}
-		if r := pay("4-40-rejected"); r.Status != http.StatusConflict || r.Code() != "ORDER_REJECTED" {
+		if r := pay("44-40-rejected"); r.Status != http.StatusConflict || r.Code() != "ORDER_REJECTED" {
 			t.Errorf("pay of a rejected request: %d %v, want 409 ORDER_REJECTED", r.Status, r.Body)
 		}
 	})

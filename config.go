@@ -11,6 +11,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/locate"
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/relay"
 	"orderpipe/pkg/secret"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
@@ -25,7 +26,7 @@ import (
 // table mirrors this list (TestConfigDocDocumentsEveryVariable).
 func settings() []setting.Var {
 	return concat(database.Settings, redisconn.Settings, stock.Settings, event.Settings, devSettings(),
-		gateway.Settings, []setting.Var{breaker.OpenForVar}, worker.Settings, closer.Settings, reconciler.Settings,
+		gateway.Settings, []setting.Var{breaker.OpenForVar}, worker.Settings, closer.Settings, relay.Settings, reconciler.Settings,
 		telemetry.Settings, locate.Settings, processSettings)
 }
 
@@ -44,24 +45,25 @@ func concat[T any](lists ...[]T) []T {
 
 // config is the settings the targets are wired from (targets.go).
 type config struct {
-	HTTPAddr       string
-	DatabaseURL    string
-	DBMaxConns     int
-	RedisAddr      string
-	RedisURL       string
-	RedisUsername  string
-	RedisPassword  string
-	RedisTLSCA     string
-	RedisTLSCert   string
-	RedisTLSKey    string
-	RedisPrefix    string
-	KafkaBrokers   []string
-	KafkaTopic     string
-	KafkaDLQTopic  string
-	KafkaGroup     string
-	KafkaParts     int
-	KafkaRF        int
-	KafkaBatchWait time.Duration
+	HTTPAddr         string
+	DatabaseURL      string
+	DBMaxConns       int
+	RedisAddr        string
+	RedisURL         string
+	RedisUsername    string
+	RedisPassword    string
+	RedisTLSCA       string
+	RedisTLSCert     string
+	RedisTLSKey      string
+	RedisPrefix      string
+	KafkaBrokers     []string
+	KafkaTopic       string
+	KafkaDLQTopic    string
+	KafkaStatusTopic string
+	KafkaGroup       string
+	KafkaParts       int
+	KafkaRF          int
+	KafkaBatchWait   time.Duration
 	// GatewayProducer is "group" (event.Producer) or "writer" (kafka.Writer).
 	GatewayProducer string
 	KafkaSecurity   event.Security // KAFKA_TLS*, KAFKA_SASL_*
@@ -96,6 +98,10 @@ type config struct {
 	// store by telemetry); here the URL is checked and its password kept
 	// out of every output.
 	TraceStoreDir, TraceQueryURL string
+	// The relay of orders.status (pkg/relay).
+	RelayInterval   time.Duration
+	RelayBatchSize  int
+	StatusRetention time.Duration
 	// dev is what only the development build reads (standin.go).
 	dev devConfig
 }
@@ -109,53 +115,57 @@ func loadConfig() (config, error) {
 	r := &setting.Reader{Env: getenv}
 	rc := redisconn.Read(r)
 	c := config{
-		HTTPAddr:        r.String("HTTP_ADDR"),
-		DatabaseURL:     r.String("DATABASE_URL"),
-		DBMaxConns:      r.Int("DB_MAX_CONNS"),
-		RedisAddr:       rc.Addr,
-		RedisURL:        rc.URL,
-		RedisUsername:   rc.Username,
-		RedisPassword:   rc.Password,
-		RedisTLSCA:      rc.CAFile,
-		RedisTLSCert:    rc.CertFile,
-		RedisTLSKey:     rc.KeyFile,
-		RedisTimeout:    rc.Timeout,
-		RedisPrefix:     r.String("REDIS_KEY_PREFIX"),
-		KafkaBrokers:    r.List("KAFKA_BROKERS"),
-		KafkaTopic:      r.String("KAFKA_TOPIC"),
-		KafkaDLQTopic:   r.String("KAFKA_DLQ_TOPIC"),
-		KafkaGroup:      r.String("KAFKA_GROUP"),
-		KafkaParts:      r.Int("KAFKA_PARTITIONS"),
-		KafkaRF:         r.Int("KAFKA_REPLICATION_FACTOR"),
-		KafkaBatchWait:  r.Duration("KAFKA_BATCH_TIMEOUT"),
-		KafkaSecurity:   event.ReadSecurity(r),
-		GatewayProducer: r.String("GATEWAY_PRODUCER"),
-		AdminToken:      r.String("ADMIN_TOKEN"),
-		BatchSize:       r.Int("WORKER_BATCH_SIZE"),
-		BatchWait:       r.Duration("WORKER_BATCH_WAIT"),
-		LagInterval:     r.Duration("WORKER_LAG_INTERVAL"),
-		ProduceTimeout:  r.Duration("PRODUCE_TIMEOUT"),
-		ReplayWait:      r.Duration("REPLAY_WAIT"),
-		MetricsAddr:     r.String("METRICS_ADDR"),
-		PprofAddr:       r.String("PPROF_ADDR"),
+		HTTPAddr:         r.String("HTTP_ADDR"),
+		DatabaseURL:      r.String("DATABASE_URL"),
+		DBMaxConns:       r.Int("DB_MAX_CONNS"),
+		RedisAddr:        rc.Addr,
+		RedisURL:         rc.URL,
+		RedisUsername:    rc.Username,
+		RedisPassword:    rc.Password,
+		RedisTLSCA:       rc.CAFile,
+		RedisTLSCert:     rc.CertFile,
+		RedisTLSKey:      rc.KeyFile,
+		RedisTimeout:     rc.Timeout,
+		RedisPrefix:      r.String("REDIS_KEY_PREFIX"),
+		KafkaBrokers:     r.List("KAFKA_BROKERS"),
+		KafkaTopic:       r.String("KAFKA_TOPIC"),
+		KafkaDLQTopic:    r.String("KAFKA_DLQ_TOPIC"),
+		KafkaStatusTopic: r.String("KAFKA_STATUS_TOPIC"),
+		KafkaGroup:       r.String("KAFKA_GROUP"),
+		KafkaParts:       r.Int("KAFKA_PARTITIONS"),
+		KafkaRF:          r.Int("KAFKA_REPLICATION_FACTOR"),
+		KafkaBatchWait:   r.Duration("KAFKA_BATCH_TIMEOUT"),
+		KafkaSecurity:    event.ReadSecurity(r),
+		GatewayProducer:  r.String("GATEWAY_PRODUCER"),
+		AdminToken:       r.String("ADMIN_TOKEN"),
+		BatchSize:        r.Int("WORKER_BATCH_SIZE"),
+		BatchWait:        r.Duration("WORKER_BATCH_WAIT"),
+		LagInterval:      r.Duration("WORKER_LAG_INTERVAL"),
+		ProduceTimeout:   r.Duration("PRODUCE_TIMEOUT"),
+		ReplayWait:       r.Duration("REPLAY_WAIT"),
+		MetricsAddr:      r.String("METRICS_ADDR"),
+		PprofAddr:        r.String("PPROF_ADDR"),
 
 		RedriveAfter:      r.Duration("REDRIVE_AFTER"),
 		RedriveInterval:   r.Duration("REDRIVE_INTERVAL"),
 		ReconcileInterval: r.Duration("RECONCILE_INTERVAL"),
 		MoveInterval:      r.Duration("MOVE_INTERVAL"),
 
-		UserRPS:        r.Float("RATE_LIMIT_USER_RPS"),
-		UserBurst:      r.Int("RATE_LIMIT_USER_BURST"),
-		GlobalRPS:      r.Float("RATE_LIMIT_GLOBAL_RPS"),
-		APITokens:      r.List("API_TOKENS"),
-		AdminAddr:      r.String("ADMIN_ADDR"),
-		BreakerOpenFor: r.Duration("BREAKER_OPEN_FOR"),
-		RedisWait:      stock.ReplicaWait{Replicas: r.Int("REDIS_WAIT_REPLICAS"), Timeout: r.Duration("REDIS_WAIT_TIMEOUT")},
-		CloseAfter:     r.Duration("CLOSE_AFTER"),
-		CloserInterval: r.Duration("CLOSER_INTERVAL"),
-		TraceStoreDir:  r.String("TRACE_STORE_DIR"),
-		TraceQueryURL:  locate.ReadTraceQueryURL(r),
-		dev:            readDev(r),
+		UserRPS:         r.Float("RATE_LIMIT_USER_RPS"),
+		UserBurst:       r.Int("RATE_LIMIT_USER_BURST"),
+		GlobalRPS:       r.Float("RATE_LIMIT_GLOBAL_RPS"),
+		APITokens:       r.List("API_TOKENS"),
+		AdminAddr:       r.String("ADMIN_ADDR"),
+		BreakerOpenFor:  r.Duration("BREAKER_OPEN_FOR"),
+		RedisWait:       stock.ReplicaWait{Replicas: r.Int("REDIS_WAIT_REPLICAS"), Timeout: r.Duration("REDIS_WAIT_TIMEOUT")},
+		CloseAfter:      r.Duration("CLOSE_AFTER"),
+		CloserInterval:  r.Duration("CLOSER_INTERVAL"),
+		TraceStoreDir:   r.String("TRACE_STORE_DIR"),
+		TraceQueryURL:   locate.ReadTraceQueryURL(r),
+		RelayInterval:   r.Duration("RELAY_INTERVAL"),
+		RelayBatchSize:  r.Int("RELAY_BATCH_SIZE"),
+		StatusRetention: r.Duration("STATUS_RETENTION"),
+		dev:             readDev(r),
 	}
 	if g := r.String("GOGC"); g == "off" {
 		c.GCPercent = -1
@@ -166,6 +176,9 @@ func loadConfig() (config, error) {
 	}
 	if c.GatewayProducer != "group" && c.GatewayProducer != "writer" {
 		r.Fail("GATEWAY_PRODUCER: want group or writer, got %q", c.GatewayProducer)
+	}
+	if c.RelayBatchSize == 0 {
+		r.Fail("RELAY_BATCH_SIZE: want at least 1")
 	}
 	if c.KafkaParts == 0 {
 		r.Fail("KAFKA_PARTITIONS: want at least 1")

@@ -65,6 +65,7 @@ func mustPipelineLogging(tb testing.TB, comps components, mod func(*config), log
 	cfg.KafkaBrokers = p.Kafka.Brokers
 	cfg.KafkaTopic = testenv.UniqueName("orders.requested.")
 	cfg.KafkaDLQTopic = cfg.KafkaTopic + ".dlq"
+	cfg.KafkaStatusTopic = cfg.KafkaTopic + ".status"
 	cfg.KafkaGroup = testenv.UniqueName("group.")
 	cfg.KafkaParts = 4
 	cfg.AdminToken = p.Admin
@@ -314,7 +315,7 @@ func (p *pipeline) waitDrained(tb testing.TB, it stock.Item) {
 	})
 }
 
-// assertInvariants checks I1, I2, I3 and (nothing in flight) I5 for an item.
+// assertInvariants checks I1, I2, I3, I4, I6, I7 and (nothing in flight) I5 for an item.
 func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	tb.Helper()
 	ctx := context.Background()
@@ -373,6 +374,7 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	if badI6 != 0 {
 		tb.Errorf("I6: %d orders whose status disagrees with paid_at/closed_at", badI6)
 	}
+	p.assertStatusEvents(tb, it.ActivityID) // I7
 	// I4: every orderNo this test saw in a 2xx ended as an order of that
 	// request or a REJECTED record with a reason, and GET says so.
 	p.mu.Lock()

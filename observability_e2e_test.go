@@ -419,13 +419,25 @@ func TestLocate(t *testing.T) {
 		t.Errorf("closed: %+v", closed)
 	}
 
+	// Its orders.status events: committed with each change, pending until
+	// a relay (none runs here) publishes them.
+	if evs := closed.StatusEvents; len(evs) != 2 || evs[0].Version != 1 || evs[0].Status != "UNPAID" || evs[1].Version != 2 ||
+		evs[1].Status != "CLOSED" || evs[1].Reason != "PAYMENT_TIMEOUT" || evs[1].State != "PENDING" {
+		t.Errorf("closed's status events: %+v", evs)
+	}
+	p.assertStatusEvents(t, 4) // publishes them as a relay would, and checks I7
+	if evs := mustLocate(t, p, "loc-closed").StatusEvents; len(evs) != 2 || evs[0].State != "PUBLISHED" || evs[1].State != "PUBLISHED" ||
+		evs[1].PublishedAt == nil {
+		t.Errorf("closed's status events once published: %+v", evs)
+	}
+
 	// The text block says the same for a human.
 	var out bytes.Buffer
 	if err := runLocate(ctx, p.Cfg, []string{"loc-rejected"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"status        REJECTED (DB_STOCK_MISMATCH)", "processed_requests: REJECTED DB_STOCK_MISMATCH",
-		"APPLIED DB_STOCK_MISMATCH", "trace         "} {
+		"APPLIED DB_STOCK_MISMATCH", "trace         ", "orders.status v1 REJECTED DB_STOCK_MISMATCH of "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, out.String())
 		}

@@ -35,7 +35,7 @@ var kafkaMain = standin.KafkaMain
 // startBroker starts the embedded broker of `all` (standin.Embedded).
 func startBroker(cfg config) (brokers []string, stop func(), err error) {
 	e := cfg.dev.embedded
-	e.Partitions, e.Topic, e.DLQTopic, e.Group = cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic, cfg.KafkaGroup
+	e.Partitions, e.Topic, e.DLQTopic, e.StatusTopic, e.Group = cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic, cfg.KafkaStatusTopic, cfg.KafkaGroup
 	return e.Start()
 }
 

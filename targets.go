@@ -23,6 +23,7 @@ import (
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/relay"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/reconciler"
@@ -45,11 +46,12 @@ type target struct {
 // targets are every target; adding a component is one row (and a line in
 // `all`, to run it there).
 var targets = map[string]target{
-	"all":        {deps: []string{"local", "gateway", "worker", "closer"}},
+	"all":        {deps: []string{"local", "gateway", "worker", "closer", "relay"}},
 	"local":      {setup: localSetup},
 	"gateway":    {kafka: true, start: gatewayTarget},
 	"worker":     {kafka: true, postgres: true, start: workerTarget},
 	"closer":     {postgres: true, start: closerTarget},
+	"relay":      {kafka: true, postgres: true, start: relayTarget},
 	"reconciler": {postgres: true, start: reconcilerTarget},
 }
 
@@ -246,6 +248,17 @@ func closerTarget(p *process) (stop func(), err error) {
 	return func() {}, nil
 }
 
+// relayTarget publishes the orders.status outbox (pkg/relay).
+func relayTarget(p *process) (stop func(), err error) {
+	cfg := p.cfg
+	w := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaStatusTopic, BatchTimeout: cfg.KafkaBatchWait,
+		Security: cfg.KafkaSecurity})
+	r := relay.New(relay.Config{Topic: cfg.KafkaStatusTopic, Interval: cfg.RelayInterval, BatchSize: cfg.RelayBatchSize,
+		Retention: cfg.StatusRetention}, relay.Deps{Orders: p.orders, Writer: w, Metrics: p.metrics, Log: p.log.With("component", "relay")})
+	p.run("relay", r.Run)
+	return func() { w.Close() }, nil
+}
+
 // reconcilerTarget runs the reconciler's loop (RECONCILE_INTERVAL) beside the
 // other targets; `orderpipe reconciler` alone is reconciler.Main (its flags,
 // reports and exit codes).
@@ -325,7 +338,8 @@ func migrate(ctx context.Context, log *slog.Logger, cfg config) error {
 
 // ensureTopics creates the order and dead-letter topics if missing.
 func ensureTopics(ctx context.Context, cfg config) error {
-	return cfg.KafkaSecurity.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaRF, cfg.KafkaTopic, cfg.KafkaDLQTopic)
+	return cfg.KafkaSecurity.EnsureTopics(ctx, cfg.KafkaBrokers, cfg.KafkaParts, cfg.KafkaRF, cfg.KafkaTopic, cfg.KafkaDLQTopic,
+		cfg.KafkaStatusTopic)
 }
 
 // topics is `orderpipe topics`.
@@ -336,7 +350,7 @@ func topics(ctx context.Context, log *slog.Logger, cfg config) error {
 	if err := ensureTopics(ctx, cfg); err != nil {
 		return err
 	}
-	log.Info("topics ready", "topics", []string{cfg.KafkaTopic, cfg.KafkaDLQTopic}, "partitions", cfg.KafkaParts,
+	log.Info("topics ready", "topics", []string{cfg.KafkaTopic, cfg.KafkaDLQTopic, cfg.KafkaStatusTopic}, "partitions", cfg.KafkaParts,
 		"replication_factor", cfg.KafkaRF)
 	return nil
 }

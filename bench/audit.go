@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/segmentio/kafka-go"
 
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/relay"
 	"orderpipe/pkg/stock"
 )
 
@@ -18,6 +21,14 @@ type auditor struct {
 	activityID int64
 	items      []int64
 	buckets    int // stock buckets of each item (0 or 1: one)
+	// status reads orders.status for I7 (nil: not checked).
+	status *statusAudit
+}
+
+// statusAudit is where the audit reads orders.status.
+type statusAudit struct {
+	client *kafka.Client
+	topic  string
 }
 
 // bucketsOf lists the Redis buckets of an item.
@@ -119,7 +130,11 @@ type Audit struct {
 	Unanswered      int64            `json:"unansweredButProcessed"`
 	MarkerMismatch  int64            `json:"limitMarkerMismatch"` // markers missing, extra or naming another requestId
 	PaidAndClosed   int64            `json:"paidAndClosed"`       // orders that were both paid and closed (I6)
-	LostSample      []string         `json:"lostSample,omitempty"`
+	// StatusChecked says I7 was checked (the audit could reach the
+	// broker); StatusProblems are its violations (relay.Audit).
+	StatusChecked  bool     `json:"statusChecked"`
+	StatusProblems []string `json:"statusProblems,omitempty"`
+	LostSample     []string `json:"lostSample,omitempty"`
 }
 
 // audit checks the activity against the requests the client saw accepted;
@@ -277,7 +292,28 @@ func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance, users m
 		a.activityID).Scan(&au.PendingCompens); err != nil {
 		return au, fmt.Errorf("reading compensations: %w", err)
 	}
+	a.auditStatus(ctx, &au)
 	return au, nil
+}
+
+// auditStatus checks I7 on the activity: once the relay has drained the
+// outbox, every state of its orders is on orders.status in version order,
+// and nothing else (relay.Audit, the checker the tests use).
+func (a *auditor) auditStatus(ctx context.Context, au *Audit) {
+	if a.status == nil {
+		return
+	}
+	au.StatusChecked = true
+	orders := order.NewStore(a.pool)
+	if err := relay.WaitPublished(ctx, orders, 30*time.Second); err != nil {
+		au.StatusProblems = append(au.StatusProblems, err.Error())
+		return
+	}
+	problems, err := relay.Audit(ctx, orders, a.status.client, a.status.topic, a.activityID)
+	if err != nil {
+		problems = append(problems, "reading orders.status: "+err.Error())
+	}
+	au.StatusProblems = append(au.StatusProblems, problems...)
 }
 
 // markersOf reads the limit markers of the given users on one item, each in

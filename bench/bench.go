@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
@@ -41,6 +42,10 @@ type Env struct {
 	DatabaseURL string           // DATABASE_URL: audited after the load
 	Redis       redisconn.Config // REDIS_URL or REDIS_ADDR, credentials, TLS
 	RedisPrefix string           // REDIS_KEY_PREFIX
+	// Kafka brokers and the orders.status topic, read by the audit (I7).
+	KafkaBrokers []string       // KAFKA_BROKERS, or the embedded broker's address
+	StatusTopic  string         // KAFKA_STATUS_TOPIC
+	Security     event.Security // KAFKA_TLS*, KAFKA_SASL_*
 }
 
 // Config is one load run.
@@ -53,6 +58,11 @@ type Config struct {
 	DatabaseURL   string
 	Redis         redisconn.Config
 	RedisPrefix   string
+	// KafkaBrokers, StatusTopic and KafkaSecurity reach orders.status for
+	// the audit's I7 (no brokers ⇒ I7 is not checked).
+	KafkaBrokers  []string
+	StatusTopic   string
+	KafkaSecurity event.Security
 
 	Concurrency int     // requests in flight at once
 	Requests    int     // requests in all, retries and repeats included
@@ -228,7 +238,8 @@ func Usage(w io.Writer) {
 func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
 	r := &setting.Reader{Env: env}
 	e := Env{HTTPAddr: r.String("HTTP_ADDR"), AdminToken: r.String("ADMIN_TOKEN"), DatabaseURL: r.String("DATABASE_URL"),
-		Redis: redisconn.Read(r), RedisPrefix: r.String("REDIS_KEY_PREFIX")}
+		Redis: redisconn.Read(r), RedisPrefix: r.String("REDIS_KEY_PREFIX"),
+		KafkaBrokers: r.List("KAFKA_BROKERS"), StatusTopic: r.String("KAFKA_STATUS_TOPIC"), Security: event.ReadSecurity(r)}
 	if err := r.Err(); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return ExitError
@@ -238,6 +249,7 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 
 func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) int {
 	cfg := Config{AdminToken: env.AdminToken, DatabaseURL: env.DatabaseURL, Redis: env.Redis, RedisPrefix: env.RedisPrefix,
+		KafkaBrokers: env.KafkaBrokers, StatusTopic: env.StatusTopic, KafkaSecurity: env.Security,
 		Progress: stderr}
 	fs, m := flagSet(env, &cfg)
 	fs.Usage = func() { Usage(stderr) }

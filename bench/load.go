@@ -13,7 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"orderpipe/pkg/database"
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
 )
@@ -64,6 +67,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer func() { stopScraper(); <-scrDone }()
 
 	a := &auditor{pool: pool, st: stock.New(rdb, cfg.RedisPrefix), activityID: cfg.ActivityID, items: items, buckets: cfg.Buckets}
+	if len(cfg.KafkaBrokers) > 0 {
+		topic := cfg.StatusTopic
+		if topic == "" {
+			topic = event.StatusTopic
+		}
+		a.status = &statusAudit{topic: topic, client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second,
+			Transport: cfg.KafkaSecurity.Transport(5 * time.Second)}}
+	}
 	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
 		cfg.ActivityID, cfg.Items, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.URL, cfg.Seed)
 	var floor *Arrival

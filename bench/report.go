@@ -231,6 +231,13 @@ func (r *Report) check() {
 		verdict("I6 never paid and closed", nonzero(map[string]int64{"orders both paid and closed": au.PaidAndClosed})),
 		verdict("counts add up", counts),
 	}
+	if au.StatusChecked {
+		problems := au.StatusProblems
+		if len(problems) > 10 {
+			problems = append(problems[:10:10], fmt.Sprintf("… and %d more", len(au.StatusProblems)-10))
+		}
+		r.Checks = append(r.Checks, verdict("I7 every state on orders.status, in order", problems))
+	}
 	r.OK = true
 	for _, c := range r.Checks {
 		r.OK = r.OK && c.OK

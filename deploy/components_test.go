@@ -29,6 +29,7 @@ var processes = []process{
 	{name: "gateway", args: []string{"gateway"}, serves: []string{"HTTP_ADDR"}, env: []string{"ADMIN_TOKEN_FILE"}},
 	{name: "worker", args: []string{"worker"}, serves: []string{"METRICS_ADDR"}},
 	{name: "closer", args: []string{"closer"}, serves: []string{"METRICS_ADDR"}},
+	{name: "relay", args: []string{"relay"}, serves: []string{"METRICS_ADDR"}},
 	{name: "reconciler", args: []string{"reconciler", "--fix"}, serves: []string{"METRICS_ADDR"}},
 }
 

@@ -52,7 +52,7 @@ func TestComposeServices(t *testing.T) {
 	p := mustCompose(t)
 	c := mustCode(t)
 	want := []string{"postgres", "redis", "kafka", "kafka-init", "otel-collector", "jaeger", "prometheus", "grafana",
-		"migrate", "gateway", "worker", "closer", "reconciler"}
+		"migrate", "gateway", "worker", "closer", "reconciler", "relay"}
 	for _, name := range want {
 		if _, ok := p.Services[name]; !ok {
 			t.Errorf("no service %q", name)
@@ -131,6 +131,7 @@ func TestComposeHealthAndOrder(t *testing.T) {
 		"worker": {"migrate": types.ServiceConditionCompletedSuccessfully, "kafka-init": types.ServiceConditionCompletedSuccessfully,
 			"redis": types.ServiceConditionHealthy},
 		"closer":     {"migrate": types.ServiceConditionCompletedSuccessfully, "redis": types.ServiceConditionHealthy},
+		"relay":      {"migrate": types.ServiceConditionCompletedSuccessfully, "kafka-init": types.ServiceConditionCompletedSuccessfully},
 		"reconciler": {"migrate": types.ServiceConditionCompletedSuccessfully, "redis": types.ServiceConditionHealthy},
 	}
 	for name, deps := range wants {
@@ -147,7 +148,7 @@ func TestComposeHealthAndOrder(t *testing.T) {
 func TestComposeTopics(t *testing.T) {
 	p := mustCompose(t)
 	script := strings.Join(p.Services["kafka-init"].Command, " ")
-	for _, topic := range []string{event.Topic, event.DLQTopic} {
+	for _, topic := range []string{event.Topic, event.DLQTopic, event.StatusTopic} {
 		if !strings.Contains(script, topic) {
 			t.Errorf("kafka-init does not create %s", topic)
 		}

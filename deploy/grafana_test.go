@@ -138,6 +138,9 @@ func TestGrafanaDashboard(t *testing.T) {
 		"compensations":              "orderpipe_compensations_oldest_pending_seconds",
 		"dead letters":               "orderpipe_worker_dlq_total",
 		"reconciler drift":           "orderpipe_reconciler_drift",
+		"status events published":    "orderpipe_status_events_published_total",
+		"status outbox backlog":      "orderpipe_status_outbox_pending",
+		"status outbox age":          "orderpipe_status_outbox_oldest_pending_seconds",
 	} {
 		if !strings.Contains(all, metric) {
 			t.Errorf("the dashboard does not show %s (%s)", what, metric)

@@ -201,6 +201,7 @@ var k8sComponents = []struct {
 	{"Deployment", "orderpipe-worker", "worker"},
 	{"Deployment", "orderpipe-closer", "closer"},
 	{"Deployment", "orderpipe-reconciler", "reconciler"},
+	{"Deployment", "orderpipe-relay", "relay"},
 }
 
 func TestManifestsExist(t *testing.T) {
@@ -209,7 +210,7 @@ func TestManifestsExist(t *testing.T) {
 			objs := objects(mustOverlay(t, name))
 			for _, want := range []struct{ kind, name string }{
 				{"Deployment", "orderpipe-gateway"}, {"Service", "orderpipe-gateway"}, {"HorizontalPodAutoscaler", "orderpipe-gateway"},
-				{"Deployment", "orderpipe-worker"}, {"Deployment", "orderpipe-closer"}, {"Deployment", "orderpipe-reconciler"},
+				{"Deployment", "orderpipe-worker"}, {"Deployment", "orderpipe-closer"}, {"Deployment", "orderpipe-reconciler"}, {"Deployment", "orderpipe-relay"},
 				{"Namespace", "orderpipe"},
 			} {
 				if find(objs, want.kind, want.name) == nil {

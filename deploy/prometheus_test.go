@@ -168,7 +168,7 @@ func TestAlertsAreActionableAndTested(t *testing.T) {
 	for _, want := range []string{"OrderpipeStockDrift", "OrderpipeDBStockMismatch", "OrderpipeDuplicateLiveOrder",
 		"OrderpipeCircuitBreakerOpen", "OrderpipeCompensationsPendingTooLong", "OrderpipeDeadLetters",
 		"OrderpipeConsumerLagGrowing", "OrderpipeCloserStalled", "OrderpipeRedriveStalled", "OrderpipeHigh5xxRatio",
-		"OrderpipeReconcileOverdue"} {
+		"OrderpipeReconcileOverdue", "OrderpipeStatusOutboxStuck"} {
 		if !fires[want] {
 			t.Errorf("alert %s is missing or never tested firing", want)
 		}

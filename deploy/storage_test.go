@@ -103,6 +103,8 @@ var storagePending = map[string][]string{
 	"bench/reconcilepass/main.go":    {"redis", "key"},
 	"bench/strategies.go":            {"redis"},
 	"bench/strategies_test.go":       {"redis"},
+	"cancel_e2e_test.go":             {"sql"},
+	"pkg/relay/relay_test.go":        {"pgx"},
 	"buckets_e2e_test.go":            {"pgx", "sql", "key"},
 	"closer/closer_test.go":          {"redis", "sql", "key"},
 	"closer_e2e_test.go":             {"sql"},

@@ -15,7 +15,7 @@ const pgTimeout = 2 * time.Second
 // inPostgres runs fn through the Postgres breaker, bounded in time. The
 // store's domain errors are answers, not failures: they never trip it.
 func (s *Server) inPostgres(ctx context.Context, fn func(ctx context.Context) error) error {
-	return guarded(ctx, s.pgCB.Do, pgTimeout, fn, order.ErrNotFound, order.ErrOrderClosed, order.ErrOrderRejected, order.ErrStockBelowSold,
+	return guarded(ctx, s.pgCB.Do, pgTimeout, fn, order.ErrNotFound, order.ErrOrderClosed, order.ErrOrderRejected, order.ErrOrderPaid, order.ErrStockBelowSold,
 		order.ErrBucketsFixed)
 }
 

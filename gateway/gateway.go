@@ -227,6 +227,7 @@ func (s *Server) routes() {
 	s.handle("POST /v1/orders", s.api(s.createOrder))
 	s.handle("GET /v1/orders/{orderNo}", s.api(s.getOrder))
 	s.handle("POST /v1/orders/{orderNo}/pay", s.api(s.payOrder))
+	s.handle("POST /v1/orders/{orderNo}/cancel", s.api(s.cancelOrder))
 	if s.cfg.AdminToken != "" {
 		s.handleOn(s.adminMux, "PUT /admin/v1/activities/{activityId}", s.admin(s.putActivity))
 		s.handleOn(s.adminMux, "GET /admin/v1/activities", s.admin(s.listActivities))
@@ -283,6 +284,7 @@ func (s *Server) handleOn(mux *http.ServeMux, pattern string, h http.HandlerFunc
 		start := time.Now()
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 			span.SetAttributes(semconv.HTTPRoute(route))
+			traceResponse(w, span.SpanContext())
 		}
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		h(rec, r)
@@ -293,6 +295,17 @@ func (s *Server) handleOn(mux *http.ServeMux, pattern string, h http.HandlerFunc
 		}
 		s.deps.Metrics.Requests.WithLabelValues(pattern, code).Inc()
 	}))
+}
+
+// traceResponse sets the W3C traceresponse header of a sampled request's
+// answer (version 00, the trace id, the server span's id, the flags), so a
+// storefront can log the trace beside its own records and find it later.
+// An unsampled request's trace is exported nowhere: it gets none.
+func traceResponse(w http.ResponseWriter, sc trace.SpanContext) {
+	if !sc.IsSampled() {
+		return
+	}
+	w.Header()["Traceresponse"] = []string{"00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()}
 }
 
 // Handler is the gateway's HTTP handler.

@@ -14,3 +14,8 @@ var Migrations embed.FS
 //
 //go:embed orders.requested.v1.json
 var OrdersRequestedV1 []byte
+
+// OrdersStatusV1 is the JSON Schema of the orders.status.v1 event.
+//
+//go:embed orders.status.v1.json
+var OrdersStatusV1 []byte

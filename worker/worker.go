@@ -368,6 +368,7 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 			case decided == decideInvalidEntry:
 				invalid = append(invalid, invalidEntry{it: it, ref: p.key.ref, entry: claims[i].Entry, ctx: mctx})
 			case decided == decideOrder:
+				r.TraceParent = telemetry.TraceParent(mctx) // the order's status events continue its trace
 				live = append(live, r)
 			}
 		}

@@ -351,6 +351,14 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	comps = append(comps, s.newProc("closer", healthz("http://"+closerAddr+"/healthz"),
 		"DATABASE_URL="+s.proxiedURL, "METRICS_ADDR="+closerAddr))
+	// The relay of orders.status, through the Postgres link like the closer
+	// (its faults are the nemesis's); the audit checks I7 on what it sent.
+	relayAddr, err := freeAddr()
+	if err != nil {
+		return s, err
+	}
+	comps = append(comps, s.newProc("relay", healthz("http://"+relayAddr+"/healthz"),
+		"DATABASE_URL="+s.proxiedURL, bootstrap, "METRICS_ADDR="+relayAddr))
 	for i := range max(cfg.Gateways, 1) {
 		addr := addrs[1]
 		if i > 0 {
@@ -383,7 +391,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			return s, err
 		}
 	}
-	s.logf("started kafka %s, gateway %s, %s, closer (postgres for workers and closer through toxiproxy %s)",
+	s.logf("started kafka %s, gateway %s, %s, closer, relay (postgres for workers and closer through toxiproxy %s)",
 		strings.Join(s.brokers, ","), strings.Join(s.httpURLs, ", "), strings.Join(workers, ", "), s.toxi.Addr)
 	return s, nil
 }

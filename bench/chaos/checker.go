@@ -195,6 +195,9 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 	for _, p := range a.problems {
 		c.violate("", "%s", p)
 	}
+	for _, p := range s.auditStatus(ctx, act) {
+		c.violate("", "%s", p)
+	}
 	code, out := s.reconcile(ctx)
 	c.reconcileExit = code
 	if code != 0 {

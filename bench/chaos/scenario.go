@@ -41,6 +41,7 @@ func Scenarios() []Scenario {
 		{Name: "kill-gateway", Fault: killRestart(named("gateway"), 300*time.Millisecond, 1200*time.Millisecond)},
 		{Name: "kill-worker", Fault: killRestart(named("worker"), 300*time.Millisecond, 1200*time.Millisecond)},
 		{Name: "kill-closer", Fault: killRestart(named("closer"), 300*time.Millisecond, 1200*time.Millisecond)},
+		{Name: "kill-relay", Fault: killRestart(named("relay"), 300*time.Millisecond, 1200*time.Millisecond)},
 		{Name: "redis-keys-lost", Fault: redisKeysLost},
 		{Name: "broker-restart", Fault: killRestart(saleBroker, 1500*time.Millisecond, 3000*time.Millisecond)},
 		{Name: "postgres-toxics", Fault: postgresToxics},
@@ -377,6 +378,7 @@ func (s *Suite) Run(ctx context.Context, sc Scenario, act int64) (res Result) {
 	}
 	res.Audit = a
 	res.Problems = append(res.Problems, a.problems...)
+	res.Problems = append(res.Problems, s.auditStatus(ctx, act)...)
 	// What a client asking about a lost order number is told.
 	for _, no := range a.lostOrderNos[:min(3, len(a.lostOrderNos))] {
 		res.Problems = append(res.Problems, fmt.Sprintf("I4: GET /v1/orders/%s answers %s", no, s.getOrder(ctx, no)))

@@ -1,5 +1,6 @@
-// Package event owns the orders.requested event: its Go type, the strict
-// codec validated against the JSON Schema in package schemas, the Kafka
+// Package event owns the orders.requested and orders.status events: their
+// Go types, the codecs validated against the JSON Schemas in package
+// schemas, the Kafka
 // headers (schema version, request id, W3C trace context), and the plumbing
 // to reach a broker (writers, topics, ping). It never decides what an event
 // means for stock or orders, and never links a test broker (the embedded one

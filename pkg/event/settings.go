@@ -8,6 +8,7 @@ var Settings = []setting.Var{
 	{Name: "KAFKA_BROKERS", Default: "", Help: "comma-separated brokers; empty ⇒ `all` starts an embedded broker"},
 	{Name: "KAFKA_TOPIC", Default: Topic, Help: "topic of order events"},
 	{Name: "KAFKA_DLQ_TOPIC", Default: DLQTopic, Help: "dead-letter topic"},
+	{Name: "KAFKA_STATUS_TOPIC", Default: StatusTopic, Help: "topic of orders.status, one event per state change of an order (key orderNo), published by the relay"},
 	{Name: "KAFKA_PARTITIONS", Default: "8", Help: "partitions when orderpipe creates the topics"},
 	{Name: "KAFKA_REPLICATION_FACTOR", Default: "1", Help: "replicas per partition when orderpipe creates the topics (3 on a 3-broker cluster; with min.insync.replicas=2 an acknowledged event survives one broker's loss)"},
 	{Name: "KAFKA_BATCH_TIMEOUT", Default: "2ms", Help: "linger of kafka-go's Writer before a batch is sent: the worker's dead-letter and redrive producers, and the gateway's with GATEWAY_PRODUCER=writer"},

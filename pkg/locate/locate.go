@@ -74,8 +74,24 @@ type Report struct {
 	// first used for another reservation (a reuse for another item): each
 	// orderNo reads as REJECTED IDEMPOTENCY_KEY_REUSED.
 	Refused []Refused `json:"refused,omitempty"`
+	// StatusEvents are the order's orders.status events still in the
+	// outbox (published ones are pruned after STATUS_RETENTION), in version
+	// order: PUBLISHED, or PENDING (committed, the relay has not published
+	// it yet).
+	StatusEvents []StatusEvent `json:"statusEvents"`
 	// ItemsSearched is how many activity items' Redis keys were read.
 	ItemsSearched int `json:"itemsSearched"`
+}
+
+// StatusEvent is one outbox row of orders.status.
+type StatusEvent struct {
+	OrderNo     string     `json:"orderNo"`
+	Version     int        `json:"version"`
+	Status      string     `json:"status"`
+	Reason      string     `json:"reason,omitempty"`
+	State       string     `json:"state"` // PUBLISHED or PENDING
+	CreatedAt   time.Time  `json:"createdAt"`
+	PublishedAt *time.Time `json:"publishedAt,omitempty"`
 }
 
 // Timeline is when the request went through each step (nil: not yet).
@@ -163,9 +179,12 @@ type Finder struct {
 // its rows name the item, whose Redis keys are then read; otherwise the
 // items of live activities (or of the hinted activity/item) are searched.
 func (f *Finder) Find(ctx context.Context, q Query) (Report, error) {
-	rep := Report{RequestID: q.RequestID, Redis: []RedisState{}, Compensations: []Compensation{}}
+	rep := Report{RequestID: q.RequestID, Redis: []RedisState{}, Compensations: []Compensation{}, StatusEvents: []StatusEvent{}}
 	items, err := f.postgres(ctx, &rep)
 	if err != nil {
+		return rep, err
+	}
+	if err := f.statusEvents(ctx, &rep); err != nil {
 		return rep, err
 	}
 	switch {
@@ -187,6 +206,36 @@ func (f *Finder) Find(ctx context.Context, q Query) (Report, error) {
 	}
 	rep.settle()
 	return rep, nil
+}
+
+// statusEvents reads the outbox rows of every orderNo Postgres knows for
+// the request.
+func (f *Finder) statusEvents(ctx context.Context, rep *Report) error {
+	var nos []string
+	if rep.Order != nil {
+		nos = append(nos, rep.Order.OrderNo)
+	}
+	if p := rep.Processed; p != nil && !slices.Contains(nos, p.OrderNo) {
+		nos = append(nos, p.OrderNo)
+	}
+	for _, r := range rep.Refused {
+		nos = append(nos, r.OrderNo)
+	}
+	for _, no := range nos {
+		evs, err := f.Orders.EventsOf(ctx, no)
+		if err != nil {
+			return err
+		}
+		for _, e := range evs {
+			st := StatusEvent{OrderNo: e.OrderNo, Version: e.Version, Status: e.Status, Reason: e.Reason, State: "PENDING",
+				CreatedAt: e.CreatedAt, PublishedAt: e.PublishedAt}
+			if e.PublishedAt != nil {
+				st.State = "PUBLISHED"
+			}
+			rep.StatusEvents = append(rep.StatusEvents, st)
+		}
+	}
+	return nil
 }
 
 func appendItem(items []stock.Item, it stock.Item) []stock.Item {
@@ -480,6 +529,24 @@ func (r Report) Text() string {
 			line("", "  journal entry: none")
 		}
 		line("", "  fate: %s  limit marker held: %s", cmpOr(st.Fate, "-"), strconv.FormatBool(st.LimitHeld))
+	}
+	if len(r.StatusEvents) == 0 && r.Status != StatusUnknown {
+		line("orders.status", "no event in the outbox (none yet, or pruned after STATUS_RETENTION)")
+	}
+	for i, e := range r.StatusEvents {
+		label := ""
+		if i == 0 {
+			label = "orders.status"
+		}
+		detail := fmt.Sprintf("v%d %s", e.Version, e.Status)
+		if e.Reason != "" {
+			detail += " " + e.Reason
+		}
+		detail += fmt.Sprintf(" of %s: %s, written %s", e.OrderNo, e.State, ts(&e.CreatedAt))
+		if e.PublishedAt != nil {
+			detail += ", published " + ts(e.PublishedAt)
+		}
+		line(label, "%s", detail)
 	}
 	if len(r.Compensations) == 0 {
 		line("compensation", "none")

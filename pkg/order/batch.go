@@ -27,6 +27,9 @@ type Request struct {
 	// counted there, so a rejection must give it back (a compensation).
 	// Without it (Redis lost the entry) a rejection compensates nothing.
 	Held bool
+	// TraceParent is the W3C trace context of the message that carried the
+	// reservation: the order's orders.status events continue that trace.
+	TraceParent string
 }
 
 // Outcome of one request in a batch.
@@ -127,7 +130,31 @@ func decideBatch(ctx context.Context, tx pgx.Tx, reqs []Request) ([]Decision, er
 	if err := recordRejections(ctx, tx, out); err != nil {
 		return nil, err
 	}
+	if err := writeEvents(ctx, tx, batchEvents(out)); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// batchEvents are the orders.status events of a batch's decisions: UNPAID
+// for each order created, REJECTED with its reason for each request or
+// reservation refused; a duplicate changes nothing, so it has none.
+func batchEvents(out []Decision) []statusChange {
+	var evs []statusChange
+	for _, d := range out {
+		var st string
+		switch d.Outcome {
+		case Created:
+			st = StatusUnpaid
+		case Rejected, Foreign:
+			st = StatusRejected
+		default:
+			continue
+		}
+		evs = append(evs, statusChange{OrderNo: d.OrderNo, RequestID: d.RequestID, UserID: d.UserID, ActivityID: d.ActivityID,
+			ItemID: d.ItemID, Quantity: d.Quantity, Status: st, Reason: d.Reason, Version: 1, TraceParent: d.TraceParent})
+	}
+	return evs
 }
 
 // recordRequests inserts the idempotency rows and returns the indexes of the

@@ -18,6 +18,7 @@ type closedOrder struct {
 	ItemID     int64
 	UserID     int64
 	Quantity   int
+	Version    int // of its CLOSED event
 }
 
 // CloseExpired closes up to limit UNPAID orders created before now - olderThan
@@ -46,8 +47,11 @@ func (s *Store) CloseExpired(ctx context.Context, olderThan time.Duration, limit
 	if err := restoreStock(ctx, tx, closed); err != nil {
 		return nil, err
 	}
-	comps, err := outboxClosed(ctx, tx, closed)
+	comps, err := outboxClosed(ctx, tx, closed, ReasonClosedUnpaid)
 	if err != nil {
+		return nil, err
+	}
+	if err := writeEvents(ctx, tx, closedEvents(closed, ReasonPaymentTimeout, "")); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -67,10 +71,11 @@ func closeDue(ctx context.Context, tx pgx.Tx, olderThan time.Duration, limit int
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED
 		)
-		UPDATE orders o SET status = 'CLOSED', closed_at = now()
+		UPDATE orders o SET status = 'CLOSED', closed_at = now(), close_reason = $3, event_version = o.event_version + 1
 		FROM due
 		WHERE o.order_no = due.order_no AND o.status = 'UNPAID'
-		RETURNING o.request_id, o.order_no, o.activity_id, o.item_id, o.user_id, o.quantity`, olderThan, limit)
+		RETURNING o.request_id, o.order_no, o.activity_id, o.item_id, o.user_id, o.quantity, o.event_version`,
+		olderThan, limit, ReasonPaymentTimeout)
 }
 
 // restoreStock gives the closed units back, one update per item, in item
@@ -102,10 +107,21 @@ func restoreStock(ctx context.Context, tx pgx.Tx, closed []closedOrder) error {
 	return nil
 }
 
-// outboxClosed writes one CLOSED_UNPAID compensation per closed order. An
+// closedEvents are the CLOSED events of closed orders; traceParent "" lets
+// each continue its order's trace (that of its first event kept).
+func closedEvents(closed []closedOrder, reason, traceParent string) []statusChange {
+	evs := make([]statusChange, len(closed))
+	for i, c := range closed {
+		evs[i] = statusChange{OrderNo: c.OrderNo, RequestID: c.RequestID, UserID: c.UserID, ActivityID: c.ActivityID, ItemID: c.ItemID,
+			Quantity: c.Quantity, Status: StatusClosed, Reason: reason, Version: c.Version, TraceParent: traceParent}
+	}
+	return evs
+}
+
+// outboxClosed writes one compensation (of reason why) per closed order. An
 // order that already has one (UNIQUE order_no) was already given back in
 // Redis, so nothing more is owed for it.
-func outboxClosed(ctx context.Context, tx pgx.Tx, closed []closedOrder) ([]Compensation, error) {
+func outboxClosed(ctx context.Context, tx pgx.Tx, closed []closedOrder, why string) ([]Compensation, error) {
 	var (
 		rids, onos    = make([]string, len(closed)), make([]string, len(closed))
 		acts, items   = make([]int64, len(closed)), make([]int64, len(closed))
@@ -121,7 +137,7 @@ func outboxClosed(ctx context.Context, tx pgx.Tx, closed []closedOrder) ([]Compe
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[]) AS t(r, o, a, i, u, q)
 		ON CONFLICT (order_no) DO NOTHING
 		RETURNING id, request_id, order_no, activity_id, item_id, user_id, quantity, reason, COALESCE(limit_owner, '')`,
-		rids, onos, acts, items, users, quants, ReasonClosedUnpaid)
+		rids, onos, acts, items, users, quants, why)
 }
 
 // DueCompensations lists unapplied compensations of one reason whose next

@@ -1,9 +1,11 @@
 // Package order owns the Postgres side: activities and their item stock,
-// orders and their state machine, the idempotency table and the outbox of
-// Redis compensations, and the records of replayed dead letters. Every SQL
-// statement is here, but pkg/database's migrations and pkg/lock's fences:
-// others call typed methods (tests that must reach behind them use
-// ordertest), and the store hands out no pool.
+// orders and their state machine, the idempotency table, the outbox of
+// Redis compensations, the outbox of orders.status (order_events: every
+// change of an order writes its event row in its own transaction) and the
+// records of replayed dead letters. Every SQL statement is here, but
+// pkg/database's migrations and pkg/lock's fences: others call typed
+// methods (tests that must reach behind them use ordertest), and the store
+// hands out no pool.
 // One place decides what a batch of reservations does (ProcessBatch). It
 // never talks to Redis or Kafka.
 package order
@@ -260,7 +262,7 @@ type Order struct {
 	ItemID     int64
 	Quantity   int
 	Status     string
-	Reason     string // REJECTED only
+	Reason     string // REJECTED and CLOSED
 	CreatedAt  time.Time
 	PaidAt     *time.Time
 	ClosedAt   *time.Time
@@ -271,9 +273,10 @@ type Order struct {
 // number.
 func (s *Store) GetOrder(ctx context.Context, orderNo string) (Order, error) {
 	o := Order{OrderNo: orderNo}
-	err := s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at
+	err := s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, status, COALESCE(close_reason, ''),
+		created_at, paid_at, closed_at
 		FROM orders WHERE order_no = $1`, orderNo).
-		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt)
+		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.Reason, &o.CreatedAt, &o.PaidAt, &o.ClosedAt)
 	if err == nil {
 		return o, nil
 	}

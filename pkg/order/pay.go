@@ -40,17 +40,12 @@ func (s *Store) Pay(ctx context.Context, orderNo string) (Order, error) {
 var errRaced = errors.New("order appeared while paying")
 
 func (s *Store) pay(ctx context.Context, orderNo string) (Order, error) {
-	o := Order{OrderNo: orderNo}
-	err := s.pool.QueryRow(ctx, `
-		UPDATE orders SET status = 'PAID', paid_at = now()
-		WHERE order_no = $1 AND status = 'UNPAID'
-		RETURNING request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at`, orderNo).
-		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt)
-	if err == nil {
-		return o, nil
+	o, paid, err := s.payRow(ctx, orderNo)
+	if err != nil {
+		return Order{}, err
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return Order{}, fmt.Errorf("paying order %s: %w", orderNo, err)
+	if paid {
+		return o, nil
 	}
 	// Not UNPAID: already paid (idempotent success), closed, rejected or unknown.
 	o, err = s.GetOrder(ctx, orderNo)
@@ -67,4 +62,35 @@ func (s *Store) pay(ctx context.Context, orderNo string) (Order, error) {
 	}
 	// UNPAID: the worker inserted it after the update looked.
 	return Order{}, fmt.Errorf("paying order %s: %w", orderNo, errRaced)
+}
+
+// payRow sets the order PAID where it is UNPAID and writes its PAID event in
+// the same transaction; paid is false when no UNPAID row matched.
+func (s *Store) payRow(ctx context.Context, orderNo string) (o Order, paid bool, err error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return Order{}, false, fmt.Errorf("beginning pay tx: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	o = Order{OrderNo: orderNo}
+	var version int
+	err = tx.QueryRow(ctx, `
+		UPDATE orders SET status = 'PAID', paid_at = now(), event_version = event_version + 1
+		WHERE order_no = $1 AND status = 'UNPAID'
+		RETURNING request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at, event_version`, orderNo).
+		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, false, nil
+	}
+	if err != nil {
+		return Order{}, false, fmt.Errorf("paying order %s: %w", orderNo, err)
+	}
+	if err := writeEvents(ctx, tx, []statusChange{{OrderNo: orderNo, RequestID: o.RequestID, UserID: o.UserID, ActivityID: o.ActivityID,
+		ItemID: o.ItemID, Quantity: o.Quantity, Status: StatusPaid, Version: version, TraceParent: traceParentOf(ctx)}}); err != nil {
+		return Order{}, false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Order{}, false, fmt.Errorf("committing payment of %s: %w", orderNo, err)
+	}
+	return o, true, nil
 }

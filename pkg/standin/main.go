@@ -18,7 +18,8 @@ type Embedded struct {
 	Port, AdvertisedPort, Partitions int
 	Dir                              string // KAFKA_EMBEDDED_DIR; empty ⇒ in memory
 	RetainMB, DLQRetainMB            int    // KAFKA_EMBEDDED_RETENTION_MB, KAFKA_EMBEDDED_DLQ_RETENTION_MB
-	Topic, DLQTopic, Group           string
+	Topic, DLQTopic, StatusTopic     string
+	Group                            string
 }
 
 // ReadEmbedded reads the embedded broker's settings.
@@ -26,7 +27,8 @@ func ReadEmbedded(r *setting.Reader) Embedded {
 	return Embedded{Port: r.Int("KAFKA_EMBEDDED_PORT"), AdvertisedPort: r.Int("KAFKA_EMBEDDED_ADVERTISED_PORT"),
 		Partitions: r.Int("KAFKA_PARTITIONS"), Dir: r.String("KAFKA_EMBEDDED_DIR"), RetainMB: r.Int("KAFKA_EMBEDDED_RETENTION_MB"),
 		DLQRetainMB: r.Int("KAFKA_EMBEDDED_DLQ_RETENTION_MB"), Topic: r.String("KAFKA_TOPIC"), DLQTopic: r.String("KAFKA_DLQ_TOPIC"),
-		Group: r.String("KAFKA_GROUP")}
+		StatusTopic: r.String("KAFKA_STATUS_TOPIC"),
+		Group:       r.String("KAFKA_GROUP")}
 }
 
 // KafkaMain is `orderpipe kafka`: the embedded broker alone, so the components
@@ -56,7 +58,7 @@ func runKafka(ctx context.Context, log *slog.Logger, env setting.Env) error {
 	defer stop()
 	// A data dir from an earlier run is reloaded as it was: topics it lacks
 	// (another KAFKA_TOPIC) are created here, not by the seed.
-	if err := event.EnsureTopics(ctx, brokers, cfg.Partitions, 1, cfg.Topic, cfg.DLQTopic); err != nil {
+	if err := event.EnsureTopics(ctx, brokers, cfg.Partitions, 1, cfg.Topic, cfg.DLQTopic, cfg.StatusTopic); err != nil {
 		return err
 	}
 	dir := cfg.Dir
@@ -64,7 +66,7 @@ func runKafka(ctx context.Context, log *slog.Logger, env setting.Env) error {
 		dir = "(in memory)"
 	}
 	log.Info("kafka broker listening", "brokers", strings.Join(brokers, ","), "data_dir", dir,
-		"topics", []string{cfg.Topic, cfg.DLQTopic}, "retention_mib", cfg.RetainMB, "dlq_retention_mib", cfg.DLQRetainMB,
+		"topics", []string{cfg.Topic, cfg.DLQTopic, cfg.StatusTopic}, "retention_mib", cfg.RetainMB, "dlq_retention_mib", cfg.DLQRetainMB,
 		"guarded_by_group", cfg.Group)
 	<-ctx.Done()
 	log.Info("kafka broker stopping")
@@ -80,13 +82,17 @@ const retentionInterval = time.Second
 // KAFKA_EMBEDDED_PORT, persistent when KAFKA_EMBEDDED_DIR is set. It keeps
 // what the worker group has not committed, and beyond that about
 // KAFKA_EMBEDDED_RETENTION_MB of the order topic and
-// KAFKA_EMBEDDED_DLQ_RETENTION_MB of dead letters (Retention), so a
+// KAFKA_EMBEDDED_DLQ_RETENTION_MB of dead letters and of orders.status
+// events (Retention), so a
 // long `make run` stays bounded.
 func (cfg Embedded) Start() (brokers []string, stop func(), err error) {
 	k, err := StartKafka(KafkaOptions{Port: cfg.Port, Partitions: cfg.Partitions,
-		Topics: []string{cfg.Topic, cfg.DLQTopic}, Dir: cfg.Dir, AdvertisedPort: cfg.AdvertisedPort,
+		Topics: []string{cfg.Topic, cfg.DLQTopic, cfg.StatusTopic}, Dir: cfg.Dir, AdvertisedPort: cfg.AdvertisedPort,
 		Retention: Retention{Interval: retentionInterval,
-			Bytes: map[string]int64{cfg.Topic: int64(cfg.RetainMB) << 20, cfg.DLQTopic: int64(cfg.DLQRetainMB) << 20},
+			// orders.status is kept like the dead letters: its newest
+			// KAFKA_EMBEDDED_DLQ_RETENTION_MB (no group guards it).
+			Bytes: map[string]int64{cfg.Topic: int64(cfg.RetainMB) << 20, cfg.DLQTopic: int64(cfg.DLQRetainMB) << 20,
+				cfg.StatusTopic: int64(cfg.DLQRetainMB) << 20},
 			Guard: map[string]string{cfg.Topic: cfg.Group}},
 		RetentionErrFunc: func(err error) { slog.Warn("embedded broker: deleting old records", "err", err) },
 		GhostFunc: func(reaped []string, err error) {

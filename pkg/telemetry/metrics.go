@@ -66,6 +66,14 @@ type Metrics struct {
 	// interval. Both are 0 in a process that runs no reconciler loop.
 	ReconcilerLastSuccess prometheus.Gauge
 	ReconcilerInterval    prometheus.Gauge
+
+	// The relay of orders.status (pkg/relay).
+	StatusPublished *prometheus.CounterVec // status
+	StatusFailed    prometheus.Counter
+	StatusPending   prometheus.Gauge
+	StatusOldest    prometheus.Gauge
+	StatusPruned    prometheus.Counter
+	RelayPasses     *prometheus.CounterVec // result: ok, error
 }
 
 // NewMetrics registers every series on a fresh registry, with Go and
@@ -150,6 +158,18 @@ func NewMetrics() *Metrics {
 			Help: "Unix time of the last reconciler pass that checked every item (clean or drift; with --fix, a fix that did not fail); 0 before the first."}),
 		ReconcilerInterval: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_reconciler_interval_seconds",
 			Help: "RECONCILE_INTERVAL of the reconciler loop this process runs; 0 where none runs."}),
+		StatusPublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_status_events_published_total",
+			Help: "orders.status events the relay published (acknowledged by all in-sync replicas and marked published), by status; a republished one counts again."}, []string{"status"}),
+		StatusFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_status_events_failed_total",
+			Help: "orders.status events whose publish failed (left unpublished, retried)."}),
+		StatusPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_status_outbox_pending",
+			Help: "orders.status events committed in the outbox (order_events) but not yet published, as the relay last counted them."}),
+		StatusOldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_status_outbox_oldest_pending_seconds",
+			Help: "Age of the oldest unpublished orders.status event (database clock); 0 when none is pending."}),
+		StatusPruned: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_status_events_pruned_total",
+			Help: "Published orders.status outbox rows deleted after STATUS_RETENTION."}),
+		RelayPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_relay_passes_total",
+			Help: "Relay passes by result: ok (the outbox drained as far as it could), error (Postgres or the broker failed; retried with backoff)."}, []string{"result"}),
 	}
 	// One list, so a new series cannot be declared and left unregistered.
 	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ReserveUnreplicated, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
@@ -157,13 +177,18 @@ func NewMetrics() *Metrics {
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
 		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
 		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
-		m.SaleChecks, m.ReconcilerLastSuccess, m.ReconcilerInterval)
+		m.SaleChecks, m.ReconcilerLastSuccess, m.ReconcilerInterval,
+		m.StatusPublished, m.StatusFailed, m.StatusPending, m.StatusOldest, m.StatusPruned, m.RelayPasses)
 	// Every result is a series from the start, so an alert on a rate of
 	// passes works before the first pass (and sees a component that never
 	// completes one).
 	for _, r := range []string{"ok", "error"} {
 		m.CloserPasses.WithLabelValues(r)
 		m.RedrivePasses.WithLabelValues(r)
+		m.RelayPasses.WithLabelValues(r)
+	}
+	for _, st := range []string{"UNPAID", "PAID", "CLOSED", "REJECTED"} {
+		m.StatusPublished.WithLabelValues(st)
 	}
 	for _, r := range []string{"queried", "remembered", "refused"} {
 		m.SaleChecks.WithLabelValues(r)

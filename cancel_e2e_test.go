@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+)
+
+// waitStatus waits until GET answers the order in that status.
+func (p *pipeline) waitStatus(tb testing.TB, orderNo, status string) apiResponse {
+	tb.Helper()
+	var g apiResponse
+	testenv.WaitFor(tb, 30*time.Second, orderNo+" "+status, func() bool {
+		g = p.do(tb, http.MethodGet, "/v1/orders/"+orderNo, "", nil)
+		return g.Str("status") == status
+	})
+	return g
+}
+
+func (p *pipeline) cancelOrder(tb testing.TB, orderNo string, body any) apiResponse {
+	tb.Helper()
+	return p.do(tb, http.MethodPost, "/v1/orders/"+orderNo+"/cancel", "application/json", body)
+}
+
+// TestCancelOrder: the buyer's cancel closes an UNPAID order with reason
+// CANCELLED, gives its unit and the user's limit marker back in Redis at
+// once (the user can order again), is idempotent, and is refused for a
+// paid order, another user's and a bad body; every change is on
+// orders.status (I7, in assertInvariants).
+func TestCancelOrder(t *testing.T) {
+	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
+	it := stock.Item{ActivityID: 7, ItemID: 70}
+	p.mustSale(t, 7, 1, map[int64]int64{70: 5})
+	place := func(rid string, user int64) string {
+		r := p.order(t, orderBody{RequestID: rid, UserID: user, ActivityID: 7, ItemID: 70, Quantity: 1})
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("order %s: %d %v", rid, r.Status, r.Body)
+		}
+		p.waitStatus(t, r.Str("orderNo"), order.StatusUnpaid)
+		return r.Str("orderNo")
+	}
+	no := place("c-1", 1)
+
+	t.Run("BadBodyChangesNothing", func(t *testing.T) {
+		for _, body := range []any{`{"userId":"1"}`, `{}`, `{"userId":0}`, `{"userId":1,"extra":true}`, `[1]`} {
+			if r := p.cancelOrder(t, no, body); r.Status != http.StatusBadRequest || r.Code() != "INVALID_REQUEST" {
+				t.Errorf("cancel with %s: %d %v, want 400 INVALID_REQUEST", body, r.Status, r.Body)
+			}
+		}
+		if r := p.do(t, http.MethodPost, "/v1/orders/"+no+"/cancel", "text/plain", `{"userId":1}`); r.Status != http.StatusUnsupportedMediaType {
+			t.Errorf("cancel as text/plain: %d %v", r.Status, r.Body)
+		}
+		if g := p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil); g.Str("status") != order.StatusUnpaid {
+			t.Errorf("after refused cancels: %v", g.Body)
+		}
+	})
+	t.Run("AnotherUsersIs404", func(t *testing.T) {
+		for _, c := range []struct {
+			no   string
+			user int64
+		}{{no, 2}, {"7-70-nosuchorder", 1}, {"not-an-order", 1}} {
+			if r := p.cancelOrder(t, c.no, map[string]int64{"userId": c.user}); r.Status != http.StatusNotFound || r.Code() != "ORDER_NOT_FOUND" {
+				t.Errorf("cancel %s as user %d: %d %v, want 404 ORDER_NOT_FOUND", c.no, c.user, r.Status, r.Body)
+			}
+		}
+	})
+	t.Run("UnpaidIsCancelled", func(t *testing.T) {
+		before := p.redisStock(t, it)
+		for range 2 { // the second is the idempotent repeat
+			r := p.cancelOrder(t, no, map[string]int64{"userId": 1})
+			if r.Status != http.StatusOK || r.Str("status") != "CLOSED" || r.Str("reason") != "CANCELLED" || r.Str("orderNo") != no {
+				t.Fatalf("cancel: %d %v, want 200 CLOSED CANCELLED", r.Status, r.Body)
+			}
+		}
+		g := p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil)
+		if g.Str("status") != "CLOSED" || g.Str("reason") != "CANCELLED" || g.Body["closedAt"] == nil {
+			t.Errorf("GET after cancel: %v", g.Body)
+		}
+		// Given back in Redis exactly once, before the answer.
+		if got := p.redisStock(t, it); got != before+1 {
+			t.Errorf("redis stock %d after cancel, want %d", got, before+1)
+		}
+		if pr := p.do(t, http.MethodPost, "/v1/orders/"+no+"/pay", "", nil); pr.Status != http.StatusConflict || pr.Code() != "ORDER_CLOSED" {
+			t.Errorf("pay of a cancelled order: %d %v", pr.Status, pr.Body)
+		}
+		// The limit marker came back: the same user may order again.
+		place("c-1-again", 1)
+	})
+	t.Run("PaidIs409", func(t *testing.T) {
+		paid := place("c-2", 2)
+		if r := p.do(t, http.MethodPost, "/v1/orders/"+paid+"/pay", "", nil); r.Status != http.StatusOK {
+			t.Fatalf("pay: %d %v", r.Status, r.Body)
+		}
+		if r := p.cancelOrder(t, paid, map[string]int64{"userId": 2}); r.Status != http.StatusConflict || r.Code() != "ORDER_PAID" {
+			t.Errorf("cancel of a paid order: %d %v, want 409 ORDER_PAID", r.Status, r.Body)
+		}
+	})
+
+	p.waitDrained(t, it)
+	p.assertInvariants(t, it)
+}
+
+// TestCancelPendingOrder: an order only reserved (no worker has persisted
+// it) answers 409 ORDER_PENDING to its buyer and 404 to anyone else.
+func TestCancelPendingOrder(t *testing.T) {
+	p := mustPipeline(t, components{"gateway"}, nil)
+	p.mustSale(t, 8, 1, map[int64]int64{80: 3})
+	r := p.order(t, orderBody{RequestID: "pending-c", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("order: %d %v", r.Status, r.Body)
+	}
+	c := p.cancelOrder(t, r.Str("orderNo"), map[string]int64{"userId": 1})
+	if c.Status != http.StatusConflict || c.Code() != "ORDER_PENDING" || c.Header.Get("Retry-After") == "" {
+		t.Errorf("cancel of a pending order: %d %v, want 409 ORDER_PENDING with Retry-After", c.Status, c.Body)
+	}
+	if c := p.cancelOrder(t, r.Str("orderNo"), map[string]int64{"userId": 2}); c.Status != http.StatusNotFound {
+		t.Errorf("another user's cancel of a pending order: %d %v, want 404", c.Status, c.Body)
+	}
+}
+
+// TestStatusEventsOfARace: many buyers race for a few units; of the orders,
+// some are paid, some cancelled, and the rest closed by the closer, while
+// pay, cancel and the closer race on some of them. Afterwards every order
+// and rejection has exactly the events of its history on orders.status, in
+// version order (I7), and I1–I6 hold.
+func TestStatusEventsOfARace(t *testing.T) {
+	p := mustPipeline(t, components{"gateway", "worker", "closer", "relay"}, func(c *config) {
+		c.CloseAfter = 3 * time.Second
+		c.CloserInterval = 200 * time.Millisecond
+		c.UserRPS = 0
+	})
+	it := stock.Item{ActivityID: 9, ItemID: 90}
+	p.mustSale(t, 9, 1, map[int64]int64{90: 20})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var accepted []string
+	users := map[string]int64{}
+	for u := range int64(40) {
+		wg.Go(func() {
+			r := p.order(t, orderBody{RequestID: fmt.Sprintf("race-%d", u), UserID: u + 1, ActivityID: 9, ItemID: 90, Quantity: 1})
+			if r.Status == http.StatusAccepted {
+				mu.Lock()
+				accepted = append(accepted, r.Str("orderNo"))
+				users[r.Str("orderNo")] = u + 1
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for i, no := range accepted {
+		wg.Go(func() {
+			p.waitStatus(t, no, order.StatusUnpaid)
+			switch i % 4 {
+			case 0:
+				p.do(t, http.MethodPost, "/v1/orders/"+no+"/pay", "", nil)
+			case 1:
+				p.cancelOrder(t, no, map[string]int64{"userId": users[no]})
+			case 2: // left to the closer
+			case 3: // pay and cancel at once, racing the closer too
+				time.Sleep(time.Duration(i%3) * time.Second)
+				var race sync.WaitGroup
+				race.Go(func() { p.do(t, http.MethodPost, "/v1/orders/"+no+"/pay", "", nil) })
+				race.Go(func() { p.cancelOrder(t, no, map[string]int64{"userId": users[no]}) })
+				race.Wait()
+			}
+		})
+	}
+	wg.Wait()
+	testenv.WaitFor(t, 60*time.Second, "every order paid or closed", func() bool {
+		var n int
+		err := p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE status = 'UNPAID' AND activity_id = 9`).Scan(&n)
+		return err == nil && n == 0
+	})
+	p.waitDrained(t, it)
+	p.assertInvariants(t, it)
+}

@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/outbox"
+)
+
+type cancelRequest struct {
+	UserID jsonInt64 `json:"userId"` // by value, as the schema's integer (jsonint.go)
+}
+
+type orderCancelled struct {
+	OrderNo string `json:"orderNo"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+}
+
+// cancelOrder is POST /v1/orders/{orderNo}/cancel {"userId"}: the buyer
+// gives an UNPAID order up. Postgres closes it with reason CANCELLED, gives
+// its units back to item_stock and writes the compensation and the status
+// event in one transaction (order.Store.Cancel); the compensation is then
+// applied here at once, so the unit and the user's limit marker are back in
+// Redis before the answer — or, if Redis fails now, by the worker's sweep
+// within seconds; the release script applies it exactly once either way.
+//
+// Idempotent: a cancelled order answers the same 200 again. A paid order is
+// 409 ORDER_PAID, one the closer closed 409 ORDER_CLOSED (its stock is back
+// already; it was not cancelled), a rejected request's number 409
+// ORDER_REJECTED, a reservation not persisted yet 409 ORDER_PENDING (retry),
+// and an unknown order or another user's 404 ORDER_NOT_FOUND.
+func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes+1)
+	var req cancelRequest
+	if apiErr := decodeJSON(r.Header.Get("Content-Type"), r.Body, MaxBodyBytes, &req); apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
+	if req.UserID <= 0 {
+		writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "userId must be a positive integer")
+		return
+	}
+	orderNo, item, ok := orderFromPath(w, r)
+	if !ok {
+		return
+	}
+	var comp *order.Compensation
+	cancel := func() error {
+		return s.inPostgres(r.Context(), func(ctx context.Context) error {
+			var err error
+			_, comp, err = s.deps.Orders.Cancel(ctx, orderNo, int64(req.UserID))
+			return err
+		})
+	}
+	err := cancel()
+	if errors.Is(err, order.ErrNotFound) {
+		// Maybe still only reserved: the worker has not persisted it yet.
+		// Only the buyer's own reservation is told apart from none.
+		var raw []byte
+		var found bool
+		perr := s.inRedis(r.Context(), func(ctx context.Context) error {
+			var err error
+			raw, found, err = s.deps.Stock.Pending(ctx, item, orderNo)
+			return err
+		})
+		if perr != nil {
+			s.deps.Log.ErrorContext(r.Context(), "looking up pending order", "order_no", orderNo, "err", perr)
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
+			return
+		}
+		if !found || userOf(raw) != int64(req.UserID) {
+			writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
+			return
+		}
+		// The worker may have committed between the two reads: Postgres wins.
+		err = cancel()
+		if errors.Is(err, order.ErrNotFound) {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusConflict, "ORDER_PENDING", "order is not persisted yet; retry shortly")
+			return
+		}
+	}
+	switch {
+	case err == nil:
+		if comp != nil {
+			s.giveBack(r.Context(), *comp)
+		}
+		writeJSON(w, http.StatusOK, orderCancelled{OrderNo: orderNo, Status: order.StatusClosed, Reason: order.ReasonCancelled})
+	case errors.Is(err, order.ErrOrderPaid):
+		writeError(w, http.StatusConflict, "ORDER_PAID", "order is paid; it can no longer be cancelled")
+	case errors.Is(err, order.ErrOrderClosed):
+		writeError(w, http.StatusConflict, "ORDER_CLOSED", "order was closed unpaid by the payment timeout; its stock was released")
+	case errors.Is(err, order.ErrOrderRejected):
+		writeError(w, http.StatusConflict, "ORDER_REJECTED", "the order request was rejected; there is no order to cancel")
+	default:
+		s.deps.Log.ErrorContext(r.Context(), "cancelling order", "order_no", orderNo, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+	}
+}
+
+// giveBack applies a cancel's compensation (release script, then the row
+// marked applied). A failure is only logged: the row stays pending and the
+// worker's sweep applies it.
+func (s *Server) giveBack(ctx context.Context, c order.Compensation) {
+	a := &outbox.Applier{Orders: s.deps.Orders, Stock: s.deps.Stock, Log: s.deps.Log}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReserveTimeout+pgTimeout)
+	defer cancel()
+	res, err := a.Apply(ctx, []order.Compensation{c})
+	if err != nil || res.Failed > 0 {
+		s.deps.Log.WarnContext(ctx, "giving a cancelled order's stock back in Redis failed; the sweep retries", "order_no", c.OrderNo, "err", err)
+		return
+	}
+	s.deps.Metrics.CompensationsApplied.Add(float64(res.Applied))
+}
+
+// userOf is the user of a reservation's event (0 if it does not decode).
+func userOf(raw []byte) int64 {
+	var ev struct {
+		UserID int64 `json:"userId"`
+	}
+	if json.Unmarshal(raw, &ev) != nil {
+		return 0
+	}
+	return ev.UserID
+}

@@ -1,0 +1,96 @@
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/schemas"
+)
+
+// The orders.status event: one per state change of an order, published by
+// the relay from the outbox (pkg/order's order_events) once the change has
+// committed. Keyed by orderNo, so one order's events stay in one partition,
+// in order.
+const (
+	// StatusTopic is where the relay publishes state changes.
+	StatusTopic = "orders.status"
+	// StatusSchemaV1 is the value of the schema header.
+	StatusSchemaV1 = "orders.status.v1"
+)
+
+// OrderStatus is one state change of an order.
+type OrderStatus struct {
+	OrderNo    string    `json:"orderNo"`
+	RequestID  string    `json:"requestId"`
+	UserID     int64     `json:"userId"`
+	ActivityID int64     `json:"activityId"`
+	ItemID     int64     `json:"itemId"`
+	Quantity   int       `json:"quantity"`
+	Status     string    `json:"status"`
+	Reason     string    `json:"reason,omitempty"`
+	Version    int       `json:"version"`
+	At         time.Time `json:"at"`
+}
+
+var statusSchema = sync.OnceValues(func() (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schemas.OrdersStatusV1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the orders.status.v1 schema: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	const url = "mem://orders.status.v1.json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, fmt.Errorf("adding the orders.status.v1 schema: %w", err)
+	}
+	return c.Compile(url)
+})
+
+// DecodeStatus decodes an orders.status.v1 value and validates it against
+// its JSON Schema (unknown fields are allowed: a tolerant reader).
+func DecodeStatus(value []byte) (OrderStatus, error) {
+	sch, err := statusSchema()
+	if err != nil {
+		return OrderStatus{}, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(value))
+	if err != nil {
+		return OrderStatus{}, fmt.Errorf("decoding status event: %w", err)
+	}
+	if err := sch.Validate(doc); err != nil {
+		return OrderStatus{}, fmt.Errorf("validating status event: %w", err)
+	}
+	var s OrderStatus
+	if err := json.Unmarshal(value, &s); err != nil {
+		return OrderStatus{}, fmt.Errorf("decoding status event: %w", err)
+	}
+	return s, nil
+}
+
+// Marshal encodes the event.
+func (s OrderStatus) Marshal() []byte {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("encoding status event: %v", err)) // plain fields and a time: cannot fail
+	}
+	return b
+}
+
+// StatusMessage is the Kafka message of a status event: key orderNo, the
+// schema and request-id headers (StartSend adds the trace context).
+func StatusMessage(s OrderStatus) kafka.Message {
+	return kafka.Message{
+		Key:   []byte(s.OrderNo),
+		Value: s.Marshal(),
+		Headers: append(make([]kafka.Header, 0, 5),
+			kafka.Header{Key: HeaderSchema, Value: []byte(StatusSchemaV1)},
+			kafka.Header{Key: HeaderRequestID, Value: []byte(s.RequestID)},
+		),
+	}
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/relay"
+)
+
+// assertStatusEvents checks I7 for an activity (relay.Audit): every state
+// its orders reached is on the pipeline's orders.status topic, in version
+// order per orderNo, and nothing Postgres did not commit. A pipeline
+// without the relay has its outbox published here first, as a relay
+// replica would.
+func (p *pipeline) assertStatusEvents(tb testing.TB, activityID int64) {
+	tb.Helper()
+	ctx := context.Background()
+	if !slices.Contains(resolve(p.comps), "relay") {
+		w := event.NewWriter(event.WriterConfig{Brokers: p.Cfg.KafkaBrokers, Topic: p.Cfg.KafkaStatusTopic, Security: p.Cfg.KafkaSecurity})
+		defer w.Close()
+		r := relay.New(relay.Config{Topic: p.Cfg.KafkaStatusTopic}, relay.Deps{Orders: p.Orders, Writer: w, Log: testLog()})
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := r.RunOnce(ctx)
+			if err == nil || time.Now().After(deadline) {
+				if err != nil {
+					tb.Errorf("I7: publishing the status outbox: %v", err)
+				}
+				break
+			}
+		}
+	}
+	if err := relay.WaitPublished(ctx, p.Orders, 30*time.Second); err != nil {
+		tb.Errorf("I7: %v", err)
+		return
+	}
+	client := &kafka.Client{Addr: kafka.TCP(p.Cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: p.Cfg.KafkaSecurity.Transport(5 * time.Second)}
+	problems, err := relay.Audit(ctx, p.Orders, client, p.Cfg.KafkaStatusTopic, activityID)
+	if err != nil {
+		tb.Fatalf("I7: auditing orders.status: %v", err)
+	}
+	for _, pr := range problems {
+		tb.Error(pr)
+	}
+}
