@@ -148,6 +148,7 @@ type Processed struct {
 type Order struct {
 	OrderNo   string     `json:"orderNo"`
 	Status    string     `json:"status"`
+	Reason    string     `json:"reason,omitempty"` // CLOSED: PAYMENT_TIMEOUT or CANCELLED
 	CreatedAt time.Time  `json:"createdAt"`
 	PaidAt    *time.Time `json:"paidAt,omitempty"`
 	ClosedAt  *time.Time `json:"closedAt,omitempty"`
@@ -271,11 +272,11 @@ func (f *Finder) postgres(ctx context.Context, rep *Report) ([]stock.Item, error
 		items = appendItem(items, it)
 		return nil
 	})
-	b.Queue(`SELECT order_no, status, created_at, paid_at, closed_at, user_id, activity_id, item_id, quantity
+	b.Queue(`SELECT order_no, status, COALESCE(close_reason, ''), created_at, paid_at, closed_at, user_id, activity_id, item_id, quantity
 		FROM orders WHERE request_id = $1`, rid).QueryRow(func(row pgx.Row) error {
 		var o Order
 		var it stock.Item
-		err := row.Scan(&o.OrderNo, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &rep.UserID, &it.ActivityID, &it.ItemID, &rep.Quantity)
+		err := row.Scan(&o.OrderNo, &o.Status, &o.Reason, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &rep.UserID, &it.ActivityID, &it.ItemID, &rep.Quantity)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -485,7 +486,11 @@ func (r *Report) settle() {
 		case order.StatusPaid:
 			r.Where = "order paid (final)"
 		case order.StatusClosed:
+			r.Reason = r.Order.Reason
 			r.Where = "order closed unpaid by the closer; its units were given back"
+			if r.Reason == order.ReasonCancelled {
+				r.Where = "order cancelled by the buyer; its units were given back"
+			}
 		}
 	case r.Processed != nil && r.Processed.Outcome == string(order.Rejected):
 		r.Status, r.Reason = order.StatusRejected, r.Processed.Reason
