@@ -413,7 +413,7 @@ func TestLocate(t *testing.T) {
 	})
 
 	closed := mustLocate(t, p, "loc-closed")
-	if closed.Status != "CLOSED" || closed.Timeline.ClosedAt == nil || closed.Timeline.PaidAt != nil || len(closed.Compensations) != 1 ||
+	if closed.Status != "CLOSED" || closed.Reason != "PAYMENT_TIMEOUT" || closed.Timeline.ClosedAt == nil || closed.Timeline.PaidAt != nil || len(closed.Compensations) != 1 ||
 		closed.Compensations[0].Reason != "CLOSED_UNPAID" || closed.Compensations[0].Status != "APPLIED" ||
 		len(closed.Redis) != 1 || closed.Redis[0].LimitHeld || !strings.HasPrefix(closed.Redis[0].Fate, "released:") {
 		t.Errorf("closed: %+v", closed)

@@ -144,6 +144,7 @@ type Processed struct {
 type Order struct {
 	OrderNo   string     `json:"orderNo"`
 	Status    string     `json:"status"`
+	Reason    string     `json:"reason,omitempty"` // CLOSED: PAYMENT_TIMEOUT or CANCELLED
 	CreatedAt time.Time  `json:"createdAt"`
 	PaidAt    *time.Time `json:"paidAt,omitempty"`
 	ClosedAt  *time.Time `json:"closedAt,omitempty"`
@@ -259,7 +260,7 @@ func (f *Finder) postgres(ctx context.Context, rep *Report) ([]stock.Item, error
 		items = appendItem(items, stock.Item{ActivityID: d.ActivityID, ItemID: d.ItemID})
 	}
 	if o := t.Order; o != nil {
-		rep.Order = &Order{OrderNo: o.OrderNo, Status: o.Status, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt}
+		rep.Order = &Order{OrderNo: o.OrderNo, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt}
 		rep.UserID, rep.Quantity, rep.ActivityID, rep.ItemID = o.UserID, o.Quantity, o.ActivityID, o.ItemID
 		items = appendItem(items, stock.Item{ActivityID: o.ActivityID, ItemID: o.ItemID})
 	}
@@ -425,7 +426,11 @@ func (r *Report) settle() {
 		case order.StatusPaid:
 			r.Where = "order paid (final)"
 		case order.StatusClosed:
+			r.Reason = r.Order.Reason
 			r.Where = "order closed unpaid by the closer; its units were given back"
+			if r.Reason == order.ReasonCancelled {
+				r.Where = "order cancelled by the buyer; its units were given back"
+			}
 		}
 	case r.Processed != nil && r.Processed.Outcome == string(order.Rejected):
 		r.Status, r.Reason = order.StatusRejected, r.Processed.Reason

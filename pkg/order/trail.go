@@ -41,6 +41,7 @@ type TrailOrder struct {
 	TrailItem
 	OrderNo   string
 	Status    string
+	Reason    string // CLOSED: PAYMENT_TIMEOUT or CANCELLED
 	CreatedAt time.Time
 	PaidAt    *time.Time
 	ClosedAt  *time.Time
@@ -86,10 +87,10 @@ func (s *Store) TrailOf(ctx context.Context, requestID string) (Trail, error) {
 		t.Decision = &d
 		return nil
 	})
-	b.Queue(`SELECT order_no, status, created_at, paid_at, closed_at, user_id, activity_id, item_id, quantity
+	b.Queue(`SELECT order_no, status, COALESCE(close_reason, ''), created_at, paid_at, closed_at, user_id, activity_id, item_id, quantity
 		FROM orders WHERE request_id = $1`, requestID).QueryRow(func(row pgx.Row) error {
 		var o TrailOrder
-		err := row.Scan(&o.OrderNo, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity)
+		err := row.Scan(&o.OrderNo, &o.Status, &o.Reason, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
