@@ -161,7 +161,7 @@ func TestEveryCommandRuns(t *testing.T) {
 			}
 		}
 	}
-	if got := resolve(components{"all"}); !slices.Equal(got, []string{"local", "gateway", "worker", "closer", "all"}) {
+	if got := resolve(components{"all"}); !slices.Equal(got, []string{"local", "gateway", "worker", "closer", "relay", "all"}) {
 		t.Errorf("all resolves to %v", got)
 	}
 }
