@@ -12,7 +12,7 @@ TRACE_STORE_DIR ?= $(CURDIR)/bin/traces
 export TRACE_STORE_DIR
 endif
 
-.PHONY: run services promtool k8s-rules test test-kafka build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
+.PHONY: run services promtool kubectl-validate k8s-rules test test-kafka build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
 
 # What `orderpipe version` and the orderpipe_build_info metric say. The
 # production build (`build`, deploy/Dockerfile) links no test fake; `-tags
@@ -66,8 +66,14 @@ k8s-rules: ## regenerate deploy/k8s/components/prometheus-operator/prometheusrul
 # as the package ends: -p 1 runs one package at a time, in `go list ./...`
 # order, the root package (the slowest) first; -timeout is
 # per package.
-test: vet services promtool ## vet, then unit and integration tests with the race detector
-	deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -p 1 -timeout 25m ./...
+# kubectl-validate for the overlays' tests (deploy/kubectl_validate_test.go):
+# found on the PATH or in ~/.cache/orderpipe/bin, else built once with `go
+# install sigs.k8s.io/kubectl-validate@v0.0.4` in a module of its own.
+kubectl-validate: ## fetch kubectl-validate (go install, into ~/.cache/orderpipe/bin) for the Kubernetes overlays' tests
+	@deploy/k8s/kubectl-validate.sh >/dev/null
+
+test: vet services promtool kubectl-validate ## vet, then unit and integration tests with the race detector
+	KUBECTL_VALIDATE=$$(deploy/k8s/kubectl-validate.sh) deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -p 1 -timeout 25m ./...
 
 # The real-engine tier: the end-to-end tests (root package, gateway, worker)
 # on a real Apache Kafka — a 3-broker KRaft cluster (RF 3,
