@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -126,23 +125,12 @@ func parseArgs(args []string) (mainArgs, error) {
 	return a, nil
 }
 
-// exitCode is an error that asks Main for a specific exit status.
-type exitCode int
-
-func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+// exitCode asks Main for a specific exit status (setting.Exit).
+type exitCode = setting.ExitCode
 
 // Main is `orderpipe dlq`. Exit codes: 0 done, 1 refused, 2 could not run.
 func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
-	err := run(ctx, env, args, stdout, stderr)
-	var code exitCode
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &code):
-		return int(code)
-	}
-	slog.Error("orderpipe failed", "err", err)
-	return 1
+	return setting.Exit(run(ctx, env, args, stdout, stderr))
 }
 
 func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {

@@ -7,8 +7,10 @@
 package setting
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -176,4 +178,23 @@ func (r *Reader) Err() error {
 		return nil
 	}
 	return fmt.Errorf("bad configuration:\n  %s", strings.Join(r.errs, "\n  "))
+}
+
+// ExitCode is an error that asks a command's Main for a specific exit status.
+type ExitCode int
+
+func (c ExitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
+// Exit is the exit status of a command's run: 0 for nil, an ExitCode's own,
+// else 1 with the error logged.
+func Exit(err error) int {
+	var code ExitCode
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	}
+	slog.Error("orderpipe failed", "err", err)
+	return 1
 }
