@@ -14,7 +14,12 @@
 # retries or repeats) until the pipeline has drained; its audit queries run
 # in connections of their own, which close before the reading and so are
 # not counted. Prints per phase, per component: CPU seconds, and CPU
-# milliseconds per request (= CPU seconds per 1000 requests).
+# milliseconds per request (= CPU seconds per 1000 requests), and the
+# worker's transactions over the phase (count, mean duration, messages each,
+# duration per message, from its orderpipe_worker_batch_* histograms). Where
+# the binary has the orders.status relay it runs too, as its own part.
+# SHARED=1 counts, for redis and postgres, only the run's redis-server and
+# the backends serving the run's database (for a machine other work shares).
 #   heavy bash bench/cpu.sh            N_ACC=60000 N_REF=60000 C=100 IDLE=10
 # With KAFKA_BROKERS set it uses that cluster instead of starting the
 # embedded broker (topics and group named after the run, created with
@@ -91,6 +96,12 @@ closer_pid=$!
 "$BIN" gateway >"$log" 2>&1 &
 gateway_pid=$!
 pids+=("$worker_pid" "$closer_pid" "$gateway_pid")
+if "$BIN" help 2>&1 | grep -qw relay; then # the orders.status relay, where the binary has one
+  METRICS_ADDR="127.0.0.1:0" "$BIN" relay >"$log.relay" 2>&1 &
+  relay_pid=$!
+  pids+=("$relay_pid")
+  names=(gateway worker relay closer kafka redis postgres)
+fi
 wait_port "$http_port" "${pids[@]}" || { echo "cpu: a component exited before the gateway listened; see $log*" >&2; exit 2; }
 
 snapshot() { # snapshot DIR: every component's per-pid ticks and Redis's EVALSHA counters
@@ -102,6 +113,8 @@ snapshot() { # snapshot DIR: every component's per-pid ticks and Redis's EVALSHA
   done
   redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" INFO commandstats | tr -d '\r' |
     sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2/p' >"$1/evalsha"
+  curl -s "http://127.0.0.1:$metrics_port/metrics" |
+    grep -E '^orderpipe_worker_batch_(commit_seconds|size)_(sum|count) ' >"$1/worker.metrics" || true
   date +%s.%N >"$1/at"
 }
 report() { # report NAME BEFORE AFTER REQUESTS
@@ -120,6 +133,14 @@ report() { # report NAME BEFORE AFTER REQUESTS
   if [ "${calls:-0}" -gt 0 ]; then
     printf '  redis EVALSHA: %d calls, %.1f usec/call (INFO commandstats: inside the script only)\n' "$calls" "$(awk -v u="$usec" -v c="$calls" 'BEGIN{print u / c}')"
   fi
+  # the worker's transactions (orderpipe_worker_batch_commit_seconds, _batch_size)
+  awk 'FNR == 1 { f++ } { v[f, $1] = $2 }
+    END {
+      n = v[2, "orderpipe_worker_batch_commit_seconds_count"] - v[1, "orderpipe_worker_batch_commit_seconds_count"]
+      s = v[2, "orderpipe_worker_batch_commit_seconds_sum"] - v[1, "orderpipe_worker_batch_commit_seconds_sum"]
+      m = v[2, "orderpipe_worker_batch_size_sum"] - v[1, "orderpipe_worker_batch_size_sum"]
+      if (n > 0 && m > 0) printf "  worker transactions: %d, mean %.1f ms, %.0f messages each, %.1f usec per message\n", n, s * 1000 / n, m / (v[2, "orderpipe_worker_batch_size_count"] - v[1, "orderpipe_worker_batch_size_count"]), s * 1e6 / m
+    }' "$b/worker.metrics" "$a/worker.metrics"
 }
 load() { # load NAME N STOCK: one load phase; prints its report
   local name=$1 n=$2 stock=$3 acc sold

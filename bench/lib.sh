@@ -57,15 +57,20 @@ ticks_between() {
 # (gateway_pid, worker_pid, closer_pid, kafka_pid) or, for a real Kafka
 # (REAL_KAFKA), Redis and PostgreSQL, every such process on this machine.
 # shellcheck disable=SC2034 # names is read by the sourcing script
+# With SHARED=1 (a machine other work shares), redis is only the
+# redis-server on REDIS_PORT and postgres only the backends serving the run's
+# database ($db): the shared WAL writer and checkpointer are then left out.
+# relay_pid, when set, adds the orders.status relay.
 names=(gateway worker closer kafka redis postgres)
 procs() {
   case "$1" in
     gateway) echo "$gateway_pid" ;;
     worker) echo "$worker_pid" ;;
     closer) echo "$closer_pid" ;;
+    relay) echo "${relay_pid:-}" ;;
     kafka) if [ -n "$REAL_KAFKA" ]; then pgrep -f 'kafka[.]Kafka' || true; else echo "$kafka_pid"; fi ;;
-    redis) pgrep -x redis-server || true ;;
-    postgres) pgrep -x postgres || true ;;
+    redis) if [ "${SHARED:-0}" = 1 ]; then pgrep -f "redis-server [^ ]*:${REDIS_PORT:-6379}\$" || true; else pgrep -x redis-server || true; fi ;;
+    postgres) if [ "${SHARED:-0}" = 1 ]; then psql "$PG/postgres" -Atc "SELECT pid FROM pg_stat_activity WHERE datname = '$db'" 2>/dev/null || true; else pgrep -x postgres || true; fi ;;
   esac
 }
 
