@@ -72,6 +72,18 @@ func TestBenchLoadAudit(t *testing.T) {
 	if rep.Latency.P50 <= 0 || rep.Latency.P99 < rep.Latency.P50 || rep.Latency.Max < rep.Latency.P99 || rep.ReqPerSec <= 0 {
 		t.Errorf("latency %+v, %f req/s", rep.Latency, rep.ReqPerSec)
 	}
+	// The HTML report draws this run: the pipeline's own memory and CPU
+	// series were scraped while it ran.
+	var page strings.Builder
+	if err := rep.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"every invariant held", "Latency by percentile", "Answers per second, by outcome",
+		"Resident memory per process", "CPU per process", "SOLD_OUT"} {
+		if !strings.Contains(page.String(), want) {
+			t.Errorf("the HTML report lacks %q", want)
+		}
+	}
 	if !strings.Contains(progress.String(), "bench: activity") {
 		t.Errorf("no progress written: %q", progress.String())
 	}

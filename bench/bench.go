@@ -174,6 +174,7 @@ flags:
 // modes are the flags that pick what Main does instead of a load run.
 type modes struct {
 	jsonOut    *string
+	htmlOut    *string
 	strategies *bool
 	purge      *bool
 	floor      *string
@@ -203,6 +204,7 @@ func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 	fs.StringVar(&cfg.FloorURL, "floor-url", "", "with --rate: first measure the trivial handler at this base URL (see --serve-floor) at the same rate, as the floor")
 	var m modes
 	m.jsonOut = fs.String("json-out", "", "also write the report as JSON to this file")
+	m.htmlOut = fs.String("html-out", "", "also write the report as one self-contained HTML page (charts inline, no network) to this file")
 	m.strategies = fs.Bool("redis-strategies", false, "race naive / lock / reserve script directly on Redis")
 	m.purge = fs.Bool("purge-keys", false, "delete every Redis key under REDIS_KEY_PREFIX and exit (refuses an empty prefix)")
 	m.floor = fs.String("serve-floor", "", "serve the trivial handler (POST /v1/orders → a fixed JSON 202) on this address until interrupted, for --floor-url")
@@ -294,11 +296,22 @@ func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 		return ExitOK
 	}
 	if *strategies {
+		if *m.htmlOut != "" {
+			fmt.Fprintln(stderr, "bench: --html-out is for a load run; --redis-strategies has a text and JSON report only")
+			return ExitError
+		}
 		rep, err := RunStrategies(ctx, StrategyConfig{Redis: cfg.Redis, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
 			Stock: cfg.Stock, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed, Progress: stderr})
 		return finish(rep, err, *jsonOut, stdout, stderr)
 	}
 	rep, err := Run(ctx, cfg)
+	if err == nil && *m.htmlOut != "" {
+		if err := writeHTMLFile(*m.htmlOut, rep); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return ExitError
+		}
+		fmt.Fprintf(stderr, "bench: HTML report in %s\n", *m.htmlOut)
+	}
 	return finish(rep, err, *jsonOut, stdout, stderr)
 }
 

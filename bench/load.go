@@ -102,6 +102,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep := newReport(cfg, work, answers, loadTime, audit)
+	rep.timeline = &timeline{start: loadEnd.Add(-loadTime), answers: answers}
+	rep.timeline.procs, rep.timeline.lag = scr.timeline()
 	if cfg.Rate > 0 {
 		rep.OpenLoop = newOpenLoop(cfg, newArrival(cfg.URL, answers, open), floor)
 	}
@@ -290,6 +292,7 @@ type answer struct {
 	orderNo  string
 	replayed bool
 	latency  time.Duration
+	end      time.Time // when the answer (or the failure) came
 }
 
 // counters are the live totals the progress line shows.
@@ -412,7 +415,7 @@ type orderAnswer struct {
 
 // answerOf reads what the client needs from one answer.
 func answerOf(status int, raw []byte, latency time.Duration) answer {
-	a := answer{status: status, latency: latency}
+	a := answer{status: status, latency: latency, end: time.Now()}
 	if status == 0 {
 		return a
 	}

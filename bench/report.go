@@ -110,6 +110,8 @@ type Report struct {
 
 	Checks []Check `json:"checks"`
 	OK     bool    `json:"ok"`
+
+	timeline *timeline // for WriteHTML; nil when the run kept none
 }
 
 func newReport(cfg Config, work []request, answers []answer, load time.Duration, au Audit) *Report {
@@ -352,6 +354,21 @@ func writeJSONFile(path string, v any) error {
 		return err
 	}
 	if err := os.WriteFile(path, append(raw, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func writeHTMLFile(path string, r *Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := r.WriteHTML(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil

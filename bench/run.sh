@@ -218,9 +218,10 @@ client_before=$(children_cpu)
 status=0
 phase 1 "the standard scenario: c=$C, $N requests for $STOCK units on $ITEMS item(s), ${RETRY} retries, ${REPEAT} repeats"
 "$BIN" bench -c "$C" -n "$N" --stock "$STOCK" --items "$ITEMS" --retry-share "$RETRY" --repeat-share "$REPEAT" \
-  --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --wait-ready 60s --json-out "$OUT/load-$run.json" >"$OUT/load-$run.txt" || status=$?
+  --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --wait-ready 60s --json-out "$OUT/load-$run.json" --html-out "$OUT/load-$run.html" >"$OUT/load-$run.txt" || status=$?
 # The whole report is in the file; here the lines that say how it went.
 grep -E '^  (accepted|rejected by code|no answer|oversold|duplicates|lost|throughput|latency|drain)|FAIL' "$OUT/load-$run.txt" || cat "$OUT/load-$run.txt"
+if [ -s "$OUT/load-$run.html" ]; then echo "  the report with its charts: $OUT/load-$run.html"; fi
 times >"$times_file"
 client_after=$(children_cpu)
 
@@ -311,13 +312,14 @@ if [ "$OPEN" != 0 ]; then
     oclient_before=$(children_cpu)
     "$BIN" bench -c "$C" --rate "$RATE" -n "$open_n" --stock "$open_n" --retry-share 0 --repeat-share 0 \
       --floor-url "http://127.0.0.1:$floor_port" --worker-metrics "http://127.0.0.1:$metrics_port/metrics" \
-      --json-out "$OUT/open-$run.json" >"$OUT/open-$run.txt" || ostatus=$?
+      --json-out "$OUT/open-$run.json" --html-out "$OUT/open-$run.html" >"$OUT/open-$run.txt" || ostatus=$?
     times >"$times_file"
     oclient_after=$(children_cpu)
     ocpu="$(cpu_since obefore) trivial-handler $(awk -v t=$(($(cpu_ticks "$floor_pid") - floor_before)) -v hz="$hz" 'BEGIN{printf "%.2f", t / hz}')"
     ocpu+=" load-client $(awk -v a="$oclient_after" -v b="$oclient_before" 'BEGIN{printf "%.2f", a - b}')"
     sed -n '/^open loop:/,/gateway \/ trivial handler/p' "$OUT/open-$run.txt"
     echo "  CPU seconds during the open loop (the trivial handler's run, then the gateway's):$ocpu"
+    if [ -s "$OUT/open-$run.html" ]; then echo "  the report with its charts: $OUT/open-$run.html"; fi
     # What the gateway's two waits took in the open loop, from its own histograms.
     if curl -s "http://$HTTP_ADDR/metrics" >"$OUT/waits1-$run.txt" && [ -s "$OUT/waits0-$run.txt" ]; then
       echo "the gateway's waits during the open loop (its histograms; GATEWAY_PRODUCER=${GATEWAY_PRODUCER:-group}):"

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,14 +15,18 @@ import (
 const (
 	lagSeries = "orderpipe_worker_consumer_lag_messages"
 	rssSeries = "process_resident_memory_bytes"
+	cpuSeries = "process_cpu_seconds_total"
 )
 
 // scraper polls the gateway's /metrics for its resident memory and the
-// worker's /metrics for the consumer lag. In `orderpipe all` both are the
-// one process running gateway, worker and broker.
+// worker's /metrics for the consumer lag, and keeps every process's
+// resident memory and CPU time over the run for the HTML report. In
+// `orderpipe all` both are the one process running gateway, worker and
+// broker.
 type scraper struct {
 	urls   []string // the gateway's, then the worker's if it is another
 	client *http.Client
+	procs  []procSeries // by url
 
 	mu       sync.Mutex
 	samples  []lagSample
@@ -39,12 +44,27 @@ type lagSample struct {
 	lag float64
 }
 
+// procSeries is one process's resident memory and CPU time as scraped.
+type procSeries struct {
+	name    string
+	samples []procSample
+}
+
+type procSample struct {
+	at       time.Time
+	rss, cpu float64 // bytes, CPU seconds since the process started; -1 unread
+}
+
 func newScraper(gateway, worker string) *scraper {
 	urls := []string{gateway}
+	procs := []procSeries{{name: "gateway"}}
 	if worker != "" && worker != gateway {
 		urls = append(urls, worker)
+		procs = append(procs, procSeries{name: "worker"})
+	} else {
+		procs[0].name = "orderpipe all"
 	}
-	return &scraper{urls: urls, client: &http.Client{Timeout: 2 * time.Second}}
+	return &scraper{urls: urls, procs: procs, client: &http.Client{Timeout: 2 * time.Second}}
 }
 
 func (s *scraper) run(ctx context.Context, every time.Duration) {
@@ -52,7 +72,7 @@ func (s *scraper) run(ctx context.Context, every time.Duration) {
 	defer t.Stop()
 	for {
 		for i, u := range s.urls {
-			s.scrape(ctx, u, i == 0, i == len(s.urls)-1)
+			s.scrape(ctx, i, u, i == 0, i == len(s.urls)-1)
 		}
 		select {
 		case <-ctx.Done():
@@ -62,8 +82,9 @@ func (s *scraper) run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// scrape reads one endpoint: the resident memory if rss, the lag if lag.
-func (s *scraper) scrape(ctx context.Context, url string, rss, lag bool) {
+// scrape reads endpoint i: its process's memory and CPU, the gateway's
+// resident memory if rss, the lag if lag.
+func (s *scraper) scrape(ctx context.Context, i int, url string, rss, lag bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return
@@ -80,16 +101,32 @@ func (s *scraper) scrape(ctx context.Context, url string, rss, lag bool) {
 		return
 	}
 	now := time.Now()
+	proc := procSample{at: now, rss: -1, cpu: -1}
+	defer func() {
+		s.mu.Lock()
+		s.procs[i].samples = append(s.procs[i].samples, proc)
+		s.mu.Unlock()
+	}()
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		name, val, ok := strings.Cut(line, " ")
-		if !ok || !(lag && name == lagSeries || rss && name == rssSeries) {
+		if !ok || !(name == lagSeries || name == rssSeries || name == cpuSeries) {
 			continue
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
 		if err != nil {
+			continue
+		}
+		switch name {
+		case rssSeries:
+			proc.rss = v
+		case cpuSeries:
+			proc.cpu = v
+			continue
+		}
+		if !(lag && name == lagSeries || rss && name == rssSeries) {
 			continue
 		}
 		s.mu.Lock()
@@ -154,4 +191,15 @@ func (s *scraper) rss() (peak, last float64) {
 		return -1, -1
 	}
 	return s.rssPeak, s.rssLast
+}
+
+// timeline is what the scraper kept over the run, for the HTML report.
+func (s *scraper) timeline() ([]procSeries, []lagSample) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	procs := make([]procSeries, len(s.procs))
+	for i, p := range s.procs {
+		procs[i] = procSeries{name: p.name, samples: slices.Clone(p.samples)}
+	}
+	return procs, slices.Clone(s.samples)
 }
