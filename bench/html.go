@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -95,27 +96,35 @@ func outcomeOf(a answer) string {
 	return fmt.Sprintf("HTTP %d", a.status)
 }
 
-// seconds is the width of the per-second charts: the load's span, whole seconds.
-func (t *timeline) seconds() int {
+// buckets splits the run into the intervals the over-time charts plot: a
+// second each, or for a run shorter than 30 s a thirtieth of it (at least
+// 100 ms), so a short run is not two points. It returns the interval and
+// how many there are.
+func (t *timeline) buckets() (time.Duration, int) {
 	var last time.Time
 	for _, a := range t.answers {
 		if a.end.After(last) {
 			last = a.end
 		}
 	}
-	return max(int(math.Ceil(last.Sub(t.start).Seconds())), 1)
+	span := max(last.Sub(t.start), time.Millisecond)
+	width := time.Second
+	if span < 30*time.Second {
+		width = max((span / 30).Round(100*time.Millisecond), 100*time.Millisecond)
+	}
+	return width, int((span + width - 1) / width)
 }
 
-func (t *timeline) second(a answer) int {
-	return min(max(int(a.end.Sub(t.start).Seconds()), 0), t.seconds()-1)
+func (t *timeline) bucket(a answer, width time.Duration, n int) int {
+	return min(max(int(a.end.Sub(t.start)/width), 0), n-1)
 }
 
 func latencyOverTime(t *timeline) []series {
-	n := t.seconds()
+	width, n := t.buckets()
 	per := make([][]time.Duration, n)
 	for _, a := range t.answers {
 		if a.status != 0 {
-			i := t.second(a)
+			i := t.bucket(a, width, n)
 			per[i] = append(per[i], a.latency)
 		}
 	}
@@ -125,7 +134,7 @@ func latencyOverTime(t *timeline) []series {
 			continue
 		}
 		slices.Sort(l)
-		x := float64(i) + 0.5
+		x := (float64(i) + 0.5) * width.Seconds()
 		p50.add(x, ms(pct(l, .50)))
 		p99.add(x, ms(pct(l, .99)))
 		top.add(x, ms(l[len(l)-1]))
@@ -134,20 +143,20 @@ func latencyOverTime(t *timeline) []series {
 }
 
 func throughputOverTime(t *timeline) []series {
-	n := t.seconds()
+	width, n := t.buckets()
 	counts := map[string][]float64{}
 	for _, a := range t.answers {
 		o := outcomeOf(a)
 		if counts[o] == nil {
 			counts[o] = make([]float64, n)
 		}
-		counts[o][t.second(a)]++
+		counts[o][t.bucket(a, width, n)]++
 	}
 	var out []series
 	for _, o := range slices.Sorted(mapsKeys(counts)) {
 		s := series{Name: o}
 		for i, c := range counts[o] {
-			s.add(float64(i)+0.5, c)
+			s.add((float64(i)+0.5)*width.Seconds(), c/width.Seconds())
 		}
 		out = append(out, s)
 	}
@@ -179,7 +188,7 @@ func procCharts(t *timeline) (rss, cpu []series) {
 }
 
 func lagOverTime(t *timeline) []series {
-	s := series{Name: "lag"}
+	s := series{} // one line: no legend
 	for _, x := range t.lag {
 		s.add(x.at.Sub(t.start).Seconds(), x.lag)
 	}
@@ -234,7 +243,7 @@ func lineChart(title, xlabel, ylabel string, lines []series) template.HTML {
 	px := func(x float64) float64 { return padL + x/xmax*plotW }
 	py := func(y float64) float64 { return padT + plotH - y/ymax*plotH }
 	var b strings.Builder
-	frame(&b, title, xlabel, ylabel, len(lines))
+	frame(&b, title, xlabel, ylabel, legendEntries(lines))
 	for _, x := range xt {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="grid"/><text x="%.1f" y="%d" class="tick" text-anchor="middle">%s</text>`,
 			px(x), padT, px(x), padT+plotH, px(x), padT+plotH+14, num(x))
@@ -283,9 +292,9 @@ func percentileChart(title string, answers []answer) template.HTML {
 	px := func(d float64) float64 { return padL + d/xmaxDecades*plotW }
 	py := func(y float64) float64 { return padT + plotH - y/ymax*plotH }
 	var b strings.Builder
-	frame(&b, title, "percentile (log scale of 1/(1−p))", "ms", 1)
+	frame(&b, title, "percentile (log scale of 1/(1−p))", "ms", 0)
 	for d := 0.0; d <= xmaxDecades; d++ {
-		label := strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.*f", max(int(d)-2, 0), 100*(1-math.Pow(10, -d))), "0"), ".") + "%"
+		label := strconv.FormatFloat(100*(1-math.Pow(10, -d)), 'f', max(int(d)-2, 0), 64) + "%"
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" class="grid"/><text x="%.1f" y="%d" class="tick" text-anchor="middle">%s</text>`,
 			px(d), padT, px(d), padT+plotH, px(d), padT+plotH+14, label)
 	}
@@ -325,11 +334,16 @@ func outcomeBars(r *Report) template.HTML {
 	return template.HTML(b.String()) //nolint:gosec // names escaped
 }
 
-func frame(b *strings.Builder, title, xlabel, ylabel string, lines int) {
-	h := chartH
-	if lines > 1 {
-		h += (lines + legendPerRow - 1) / legendPerRow * legendRowHeight
+// legendEntries is how many names the legend shows: none for one unnamed line.
+func legendEntries(lines []series) int {
+	if len(lines) == 1 && lines[0].Name == "" {
+		return 0
 	}
+	return len(lines)
+}
+
+func frame(b *strings.Builder, title, xlabel, ylabel string, entries int) {
+	h := chartH + (entries+legendPerRow-1)/legendPerRow*legendRowHeight
 	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img"><title>%s</title>`, chartW, h, template.HTMLEscapeString(title))
 	fmt.Fprintf(b, `<text x="%d" y="16" class="title">%s</text>`, padL, template.HTMLEscapeString(title))
 	fmt.Fprintf(b, `<text x="%d" y="%d" class="label" text-anchor="middle">%s</text>`, padL+plotW/2, padT+plotH+32, template.HTMLEscapeString(xlabel))
@@ -347,7 +361,7 @@ func polyline(b *strings.Builder, l series, color string, px, py func(float64) f
 }
 
 func legend(b *strings.Builder, lines []series) {
-	if len(lines) < 2 {
+	if legendEntries(lines) == 0 {
 		return
 	}
 	for i, l := range lines {
@@ -363,7 +377,7 @@ func ticks(top float64) []float64 {
 	if top <= 0 || math.IsNaN(top) || math.IsInf(top, 0) {
 		return []float64{0, 1}
 	}
-	raw := top / 5
+	raw := top / 6
 	mag := math.Pow(10, math.Floor(math.Log10(raw)))
 	step := mag
 	for _, m := range []float64{1, 2, 5, 10} {
