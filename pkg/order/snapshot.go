@@ -109,4 +109,3 @@ func (s *Store) DrainOf(ctx context.Context, activityID int64) (Drain, error) {
 	}
 	return d, nil
 }
-
