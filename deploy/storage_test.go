@@ -90,8 +90,6 @@ func storageAllowed(kind, file string) bool {
 // tests, raw Redis reads in the bench and chaos audits. Only ever shorten it.
 var storagePending = map[string][]string{
 	"admin_read_e2e_test.go":         {"sql"},
-	"bench/audit.go":                 {"pgx", "sql"},
-	"bench/bench_test.go":            {"sql"},
 	"bench/chaos/audit.go":           {"redis", "pgx", "sql"},
 	"bench/chaos/chaos.go":           {"redis", "pgx", "sql"},
 	"bench/chaos/checker.go":         {"pgx", "sql"},

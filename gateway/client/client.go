@@ -286,7 +286,7 @@ func (c *Client) Ready(ctx context.Context) (Readiness, error) {
 	}
 	var r Readiness
 	decodeErr := json.Unmarshal(res.Body, &r)
-	if res.Status == http.StatusOK && decodeErr == nil {
+	if res.Status == http.StatusOK {
 		return r, nil
 	}
 	e := errorOf(res.Status, res.Header.Get("Retry-After"), res.Body)
