@@ -90,9 +90,7 @@ func storageAllowed(kind, file string) bool {
 // tests, raw Redis reads in the bench and chaos audits. Only ever shorten it.
 var storagePending = map[string][]string{
 	"admin_read_e2e_test.go":         {"sql"},
-	"bench/chaos/audit.go":           {"redis", "pgx", "sql"},
 	"bench/chaos/chaos.go":           {"redis", "pgx", "sql"},
-	"bench/chaos/checker.go":         {"pgx", "sql"},
 	"bench/chaos/fault_fixmove.go":   {"redis"},
 	"bench/chaos/fault_preheat.go":   {"sql"},
 	"bench/chaos/postgres.go":        {"pgx"},

@@ -44,6 +44,7 @@ const (
 type Violation struct {
 	Invariant string // I1 … I7
 	RequestID string // the offending request, "" when the finding is about an item
+	OrderNo   string // the orderNo a client was shown, for findings about one (I3, I4)
 	Detail    string
 }
 
@@ -162,6 +163,10 @@ type judge struct {
 
 func (j *judge) violate(inv, rid, format string, args ...any) {
 	j.r.Violations = append(j.r.Violations, Violation{Invariant: inv, RequestID: rid, Detail: fmt.Sprintf(format, args...)})
+}
+
+func (j *judge) violateNo(inv, rid, orderNo, format string, args ...any) {
+	j.r.Violations = append(j.r.Violations, Violation{Invariant: inv, RequestID: rid, OrderNo: orderNo, Detail: fmt.Sprintf(format, args...)})
 }
 
 func (j *judge) index() {
@@ -355,6 +360,7 @@ func (c *Checker) observed(ctx context.Context, j *judge) error {
 	final := map[string]order.Order{} // what Postgres says of each, for GET
 	for _, no := range sortedKeys(j.s.Observed) {
 		rid := j.s.Observed[no]
+		violate := func(inv, format string, args ...any) { j.violateNo(inv, rid, no, format, args...) }
 		o, inSnapshot := j.byNo[no]
 		d := j.decided[rid]
 		rf, isRefused := j.refused[no]
@@ -362,10 +368,10 @@ func (c *Checker) observed(ctx context.Context, j *judge) error {
 		case inSnapshot && o.RequestID == rid:
 			final[no] = order.Order{RequestID: rid, Status: o.Status}
 		case inSnapshot:
-			j.violate(I4, rid, "%s, shown to request %s in a 2xx, is the order of request %s", no, rid, o.RequestID)
+			violate(I4, "%s, shown to request %s in a 2xx, is the order of request %s", no, rid, o.RequestID)
 		case d.Outcome == order.Rejected && d.OrderNo == no:
 			if d.Reason == "" {
-				j.violate(I4, rid, "%s (request %s) was rejected without a reason", no, rid)
+				violate(I4, "%s (request %s) was rejected without a reason", no, rid)
 			}
 			final[no] = order.Order{RequestID: rid, Status: order.StatusRejected}
 		case isRefused && rf.RequestID == rid:
@@ -376,15 +382,15 @@ func (c *Checker) observed(ctx context.Context, j *judge) error {
 			got, err := c.Orders.GetOrder(ctx, no)
 			switch {
 			case errors.Is(err, order.ErrNotFound):
-				j.violate(I4, rid, "%s, shown to request %s in a 2xx, is neither an order nor a REJECTED record (processed: %q %q %q)",
+				violate(I4, "%s, shown to request %s in a 2xx, is neither an order nor a REJECTED record (processed: %q %q %q)",
 					no, rid, d.Outcome, d.OrderNo, d.Reason)
 			case err != nil:
 				return err
 			case got.RequestID != rid:
-				j.violate(I4, rid, "%s, shown to request %s in a 2xx, is recorded for request %s", no, rid, got.RequestID)
+				violate(I4, "%s, shown to request %s in a 2xx, is recorded for request %s", no, rid, got.RequestID)
 			default:
 				if got.Status == order.StatusRejected && got.Reason == "" {
-					j.violate(I4, rid, "%s (request %s) was rejected without a reason", no, rid)
+					violate(I4, "%s (request %s) was rejected without a reason", no, rid)
 				}
 				final[no] = got
 			}
@@ -394,7 +400,7 @@ func (c *Checker) observed(ctx context.Context, j *judge) error {
 		}
 		for _, o := range j.ordersOf[rid] {
 			if o.OrderNo != no {
-				j.violate(I3, rid, "request %s was answered %s in a 2xx, but its order is %s", rid, no, o.OrderNo)
+				violate(I3, "request %s was answered %s in a 2xx, but its order is %s", rid, no, o.OrderNo)
 			}
 		}
 	}
@@ -430,7 +436,7 @@ func (c *Checker) getAll(ctx context.Context, j *judge, final map[string]order.O
 					(got.Status == want.Status || want.Status == order.StatusUnpaid && (got.Status == client.StatusPaid || got.Status == client.StatusClosed))
 				if !ok {
 					mu.Lock()
-					j.violate(I4, want.RequestID, "GET /v1/orders/%s answered %+v %v, want %s of request %s", no, got, err, want.Status, want.RequestID)
+					j.violateNo(I4, want.RequestID, no, "GET /v1/orders/%s answered %+v %v, want %s of request %s", no, got, err, want.Status, want.RequestID)
 					mu.Unlock()
 				}
 			}
