@@ -33,8 +33,8 @@ func TestBenchLoadAudit(t *testing.T) {
 		t.Fatalf("audit failed:\n%s", out.String())
 	}
 	au := rep.Audit
-	if !au.StatusChecked || len(au.StatusProblems) != 0 {
-		t.Errorf("I7 checked %v: %q", au.StatusChecked, au.StatusProblems)
+	if !au.StatusChecked || len(au.Violations) != 0 {
+		t.Errorf("I7 checked %v; violations %v", au.StatusChecked, au.Violations)
 	}
 	if au.OversoldUnits != 0 || au.Lost != 0 || au.DuplicateUsers != 0 || au.DuplicateReqIDs != 0 || rep.DoubleAccepted != 0 {
 		t.Errorf("oversold %d, lost %d, duplicate users %d, duplicate requests %d, double accepted %d",

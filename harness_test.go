@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -15,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"orderpipe/gateway"
+	"orderpipe/gateway/client"
+	"orderpipe/pkg/invariant"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
@@ -142,9 +143,48 @@ func (r apiResponse) Code() string {
 // Str is a top-level string field.
 func (r apiResponse) Str(k string) string { s, _ := r.Body[k].(string); return s }
 
-var httpClient = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
+// httpClient is every test's HTTP client of the gateways: each exchange is
+// checked against the gateway's OpenAPI description (gateway/openapi.json)
+// by the transport, which reports to the calling test (contractCtx).
+var httpClient = &http.Client{Timeout: 20 * time.Second, Transport: contractTransport{}}
 
-// do sends a request; body may be a string (sent raw) or a value (JSON).
+// contractTransport sends through one shared transport and checks each
+// exchange with the contract (testenv.APIContract.Transport).
+type contractTransport struct{}
+
+var sharedTransport = &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}
+
+func (contractTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	contract, err := apiContract()
+	if err != nil {
+		return nil, fmt.Errorf("the OpenAPI contract: %w", err)
+	}
+	return contract.Transport(sharedTransport).RoundTrip(req)
+}
+
+// apiContract is the gateway's OpenAPI description, which every exchange
+// of these tests with a gateway is checked against.
+var apiContract = sync.OnceValues(func() (*testenv.APIContract, error) {
+	return testenv.NewAPIContract(gateway.OpenAPI())
+})
+
+// contractCtx is a context whose exchanges fail tb when they break the
+// contract: an undocumented status, body, error code or missing header, or
+// a request the contract refuses that was not refused.
+func contractCtx(tb testing.TB, what string) context.Context {
+	return testenv.WithContractReport(context.Background(), func(err error) { tb.Errorf("%s: %v", what, err) })
+}
+
+// api is the typed client (gateway/client) of the pipeline's gateway, the
+// one the storefront, the bench and the chaos suite use.
+func (p *pipeline) api() *client.Client {
+	c := client.New(p.URL)
+	c.HTTPClient, c.AdminToken = httpClient, p.Admin
+	return c
+}
+
+// do sends a request through the client; body may be a string (sent raw)
+// or a value (JSON); header is name, value pairs.
 func (p *pipeline) do(tb testing.TB, method, path, contentType string, body any, header ...string) apiResponse {
 	tb.Helper()
 	var reqBody []byte
@@ -158,49 +198,33 @@ func (p *pipeline) do(tb testing.TB, method, path, contentType string, body any,
 			tb.Fatal(err)
 		}
 	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(reqBody)
-	}
-	req, err := http.NewRequest(method, p.URL+path, rd)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
+	h := http.Header{}
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		h.Set(header[i], header[i+1])
 	}
-	res, raw, err := exchange(tb, req, reqBody)
+	res, err := p.api().Do(contractCtx(tb, method+" "+path), method, path, contentType, reqBody, h)
 	if err != nil {
 		tb.Errorf("%s %s: %v", method, path, err)
 		return apiResponse{}
 	}
-	out := apiResponse{Status: res.StatusCode, Header: res.Header}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out.Body); err != nil {
-			tb.Errorf("%s %s: answer is not JSON: %q", method, path, raw)
+	out := apiResponse{Status: res.Status, Header: res.Header}
+	if len(res.Body) > 0 {
+		if err := json.Unmarshal(res.Body, &out.Body); err != nil {
+			tb.Errorf("%s %s: answer is not JSON: %q", method, path, res.Body)
 		}
 	}
 	return out
 }
 
-// apiContract is the gateway's OpenAPI description, which every exchange
-// of these tests with a gateway is checked against.
-var apiContract = sync.OnceValues(func() (*testenv.APIContract, error) {
-	return testenv.NewAPIContract(gateway.OpenAPI())
-})
-
 // exchange sends req (whose body is reqBody) to a gateway, reads the answer
-// and fails tb if the request or the answer breaks the OpenAPI contract
-// (gateway/openapi.json): an undocumented status, body, error code or
-// missing header, or a request the contract refuses that was not refused.
+// and fails tb if the request or the answer breaks the OpenAPI contract.
 func exchange(tb testing.TB, req *http.Request, reqBody []byte) (*http.Response, []byte, error) {
 	tb.Helper()
-	contract, err := apiContract()
-	if err != nil {
-		tb.Fatalf("the OpenAPI contract: %v", err)
+	req = req.WithContext(testenv.WithContractReport(req.Context(), func(err error) {
+		tb.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
+	}))
+	if reqBody != nil {
+		req.Body = io.NopCloser(bytes.NewReader(reqBody))
 	}
 	res, err := httpClient.Do(req)
 	if err != nil {
@@ -210,9 +234,6 @@ func exchange(tb testing.TB, req *http.Request, reqBody []byte) (*http.Response,
 	raw, err := io.ReadAll(res.Body)
 	if err != nil {
 		return nil, nil, err
-	}
-	if err := contract.Check(req, reqBody, res, raw); err != nil {
-		tb.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
 	}
 	return res, raw, nil
 }
@@ -228,13 +249,7 @@ func get(tb testing.TB, url string) (*http.Response, []byte, error) {
 }
 
 // orderBody is a POST /v1/orders payload.
-type orderBody struct {
-	RequestID  string `json:"requestId"`
-	UserID     int64  `json:"userId"`
-	ActivityID int64  `json:"activityId"`
-	ItemID     int64  `json:"itemId"`
-	Quantity   int    `json:"quantity"`
-}
+type orderBody = client.OrderRequest
 
 func (p *pipeline) order(tb testing.TB, b orderBody) apiResponse {
 	tb.Helper()
@@ -256,31 +271,36 @@ func (p *pipeline) order(tb testing.TB, b orderBody) apiResponse {
 // API and preheats it; the sale runs from a minute ago for an hour.
 func (p *pipeline) mustSale(tb testing.TB, id int64, perUserLimit int, items map[int64]int64) {
 	tb.Helper()
-	type item struct {
-		ItemID int64 `json:"itemId"`
-		Stock  int64 `json:"stock"`
-	}
-	body := map[string]any{"name": fmt.Sprintf("sale %d", id), "startsAt": time.Now().Add(-time.Minute).UTC(),
-		"endsAt": time.Now().Add(time.Hour).UTC(), "perUserLimit": perUserLimit}
-	var its []item
+	p.mustActivity(tb, id, time.Now().Add(-time.Minute), time.Now().Add(time.Hour), perUserLimit, items)
+}
+
+// mustSaleWindow creates and preheats a one-item-per-entry sale with an
+// explicit window and a per-user limit of 1.
+func (p *pipeline) mustSaleWindow(tb testing.TB, id int64, starts, ends time.Time, items map[int64]int64) {
+	tb.Helper()
+	p.mustActivity(tb, id, starts, ends, 1, items)
+}
+
+func (p *pipeline) mustActivity(tb testing.TB, id int64, starts, ends time.Time, perUserLimit int, items map[int64]int64) {
+	tb.Helper()
+	a := client.ActivityUpsert{Name: fmt.Sprintf("sale %d", id), StartsAt: starts.UTC(), EndsAt: ends.UTC(), PerUserLimit: perUserLimit}
 	for k, v := range items {
-		its = append(its, item{k, v})
+		a.Items = append(a.Items, client.ItemUpsert{ItemID: k, Stock: v})
 	}
-	body["items"] = its
-	auth := []string{"Authorization", "Bearer " + p.Admin}
-	if r := p.do(tb, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), "application/json", body, auth...); r.Status != http.StatusOK {
-		tb.Fatalf("creating activity: %d %v", r.Status, r.Body)
+	ctx := contractCtx(tb, "admin")
+	if _, err := p.api().PutActivity(ctx, id, a); err != nil {
+		tb.Fatalf("creating activity: %v", err)
 	}
-	if r := p.do(tb, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "", nil, auth...); r.Status != http.StatusOK {
-		tb.Fatalf("preheating: %d %v", r.Status, r.Body)
+	if _, err := p.api().Preheat(ctx, id); err != nil {
+		tb.Fatalf("preheating: %v", err)
 	}
 }
 
 // redisStock is the item's Redis stock (-1 if the key is missing).
 func (p *pipeline) redisStock(tb testing.TB, it stock.Item) int64 {
 	tb.Helper()
-	n, err := p.Redis.Client.Get(context.Background(), stocktest.KeysOf(p.Stock, it).Stock).Int64()
-	if err != nil {
+	n, ok := stocktest.Stock(tb, p.Stock, it)
+	if !ok {
 		return -1
 	}
 	return n
@@ -299,7 +319,7 @@ func (p *pipeline) dbStock(tb testing.TB, it stock.Item) order.ItemStock {
 // journalLen is the number of in-flight reservations of the item.
 func (p *pipeline) journalLen(tb testing.TB, it stock.Item) int64 {
 	tb.Helper()
-	n, err := p.Redis.Client.HLen(context.Background(), stocktest.KeysOf(p.Stock, it).Journal).Result()
+	n, err := p.Stock.JournalLen(context.Background(), it)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -315,114 +335,27 @@ func (p *pipeline) waitDrained(tb testing.TB, it stock.Item) {
 	})
 }
 
-// assertInvariants checks I1, I2, I3, I4, I6, I7 and (nothing in flight) I5 for an item.
+// assertInvariants holds the item to I1–I7 (pkg/invariant, the checker of
+// the bench and the chaos suite too): every violation fails tb. Every
+// orderNo this test was shown in a 2xx must resolve, in Postgres and, with
+// a gateway running, through GET (I4).
 func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	tb.Helper()
-	ctx := context.Background()
-	s := p.dbStock(tb, it)
-	var live, dupUsers, dupReq int64
-	if err := p.DB.Pool.QueryRow(ctx, `SELECT COALESCE(sum(quantity), 0) FROM orders
-		WHERE activity_id = $1 AND item_id = $2 AND status IN ('UNPAID', 'PAID')`, it.ActivityID, it.ItemID).Scan(&live); err != nil {
-		tb.Fatal(err)
-	}
-	if s.Stock < 0 || s.InitialStock != s.Stock+live {
-		tb.Errorf("I1: initial %d != stock %d + live %d", s.InitialStock, s.Stock, live)
-	}
-	if err := p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT user_id FROM orders WHERE activity_id = $1 AND item_id = $2
-		AND status IN ('UNPAID', 'PAID') GROUP BY user_id HAVING count(*) > 1) d`, it.ActivityID, it.ItemID).Scan(&dupUsers); err != nil {
-		tb.Fatal(err)
-	}
-	if dupUsers != 0 {
-		tb.Errorf("I2: %d users hold more than one live order", dupUsers)
-	}
-	if err := p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT request_id FROM orders GROUP BY request_id HAVING count(*) > 1) d`).Scan(&dupReq); err != nil {
-		tb.Fatal(err)
-	}
-	if dupReq != 0 {
-		tb.Errorf("I3: %d requestIds have more than one order", dupReq)
-	}
-	if rs := p.redisStock(tb, it); rs != s.Stock {
-		tb.Errorf("I5: redis stock %d != db stock %d", rs, s.Stock)
-	}
-	// I5, markers: exactly one per live order, naming that order's request.
-	rows, err := p.DB.Pool.Query(ctx, `SELECT user_id, request_id FROM orders WHERE activity_id = $1 AND item_id = $2
-		AND status IN ('UNPAID', 'PAID')`, it.ActivityID, it.ItemID)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var user int64
-	var rid string
-	liveUsers := 0
-	if _, err := pgx.ForEachRow(rows, []any{&user, &rid}, func() error {
-		liveUsers++
-		if got := stocktest.MarkerOwner(tb, p.Stock, it, user); got != rid {
-			tb.Errorf("I5: user %d's limit marker is %q, want their live order's request %q", user, got, rid)
-		}
-		return nil
-	}); err != nil {
-		tb.Fatal(err)
-	}
-	if markers := stocktest.CountMarkers(tb, p.Stock, it); markers != liveUsers {
-		tb.Errorf("I5: %d limit markers for %d live orders", markers, liveUsers)
-	}
-	// I6: a paid order was never closed, and the status agrees with the times.
-	var badI6 int64
-	if err := p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE (paid_at IS NOT NULL AND closed_at IS NOT NULL)
-		OR (status = 'PAID') <> (paid_at IS NOT NULL) OR (status = 'CLOSED') <> (closed_at IS NOT NULL)`).Scan(&badI6); err != nil {
-		tb.Fatal(err)
-	}
-	if badI6 != 0 {
-		tb.Errorf("I6: %d orders whose status disagrees with paid_at/closed_at", badI6)
-	}
-	p.assertStatusEvents(tb, it.ActivityID) // I7
-	// I4: every orderNo this test saw in a 2xx ended as an order of that
-	// request or a REJECTED record with a reason, and GET says so.
+	p.publishStatus(tb) // when no relay runs
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	for orderNo, rid := range p.accepted {
-		p.assertResolved(tb, orderNo, rid)
+	observed := maps.Clone(p.accepted)
+	p.mu.Unlock()
+	c := &invariant.Checker{Orders: p.Orders, Stock: p.Stock, Status: p.statusTopic()}
+	if p.URL != "" && slices.Contains(p.comps, "gateway") && p.cancel != nil {
+		c.Gateways = []*client.Client{p.api()}
 	}
-}
-
-// assertResolved checks that orderNo, shown to a client of request rid in a
-// 2xx, is decided in Postgres (an order, or a REJECTED record with a reason)
-// and, when a gateway runs, that GET /v1/orders/{orderNo} answers it.
-func (p *pipeline) assertResolved(tb testing.TB, orderNo, rid string) {
-	tb.Helper()
-	o, err := p.Orders.GetOrder(context.Background(), orderNo)
-	switch {
-	case err != nil:
-		tb.Errorf("I4: %s, shown to request %s in a 2xx, is neither an order nor an explained rejection: %v", orderNo, rid, err)
-		return
-	case o.RequestID != rid:
-		tb.Errorf("I4: %s, shown to request %s, is recorded for request %s", orderNo, rid, o.RequestID)
-	case o.Status == order.StatusRejected && o.Reason == "":
-		tb.Errorf("I4: %s was rejected without a reason", orderNo)
+	ctx := contractCtx(tb, "GET /v1/orders/{orderNo}")
+	vs, err := c.Check(ctx, invariant.Scope{ActivityID: it.ActivityID, Items: []int64{it.ItemID}, Observed: observed})
+	if err != nil {
+		tb.Fatalf("checking the invariants: %v", err)
 	}
-	if p.URL == "" || !slices.Contains(p.comps, "gateway") || p.cancel == nil {
-		return
-	}
-	g := p.do(tb, http.MethodGet, "/v1/orders/"+orderNo, "", nil)
-	if g.Status != http.StatusOK || g.Str("status") != o.Status || g.Str("requestId") != rid {
-		tb.Errorf("I4: GET %s answered %d %v, want %s of request %s", orderNo, g.Status, g.Body, o.Status, rid)
-	}
-}
-
-// mustSaleWindow creates and preheats a one-item-per-entry sale with an
-// explicit window and a per-user limit of 1.
-func (p *pipeline) mustSaleWindow(tb testing.TB, id int64, starts, ends time.Time, items map[int64]int64) {
-	tb.Helper()
-	var its []map[string]int64
-	for k, v := range items {
-		its = append(its, map[string]int64{"itemId": k, "stock": v})
-	}
-	body := map[string]any{"name": fmt.Sprintf("sale %d", id), "startsAt": starts.UTC(), "endsAt": ends.UTC(), "perUserLimit": 1, "items": its}
-	auth := []string{"Authorization", "Bearer " + p.Admin}
-	if r := p.do(tb, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), "application/json", body, auth...); r.Status != http.StatusOK {
-		tb.Fatalf("creating activity: %d %v", r.Status, r.Body)
-	}
-	if r := p.do(tb, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "", nil, auth...); r.Status != http.StatusOK {
-		tb.Fatalf("preheating: %d %v", r.Status, r.Body)
+	for _, v := range vs {
+		tb.Error(v)
 	}
 }
 

@@ -9,42 +9,55 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/invariant"
 	"orderpipe/pkg/relay"
 )
 
 // assertStatusEvents checks I7 for an activity (relay.Audit): every state
 // its orders reached is on the pipeline's orders.status topic, in version
-// order per orderNo, and nothing Postgres did not commit. A pipeline
-// without the relay has its outbox published here first, as a relay
-// replica would.
+// order per orderNo, and nothing Postgres did not commit.
 func (p *pipeline) assertStatusEvents(tb testing.TB, activityID int64) {
 	tb.Helper()
 	ctx := context.Background()
-	if !slices.Contains(resolve(p.comps), "relay") {
-		w := event.NewWriter(event.WriterConfig{Brokers: p.Cfg.KafkaBrokers, Topic: p.Cfg.KafkaStatusTopic, Security: p.Cfg.KafkaSecurity})
-		defer w.Close()
-		r := relay.New(relay.Config{Topic: p.Cfg.KafkaStatusTopic}, relay.Deps{Orders: p.Orders, Writer: w, Log: testLog()})
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			_, err := r.RunOnce(ctx)
-			if err == nil || time.Now().After(deadline) {
-				if err != nil {
-					tb.Errorf("I7: publishing the status outbox: %v", err)
-				}
-				break
-			}
-		}
-	}
+	p.publishStatus(tb)
 	if err := relay.WaitPublished(ctx, p.Orders, 30*time.Second); err != nil {
 		tb.Errorf("I7: %v", err)
 		return
 	}
-	client := &kafka.Client{Addr: kafka.TCP(p.Cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: p.Cfg.KafkaSecurity.Transport(5 * time.Second)}
-	problems, err := relay.Audit(ctx, p.Orders, client, p.Cfg.KafkaStatusTopic, activityID)
+	st := p.statusTopic()
+	problems, err := relay.Audit(ctx, p.Orders, st.Client, st.Topic, activityID)
 	if err != nil {
 		tb.Fatalf("I7: auditing orders.status: %v", err)
 	}
 	for _, pr := range problems {
 		tb.Error(pr)
 	}
+}
+
+// publishStatus publishes the status outbox as a relay replica would, when
+// the pipeline runs without the relay.
+func (p *pipeline) publishStatus(tb testing.TB) {
+	tb.Helper()
+	if slices.Contains(resolve(p.comps), "relay") {
+		return
+	}
+	w := event.NewWriter(event.WriterConfig{Brokers: p.Cfg.KafkaBrokers, Topic: p.Cfg.KafkaStatusTopic, Security: p.Cfg.KafkaSecurity})
+	defer w.Close()
+	r := relay.New(relay.Config{Topic: p.Cfg.KafkaStatusTopic}, relay.Deps{Orders: p.Orders, Writer: w, Log: testLog()})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := r.RunOnce(context.Background())
+		if err == nil || time.Now().After(deadline) {
+			if err != nil {
+				tb.Errorf("I7: publishing the status outbox: %v", err)
+			}
+			return
+		}
+	}
+}
+
+// statusTopic is where the invariant checker reads orders.status (I7).
+func (p *pipeline) statusTopic() *invariant.StatusTopic {
+	return &invariant.StatusTopic{Topic: p.Cfg.KafkaStatusTopic, Wait: 30 * time.Second,
+		Client: &kafka.Client{Addr: kafka.TCP(p.Cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: p.Cfg.KafkaSecurity.Transport(5 * time.Second)}}
 }

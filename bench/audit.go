@@ -6,29 +6,20 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/segmentio/kafka-go"
-
+	"orderpipe/pkg/invariant"
 	"orderpipe/pkg/order"
-	"orderpipe/pkg/relay"
 	"orderpipe/pkg/stock"
 )
 
 // auditor reads one activity's state in Postgres and Redis.
 type auditor struct {
-	pool       *pgxpool.Pool
+	orders     *order.Store
 	st         *stock.Store
 	activityID int64
 	items      []int64
 	buckets    int // stock buckets of each item (0 or 1: one)
 	// status reads orders.status for I7 (nil: not checked).
-	status *statusAudit
-}
-
-// statusAudit is where the audit reads orders.status.
-type statusAudit struct {
-	client *kafka.Client
-	topic  string
+	status *invariant.StatusTopic
 }
 
 // bucketsOf lists the Redis buckets of an item.
@@ -57,14 +48,9 @@ func (a *auditor) drainState(ctx context.Context) (drainState, error) {
 	if d.journal, err = a.st.JournalLen(ctx, items...); err != nil {
 		return d, err
 	}
-	err = a.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM processed_requests WHERE activity_id = $1),
-		(SELECT count(*) FROM redis_compensations WHERE activity_id = $1 AND applied_at IS NULL)`, a.activityID).
-		Scan(&d.processed, &d.pending)
-	if err != nil {
-		return d, fmt.Errorf("reading processed requests: %w", err)
-	}
-	return d, nil
+	dr, err := a.orders.DrainOf(ctx, a.activityID)
+	d.processed, d.pending = dr.Decided, dr.PendingCompensations
+	return d, err
 }
 
 // waitDrained polls until every journal entry is decided, every accepted
@@ -114,7 +100,9 @@ type ItemAudit struct {
 	BucketStocks []int64 `json:"bucketStocks,omitempty"`
 }
 
-// Audit is what the bench found in Postgres and Redis.
+// Audit is what the bench found in Postgres and Redis: the figures, and
+// the invariant checker's verdict (pkg/invariant, the tests' and the chaos
+// suite's checker too).
 type Audit struct {
 	Items []ItemAudit `json:"items"`
 	// Orders of the activity by status, and processed_requests by outcome/reason.
@@ -123,268 +111,91 @@ type Audit struct {
 	CreatedInDB     int64            `json:"createdInDb"`  // CREATED processed_requests
 	PendingCompens  int64            `json:"pendingCompensations"`
 	OversoldUnits   int64            `json:"oversoldUnits"`
-	DuplicateUsers  int64            `json:"duplicateUsers"`    // (user, item) with more than one live order
+	DuplicateUsers  int64            `json:"duplicateUsers"`    // I2 violations: users with more than one live order of an item
 	DuplicateReqIDs int64            `json:"duplicateRequests"` // requestIds with more than one order
-	Lost            int64            `json:"lost"`              // accepted requests with neither an order nor a REJECTED row
-	WrongOrderNo    int64            `json:"wrongOrderNo"`      // accepted requests whose row carries another orderNo
+	Lost            int64            `json:"lost"`              // I4 violations: accepted orderNos that do not resolve
 	Unanswered      int64            `json:"unansweredButProcessed"`
-	MarkerMismatch  int64            `json:"limitMarkerMismatch"` // markers missing, extra or naming another requestId
-	PaidAndClosed   int64            `json:"paidAndClosed"`       // orders that were both paid and closed (I6)
-	// StatusChecked says I7 was checked (the audit could reach the
-	// broker); StatusProblems are its violations (relay.Audit).
-	StatusChecked  bool     `json:"statusChecked"`
-	StatusProblems []string `json:"statusProblems,omitempty"`
-	LostSample     []string `json:"lostSample,omitempty"`
+	// Violations are the checker's findings (I1–I7).
+	Violations []invariant.Violation `json:"violations,omitempty"`
+	// StatusChecked says I7 was checked (the audit could reach the broker).
+	StatusChecked bool     `json:"statusChecked"`
+	LostSample    []string `json:"lostSample,omitempty"`
+}
+
+// violations are the audit's findings of one invariant, as text.
+func (au Audit) violations(inv string) []string {
+	var out []string
+	for _, v := range au.Violations {
+		if v.Invariant == inv {
+			out = append(out, v.Detail)
+		}
+	}
+	return out
 }
 
 // audit checks the activity against the requests the client saw accepted;
-// users are the workload's users by item.
+// users are the workload's users by item (their limit markers are read).
 func (a *auditor) audit(ctx context.Context, acc map[string]*acceptance, users map[int64][]int64) (Audit, error) {
-	au := Audit{OrdersByStatus: map[string]int64{}, RejectedInDB: map[string]int64{}}
-	st := a.st
-
-	// Every row of the activity, by requestId: the activity is the bench's own.
-	type row struct {
-		orderNo, status, reason string
-		userID, itemID          int64
-		quantity                int64
+	au := Audit{OrdersByStatus: map[string]int64{}, RejectedInDB: map[string]int64{}, StatusChecked: a.status != nil}
+	scope := invariant.Scope{ActivityID: a.activityID, Items: a.items, Observed: map[string]string{}, Users: []int64{}, Drained: true}
+	for rid, e := range acc {
+		scope.Observed[e.orderNo] = rid
 	}
-	orders := map[string][]row{}
-	rows, err := a.pool.Query(ctx, `SELECT request_id, order_no, status, user_id, item_id, quantity
-		FROM orders WHERE activity_id = $1`, a.activityID)
-	if err != nil {
-		return au, fmt.Errorf("reading orders: %w", err)
-	}
-	for rows.Next() {
-		var rid string
-		var r row
-		if err := rows.Scan(&rid, &r.orderNo, &r.status, &r.userID, &r.itemID, &r.quantity); err != nil {
-			rows.Close()
-			return au, fmt.Errorf("reading orders: %w", err)
+	seen := map[int64]bool{}
+	for _, us := range users {
+		for _, u := range us {
+			if !seen[u] {
+				seen[u] = true
+				scope.Users = append(scope.Users, u)
+			}
 		}
-		orders[rid] = append(orders[rid], r)
-		au.OrdersByStatus[r.status]++
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return au, fmt.Errorf("reading orders: %w", err)
-	}
-	// I6: never both paid and closed (the table refuses it too; the audit
-	// does not take that on trust).
-	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE activity_id = $1
-		AND (status = 'PAID' AND closed_at IS NOT NULL OR status = 'CLOSED' AND paid_at IS NOT NULL
-		     OR paid_at IS NOT NULL AND closed_at IS NOT NULL)`, a.activityID).Scan(&au.PaidAndClosed); err != nil {
-		return au, fmt.Errorf("counting paid and closed orders: %w", err)
-	}
-	rejected := map[string]row{}
-	rows, err = a.pool.Query(ctx, `SELECT request_id, order_no, outcome, COALESCE(reason, '')
-		FROM processed_requests WHERE activity_id = $1`, a.activityID)
+	c := &invariant.Checker{Orders: a.orders, Stock: a.st, Status: a.status}
+	res, err := c.Inspect(ctx, scope)
 	if err != nil {
-		return au, fmt.Errorf("reading processed requests: %w", err)
+		return au, err
 	}
-	for rows.Next() {
-		var rid, outcome string
-		var r row
-		if err := rows.Scan(&rid, &r.orderNo, &outcome, &r.reason); err != nil {
-			rows.Close()
-			return au, fmt.Errorf("reading processed requests: %w", err)
+	au.Violations = res.Violations
+	snap := res.Snapshot
+	au.PendingCompens = snap.PendingCompensations
+	perRequest := map[string]int{}
+	for _, o := range snap.Orders {
+		au.OrdersByStatus[o.Status]++
+		if perRequest[o.RequestID]++; perRequest[o.RequestID] == 2 {
+			au.DuplicateReqIDs++
 		}
-		if outcome == "REJECTED" {
-			rejected[rid] = r
-			au.RejectedInDB[r.reason]++
+		if acc[o.RequestID] == nil && perRequest[o.RequestID] == 1 {
+			au.Unanswered++ // a request that timed out at the client may still have been accepted
+		}
+	}
+	for _, d := range snap.Decisions {
+		if d.Outcome == order.Rejected {
+			au.RejectedInDB[d.Reason]++
+			if acc[d.RequestID] == nil {
+				au.Unanswered++
+			}
 		} else {
 			au.CreatedInDB++
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return au, fmt.Errorf("reading processed requests: %w", err)
-	}
-
-	// I3 and I4, against what the client was told.
-	// A request that timed out at the client may still have been accepted:
-	// counted, not an error.
-	for rid, rs := range orders {
-		if len(rs) > 1 {
-			au.DuplicateReqIDs++
-		}
-		if acc[rid] == nil {
-			au.Unanswered++
+	for _, it := range res.Items {
+		au.Items = append(au.Items, ItemAudit{ItemID: it.ItemID, InitialStock: it.InitialStock, DBStock: it.DBStock, RedisStock: it.RedisStock,
+			LiveOrders: it.LiveOrders, LiveUnits: it.LiveUnits, LimitMarkers: it.Markers, Journal: it.Journal, BucketStocks: it.BucketStocks})
+		au.OversoldUnits += max(0, it.LiveUnits-it.InitialStock)
+		for _, n := range it.BucketStocks {
+			au.OversoldUnits += max(0, -n)
 		}
 	}
-	for rid := range rejected {
-		if acc[rid] == nil {
-			au.Unanswered++
-		}
-	}
-	for rid, e := range acc {
-		rs, ok := orders[rid]
-		rj, rejOK := rejected[rid]
-		switch {
-		case ok:
-			if rs[0].orderNo != e.orderNo {
-				au.WrongOrderNo++
-			}
-		case rejOK:
-			if rj.orderNo != e.orderNo {
-				au.WrongOrderNo++
-			}
-		default:
+	for _, v := range res.Violations {
+		switch v.Invariant {
+		case invariant.I2:
+			au.DuplicateUsers++
+		case invariant.I4:
 			au.Lost++
 			if len(au.LostSample) < 5 {
-				au.LostSample = append(au.LostSample, rid)
+				au.LostSample = append(au.LostSample, v.RequestID)
 			}
 		}
 	}
-
-	// I1, I2 and I5 per item.
-	live := map[int64]map[int64][]string{} // item → user → requestIds of live orders
-	liveOrders, liveUnits := map[int64]int64{}, map[int64]int64{}
-	for rid, rs := range orders {
-		for _, r := range rs {
-			if r.status != "UNPAID" && r.status != "PAID" {
-				continue
-			}
-			if live[r.itemID] == nil {
-				live[r.itemID] = map[int64][]string{}
-			}
-			live[r.itemID][r.userID] = append(live[r.itemID][r.userID], rid)
-			liveOrders[r.itemID]++
-			liveUnits[r.itemID] += r.quantity
-		}
-	}
-	for _, id := range a.items {
-		it := stock.Item{ActivityID: a.activityID, ItemID: id}
-		ia := ItemAudit{ItemID: id, RedisStock: -1}
-		err := a.pool.QueryRow(ctx, `SELECT initial_stock, stock FROM item_stock WHERE activity_id = $1 AND item_id = $2`,
-			a.activityID, id).Scan(&ia.InitialStock, &ia.DBStock)
-		if err != nil {
-			return au, fmt.Errorf("reading stock of item %d: %w", id, err)
-		}
-		ia.LiveOrders, ia.LiveUnits = liveOrders[id], liveUnits[id]
-		au.OversoldUnits += max(0, ia.LiveUnits-ia.InitialStock)
-		for _, rids := range live[id] {
-			if len(rids) > 1 {
-				au.DuplicateUsers++
-			}
-		}
-		if err := a.redisState(ctx, st, it, &ia, &au); err != nil {
-			return au, err
-		}
-		markers, err := a.markersOf(ctx, st, id, users[id])
-		if err != nil {
-			return au, err
-		}
-		ia.LimitMarkers = int64(len(markers))
-		for user, rids := range live[id] {
-			if markers[user] != rids[0] {
-				au.MarkerMismatch++
-			}
-		}
-		for user := range markers {
-			if _, ok := live[id][user]; !ok {
-				au.MarkerMismatch++
-			}
-		}
-		au.Items = append(au.Items, ia)
-	}
-	if err := a.pool.QueryRow(ctx, `SELECT count(*) FROM redis_compensations WHERE activity_id = $1 AND applied_at IS NULL`,
-		a.activityID).Scan(&au.PendingCompens); err != nil {
-		return au, fmt.Errorf("reading compensations: %w", err)
-	}
-	a.auditStatus(ctx, &au)
 	return au, nil
-}
-
-// auditStatus checks I7 on the activity: once the relay has drained the
-// outbox, every state of its orders is on orders.status in version order,
-// and nothing else (relay.Audit, the checker the tests use).
-func (a *auditor) auditStatus(ctx context.Context, au *Audit) {
-	if a.status == nil {
-		return
-	}
-	au.StatusChecked = true
-	orders := order.NewStore(a.pool)
-	if err := relay.WaitPublished(ctx, orders, 30*time.Second); err != nil {
-		au.StatusProblems = append(au.StatusProblems, err.Error())
-		return
-	}
-	problems, err := relay.Audit(ctx, orders, a.status.client, a.status.topic, a.activityID)
-	if err != nil {
-		problems = append(problems, "reading orders.status: "+err.Error())
-	}
-	au.StatusProblems = append(au.StatusProblems, problems...)
-}
-
-// markersOf reads the limit markers of the given users on one item, each in
-// the user's bucket.
-func (a *auditor) markersOf(ctx context.Context, st *stock.Store, id int64, users []int64) (map[int64]string, error) {
-	if a.buckets <= 1 {
-		return st.MarkerOwners(ctx, stock.Item{ActivityID: a.activityID, ItemID: id}, users)
-	}
-	per := make([][]int64, a.buckets)
-	for _, u := range users {
-		b := stock.BucketOf(u, a.buckets)
-		per[b] = append(per[b], u)
-	}
-	out := map[int64]string{}
-	for b, it := range a.bucketsOf(id) {
-		m, err := st.MarkerOwners(ctx, it, per[b])
-		if err != nil {
-			return nil, err
-		}
-		for u, rid := range m {
-			out[u] = rid
-		}
-	}
-	return out, nil
-}
-
-// redisState fills an item's Redis stock and journal entries; for a
-// bucketed item the stock (Σ over its buckets, plus
-// the units a mover has taken and not yet given) and journal entries; a
-// bucket below zero is oversold.
-func (a *auditor) redisState(ctx context.Context, st *stock.Store, base stock.Item, ia *ItemAudit, au *Audit) error {
-	id := base.ItemID
-	if a.buckets <= 1 {
-		stocks, err := st.BucketStocks(ctx, base, 1)
-		if err != nil {
-			return fmt.Errorf("reading redis stock of item %d: %w", id, err)
-		}
-		if n := stocks[0]; n != nil {
-			ia.RedisStock = *n
-			au.OversoldUnits += max(0, -*n)
-		}
-		if ia.Journal, err = st.JournalLen(ctx, base); err != nil {
-			return fmt.Errorf("reading journal of item %d: %w", id, err)
-		}
-		return nil
-	}
-	stocks, err := st.BucketStocks(ctx, base, a.buckets)
-	if err != nil {
-		return err
-	}
-	var total int64
-	for _, n := range stocks {
-		if n == nil {
-			return nil // RedisStock stays -1: missing
-		}
-		ia.BucketStocks = append(ia.BucketStocks, *n)
-		total += *n
-		au.OversoldUnits += max(0, -*n)
-	}
-	transfers, err := st.Transfers(ctx, base, a.buckets)
-	if err != nil {
-		return err
-	}
-	for _, t := range transfers {
-		if !t.Given {
-			total += t.Units
-		}
-	}
-	ia.RedisStock = total
-	if ia.Journal, err = st.JournalLen(ctx, a.bucketsOf(id)...); err != nil {
-		return fmt.Errorf("reading journal of item %d: %w", id, err)
-	}
-	return nil
 }

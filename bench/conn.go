@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"orderpipe/gateway/client"
 )
 
 // sender sends order requests for one client goroutine over one keep-alive
@@ -20,12 +22,13 @@ import (
 // Client costs several times more CPU per request (a reader and a writer
 // goroutine per connection, channel hand-offs, a context per request), and on
 // a machine whose cores the load tool shares with the pipeline that CPU is
-// taken from the system being measured. https URLs go through http.Client.
+// taken from the system being measured. So on http URLs the wire is this
+// file's, and only the answer's reading is the gateway client's
+// (client.ReadPlaced, in answerOf); https URLs go through the client itself.
 type sender struct {
-	client  *http.Client // https, or nil
-	url     string       // the order endpoint, for client
-	addr    string       // host:port, for raw connections
-	head    []byte       // request line and headers up to Content-Length's value
+	api     *client.Client // https, or nil
+	addr    string         // host:port, for raw connections
+	head    []byte         // request line and headers up to Content-Length's value
 	timeout time.Duration
 
 	conn net.Conn
@@ -36,14 +39,14 @@ type sender struct {
 	unwatch func() bool
 }
 
-func newSender(client *http.Client, base string, timeout time.Duration) (*sender, error) {
+func newSender(hc *http.Client, base string, timeout time.Duration) (*sender, error) {
 	u, err := url.Parse(base)
 	if err != nil {
 		return nil, fmt.Errorf("bad --url: %w", err)
 	}
-	s := &sender{url: base + "/v1/orders", timeout: timeout}
+	s := &sender{timeout: timeout}
 	if u.Scheme != "http" {
-		s.client = client
+		s.api = newAPI(hc, base, "")
 		return s, nil
 	}
 	s.addr = u.Host
@@ -59,8 +62,12 @@ func newSender(client *http.Client, base string, timeout time.Duration) (*sender
 // means no answer (the connection failed or timed out; it is redialled for
 // the next request).
 func (s *sender) send(ctx context.Context, body []byte) (int, []byte) {
-	if s.client != nil {
-		return sendClient(ctx, s.client, s.url, body)
+	if s.api != nil {
+		res, err := s.api.Do(ctx, http.MethodPost, "/v1/orders", "application/json", body, nil)
+		if err != nil {
+			return 0, nil
+		}
+		return res.Status, res.Body
 	}
 	if s.dial(ctx) != nil {
 		return 0, nil
@@ -92,7 +99,7 @@ func (s *sender) send(ctx context.Context, body []byte) (int, []byte) {
 // dial opens the sender's connection unless it is open (or the URL is
 // https, whose connections http.Client keeps).
 func (s *sender) dial(ctx context.Context) error {
-	if s.client != nil || s.conn != nil {
+	if s.api != nil || s.conn != nil {
 		return nil
 	}
 	c, err := (&net.Dialer{Timeout: s.timeout}).DialContext(ctx, "tcp", s.addr)

@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,8 +13,11 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/invariant"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
 )
@@ -34,8 +35,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	client := newHTTPClient(cfg.Concurrency, cfg.Timeout)
 	defer client.CloseIdleConnections()
+	api := newAPI(client, cfg.URL, cfg.AdminToken)
 	// Ready first: a starting pipeline may still be creating its database.
-	if err := waitReady(ctx, client, cfg.URL, cfg.WaitReady); err != nil {
+	if err := waitReady(ctx, api, cfg.WaitReady); err != nil {
 		return nil, err
 	}
 	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
@@ -55,7 +57,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := range items {
 		items[i] = int64(i + 1)
 	}
-	if err := createSale(ctx, client, cfg, items); err != nil {
+	if err := createSale(ctx, api, cfg, items); err != nil {
 		return nil, err
 	}
 	work := plan(cfg, items)
@@ -66,13 +68,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	go func() { defer close(scrDone); scr.run(scrCtx, 100*time.Millisecond) }()
 	defer func() { stopScraper(); <-scrDone }()
 
-	a := &auditor{pool: pool, st: stock.New(rdb, cfg.RedisPrefix), activityID: cfg.ActivityID, items: items, buckets: cfg.Buckets}
+	a := &auditor{orders: order.NewStore(pool), st: stock.New(rdb, cfg.RedisPrefix), activityID: cfg.ActivityID, items: items, buckets: cfg.Buckets}
 	if len(cfg.KafkaBrokers) > 0 {
 		topic := cfg.StatusTopic
 		if topic == "" {
 			topic = event.StatusTopic
 		}
-		a.status = &statusAudit{topic: topic, client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second,
+		a.status = &invariant.StatusTopic{Topic: topic, Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second,
 			Transport: cfg.KafkaSecurity.Transport(5 * time.Second)}}
 	}
 	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
@@ -135,29 +137,23 @@ func newHTTPClient(conc int, timeout time.Duration) *http.Client {
 	}}
 }
 
+// newAPI is the gateway's client (gateway/client) over the bench's HTTP client.
+func newAPI(hc *http.Client, base, adminToken string) *client.Client {
+	c := client.New(base)
+	c.HTTPClient, c.AdminToken, c.UserAgent = hc, adminToken, "orderpipe-bench"
+	return c
+}
+
 // waitReady polls /readyz until it answers 200 or within passes.
-func waitReady(ctx context.Context, client *http.Client, base string, within time.Duration) error {
+func waitReady(ctx context.Context, api *client.Client, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
-		if err != nil {
-			return fmt.Errorf("bad --url: %w", err)
-		}
-		res, err := client.Do(req)
-		status := 0
+		_, err := api.Ready(ctx)
 		if err == nil {
-			io.Copy(io.Discard, res.Body) //nolint:errcheck
-			res.Body.Close()
-			status = res.StatusCode
-			if status == http.StatusOK {
-				return nil
-			}
+			return nil
 		}
 		if time.Now().After(deadline) {
-			if err != nil {
-				return fmt.Errorf("pipeline at %s not ready: %w", base, err)
-			}
-			return fmt.Errorf("pipeline at %s not ready: /readyz answered %d", base, status)
+			return fmt.Errorf("pipeline at %s not ready: %w", api.BaseURL, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -169,51 +165,17 @@ func waitReady(ctx context.Context, client *http.Client, base string, within tim
 
 // createSale creates the activity (on sale from a minute ago for an hour,
 // one unit per user) and preheats it.
-func createSale(ctx context.Context, client *http.Client, cfg Config, items []int64) error {
-	type item struct {
-		ItemID  int64 `json:"itemId"`
-		Stock   int64 `json:"stock"`
-		Buckets int   `json:"buckets,omitempty"`
-	}
-	body := struct {
-		Name         string    `json:"name"`
-		StartsAt     time.Time `json:"startsAt"`
-		EndsAt       time.Time `json:"endsAt"`
-		PerUserLimit int       `json:"perUserLimit"`
-		Items        []item    `json:"items"`
-	}{Name: fmt.Sprintf("bench %d", cfg.ActivityID), StartsAt: time.Now().Add(-time.Minute).UTC(),
+func createSale(ctx context.Context, api *client.Client, cfg Config, items []int64) error {
+	a := client.ActivityUpsert{Name: fmt.Sprintf("bench %d", cfg.ActivityID), StartsAt: time.Now().Add(-time.Minute).UTC(),
 		EndsAt: time.Now().Add(time.Hour).UTC(), PerUserLimit: cfg.Quantity}
 	for _, id := range items {
-		body.Items = append(body.Items, item{id, cfg.Stock, cfg.Buckets})
+		a.Items = append(a.Items, client.ItemUpsert{ItemID: id, Stock: cfg.Stock, Buckets: cfg.Buckets})
 	}
-	raw, _ := json.Marshal(body)
-	path := fmt.Sprintf("%s/admin/v1/activities/%d", cfg.URL, cfg.ActivityID)
-	if err := adminCall(ctx, client, cfg.AdminToken, http.MethodPut, path, raw); err != nil {
+	if _, err := api.PutActivity(ctx, cfg.ActivityID, a); err != nil {
 		return fmt.Errorf("creating activity %d: %w", cfg.ActivityID, err)
 	}
-	if err := adminCall(ctx, client, cfg.AdminToken, http.MethodPost, path+"/preheat", nil); err != nil {
+	if _, err := api.Preheat(ctx, cfg.ActivityID); err != nil {
 		return fmt.Errorf("preheating activity %d: %w", cfg.ActivityID, err)
-	}
-	return nil
-}
-
-func adminCall(ctx context.Context, client *http.Client, token, method, url string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(res.Body, 4096))
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %d %s", method, url, res.StatusCode, bytes.TrimSpace(raw))
 	}
 	return nil
 }
@@ -404,50 +366,19 @@ func progress(w io.Writer, start time.Time, total int, cnt *counters, scr *scrap
 	}
 }
 
-// orderAnswer is the part of an answer the audit needs.
-type orderAnswer struct {
-	OrderNo  string `json:"orderNo"`
-	Replayed bool   `json:"replayed"`
-	Error    struct {
-		Code string `json:"code"`
-	} `json:"error"`
-}
-
-// answerOf reads what the client needs from one answer.
+// answerOf reads what the client needs from one answer, as the gateway's
+// client reads it (client.ReadPlaced).
 func answerOf(status int, raw []byte, latency time.Duration) answer {
 	a := answer{status: status, latency: latency, end: time.Now()}
 	if status == 0 {
 		return a
 	}
-	var oa orderAnswer
-	if json.Unmarshal(raw, &oa) != nil {
-		a.code = "UNDECODABLE"
-		return a
-	}
-	a.orderNo, a.replayed, a.code = oa.OrderNo, oa.Replayed, oa.Error.Code
-	if a.code == "" && a.status >= 300 {
+	p, err := client.ReadPlaced(status, "", raw)
+	a.orderNo, a.replayed, a.code = p.OrderNo, p.Replayed, string(client.CodeOf(err))
+	if a.code == string(client.CodeUndecodable) && status >= 300 {
 		a.code = "HTTP_" + strconv.Itoa(a.status)
 	}
 	return a
-}
-
-// sendClient posts body through client (the https path).
-func sendClient(ctx context.Context, client *http.Client, url string, body []byte) (int, []byte) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := client.Do(req)
-	if err != nil {
-		return 0, nil
-	}
-	raw, err := io.ReadAll(res.Body)
-	res.Body.Close()
-	if err != nil {
-		return 0, nil
-	}
-	return res.StatusCode, raw
 }
 
 // acceptance is what the client was told about one requestId: a 202, or a

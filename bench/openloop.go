@@ -191,7 +191,7 @@ func statusName(status int) string {
 // measureFloor runs the open-loop schedule of cfg against the trivial
 // handler at cfg.FloorURL, with the same requests as the gateway's run.
 func measureFloor(ctx context.Context, client *http.Client, cfg Config, work []request) (*Arrival, error) {
-	if err := waitReady(ctx, client, cfg.FloorURL, cfg.WaitReady); err != nil {
+	if err := waitReady(ctx, newAPI(client, cfg.FloorURL, ""), cfg.WaitReady); err != nil {
 		return nil, fmt.Errorf("the trivial handler (--floor-url): %w", err)
 	}
 	fmt.Fprintf(cfg.Progress, "bench: the floor first: %d requests at %.0f req/s over at most %d connections against the trivial handler at %s\n",

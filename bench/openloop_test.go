@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"orderpipe/gateway/client"
 )
 
 func TestSchedule(t *testing.T) {
@@ -111,8 +112,8 @@ func TestFloorServer(t *testing.T) {
 	}
 	raw, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	var a orderAnswer
-	if res.StatusCode != http.StatusAccepted || res.Header.Get("Content-Type") != "application/json" || json.Unmarshal(raw, &a) != nil || a.OrderNo == "" {
+	a, err := client.ReadPlaced(res.StatusCode, "", raw)
+	if err != nil || res.Header.Get("Content-Type") != "application/json" || a.HTTPStatus != http.StatusAccepted {
 		t.Errorf("POST /v1/orders: %d %q %s, want a JSON 202 with an orderNo", res.StatusCode, res.Header.Get("Content-Type"), raw)
 	}
 	res, err = http.Get(base + "/v1/orders")

@@ -90,11 +90,7 @@ func storageAllowed(kind, file string) bool {
 // tests, raw Redis reads in the bench and chaos audits. Only ever shorten it.
 var storagePending = map[string][]string{
 	"admin_read_e2e_test.go":         {"sql"},
-	"bench/audit.go":                 {"pgx", "sql"},
-	"bench/bench_test.go":            {"sql"},
-	"bench/chaos/audit.go":           {"redis", "pgx", "sql"},
 	"bench/chaos/chaos.go":           {"redis", "pgx", "sql"},
-	"bench/chaos/checker.go":         {"pgx", "sql"},
 	"bench/chaos/fault_fixmove.go":   {"redis"},
 	"bench/chaos/fault_preheat.go":   {"sql"},
 	"bench/chaos/postgres.go":        {"pgx"},
@@ -105,7 +101,7 @@ var storagePending = map[string][]string{
 	"bench/strategies_test.go":       {"redis"},
 	"cancel_e2e_test.go":             {"sql"},
 	"pkg/relay/relay_test.go":        {"pgx"},
-	"buckets_e2e_test.go":            {"pgx", "sql", "key"},
+	"buckets_e2e_test.go":            {"sql", "key"},
 	"closer/closer_test.go":          {"redis", "sql", "key"},
 	"closer_e2e_test.go":             {"sql"},
 	"e2e_test.go":                    {"sql", "key"},
@@ -113,7 +109,6 @@ var storagePending = map[string][]string{
 	"gateway/lostsale_test.go":       {"pgx"},
 	"gateway/readyz_test.go":         {"redis"},
 	"gateway/replay_test.go":         {"redis"},
-	"harness_test.go":                {"pgx", "sql"},
 	"observability_e2e_test.go":      {"sql"},
 	"pkg/standin/standin_test.go":    {"redis", "sql"},
 	"preheat_e2e_test.go":            {"sql", "key"},

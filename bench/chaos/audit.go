@@ -2,26 +2,28 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 
+	gwclient "orderpipe/gateway/client"
+	"orderpipe/pkg/event"
+	"orderpipe/pkg/invariant"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
-	"orderpipe/pkg/stock/stocktest"
 )
 
-// audit holds one drained activity to the invariants (docs/architecture.md) and to
-// what its clients were told.
+// audit holds one drained activity to the invariants (pkg/invariant, the
+// checker of the tests and the bench too) and to what only its clients'
+// answers show (replays, payments, requests no client sent).
 type audit struct {
 	orders       int // rows in orders for the activity
 	rejected     int // REJECTED processed_requests
-	lost         int // I4: a 202's orderNo that is neither an order nor a REJECTED request
+	lost         int // I4: a 2xx's orderNo that does not resolve
 	duplicates   int // I2/I3: requestIds with two orders, users with two live orders of an item, replays answered with another orderNo
 	dbDuplicates int // of those, in Postgres (the unique indexes make them impossible)
 	// refusedReplays: replays of accepted requests refused (I3: a replay
@@ -31,8 +33,11 @@ type audit struct {
 	closed         int
 	paidDB         int
 	lostOrderNos   []string
-	problems       []string
-	kinds          map[string]int
+	// violations are the checker's findings, all of them; problems is
+	// every finding as text, past five of a kind only counted.
+	violations []invariant.Violation
+	problems   []string
+	kinds      map[string]int
 }
 
 // problem records a broken invariant; past five of a kind (the text up to
@@ -61,90 +66,78 @@ func (a *audit) finish() {
 	}
 }
 
-type orderRow struct {
-	requestID, status string
-	userID, itemID    int64
-	quantity          int64
-	paid, closed      bool
+// checker is the invariant checker of the suite's stores, gateways and
+// orders.status.
+func (s *Suite) checker() *invariant.Checker {
+	c := &invariant.Checker{Orders: order.NewStore(s.pool), Stock: s.stock,
+		Status: &invariant.StatusTopic{Topic: event.StatusTopic, Wait: time.Minute,
+			Client: &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second}}}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, u := range s.httpURLs {
+		api := gwclient.New(u)
+		api.HTTPClient = hc
+		c.Gateways = append(c.Gateways, api)
+	}
+	return c
 }
 
-type processedRow struct {
-	outcome, orderNo, reason string
-}
-
-// runAudit checks the activity once nothing is in flight (and nothing
-// moves: Postgres is read in one snapshot all the same).
-func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *stock.Store, act int64, items []int64, users int, res *loadResult) (*audit, error) {
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+// runAudit checks the activity once nothing is in flight: the invariant
+// checker on the stores, every orderNo observed (orderNo → requestId) in a
+// 2xx resolving through GET, and, from what the clients were told (res),
+// replays and payments and no order that no client sent.
+func (s *Suite) runAudit(ctx context.Context, act int64, items []int64, observed map[string]string, res *loadResult) (*audit, error) {
+	users := make([]int64, s.cfg.Users)
+	for u := range users {
+		users[u] = int64(u + 1)
+	}
+	r, err := s.checker().Inspect(ctx, invariant.Scope{ActivityID: act, Items: items, Observed: observed, Users: users, Drained: true})
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck
-	a := &audit{}
-	orders := map[string]orderRow{} // by orderNo
-	byRequest := map[string][]string{}
-	rows, err := tx.Query(ctx, `SELECT order_no, request_id, user_id, item_id, quantity, status,
-		paid_at IS NOT NULL, closed_at IS NOT NULL FROM orders WHERE activity_id = $1`, act)
-	if err != nil {
-		return nil, fmt.Errorf("reading orders: %w", err)
-	}
-	for rows.Next() {
-		var no string
-		var o orderRow
-		if err := rows.Scan(&no, &o.requestID, &o.userID, &o.itemID, &o.quantity, &o.status, &o.paid, &o.closed); err != nil {
-			rows.Close()
-			return nil, err
+	a := &audit{violations: r.Violations, orders: len(r.Snapshot.Orders)}
+	for _, v := range r.Violations {
+		a.problem("%s", v)
+		switch v.Invariant {
+		case invariant.I4:
+			a.lost++
+			a.lostOrderNos = append(a.lostOrderNos, v.OrderNo)
+		case invariant.I2, invariant.I3:
+			a.duplicates++
 		}
-		orders[no] = o
-		byRequest[o.requestID] = append(byRequest[o.requestID], no)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	a.orders = len(orders)
-
-	processed, err := processedRequests(ctx, tx, act)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range processed {
-		if p.outcome == "REJECTED" {
+	for _, d := range r.Snapshot.Decisions {
+		if d.Outcome == order.Rejected {
 			a.rejected++
 		}
 	}
-
-	// Reservations refused because their requestId was first used for
-	// another item: REJECTED records of their own (orderNo → requestId).
-	refused, err := refusedReservations(ctx, tx, act)
-	if err != nil {
-		return nil, err
+	for _, it := range r.Items {
+		a.oversold += max(0, it.LiveUnits-it.InitialStock)
+	}
+	byNo := map[string]order.SnapshotOrder{}
+	perRequest := map[string]int{}
+	live := map[[2]int64]int{}
+	for _, o := range r.Snapshot.Orders {
+		byNo[o.OrderNo] = o
+		if perRequest[o.RequestID]++; perRequest[o.RequestID] == 2 {
+			a.dbDuplicates++
+		}
+		if o.Status == order.StatusUnpaid || o.Status == order.StatusPaid {
+			if live[[2]int64{o.ItemID, o.UserID}]++; live[[2]int64{o.ItemID, o.UserID}] == 2 {
+				a.dbDuplicates++
+			}
+		}
+		switch o.Status {
+		case order.StatusClosed:
+			a.closed++
+		case order.StatusPaid:
+			a.paidDB++
+		}
 	}
 
 	res.mu.Lock()
 	defer res.mu.Unlock()
-
-	// I4 and I3 against what the clients were told: every orderNo a 202
-	// (or a replay) carried is an order or a rejected request.
-	var lost []string
 	for _, rid := range res.accepted {
 		r := res.requests[rid]
-		p := processed[rid]
-		for _, no := range append([]string{r.orderNo}, r.mismatched...) {
-			o, isOrder := orders[no]
-			switch {
-			case isOrder && o.requestID == rid:
-			case p.outcome == "REJECTED" && p.orderNo == no:
-			case refused[no] == rid:
-			default:
-				lost = append(lost, fmt.Sprintf("%s→%s (processed: %q %q %q)", rid, no, p.outcome, p.orderNo, p.reason))
-				a.lostOrderNos = append(a.lostOrderNos, no)
-			}
-		}
-		if nos := byRequest[rid]; len(nos) == 1 && nos[0] != r.orderNo {
-			a.duplicates++
-			a.problem("I3: request %s was answered %s but its order is %s", rid, r.orderNo, nos[0])
-		}
 		if len(r.mismatched) > 0 {
 			a.duplicates += len(r.mismatched)
 			a.problem("I3: replay of %s (first answer %s) answered %v", rid, r.orderNo, r.mismatched)
@@ -154,145 +147,37 @@ func runAudit(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, st *st
 			a.problem("I3: replay of %s (first answer %s) answered %v", rid, r.orderNo, r.refused)
 		}
 	}
-	a.lost = len(lost)
-	sort.Strings(lost)
-	for _, l := range lost {
-		a.problem("I4: lost %s", l)
-	}
-	for rid, nos := range byRequest {
-		if len(nos) > 1 {
-			a.duplicates++
-			a.dbDuplicates++
-			a.problem("I3: request %s has %d orders", rid, len(nos))
-		}
+	for rid := range perRequest {
 		if _, sent := res.requests[rid]; !sent {
-			a.problem("phantom order %v for request %s that no client sent", nos, rid)
-		}
-	}
-
-	// I2 and I6.
-	live := map[[2]int64]int{}
-	liveRequest := map[[2]int64]string{} // (item, user) → requestId of the live order
-	liveQty := map[int64]int64{}
-	for no, o := range orders {
-		switch o.status {
-		case "UNPAID", "PAID":
-			live[[2]int64{o.itemID, o.userID}]++
-			liveRequest[[2]int64{o.itemID, o.userID}] = o.requestID
-			liveQty[o.itemID] += o.quantity
-		case "CLOSED":
-			a.closed++
-		}
-		if o.status == "PAID" {
-			a.paidDB++
-		}
-		if (o.status == "PAID" && o.closed) || (o.status == "CLOSED" && o.paid) || (o.paid && o.closed) {
-			a.problem("I6: order %s is %s with paid=%v closed=%v", no, o.status, o.paid, o.closed)
-		}
-	}
-	for k, n := range live {
-		if n > 1 {
-			a.duplicates++
-			a.dbDuplicates++
-			a.problem("I2: user %d holds %d live orders of item %d", k[1], n, k[0])
+			a.problem("phantom order for request %s that no client sent", rid)
 		}
 	}
 	for no, p := range res.pays {
-		o, ok := orders[no]
+		o, ok := byNo[no]
 		switch {
-		case p.status == http.StatusOK && (!ok || o.status != "PAID"):
-			a.problem("I6: order %s was answered PAID but is %q", no, o.status)
-		case p.code == "ORDER_CLOSED" && (!ok || o.status != "CLOSED"):
-			a.problem("I6: order %s was answered ORDER_CLOSED but is %q", no, o.status)
-		}
-	}
-
-	// I1 and (nothing in flight) I5.
-	for _, it := range items {
-		var initial, dbStock int64
-		var buckets int
-		if err := tx.QueryRow(ctx, `SELECT initial_stock, stock, buckets FROM item_stock WHERE activity_id = $1 AND item_id = $2`,
-			act, it).Scan(&initial, &dbStock, &buckets); err != nil {
-			return nil, fmt.Errorf("reading item %d: %w", it, err)
-		}
-		if over := liveQty[it] - initial; over > 0 {
-			a.oversold += over
-		}
-		if dbStock < 0 || initial != dbStock+liveQty[it] {
-			a.problem("I1: item %d: initial %d != stock %d + live %d", it, initial, dbStock, liveQty[it])
-		}
-		redisStock, err := redisStockOf(ctx, st, stock.Item{ActivityID: act, ItemID: it}, buckets)
-		if err != nil {
-			a.problem("I5: item %d: redis stock: %v", it, err)
-		} else if redisStock != dbStock {
-			a.problem("I5: item %d: redis stock %d != db stock %d", it, redisStock, dbStock)
-		}
-		if n, err := journalLen(ctx, st, stock.Item{ActivityID: act, ItemID: it}, buckets); err != nil || n != 0 {
-			a.problem("I5: item %d: %d journal entries left (%v)", it, n, err)
-		}
-		// The users are known: read every one's marker (no SCAN of a shared
-		// Redis) and hold it to their live order.
-		pipe := rdb.Pipeline()
-		cmds := make([]*redis.StringCmd, users+1)
-		for u := 1; u <= users; u++ {
-			cmds[u] = pipe.Get(ctx, stocktest.KeysOf(st, stock.Item{ActivityID: act, ItemID: it}.ForUser(int64(u), buckets)).Limit(int64(u)))
-		}
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("reading limit markers: %w", err)
-		}
-		for u := 1; u <= users; u++ {
-			marker, want := cmds[u].Val(), liveRequest[[2]int64{it, int64(u)}]
-			if marker != want {
-				a.problem("I5: item %d user %d: limit marker %q, live order's request %q", it, u, marker, want)
-			}
+		case p.status == http.StatusOK && (!ok || o.Status != order.StatusPaid):
+			a.problem("I6: order %s was answered PAID but is %q", no, o.Status)
+		case p.code == "ORDER_CLOSED" && (!ok || o.Status != order.StatusClosed):
+			a.problem("I6: order %s was answered ORDER_CLOSED but is %q", no, o.Status)
 		}
 	}
 	a.finish()
 	return a, nil
 }
 
+// observedOf is every orderNo the load's clients were shown in a 2xx (the
+// first answer and any other a replay named) → its requestId.
+func observedOf(res *loadResult) map[string]string {
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	out := map[string]string{}
+	for _, rid := range res.accepted {
+		r := res.requests[rid]
+		for _, no := range append([]string{r.orderNo}, r.mismatched...) {
+			out[no] = rid
+		}
+	}
+	return out
+}
+
 func stockItem(act, item int64) stock.Item { return stock.Item{ActivityID: act, ItemID: item} }
-
-// refusedReservations is, of activity act, the reservations refused because
-// their requestId was first used for another item (orderNo → requestId):
-// REJECTED records of their own. A schema from before that table (an older
-// binary run with CHAOS_BIN) has none.
-func refusedReservations(ctx context.Context, q pgx.Tx, act int64) (map[string]string, error) {
-	refused := map[string]string{}
-	var exists bool
-	if err := q.QueryRow(ctx, `SELECT to_regclass('rejected_reservations') IS NOT NULL`).Scan(&exists); err != nil || !exists {
-		return refused, err
-	}
-	rows, err := q.Query(ctx, `SELECT order_no, request_id FROM rejected_reservations WHERE activity_id = $1`, act)
-	if err != nil {
-		return nil, fmt.Errorf("reading refused reservations: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var no, rid string
-		if err := rows.Scan(&no, &rid); err != nil {
-			return nil, err
-		}
-		refused[no] = rid
-	}
-	return refused, rows.Err()
-}
-
-// processedRequests is the activity's processed_requests rows by requestId.
-func processedRequests(ctx context.Context, tx pgx.Tx, act int64) (map[string]processedRow, error) {
-	processed := map[string]processedRow{}
-	rows, err := tx.Query(ctx, `SELECT request_id, outcome, order_no, COALESCE(reason, '') FROM processed_requests WHERE activity_id = $1`, act)
-	if err != nil {
-		return nil, fmt.Errorf("reading processed requests: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var rid string
-		var p processedRow
-		if err := rows.Scan(&rid, &p.outcome, &p.orderNo, &p.reason); err != nil {
-			return nil, err
-		}
-		processed[rid] = p
-	}
-	return processed, rows.Err()
-}

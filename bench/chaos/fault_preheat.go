@@ -1,11 +1,9 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gwclient "orderpipe/gateway/client"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 )
@@ -125,7 +124,7 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 
 	first := make(chan string, 1)
 	go func() {
-		code, errCode, err := s.adminDo(ctx, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "")
+		code, errCode, err := coded(s.adminAPI().Preheat(ctx, id))
 		first <- answerText(code, errCode, err)
 	}()
 	// The step that matters: Redis loaded (Postgres next records the item
@@ -184,7 +183,7 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 	retries := 0
 	var last string
 	for done := false; !done; retries++ {
-		code, errCode, err := s.adminDo(ctx, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "")
+		code, errCode, err := coded(s.adminAPI().Preheat(ctx, id))
 		last, done = answerText(code, errCode, err), code == http.StatusOK
 		if !done {
 			if retries >= 100 {
@@ -224,43 +223,29 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 // putPreheatSale creates or replaces the fresh activity id.
 func (s *Suite) putPreheatSale(ctx context.Context, id int64, units, buckets int) (int, string, error) {
 	now := time.Now().UTC()
-	body := fmt.Sprintf(`{"name":"preheat %d","startsAt":%q,"endsAt":%q,"perUserLimit":1,"items":[{"itemId":1,"stock":%d,"buckets":%d}]}`,
-		id, now.Add(-time.Minute).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339), units, buckets)
-	return s.adminDo(ctx, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), body)
+	return coded(s.adminAPI().PutActivity(ctx, id, gwclient.ActivityUpsert{Name: fmt.Sprintf("preheat %d", id),
+		StartsAt: now.Add(-time.Minute).Truncate(time.Second), EndsAt: now.Add(time.Hour).Truncate(time.Second), PerUserLimit: 1,
+		Items: []gwclient.ItemUpsert{{ItemID: 1, Stock: int64(units), Buckets: buckets}}}))
 }
 
-// adminDo sends an admin call to a gateway picked at random and returns
-// its status and error code.
-func (s *Suite) adminDo(ctx context.Context, method, path, body string) (int, string, error) {
-	url := s.httpURLs[rand.IntN(len(s.httpURLs))]
-	req, err := http.NewRequestWithContext(ctx, method, url+path, strings.NewReader(body))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.adminToken)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	return doCoded(req)
+// adminAPI is the client of a gateway picked at random, for an admin call.
+func (s *Suite) adminAPI() *gwclient.Client {
+	api := gwclient.New(s.httpURLs[rand.IntN(len(s.httpURLs))])
+	api.HTTPClient, api.AdminToken = preheatClient, s.adminToken
+	return api
 }
 
-func doCoded(req *http.Request) (int, string, error) {
-	res, err := preheatClient.Do(req)
-	if err != nil {
-		return 0, "", err
+// coded is a call's HTTP status and error code (200 and "" when it
+// succeeded), or the transport error.
+func coded[T any](_ T, err error) (int, string, error) {
+	var e *gwclient.Error
+	switch {
+	case err == nil:
+		return http.StatusOK, "", nil
+	case errors.As(err, &e):
+		return e.Status, string(e.Code), nil
 	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		return res.StatusCode, "", err
-	}
-	var e struct {
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	_ = json.Unmarshal(raw, &e) // a 2xx has no error code
-	return res.StatusCode, e.Error.Code, nil
+	return 0, "", err
 }
 
 func answerText(code int, errCode string, err error) string {
@@ -278,17 +263,13 @@ func answerText(code int, errCode string, err error) string {
 func (s *Suite) probeOrders(ctx context.Context, it stock.Item) []time.Time {
 	var accepted []time.Time
 	for u := int64(1); ctx.Err() == nil; u++ {
-		body := fmt.Sprintf(`{"requestId":"pc-%d-%d","userId":%d,"activityId":%d,"itemId":%d,"quantity":1}`,
-			it.ActivityID, u, u, it.ActivityID, it.ItemID)
-		url := s.httpURLs[int(u)%len(s.httpURLs)]
+		api := gwclient.New(s.httpURLs[int(u)%len(s.httpURLs)])
+		api.HTTPClient = preheatClient
 		// Not bound to ctx: an order in flight when the probe stops is
 		// answered and counted all the same.
-		req, err := http.NewRequest(http.MethodPost, url+"/v1/orders", bytes.NewReader([]byte(body)))
-		if err != nil {
-			return accepted
-		}
-		req.Header.Set("Content-Type", "application/json")
-		if code, _, err := doCoded(req); err == nil && code == http.StatusAccepted {
+		p, err := api.PlaceOrder(context.Background(), gwclient.OrderRequest{RequestID: fmt.Sprintf("pc-%d-%d", it.ActivityID, u),
+			UserID: u, ActivityID: it.ActivityID, ItemID: it.ItemID, Quantity: 1})
+		if err == nil && p.HTTPStatus == http.StatusAccepted {
 			accepted = append(accepted, time.Now())
 		}
 		select {

@@ -1,17 +1,17 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	gwclient "orderpipe/gateway/client"
 )
 
 // The load: a few clients send order requests for random users and items of
@@ -98,13 +98,8 @@ func newLoadResult() *loadResult {
 		replayAnswers: map[string]int{}, pays: map[string]payAnswer{}, lastPost: map[string]int{}}
 }
 
-type orderBody struct {
-	RequestID  string `json:"requestId"`
-	UserID     int64  `json:"userId"`
-	ActivityID int64  `json:"activityId"`
-	ItemID     int64  `json:"itemId"`
-	Quantity   int    `json:"quantity"`
-}
+// orderBody is a POST /v1/orders body.
+type orderBody = gwclient.OrderRequest
 
 type answer struct {
 	status  int
@@ -131,7 +126,7 @@ func (a answer) retriable() bool {
 
 type loader struct {
 	cfg     loadConfig
-	client  *http.Client
+	api     *gwclient.Client
 	res     *loadResult
 	pays    sync.WaitGroup
 	stopped chan struct{} // closed RetryFor after Stop
@@ -141,9 +136,10 @@ type loader struct {
 // and payments in hand (retried for up to RetryFor) and returns what
 // happened.
 func runLoad(ctx context.Context, cfg loadConfig, res *loadResult) *loadResult {
-	l := &loader{cfg: cfg, res: res,
-		client: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}}
-	defer l.client.CloseIdleConnections()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+	defer hc.CloseIdleConnections()
+	l := &loader{cfg: cfg, res: res, api: gwclient.New(cfg.URL)}
+	l.api.HTTPClient = hc
 	l.stopped = make(chan struct{})
 	go func() {
 		<-cfg.Stop
@@ -232,7 +228,6 @@ func (l *loader) replay(ctx context.Context, r *request) {
 
 // post sends the order until its answer is final or the retries are given up.
 func (l *loader) post(ctx context.Context, b orderBody) answer {
-	raw, _ := json.Marshal(b)
 	backoff := 50 * time.Millisecond
 	for {
 		l.res.mu.Lock()
@@ -240,7 +235,8 @@ func (l *loader) post(ctx context.Context, b orderBody) answer {
 		l.res.posts = append(l.res.posts, post{requestID: b.RequestID, itemID: b.ItemID, start: time.Now()})
 		l.res.lastPost[b.RequestID] = i
 		l.res.mu.Unlock()
-		a := l.do(ctx, http.MethodPost, "/v1/orders", raw)
+		p, err := l.api.PlaceOrder(ctx, b)
+		a := l.record(answerOf(p.HTTPStatus, p.OrderNo, err))
 		l.res.mu.Lock()
 		l.res.posts[i].end, l.res.posts[i].answer = time.Now(), a
 		l.res.mu.Unlock()
@@ -257,7 +253,8 @@ func (l *loader) post(ctx context.Context, b orderBody) answer {
 func (l *loader) pay(ctx context.Context, orderNo string) {
 	backoff := 100 * time.Millisecond
 	for {
-		a := l.do(ctx, http.MethodPost, "/v1/orders/"+orderNo+"/pay", nil)
+		_, err := l.api.Pay(ctx, orderNo)
+		a := l.record(answerOf(http.StatusOK, "", err))
 		if !a.retriable() || closed(l.stopped) || ctx.Err() != nil {
 			l.res.mu.Lock()
 			l.res.pays[orderNo] = payAnswer{status: a.status, code: a.code}
@@ -269,46 +266,28 @@ func (l *loader) pay(ctx context.Context, orderNo string) {
 	}
 }
 
-func (l *loader) do(ctx context.Context, method, path string, body []byte) answer {
-	req, err := http.NewRequestWithContext(ctx, method, l.cfg.URL+path, bytes.NewReader(body))
-	if err != nil {
-		return answer{}
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := l.client.Do(req)
+// record counts one attempt and its answer.
+func (l *loader) record(a answer) answer {
 	l.res.mu.Lock()
 	l.res.attempts++
-	l.res.mu.Unlock()
-	var a answer
-	if err == nil {
-		a = decodeAnswer(res)
-	}
-	l.res.mu.Lock()
 	l.res.answers[a.String()]++
 	l.res.mu.Unlock()
 	return a
 }
 
-func decodeAnswer(res *http.Response) answer {
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<16))
-	if err != nil {
-		return answer{} // cut mid-answer: as good as no answer
+// answerOf is what the gateway client's result says: status (and orderNo)
+// on success, else the error's status, code and Retry-After, or no answer.
+func answerOf(status int, orderNo string, err error) answer {
+	if err == nil {
+		return answer{status: status, orderNo: orderNo}
 	}
-	a := answer{status: res.StatusCode}
-	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
-		a.wait = time.Duration(s) * time.Second
+	var e *gwclient.Error
+	if !errors.As(err, &e) {
+		return answer{} // no answer, or cut mid-answer: as good as none
 	}
-	var body struct {
-		OrderNo string `json:"orderNo"`
-		Error   struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(raw, &body) == nil {
-		a.orderNo, a.code = body.OrderNo, body.Error.Code
+	a := answer{status: e.Status, wait: e.RetryAfter}
+	if e.Code != gwclient.CodeUndecodable {
+		a.code = string(e.Code)
 	}
 	return a
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
+	gwclient "orderpipe/gateway/client"
 	"orderpipe/pkg/stock/stocktest"
 )
 
@@ -371,18 +371,13 @@ func (s *Suite) Run(ctx context.Context, sc Scenario, act int64) (res Result) {
 			fail("%s: %v", sc.Name, err)
 		}
 	}
-	a, err := runAudit(ctx, s.pool, s.rdb, s.stock, act, items, s.cfg.Users, lr)
+	a, err := s.runAudit(ctx, act, items, observedOf(lr), lr)
 	if err != nil {
 		fail("audit: %v", err)
 		return res
 	}
 	res.Audit = a
 	res.Problems = append(res.Problems, a.problems...)
-	res.Problems = append(res.Problems, s.auditStatus(ctx, act)...)
-	// What a client asking about a lost order number is told.
-	for _, no := range a.lostOrderNos[:min(3, len(a.lostOrderNos))] {
-		res.Problems = append(res.Problems, fmt.Sprintf("I4: GET /v1/orders/%s answers %s", no, s.getOrder(ctx, no)))
-	}
 	return res
 }
 
@@ -441,35 +436,18 @@ func (s *Suite) inFlight(ctx context.Context, act int64, items []int64, accepted
 // createSale creates activity act with the items through the admin API and
 // preheats it; the sale opened a minute ago and runs for an hour.
 func (s *Suite) createSale(ctx context.Context, act int64, items []int64) error {
-	var its []string
+	now := time.Now().UTC().Truncate(time.Second)
+	a := gwclient.ActivityUpsert{Name: fmt.Sprintf("chaos %d", act), StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), PerUserLimit: 2}
 	for _, it := range items {
-		its = append(its, fmt.Sprintf(`{"itemId":%d,"stock":%d%s}`, it, s.cfg.Stock, bucketsField(s.cfg.Buckets)))
+		a.Items = append(a.Items, gwclient.ItemUpsert{ItemID: it, Stock: s.cfg.Stock, Buckets: bucketsOver1(s.cfg.Buckets)})
 	}
-	now := time.Now().UTC()
-	body := fmt.Sprintf(`{"name":"chaos %d","startsAt":%q,"endsAt":%q,"perUserLimit":2,"items":[%s]}`, act,
-		now.Add(-time.Minute).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339), strings.Join(its, ","))
-	if err := s.admin(ctx, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", act), body); err != nil {
-		return err
+	api := gwclient.New(s.httpURL)
+	api.AdminToken = s.adminToken
+	if _, err := api.PutActivity(ctx, act, a); err != nil {
+		return fmt.Errorf("creating activity %d: %w", act, err)
 	}
-	return s.admin(ctx, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", act), "")
-}
-
-func (s *Suite) admin(ctx context.Context, method, path, body string) error {
-	req, err := http.NewRequestWithContext(ctx, method, s.httpURL+path, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.adminToken)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s", method, path, res.Status)
+	if _, err := api.Preheat(ctx, act); err != nil {
+		return fmt.Errorf("preheating activity %d: %w", act, err)
 	}
 	return nil
 }
@@ -528,28 +506,6 @@ func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
 		n += int(c.Val())
 	}
 	return n, nil
-}
-
-// getOrder is the gateway's answer about an order number, abridged.
-func (s *Suite) getOrder(ctx context.Context, orderNo string) string {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.httpURL+"/v1/orders/"+orderNo, nil)
-	if err != nil {
-		return err.Error()
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer res.Body.Close()
-	var body struct {
-		Status string `json:"status"`
-		Reason string `json:"reason"`
-		Error  struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	json.NewDecoder(res.Body).Decode(&body) //nolint:errcheck
-	return strings.TrimSpace(fmt.Sprintf("%d %s %s %s", res.StatusCode, body.Status, body.Reason, body.Error.Code))
 }
 
 // setOutage marks the window in which the sale's Redis keys are lost.

@@ -1,18 +1,16 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	gwclient "orderpipe/gateway/client"
 )
 
 // The storefront load (the nemesis's): clients as a storefront backend
@@ -48,17 +46,22 @@ type storefrontConfig struct {
 type storefront struct {
 	cfg     storefrontConfig
 	hist    *history
-	client  *http.Client
-	stopped chan struct{} // closed RetryFor after Stop
+	apis    []*gwclient.Client // one per gateway, over one HTTP client
+	stopped chan struct{}      // closed RetryFor after Stop
 	wg      sync.WaitGroup
 }
 
 // runStorefront sends load until cfg.Stop is closed, then waits for what
 // the clients still have in hand (bounded by RetryFor).
 func runStorefront(ctx context.Context, cfg storefrontConfig, h *history) {
-	sf := &storefront{cfg: cfg, hist: h, stopped: make(chan struct{}),
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}}
-	defer sf.client.CloseIdleConnections()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+	defer hc.CloseIdleConnections()
+	sf := &storefront{cfg: cfg, hist: h, stopped: make(chan struct{})}
+	for _, u := range cfg.URLs {
+		api := gwclient.New(u)
+		api.HTTPClient = hc
+		sf.apis = append(sf.apis, api)
+	}
 	go func() {
 		<-cfg.Stop
 		time.Sleep(cfg.RetryFor)
@@ -88,13 +91,12 @@ type attempts struct{ n atomic.Int32 }
 // order sends b until it is answered for good, given up, or handed to a
 // later retry.
 func (sf *storefront) order(ctx context.Context, c int, b orderBody, rng *rand.Rand, at *attempts) {
-	raw, _ := json.Marshal(b)
 	timeout := sf.cfg.Timeouts[rng.IntN(len(sf.cfg.Timeouts))]
 	backoff := 50 * time.Millisecond
 	for {
 		n := int(at.n.Add(1))
 		gw := rng.IntN(len(sf.cfg.URLs))
-		o := sf.call(ctx, c, gw, opOrder, http.MethodPost, "/v1/orders", raw, timeout)
+		o := sf.call(ctx, c, gw, opOrder, &b, "", timeout)
 		o.RequestID, o.Attempt, o.Payload = b.RequestID, n, &b
 		switch {
 		case o.ok2xx():
@@ -150,12 +152,12 @@ func (sf *storefront) accepted(ctx context.Context, c int, b orderBody, orderNo 
 	if rng.Float64() < sf.cfg.PayShare {
 		// Up to 3 s: CLOSE_AFTER is 2 s, so some payments race the closer.
 		follow(time.Duration(rng.Int64N(int64(3*time.Second))), func(rng *rand.Rand) {
-			sf.followUp(ctx, c, b.RequestID, opPay, http.MethodPost, "/v1/orders/"+orderNo+"/pay", orderNo, rng)
+			sf.followUp(ctx, c, b.RequestID, opPay, orderNo, rng)
 		})
 	}
 	if rng.Float64() < sf.cfg.PollShare {
 		follow(time.Duration(rng.Int64N(int64(4*time.Second))), func(rng *rand.Rand) {
-			sf.followUp(ctx, c, b.RequestID, opGet, http.MethodGet, "/v1/orders/"+orderNo, orderNo, rng)
+			sf.followUp(ctx, c, b.RequestID, opGet, orderNo, rng)
 		})
 	}
 	if rng.Float64() < sf.cfg.ReplayShare {
@@ -166,11 +168,11 @@ func (sf *storefront) accepted(ctx context.Context, c int, b orderBody, orderNo 
 }
 
 // followUp is a pay or a poll, retried like an order.
-func (sf *storefront) followUp(ctx context.Context, c int, rid, kind, method, path, orderNo string, rng *rand.Rand) {
+func (sf *storefront) followUp(ctx context.Context, c int, rid, kind, orderNo string, rng *rand.Rand) {
 	timeout := sf.cfg.Timeouts[rng.IntN(len(sf.cfg.Timeouts))]
 	backoff := 100 * time.Millisecond
 	for {
-		o := sf.call(ctx, c, rng.IntN(len(sf.cfg.URLs)), kind, method, path, nil, timeout)
+		o := sf.call(ctx, c, rng.IntN(len(sf.cfg.URLs)), kind, nil, orderNo, timeout)
 		o.RequestID, o.OrderNo = rid, orderNo
 		sf.hist.add(o)
 		if !o.retriable() || closed(sf.stopped) || ctx.Err() != nil || rng.Float64() < sf.cfg.GiveUpShare {
@@ -185,47 +187,43 @@ func (sf *storefront) followUp(ctx context.Context, c int, rid, kind, method, pa
 	}
 }
 
-// call is one HTTP call to gateway gw with the client's timeout.
-func (sf *storefront) call(ctx context.Context, c, gw int, kind, method, path string, body []byte, timeout time.Duration) Op {
+// call is one call of the gateway client to gateway gw with the client's
+// timeout: the order b, or a payment or poll of orderNo.
+func (sf *storefront) call(ctx context.Context, c, gw int, kind string, b *orderBody, orderNo string, timeout time.Duration) Op {
 	o := Op{Client: c, Kind: kind, Gateway: gw, TimeoutMs: timeout.Milliseconds(), Start: time.Now()}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, method, sf.cfg.URLs[gw]+path, bytes.NewReader(body))
-	if err != nil {
-		o.Err, o.End = err.Error(), time.Now()
-		return o
+	api := sf.apis[gw]
+	var err error
+	switch kind {
+	case opOrder:
+		var p gwclient.Placed
+		p, err = api.PlaceOrder(cctx, *b)
+		o.Status, o.OrderNo, o.OrderStatus, o.Replayed = p.HTTPStatus, p.OrderNo, p.Status, p.Replayed
+	case opPay:
+		var p gwclient.Paid
+		p, err = api.Pay(cctx, orderNo)
+		o.OrderStatus = p.Status
+	case opGet:
+		var g gwclient.Order
+		g, err = api.GetOrder(cctx, orderNo)
+		o.OrderStatus = g.Status
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := sf.client.Do(req)
-	if err != nil {
-		o.Err = callError(err)
-		o.End = time.Now()
-		return o
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 1<<16))
 	o.End = time.Now()
-	if err != nil {
-		// Cut mid-answer: as good as no answer.
+	var e *gwclient.Error
+	switch {
+	case err == nil:
+		if o.Status == 0 {
+			o.Status = http.StatusOK
+		}
+	case errors.As(err, &e):
+		o.Status, o.RetryAfter = e.Status, int(e.RetryAfter/time.Second)
+		if e.Code != gwclient.CodeUndecodable {
+			o.Code = string(e.Code)
+		}
+	default:
+		// No answer, or cut mid-answer: as good as no answer.
 		o.Err = callError(err)
-		return o
-	}
-	o.Status = res.StatusCode
-	if s, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil {
-		o.RetryAfter = s
-	}
-	var a struct {
-		OrderNo  string `json:"orderNo"`
-		Status   string `json:"status"`
-		Replayed bool   `json:"replayed"`
-		Error    struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(raw, &a) == nil {
-		o.OrderNo, o.OrderStatus, o.Replayed, o.Code = a.OrderNo, a.Status, a.Replayed, a.Error.Code
 	}
 	return o
 }

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // The reads the other components need of an item's Redis side: redrive and
-// the reconciler read the journal, locate a request's traces, the bench's
-// audit the markers of its users, the gateway's readiness probe pings.
+// the reconciler read the journal, locate a request's traces, the invariant
+// checker the markers, the gateway's readiness probe pings.
 
 // JournalIDs lists the requestIds an item's journal holds.
 func (s *Store) JournalIDs(ctx context.Context, it Item) ([]string, error) {
@@ -167,4 +171,37 @@ func (s *Store) MarkerOwners(ctx context.Context, it Item, users []int64) (map[i
 		}
 	}
 	return out, nil
+}
+
+// ItemMarkers is every limit marker of the item (bucket), user → the
+// requestId it names, found by a SCAN whatever the marker index says: its
+// cost is every key Redis holds, so it is for checkers on a Redis of their
+// own (the tests'), not for the order path.
+func (s *Store) ItemMarkers(ctx context.Context, it Item) (map[int64]string, error) {
+	k := s.keys(it)
+	head := k.Prefix + "limit:" + k.Tag + ":"
+	var users []int64
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, k.LimitPattern(), 1000).Iterator()
+		for iter.Next(ctx) {
+			if u, err := strconv.ParseInt(strings.TrimPrefix(iter.Val(), head), 10, 64); err == nil {
+				mu.Lock()
+				users = append(users, u)
+				mu.Unlock()
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.rdb)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("scanning the limit markers of %s: %w", it, err)
+	}
+	slices.Sort(users)
+	return s.MarkerOwners(ctx, it, slices.Compact(users))
 }

@@ -1,0 +1,72 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Retry shapes PlaceOrderRetrying.
+type Retry struct {
+	// Budget bounds the whole call, retries and waits included (0: 10 s).
+	Budget time.Duration
+	// Attempt bounds one attempt (0: the HTTPClient's own timeout only). A
+	// storefront shorter than the gateway's PRODUCE_TIMEOUT may give up on
+	// an attempt that is still producing; its retry then replays it.
+	Attempt time.Duration
+	// Backoff is the first wait when the answer names none (0: 50 ms),
+	// doubled per attempt up to MaxBackoff (0: 1 s). A Retry-After wins.
+	Backoff, MaxBackoff time.Duration
+	// OnAttemptFunc, when set, sees every attempt's outcome (for a history
+	// or a log); n counts from 1.
+	OnAttemptFunc func(n int, p Placed, err error)
+}
+
+// PlaceOrderRetrying sends r until it gets an answer that is not
+// IsRetriable or the budget is spent, with the same requestId each time:
+// after a lost answer, a 503 or a 429 the gateway either never reserved
+// (and reserves now) or replays the first answer (Placed.Replayed, status
+// 200, the same orderNo). The last attempt's outcome is returned; a spent
+// budget returns the last retriable error.
+func (c *Client) PlaceOrderRetrying(ctx context.Context, r OrderRequest, rt Retry) (Placed, error) {
+	if rt.Budget <= 0 {
+		rt.Budget = 10 * time.Second
+	}
+	if rt.Backoff <= 0 {
+		rt.Backoff = 50 * time.Millisecond
+	}
+	if rt.MaxBackoff <= 0 {
+		rt.MaxBackoff = time.Second
+	}
+	deadline := time.Now().Add(rt.Budget)
+	backoff := rt.Backoff
+	for n := 1; ; n++ {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if rt.Attempt > 0 {
+			actx, cancel = context.WithTimeout(ctx, rt.Attempt)
+		}
+		p, err := c.PlaceOrder(actx, r)
+		cancel()
+		if rt.OnAttemptFunc != nil {
+			rt.OnAttemptFunc(n, p, err)
+		}
+		if !IsRetriable(err) || ctx.Err() != nil {
+			return p, err
+		}
+		wait := backoff
+		if e := (*Error)(nil); errors.As(err, &e) && e.RetryAfter > 0 {
+			wait = e.RetryAfter
+		}
+		backoff = min(2*backoff, rt.MaxBackoff)
+		if time.Now().Add(wait).After(deadline) {
+			return p, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return p, err
+		case <-t.C:
+		}
+	}
+}

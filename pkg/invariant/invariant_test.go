@@ -1,0 +1,148 @@
+package invariant_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/invariant"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
+	"orderpipe/pkg/testenv"
+)
+
+// TestCheckFindsEachViolation stages a small consistent sale in Postgres
+// and Redis, breaks one thing per case, and checks that exactly the broken
+// invariants are reported. The last cases first take the orders table's
+// own guards away (in this test's database), so the checker is seen not to
+// rely on them.
+func TestCheckFindsEachViolation(t *testing.T) {
+	db := testenv.MustDatabase(t)
+	rd := testenv.MustRedis(t)
+	orders := order.NewStore(db.Pool)
+	st := stock.New(rd.Client, rd.Prefix)
+	c := &invariant.Checker{Orders: orders, Stock: st}
+
+	type sale struct {
+		id    int64
+		it    stock.Item
+		scope invariant.Scope
+	}
+	tests := []struct {
+		name      string
+		dropRules bool
+		breakFunc func(t *testing.T, s *sale)
+		want      []string // the invariants reported
+	}{
+		{"Consistent", false, nil, nil},
+		{"Oversold", false, func(t *testing.T, s *sale) {
+			ordertest.SetStock(t, orders, s.id, 1, 0)
+			stocktest.SetStock(t, st, s.it, 0)
+		}, []string{"I1"}},
+		{"RedisBelowZero", false, func(t *testing.T, s *sale) {
+			stocktest.SetStock(t, st, s.it, -1)
+		}, []string{"I1", "I5"}},
+		{"RedisStockDrift", false, func(t *testing.T, s *sale) {
+			stocktest.SetStock(t, st, s.it, 2)
+		}, []string{"I5"}},
+		{"RedisStockLost", false, func(t *testing.T, s *sale) {
+			stocktest.DropSale(t, st, s.it)
+		}, []string{"I5"}},
+		{"LimitMarkerMissing", false, func(t *testing.T, s *sale) {
+			stocktest.DropMarker(t, st, s.it, 2)
+		}, []string{"I5"}},
+		{"StrayLimitMarkerFoundByScan", false, func(t *testing.T, s *sale) {
+			stocktest.SetMarker(t, st, s.it, 3, "stray")
+		}, []string{"I5"}},
+		{"StrayLimitMarkerOfAKnownUser", false, func(t *testing.T, s *sale) {
+			stocktest.SetMarker(t, st, s.it, 3, "stray")
+			s.scope.Users = []int64{1, 2, 3}
+		}, []string{"I5"}},
+		{"LostOrderNo", false, func(t *testing.T, s *sale) {
+			s.scope.Observed[fmt.Sprintf("%d-1-lost", s.id)] = "r-lost"
+		}, []string{"I4"}},
+		{"OrderNoOfAnotherRequest", false, func(t *testing.T, s *sale) {
+			s.scope.Observed[fmt.Sprintf("%d-1-u1", s.id)] = "r-someone-else"
+		}, []string{"I4"}},
+		{"RequestAnsweredAnotherOrderNo", false, func(t *testing.T, s *sale) {
+			s.scope.Observed[fmt.Sprintf("%d-1-other", s.id)] = fmt.Sprintf("a%d-u1", s.id)
+		}, []string{"I3", "I4"}},
+		{"CompensationPendingInFlight", false, func(t *testing.T, s *sale) {
+			ordertest.PutPendingCompensation(t, orders, s.id, 1, 3, fmt.Sprintf("a%d-u3", s.id), fmt.Sprintf("%d-1-u3", s.id))
+		}, nil}, // in flight, a pending compensation is no violation
+		{"CompensationPendingWhenDrained", false, func(t *testing.T, s *sale) {
+			ordertest.PutPendingCompensation(t, orders, s.id, 1, 3, fmt.Sprintf("a%d-u3", s.id), fmt.Sprintf("%d-1-u3", s.id))
+			s.scope.Drained = true
+		}, []string{"I5"}},
+		{"SecondLiveOrder", true, func(t *testing.T, s *sale) {
+			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-u1b", s.id),
+				RequestID: fmt.Sprintf("a%d-u1b", s.id), UserID: 1, ItemID: 1, Quantity: 1, Status: order.StatusUnpaid})
+		}, []string{"I1", "I2"}},
+		{"TwoOrdersOneRequest", true, func(t *testing.T, s *sale) {
+			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-again", s.id),
+				RequestID: fmt.Sprintf("a%d-u1", s.id), UserID: 5, ItemID: 1, Quantity: 1, Status: order.StatusClosed, Closed: true})
+		}, []string{"I3"}},
+		{"PaidAndClosed", true, func(t *testing.T, s *sale) {
+			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-pc", s.id),
+				RequestID: fmt.Sprintf("a%d-pc", s.id), UserID: 6, ItemID: 1, Quantity: 1, Status: order.StatusClosed, Paid: true, Closed: true})
+		}, []string{"I6"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &sale{id: int64(100 + i)}
+			s.it = stock.Item{ActivityID: s.id, ItemID: 1}
+			s.scope = mustSmallSale(t, orders, st, s.id)
+			if tt.dropRules {
+				ordertest.DropOrderRules(t, orders)
+			}
+			if tt.breakFunc != nil {
+				tt.breakFunc(t, s)
+			}
+			vs, err := c.Check(context.Background(), s.scope)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, v := range vs {
+				if !slices.Contains(got, v.Invariant) {
+					got = append(got, v.Invariant)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("reported %v, want %v:\n%v", got, tt.want, vs)
+			}
+		})
+	}
+}
+
+// mustSmallSale stages activity id: item 1 with 3 units, users 1 and 2
+// holding one live order each, user 3's request rejected (DB_STOCK_MISMATCH),
+// one unit left in Postgres and Redis, each live order's limit marker set.
+// It returns the scope a client that saw the three 2xx answers would check.
+func mustSmallSale(t *testing.T, orders *order.Store, st *stock.Store, id int64) invariant.Scope {
+	t.Helper()
+	err := orders.UpsertActivity(context.Background(), order.Activity{ID: id, Name: "checker", StartsAt: time.Now(),
+		EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1, Items: []order.ItemStock{{ItemID: 1, InitialStock: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ordertest.SetStock(t, orders, id, 1, 1)
+	it := stock.Item{ActivityID: id, ItemID: 1}
+	stocktest.SetStock(t, st, it, 1)
+	scope := invariant.Scope{ActivityID: id, Observed: map[string]string{}}
+	for user := int64(1); user <= 2; user++ {
+		rid, no := fmt.Sprintf("a%d-u%d", id, user), fmt.Sprintf("%d-1-u%d", id, user)
+		ordertest.PutOrder(t, orders, id, order.SnapshotOrder{OrderNo: no, RequestID: rid, UserID: user, ItemID: 1, Quantity: 1,
+			Status: order.StatusUnpaid})
+		stocktest.SetMarker(t, st, it, user, rid)
+		scope.Observed[no] = rid
+	}
+	rid, no := fmt.Sprintf("a%d-u3", id), fmt.Sprintf("%d-1-u3", id)
+	ordertest.PutRejected(t, orders, id, 1, 3, rid, no, order.ReasonDBStockMismatch)
+	scope.Observed[no] = rid
+	return scope
+}
