@@ -48,8 +48,8 @@ func TestFileVariables(t *testing.T) {
 
 	t.Setenv("ADMIN_TOKEN_FILE", secret)
 	cfg, err := loadConfig()
-	if err != nil || cfg.AdminToken != "s3cret" {
-		t.Fatalf("from file: %q %v", cfg.AdminToken, err)
+	if err != nil || cfg.Gateway.AdminToken != "s3cret" {
+		t.Fatalf("from file: %q %v", cfg.Gateway.AdminToken, err)
 	}
 	if !setting.Set("ADMIN_TOKEN") || setting.Set("DATABASE_URL") {
 		t.Errorf("setting.Set: ADMIN_TOKEN %v, DATABASE_URL %v", setting.Set("ADMIN_TOKEN"), setting.Set("DATABASE_URL"))
@@ -83,7 +83,7 @@ func TestReplicaWaitTimeoutMustFitRedisTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RedisWait.Replicas != 1 || c.RedisWait.Timeout != 50*time.Millisecond {
-		t.Errorf("RedisWait %+v, want 1 replica within 50ms", c.RedisWait)
+	if c.Stock.Wait.Replicas != 1 || c.Stock.Wait.Timeout != 50*time.Millisecond {
+		t.Errorf("RedisWait %+v, want 1 replica within 50ms", c.Stock.Wait)
 	}
 }

@@ -20,10 +20,10 @@ import (
 func (p *pipeline) assertStatusEvents(tb testing.TB, activityID int64) {
 	tb.Helper()
 	ctx := context.Background()
-	if !slices.Contains(resolve(p.comps), "relay") {
-		w := event.NewWriter(event.WriterConfig{Brokers: p.Cfg.KafkaBrokers, Topic: p.Cfg.KafkaStatusTopic, Security: p.Cfg.KafkaSecurity})
+	if !slices.Contains(targets(&config{}).Resolve(p.comps), "relay") {
+		w := event.NewWriter(event.WriterConfig{Brokers: p.Cfg.Kafka.Brokers, Topic: p.Cfg.Kafka.StatusTopic, Security: p.Cfg.Kafka.Security})
 		defer w.Close()
-		r := relay.New(relay.Config{Topic: p.Cfg.KafkaStatusTopic}, relay.Deps{Orders: p.Orders, Writer: w, Log: testLog()})
+		r := relay.New(relay.Config{Topic: p.Cfg.Kafka.StatusTopic}, relay.Deps{Orders: p.Orders, Writer: w, Log: testLog()})
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			_, err := r.RunOnce(ctx)
@@ -39,8 +39,8 @@ func (p *pipeline) assertStatusEvents(tb testing.TB, activityID int64) {
 		tb.Errorf("I7: %v", err)
 		return
 	}
-	client := &kafka.Client{Addr: kafka.TCP(p.Cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: p.Cfg.KafkaSecurity.Transport(5 * time.Second)}
-	problems, err := relay.Audit(ctx, p.Orders, client, p.Cfg.KafkaStatusTopic, activityID)
+	client := &kafka.Client{Addr: kafka.TCP(p.Cfg.Kafka.Brokers...), Timeout: 10 * time.Second, Transport: p.Cfg.Kafka.Security.Transport(5 * time.Second)}
+	problems, err := relay.Audit(ctx, p.Orders, client, p.Cfg.Kafka.StatusTopic, activityID)
 	if err != nil {
 		tb.Fatalf("I7: auditing orders.status: %v", err)
 	}
