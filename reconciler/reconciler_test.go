@@ -92,7 +92,7 @@ func (e *env) decide(tb testing.TB, evs ...event.OrderRequested) []order.Decisio
 		reqs = append(reqs, order.Request{RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID, ActivityID: ev.ActivityID,
 			ItemID: ev.ItemID, Quantity: ev.Quantity, ReservedAt: ev.ReservedAt, Held: claims[0] == stock.ClaimOK})
 	}
-	ds, err := e.orders.ProcessBatch(ctx, reqs)
+	ds, err := e.orders.DecideBatch(ctx, reqs)
 	if err != nil {
 		tb.Fatal(err)
 	}
