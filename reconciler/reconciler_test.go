@@ -186,7 +186,7 @@ func TestLifecycleIsNeverDrift(t *testing.T) {
 	}
 	e.wantClean(t, e.it, "closed, compensation pending", 2)
 	// The release runs but the process dies before marking it applied.
-	if _, err := e.st.Compensate(ctx, stock.Release{Item: e.it, Ref: stock.Ref{RequestID: a.RequestID, OrderNo: a.OrderNo},
+	if _, err := e.st.Release(ctx, stock.Compensation, stock.Release{Item: e.it, Ref: stock.Ref{RequestID: a.RequestID, OrderNo: a.OrderNo},
 		UserID: a.UserID, Quantity: a.Quantity}); err != nil {
 		t.Fatal(err)
 	}

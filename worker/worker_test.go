@@ -266,7 +266,7 @@ func TestGhostEventIsSkipped(t *testing.T) {
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	ghost := f.reserve(t, "r", 1)
-	if out, err := f.stock.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "1-2-r"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
+	if out, err := f.stock.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "1-2-r"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
 		t.Fatalf("abort: %s %v", out, err)
 	}
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost}); err != nil {
