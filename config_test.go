@@ -4,7 +4,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"orderpipe/pkg/setting"
 )
@@ -64,26 +63,5 @@ func TestFileVariables(t *testing.T) {
 	t.Setenv("ADMIN_TOKEN_FILE", dir+"/missing")
 	if _, err := loadConfig(); err == nil {
 		t.Error("missing ADMIN_TOKEN_FILE: no error")
-	}
-}
-
-// WAIT counts in milliseconds (0 blocks for ever) and runs inside the
-// pipeline's read, which REDIS_TIMEOUT bounds.
-func TestReplicaWaitTimeoutMustFitRedisTimeout(t *testing.T) {
-	t.Setenv("REDIS_WAIT_REPLICAS", "1")
-	t.Setenv("REDIS_TIMEOUT", "1s")
-	for _, d := range []string{"1s", "2s", "500us"} {
-		t.Setenv("REDIS_WAIT_TIMEOUT", d)
-		if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), "REDIS_WAIT_TIMEOUT") {
-			t.Errorf("REDIS_WAIT_TIMEOUT=%s with REDIS_TIMEOUT=1s: err %v", d, err)
-		}
-	}
-	t.Setenv("REDIS_WAIT_TIMEOUT", "50ms")
-	c, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Stock.Wait.Replicas != 1 || c.Stock.Wait.Timeout != 50*time.Millisecond {
-		t.Errorf("RedisWait %+v, want 1 replica within 50ms", c.Stock.Wait)
 	}
 }
