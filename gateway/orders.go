@@ -187,7 +187,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	msg := event.MessageOf(ev, value)
 	start = time.Now()
 	// Not the request's context: a client hanging up must not turn a
-	// produce in flight into an abort. The send span's context is what the
+	// produce in flight into a release. The send span's context is what the
 	// message carries to the worker.
 	sendCtx, sendSpan := event.StartSend(context.WithoutCancel(ctx), s.cfg.Topic, &msg)
 	err = s.kafkaCB.Do(func() error {
