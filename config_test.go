@@ -25,7 +25,8 @@ func TestConfigDocDocumentsEveryVariable(t *testing.T) {
 }
 
 func TestBadConfigurationIsRefused(t *testing.T) {
-	for _, kv := range [][2]string{{"CLOSE_AFTER", "-1s"}, {"WORKER_BATCH_SIZE", "many"}, {"KAFKA_PARTITIONS", "0"}, {"RATE_LIMIT_USER_RPS", "-1"}, {"GOGC", "lots"}, {"GATEWAY_PRODUCER", "async"}} {
+	for _, kv := range [][2]string{{"CLOSE_AFTER", "-1s"}, {"WORKER_BATCH_SIZE", "many"}, {"KAFKA_PARTITIONS", "0"}, {"RATE_LIMIT_USER_RPS", "-1"}, {"GOGC", "lots"}, {"GATEWAY_PRODUCER", "async"},
+		{"RELAY_BATCH_SIZE", "0"}, {"KAFKA_REPLICATION_FACTOR", "0"}, {"REDIS_URL", "ftp://nowhere"}} {
 		t.Run(kv[0], func(t *testing.T) {
 			t.Setenv(kv[0], kv[1])
 			if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), kv[0]) {
