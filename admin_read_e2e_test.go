@@ -24,15 +24,15 @@ func TestAdminReadsActivity(t *testing.T) {
 	pgProxy := testenv.MustProxy(t, dbURL.Host)
 	redisProxy := testenv.MustProxy(t, testenv.RedisAddr())
 	p := mustPipeline(t, components{"gateway", "closer"}, func(c *config) {
-		u, _ := url.Parse(c.DatabaseURL)
+		u, _ := url.Parse(c.Database.URL)
 		u.Host = pgProxy.Addr
-		c.DatabaseURL = u.String()
-		c.RedisAddr = redisProxy.Addr
-		c.RedisTimeout = time.Second
+		c.Database.URL = u.String()
+		c.Redis.Addr = redisProxy.Addr
+		c.Redis.Timeout = time.Second
 		c.BreakerOpenFor = 200 * time.Millisecond
-		c.CloseAfter = 10 * time.Minute // only the order the test ages closes
-		c.CloserInterval = 100 * time.Millisecond
-		c.RedriveAfter = time.Hour // the in-flight reservation stays unpublished again
+		c.Closer.CloseAfter = 10 * time.Minute // only the order the test ages closes
+		c.Closer.Interval = 100 * time.Millisecond
+		c.Worker.RedriveAfter = time.Hour // the in-flight reservation stays unpublished again
 	})
 	ctx := context.Background()
 	auth := []string{"Authorization", "Bearer " + p.Admin}

@@ -22,7 +22,7 @@ func TestBenchLoadAudit(t *testing.T) {
 	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,
 		Redis: redisconn.Config{Addr: testenv.RedisAddr()}, RedisPrefix: p.Redis.Prefix, Concurrency: 50, Requests: requests, Items: 1,
 		Stock: units, RetryShare: 0.10, RepeatShare: 0.05, Seed: 42, Progress: &progress,
-		KafkaBrokers: p.Cfg.KafkaBrokers, StatusTopic: p.Cfg.KafkaStatusTopic, KafkaSecurity: p.Cfg.KafkaSecurity})
+		KafkaBrokers: p.Cfg.Kafka.Brokers, StatusTopic: p.Cfg.Kafka.StatusTopic, KafkaSecurity: p.Cfg.Kafka.Security})
 	if err != nil {
 		t.Fatal(err)
 	}

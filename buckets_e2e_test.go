@@ -285,8 +285,8 @@ func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
 // unit of the item is sold to them: nothing stays stranded.
 func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
 	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
-		c.MoveInterval = 20 * time.Millisecond
-		c.UserRPS = 0 // the same users retry until the mover has refilled their bucket
+		c.Worker.MoveInterval = 20 * time.Millisecond
+		c.Gateway.UserRPS = 0 // the same users retry until the mover has refilled their bucket
 	})
 	const B = 2
 	it := stock.Item{ActivityID: 64, ItemID: 1}
@@ -319,7 +319,7 @@ func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
 // the buckets, counts units in transfer, and --fix restores each bucket
 // from Postgres (a nudged bucket, a lost bucket).
 func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) { c.MoveInterval = time.Hour })
+	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) { c.Worker.MoveInterval = time.Hour })
 	const B = 3
 	it := stock.Item{ActivityID: 65, ItemID: 1}
 	p.mustBucketedSale(t, 65, 1, 30, B, 1)
@@ -403,7 +403,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 func TestBucketsCloserReleasesIntoBucket(t *testing.T) {
 	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
 		fastCloser(c)
-		c.MoveInterval = time.Hour
+		c.Worker.MoveInterval = time.Hour
 	})
 	const B = 4
 	it := stock.Item{ActivityID: 66, ItemID: 1}

@@ -132,9 +132,9 @@ func TestCancelPendingOrder(t *testing.T) {
 // version order (I7), and I1–I6 hold.
 func TestStatusEventsOfARace(t *testing.T) {
 	p := mustPipeline(t, components{"gateway", "worker", "closer", "relay"}, func(c *config) {
-		c.CloseAfter = 3 * time.Second
-		c.CloserInterval = 200 * time.Millisecond
-		c.UserRPS = 0
+		c.Closer.CloseAfter = 3 * time.Second
+		c.Closer.Interval = 200 * time.Millisecond
+		c.Gateway.UserRPS = 0
 	})
 	it := stock.Item{ActivityID: 9, ItemID: 90}
 	p.mustSale(t, 9, 1, map[int64]int64{90: 20})

@@ -12,7 +12,9 @@ import (
 	"orderpipe/bench"
 	"orderpipe/closer"
 	"orderpipe/gateway"
+	"orderpipe/pkg/database"
 	"orderpipe/pkg/dlq"
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/events"
 	"orderpipe/pkg/locate"
 	"orderpipe/pkg/relay"
@@ -82,12 +84,10 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 	{name: "dlq", summary: "dead letters: orderpipe dlq list | show <p:o> | replay <p:o>...|--all [--json]; exit 1 if refused",
 		usage: dlq.Usage + configHint, check: dlq.CheckArgs, main: dlq.Main},
 	{name: "migrate", summary: "create the database if missing and apply the migrations",
-		usage: `usage: orderpipe migrate
-
-Creates the database DATABASE_URL names if it is missing (through the
-server's maintenance database "postgres") and applies every embedded
-migration not applied yet, serialized across processes by an advisory lock.
-` + configHint, check: noArgs, run: migrate},
+		usage: database.MigrateUsage + configHint, check: noArgs,
+		run: func(ctx context.Context, log *slog.Logger, cfg config) error {
+			return database.Prepare(ctx, log, cfg.Database.URL)
+		}},
 	{name: "kafka", summary: "the embedded Kafka-protocol broker alone on KAFKA_EMBEDDED_PORT (dev builds; on disk with KAFKA_EMBEDDED_DIR)",
 		usage: `usage: orderpipe kafka
 
@@ -101,12 +101,8 @@ with -tags dev (make build-dev, make run): the production build has no
 embedded broker.
 ` + configHint, check: noArgs, main: kafkaMain},
 	{name: "topics", summary: "create the order, dead-letter and status topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
-		usage: `usage: orderpipe topics
-
-Creates KAFKA_TOPIC, KAFKA_DLQ_TOPIC and KAFKA_STATUS_TOPIC on KAFKA_BROKERS if they are missing,
-with KAFKA_PARTITIONS partitions and KAFKA_REPLICATION_FACTOR replicas each;
-existing topics are left as they are.
-` + configHint, check: noArgs, run: topics},
+		usage: event.TopicsUsage + configHint, check: noArgs,
+		run: func(ctx context.Context, log *slog.Logger, cfg config) error { return cfg.Kafka.CreateTopics(ctx, log) }},
 	{name: "bench", summary: "load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)",
 		check: bench.CheckArgs, usageFunc: bench.Usage, main: bench.Main},
 	{name: "env", summary: "print every environment variable with its default",

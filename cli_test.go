@@ -154,14 +154,15 @@ func TestEveryCommandRuns(t *testing.T) {
 			t.Errorf("%s: answered by preflight %v, has a main or run %v", c.name, answered[c.name], c.main != nil || c.run != nil)
 		}
 	}
-	for name, tg := range targets {
-		for _, d := range tg.deps {
-			if _, ok := targets[d]; !ok {
+	table := targets(&config{})
+	for name, tg := range table {
+		for _, d := range tg.Deps {
+			if _, ok := table[d]; !ok {
 				t.Errorf("target %s depends on %q, which is no target", name, d)
 			}
 		}
 	}
-	if got := resolve(components{"all"}); !slices.Equal(got, []string{"local", "gateway", "worker", "closer", "relay", "all"}) {
+	if got := table.Resolve(components{"all"}); !slices.Equal(got, []string{"local", "gateway", "worker", "closer", "relay", "all"}) {
 		t.Errorf("all resolves to %v", got)
 	}
 }

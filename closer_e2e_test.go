@@ -12,8 +12,8 @@ import (
 
 // fastCloser closes orders unpaid for a second, checking often.
 func fastCloser(c *config) {
-	c.CloseAfter = time.Second
-	c.CloserInterval = 100 * time.Millisecond
+	c.Closer.CloseAfter = time.Second
+	c.Closer.Interval = 100 * time.Millisecond
 }
 
 // TestCloserClosesUnpaidOrder: an order left unpaid past CLOSE_AFTER is
@@ -75,8 +75,8 @@ func TestCloserClosesUnpaidOrder(t *testing.T) {
 // one 404; a paid order is never closed.
 func TestPayOrder(t *testing.T) {
 	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
-		c.CloseAfter = 10 * time.Minute // orders close only when the test ages them
-		c.CloserInterval = 100 * time.Millisecond
+		c.Closer.CloseAfter = 10 * time.Minute // orders close only when the test ages them
+		c.Closer.Interval = 100 * time.Millisecond
 	})
 	it := stock.Item{ActivityID: 4, ItemID: 40}
 	p.mustSale(t, 4, 1, map[int64]int64{40: 10})

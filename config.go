@@ -2,7 +2,6 @@ package main
 
 import (
 	"strconv"
-	"time"
 
 	"orderpipe/closer"
 	"orderpipe/gateway"
@@ -15,6 +14,7 @@ import (
 	"orderpipe/pkg/secret"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/target"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/reconciler"
 	"orderpipe/worker"
@@ -43,67 +43,20 @@ func concat[T any](lists ...[]T) []T {
 	return out
 }
 
-// config is the settings the targets are wired from (targets.go).
+// config is the settings the targets are wired from (targets.go): what
+// they share, then each component's own Config, each read by its package.
 type config struct {
-	HTTPAddr         string
-	DatabaseURL      string
-	DBMaxConns       int
-	RedisAddr        string
-	RedisURL         string
-	RedisUsername    string
-	RedisPassword    string
-	RedisTLSCA       string
-	RedisTLSCert     string
-	RedisTLSKey      string
-	RedisPrefix      string
-	KafkaBrokers     []string
-	KafkaTopic       string
-	KafkaDLQTopic    string
-	KafkaStatusTopic string
-	KafkaGroup       string
-	KafkaParts       int
-	KafkaRF          int
-	KafkaBatchWait   time.Duration
-	// GatewayProducer is "group" (event.Producer) or "writer" (kafka.Writer).
-	GatewayProducer string
-	KafkaSecurity   event.Security // KAFKA_TLS*, KAFKA_SASL_*
-	AdminToken      string
-	BatchSize       int
-	BatchWait       time.Duration
-	LagInterval     time.Duration
-	ProduceTimeout  time.Duration
-	ReplayWait      time.Duration
-	PprofAddr       string
-	GCPercent       int // GOGC; -1 ⇒ off
-	MetricsAddr     string
-
-	RedriveAfter      time.Duration
-	RedriveInterval   time.Duration
-	MoveInterval      time.Duration
-	ReconcileInterval time.Duration
-
-	UserRPS        float64
-	UserBurst      int
-	GlobalRPS      float64
-	APITokens      []string
-	AdminAddr      string
-	BreakerOpenFor time.Duration
-	RedisTimeout   time.Duration
-	// RedisWait (REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT): each reserve
-	// waits for that many replicas to acknowledge it before the produce.
-	RedisWait      stock.ReplicaWait
-	CloseAfter     time.Duration
-	CloserInterval time.Duration
-	// TraceStoreDir and TraceQueryURL are read by `locate` (and the span
-	// store by telemetry); here the URL is checked and its password kept
-	// out of every output.
-	TraceStoreDir, TraceQueryURL string
-	// The relay of orders.status (pkg/relay).
-	RelayInterval   time.Duration
-	RelayBatchSize  int
-	StatusRetention time.Duration
-	// dev is what only the development build reads (standin.go).
-	dev devConfig
+	target.Shared
+	Gateway    gateway.Config
+	Worker     worker.TargetConfig
+	Closer     closer.Config
+	Relay      relay.Config
+	Reconciler reconciler.Config
+	// TraceQueryURL is read by `locate`; here it is checked and its
+	// password kept out of every output.
+	TraceQueryURL string
+	GCPercent     int       // GOGC; -1 ⇒ off
+	dev           devConfig // what only the development build reads (standin.go)
 }
 
 // getenv is the value of a declared variable (setting.Lookup).
@@ -113,60 +66,11 @@ var getenv = setting.Lookup(settings())
 // before it touches anything, whichever component reads it.
 func loadConfig() (config, error) {
 	r := &setting.Reader{Env: getenv}
-	rc := redisconn.Read(r)
-	c := config{
-		HTTPAddr:         r.String("HTTP_ADDR"),
-		DatabaseURL:      r.String("DATABASE_URL"),
-		DBMaxConns:       r.Int("DB_MAX_CONNS"),
-		RedisAddr:        rc.Addr,
-		RedisURL:         rc.URL,
-		RedisUsername:    rc.Username,
-		RedisPassword:    rc.Password,
-		RedisTLSCA:       rc.CAFile,
-		RedisTLSCert:     rc.CertFile,
-		RedisTLSKey:      rc.KeyFile,
-		RedisTimeout:     rc.Timeout,
-		RedisPrefix:      r.String("REDIS_KEY_PREFIX"),
-		KafkaBrokers:     r.List("KAFKA_BROKERS"),
-		KafkaTopic:       r.String("KAFKA_TOPIC"),
-		KafkaDLQTopic:    r.String("KAFKA_DLQ_TOPIC"),
-		KafkaStatusTopic: r.String("KAFKA_STATUS_TOPIC"),
-		KafkaGroup:       r.String("KAFKA_GROUP"),
-		KafkaParts:       r.Int("KAFKA_PARTITIONS"),
-		KafkaRF:          r.Int("KAFKA_REPLICATION_FACTOR"),
-		KafkaBatchWait:   r.Duration("KAFKA_BATCH_TIMEOUT"),
-		KafkaSecurity:    event.ReadSecurity(r),
-		GatewayProducer:  r.String("GATEWAY_PRODUCER"),
-		AdminToken:       r.String("ADMIN_TOKEN"),
-		BatchSize:        r.Int("WORKER_BATCH_SIZE"),
-		BatchWait:        r.Duration("WORKER_BATCH_WAIT"),
-		LagInterval:      r.Duration("WORKER_LAG_INTERVAL"),
-		ProduceTimeout:   r.Duration("PRODUCE_TIMEOUT"),
-		ReplayWait:       r.Duration("REPLAY_WAIT"),
-		MetricsAddr:      r.String("METRICS_ADDR"),
-		PprofAddr:        r.String("PPROF_ADDR"),
-
-		RedriveAfter:      r.Duration("REDRIVE_AFTER"),
-		RedriveInterval:   r.Duration("REDRIVE_INTERVAL"),
-		ReconcileInterval: r.Duration("RECONCILE_INTERVAL"),
-		MoveInterval:      r.Duration("MOVE_INTERVAL"),
-
-		UserRPS:         r.Float("RATE_LIMIT_USER_RPS"),
-		UserBurst:       r.Int("RATE_LIMIT_USER_BURST"),
-		GlobalRPS:       r.Float("RATE_LIMIT_GLOBAL_RPS"),
-		APITokens:       r.List("API_TOKENS"),
-		AdminAddr:       r.String("ADMIN_ADDR"),
-		BreakerOpenFor:  r.Duration("BREAKER_OPEN_FOR"),
-		RedisWait:       stock.ReplicaWait{Replicas: r.Int("REDIS_WAIT_REPLICAS"), Timeout: r.Duration("REDIS_WAIT_TIMEOUT")},
-		CloseAfter:      r.Duration("CLOSE_AFTER"),
-		CloserInterval:  r.Duration("CLOSER_INTERVAL"),
-		TraceStoreDir:   r.String("TRACE_STORE_DIR"),
-		TraceQueryURL:   locate.ReadTraceQueryURL(r),
-		RelayInterval:   r.Duration("RELAY_INTERVAL"),
-		RelayBatchSize:  r.Int("RELAY_BATCH_SIZE"),
-		StatusRetention: r.Duration("STATUS_RETENTION"),
-		dev:             readDev(r),
-	}
+	c := config{Shared: target.Shared{Database: database.Read(r), Redis: redisconn.ReadChecked(r)}}
+	c.Stock, c.Kafka, c.dev = stock.Read(r, c.Redis.Timeout), event.Read(r), readDev(r)
+	c.Gateway, c.BreakerOpenFor = gateway.Read(r), r.Duration(breaker.OpenForVar.Name)
+	c.Worker, c.Closer, c.Relay, c.Reconciler = worker.Read(r), closer.Read(r), relay.Read(r), reconciler.Read(r)
+	c.Telemetry, c.TraceQueryURL = telemetry.Read(r), locate.ReadTraceQueryURL(r)
 	if g := r.String("GOGC"); g == "off" {
 		c.GCPercent = -1
 	} else if n, err := strconv.Atoi(g); err != nil || n < 0 {
@@ -174,54 +78,20 @@ func loadConfig() (config, error) {
 	} else {
 		c.GCPercent = n
 	}
-	if c.GatewayProducer != "group" && c.GatewayProducer != "writer" {
-		r.Fail("GATEWAY_PRODUCER: want group or writer, got %q", c.GatewayProducer)
-	}
-	if c.RelayBatchSize == 0 {
-		r.Fail("RELAY_BATCH_SIZE: want at least 1")
-	}
-	if c.KafkaParts == 0 {
-		r.Fail("KAFKA_PARTITIONS: want at least 1")
-	}
-	if c.KafkaRF < 1 {
-		r.Fail("KAFKA_REPLICATION_FACTOR: want at least 1")
-	}
 	for _, e := range setting.Check(settings()) {
 		r.Fail("%s", e)
-	}
-	if w := c.RedisWait; w.Replicas > 0 && (w.Timeout < time.Millisecond || w.Timeout >= c.RedisTimeout) {
-		// WAIT counts in milliseconds (0 would block for ever), and the
-		// pipeline's read must outlast it.
-		r.Fail("REDIS_WAIT_TIMEOUT: want at least 1ms and below REDIS_TIMEOUT (%s), got %s", c.RedisTimeout, w.Timeout)
-	}
-	if c.RedisURL != "" && setting.Set("REDIS_ADDR") {
-		r.Fail("REDIS_URL and REDIS_ADDR are both set: set one")
-	} else if err := c.redis().Check(); err != nil {
-		r.Fail("%s", err.Error())
 	}
 	if err := r.Err(); err != nil {
 		return config{}, err
 	}
-	registerSecrets(c)
-	return c, nil
-}
-
-// registerSecrets hands every secret of the configuration to package
-// secret, whose log handler and writers mask them wherever they would
-// appear (an error a library formatted, a report): the code already never
-// formats one, this is the net under that rule.
-func registerSecrets(c config) {
-	secret.Register(secret.URLPassword(c.DatabaseURL)...)
-	secret.Register(c.AdminToken)
-	secret.Register(c.APITokens...)
-	secret.Register(c.redis().Passwords()...)
+	// Package secret's log handler and writers mask these wherever they
+	// would appear (an error a library formatted, a report): the code
+	// already never formats one, this is the net under that rule.
+	secret.Register(secret.URLPassword(c.Database.URL)...)
+	secret.Register(c.Gateway.AdminToken)
+	secret.Register(c.Gateway.APITokens...)
+	secret.Register(c.Redis.Passwords()...)
 	secret.Register(getenv("KAFKA_SASL_PASSWORD"))
 	secret.Register(secret.URLPassword(c.TraceQueryURL)...)
-}
-
-// redis is where Redis is and how to log in; every component builds its
-// client from it (redisconn.Config.New).
-func (c config) redis() redisconn.Config {
-	return redisconn.Config{URL: c.RedisURL, Addr: c.RedisAddr, Username: c.RedisUsername, Password: c.RedisPassword,
-		CAFile: c.RedisTLSCA, CertFile: c.RedisTLSCert, KeyFile: c.RedisTLSKey, Timeout: c.RedisTimeout}
+	return c, nil
 }

@@ -4,7 +4,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"orderpipe/pkg/setting"
 )
@@ -26,7 +25,8 @@ func TestConfigDocDocumentsEveryVariable(t *testing.T) {
 }
 
 func TestBadConfigurationIsRefused(t *testing.T) {
-	for _, kv := range [][2]string{{"CLOSE_AFTER", "-1s"}, {"WORKER_BATCH_SIZE", "many"}, {"KAFKA_PARTITIONS", "0"}, {"RATE_LIMIT_USER_RPS", "-1"}, {"GOGC", "lots"}, {"GATEWAY_PRODUCER", "async"}} {
+	for _, kv := range [][2]string{{"CLOSE_AFTER", "-1s"}, {"WORKER_BATCH_SIZE", "many"}, {"KAFKA_PARTITIONS", "0"}, {"RATE_LIMIT_USER_RPS", "-1"}, {"GOGC", "lots"}, {"GATEWAY_PRODUCER", "async"},
+		{"RELAY_BATCH_SIZE", "0"}, {"KAFKA_REPLICATION_FACTOR", "0"}, {"REDIS_URL", "ftp://nowhere"}} {
 		t.Run(kv[0], func(t *testing.T) {
 			t.Setenv(kv[0], kv[1])
 			if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), kv[0]) {
@@ -48,8 +48,8 @@ func TestFileVariables(t *testing.T) {
 
 	t.Setenv("ADMIN_TOKEN_FILE", secret)
 	cfg, err := loadConfig()
-	if err != nil || cfg.AdminToken != "s3cret" {
-		t.Fatalf("from file: %q %v", cfg.AdminToken, err)
+	if err != nil || cfg.Gateway.AdminToken != "s3cret" {
+		t.Fatalf("from file: %q %v", cfg.Gateway.AdminToken, err)
 	}
 	if !setting.Set("ADMIN_TOKEN") || setting.Set("DATABASE_URL") {
 		t.Errorf("setting.Set: ADMIN_TOKEN %v, DATABASE_URL %v", setting.Set("ADMIN_TOKEN"), setting.Set("DATABASE_URL"))
@@ -64,26 +64,5 @@ func TestFileVariables(t *testing.T) {
 	t.Setenv("ADMIN_TOKEN_FILE", dir+"/missing")
 	if _, err := loadConfig(); err == nil {
 		t.Error("missing ADMIN_TOKEN_FILE: no error")
-	}
-}
-
-// WAIT counts in milliseconds (0 blocks for ever) and runs inside the
-// pipeline's read, which REDIS_TIMEOUT bounds.
-func TestReplicaWaitTimeoutMustFitRedisTimeout(t *testing.T) {
-	t.Setenv("REDIS_WAIT_REPLICAS", "1")
-	t.Setenv("REDIS_TIMEOUT", "1s")
-	for _, d := range []string{"1s", "2s", "500us"} {
-		t.Setenv("REDIS_WAIT_TIMEOUT", d)
-		if _, err := loadConfig(); err == nil || !strings.Contains(err.Error(), "REDIS_WAIT_TIMEOUT") {
-			t.Errorf("REDIS_WAIT_TIMEOUT=%s with REDIS_TIMEOUT=1s: err %v", d, err)
-		}
-	}
-	t.Setenv("REDIS_WAIT_TIMEOUT", "50ms")
-	c, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.RedisWait.Replicas != 1 || c.RedisWait.Timeout != 50*time.Millisecond {
-		t.Errorf("RedisWait %+v, want 1 replica within 50ms", c.RedisWait)
 	}
 }

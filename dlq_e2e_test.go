@@ -17,6 +17,7 @@ import (
 
 	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
 )
@@ -29,7 +30,7 @@ func dlqRun(tb testing.TB, cfg config, args ...string) (int, string, string) {
 	tb.Helper()
 	var out, errOut bytes.Buffer
 	err := runDLQ(context.Background(), cfg, args, &out, &errOut)
-	var code exitCode
+	var code setting.ExitCode
 	switch {
 	case err == nil:
 		return 0, out.String(), errOut.String()
@@ -77,12 +78,12 @@ func mustDLQReplay(tb testing.TB, cfg config, wantCode int, args ...string) dlqR
 func replaysOnOrderTopic(tb testing.TB, cfg config, pos dlq.Position) int {
 	tb.Helper()
 	ctx := context.Background()
-	r := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second}, Topic: cfg.KafkaTopic}
+	r := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(cfg.Kafka.Brokers...), Timeout: 10 * time.Second}, Topic: cfg.Kafka.Topic}
 	parts, err := r.Partitions(ctx)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	want := fmt.Sprintf("%s/%d/%d", cfg.KafkaDLQTopic, pos.Partition, pos.Offset)
+	want := fmt.Sprintf("%s/%d/%d", cfg.Kafka.DLQTopic, pos.Partition, pos.Offset)
 	n := 0
 	if err := r.Scan(ctx, parts, func(l dlq.Letter) error {
 		for _, h := range l.Headers {
@@ -107,19 +108,19 @@ func replaysOnOrderTopic(tb testing.TB, cfg config, pos dlq.Position) int {
 // positions; a Postgres that cannot be reached is exit 2.
 func TestDLQListShowReplay(t *testing.T) {
 	// REDRIVE_AFTER long: only the replay may publish the stranded reservation.
-	p := mustPipeline(t, both, func(c *config) { c.RedriveAfter = time.Hour })
+	p := mustPipeline(t, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
 	it := stock.Item{ActivityID: 3, ItemID: 30}
 	p.mustSale(t, 3, 1, map[int64]int64{30: 5})
 	ctx := context.Background()
 
 	// Nothing yet.
-	if l := mustDLQList(t, p.Cfg); l.Topic != p.Cfg.KafkaDLQTopic || len(l.Letters) != 0 {
+	if l := mustDLQList(t, p.Cfg); l.Topic != p.Cfg.Kafka.DLQTopic || len(l.Letters) != 0 {
 		t.Fatalf("empty dead-letter topic listed %+v", l)
 	}
 
 	// Poison on the order topic: garbage, an event the schema refuses
 	// (quantity 0), and one over the dead letter's 64 KiB.
-	w := &kafka.Writer{Addr: kafka.TCP(p.Cfg.KafkaBrokers...), Topic: p.Cfg.KafkaTopic, Balancer: &kafka.Hash{},
+	w := &kafka.Writer{Addr: kafka.TCP(p.Cfg.Kafka.Brokers...), Topic: p.Cfg.Kafka.Topic, Balancer: &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	big := `{"requestId":"big","pad":"` + strings.Repeat("x", 70<<10) + `"}`
@@ -163,7 +164,7 @@ func TestDLQListShowReplay(t *testing.T) {
 
 	// The source headers point at the poison message on the order topic.
 	zero := byReq["zero-q"]
-	src, err := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(p.Cfg.KafkaBrokers...)}, Topic: p.Cfg.KafkaTopic}.
+	src, err := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(p.Cfg.Kafka.Brokers...)}, Topic: p.Cfg.Kafka.Topic}.
 		Read(ctx, dlq.Position{Partition: zero.SourcePartition, Offset: zero.SourceOffset})
 	if err != nil || !bytes.Equal(src.Value, poison[1].Value) {
 		t.Errorf("source %d:%d of the order topic holds %q (%v), want the poison message", zero.SourcePartition, zero.SourceOffset, src.Value, err)
@@ -204,7 +205,7 @@ func TestDLQListShowReplay(t *testing.T) {
 	// A reservation whose event a worker with a decoder bug dead-lettered
 	// (and, its journal entry failing the same decoder, did not release):
 	// reserved in Redis, its event only on the dead-letter topic.
-	dw := &kafka.Writer{Addr: kafka.TCP(p.Cfg.KafkaBrokers...), Topic: p.Cfg.KafkaDLQTopic, Balancer: &kafka.Hash{},
+	dw := &kafka.Writer{Addr: kafka.TCP(p.Cfg.Kafka.Brokers...), Topic: p.Cfg.Kafka.DLQTopic, Balancer: &kafka.Hash{},
 		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer dw.Close()
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -251,7 +252,7 @@ func TestDLQListShowReplay(t *testing.T) {
 
 	// Replay: published once, and the worker makes it an order.
 	r = mustDLQReplay(t, p.Cfg, 0, fixed.Position.String())
-	if len(r.Results) != 1 || r.Results[0].Outcome != dlq.Replayed || r.Results[0].OrderNo != ev.OrderNo || r.To != p.Cfg.KafkaTopic {
+	if len(r.Results) != 1 || r.Results[0].Outcome != dlq.Replayed || r.Results[0].OrderNo != ev.OrderNo || r.To != p.Cfg.Kafka.Topic {
 		t.Fatalf("replay: %+v", r)
 	}
 	testenv.WaitFor(t, 20*time.Second, "the replayed event to become an order", func() bool {
@@ -265,7 +266,7 @@ func TestDLQListShowReplay(t *testing.T) {
 	}
 	// The replay carried the trace context and says what it replays.
 	var replayed dlq.Letter
-	rr := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(p.Cfg.KafkaBrokers...)}, Topic: p.Cfg.KafkaTopic}
+	rr := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(p.Cfg.Kafka.Brokers...)}, Topic: p.Cfg.Kafka.Topic}
 	parts, err := rr.Partitions(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -359,14 +360,14 @@ func TestDLQListShowReplay(t *testing.T) {
 	}
 	closed := ln.Addr().String()
 	ln.Close()
-	down.DatabaseURL = "postgres://postgres@" + closed + "/orderpipe?sslmode=disable&connect_timeout=2"
+	down.Database.URL = "postgres://postgres@" + closed + "/orderpipe?sslmode=disable&connect_timeout=2"
 	for _, args := range [][]string{{"list"}, {"show", "0:0"}, {"replay", "--all"}} {
 		if code, _, errOut := dlqRun(t, down, args...); code != 2 || !strings.Contains(errOut, "could not run") {
 			t.Errorf("dlq %v with Postgres unreachable: exit %d, %s", args, code, errOut)
 		}
 	}
 	noKafka := p.Cfg
-	noKafka.KafkaBrokers = nil
+	noKafka.Kafka.Brokers = nil
 	if code, _, _ := dlqRun(t, noKafka, "list"); code != 2 {
 		t.Errorf("dlq list without KAFKA_BROKERS: exit %d", code)
 	}

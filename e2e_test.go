@@ -24,7 +24,7 @@ var both = components{"gateway", "worker"}
 func TestOrderBecomesUnpaid(t *testing.T) {
 	for _, producer := range []string{"group", "writer"} {
 		t.Run("GATEWAY_PRODUCER="+producer, func(t *testing.T) {
-			p := mustPipeline(t, both, func(c *config) { c.GatewayProducer = producer })
+			p := mustPipeline(t, both, func(c *config) { c.Gateway.Producer = producer })
 			it := stock.Item{ActivityID: 1, ItemID: 10086}
 			p.mustSale(t, 1, 1, map[int64]int64{10086: 10})
 			r := p.order(t, orderBody{RequestID: "r-1", UserID: 42, ActivityID: 1, ItemID: 10086, Quantity: 1})
@@ -271,7 +271,7 @@ func TestAdminAPI(t *testing.T) {
 	if keys := testenv.Keys(t, p.Redis.Client, p.Redis.Prefix+"stock:{a4:"); len(keys) != 0 {
 		t.Errorf("an ended sale was loaded: %v", keys)
 	}
-	off := mustPipeline(t, components{"gateway"}, func(c *config) { c.AdminToken = "" })
+	off := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.AdminToken = "" })
 	if r := off.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer "); r.Status != 404 {
 		t.Errorf("admin API without ADMIN_TOKEN: %d %v", r.Status, r.Body)
 	}
@@ -327,7 +327,7 @@ func TestHotItemRace(t *testing.T) {
 // another payload is refused; concurrent copies reserve once.
 func TestIdempotency(t *testing.T) {
 	// Rate limits off: the 50 copies come from one user on purpose.
-	p := mustPipeline(t, both, func(c *config) { c.UserRPS = 0 })
+	p := mustPipeline(t, both, func(c *config) { c.Gateway.UserRPS = 0 })
 	it := stock.Item{ActivityID: 4, ItemID: 9}
 	p.mustSale(t, 4, 3, map[int64]int64{9: 50})
 	req := orderBody{RequestID: "same", UserID: 7, ActivityID: 4, ItemID: 9, Quantity: 2}
@@ -386,7 +386,7 @@ func TestIdempotency(t *testing.T) {
 // TestKafkaUnreachable: a failed produce releases the reservation and
 // answers 503; Redis is as before and a retry later succeeds.
 func TestKafkaUnreachable(t *testing.T) {
-	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.ProduceTimeout = 2 * time.Second })
+	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.ProduceTimeout = 2 * time.Second })
 	it := stock.Item{ActivityID: 6, ItemID: 1}
 	p.mustSale(t, 6, 1, map[int64]int64{1: 10})
 	keys := stocktest.KeysOf(p.Stock, it)

@@ -27,7 +27,7 @@ func TestEventsCommand(t *testing.T) {
 	p.waitDrained(t, it)
 	p.assertInvariants(t, it) // also waits until the relay has published both
 
-	env := events.Env{Brokers: p.Cfg.KafkaBrokers, Topic: p.Cfg.KafkaStatusTopic, Security: p.Cfg.KafkaSecurity}
+	env := events.Env{Brokers: p.Cfg.Kafka.Brokers, Topic: p.Cfg.Kafka.StatusTopic, Security: p.Cfg.Kafka.Security}
 	var out, errOut bytes.Buffer
 	if code := events.Run(context.Background(), env, []string{"--order-no", no}, &out, &errOut); code != events.ExitOK {
 		t.Fatalf("events: exit %d: %s", code, errOut.String())

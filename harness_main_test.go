@@ -17,12 +17,12 @@ import (
 // the settings the pipeline was given (cfg), the process's environment and
 // the declared defaults for the rest.
 func (c config) env() setting.Env {
-	given := map[string]string{"DATABASE_URL": c.DatabaseURL, "REDIS_ADDR": c.RedisAddr, "REDIS_URL": c.RedisURL,
-		"REDIS_USERNAME": c.RedisUsername, "REDIS_PASSWORD": c.RedisPassword, "REDIS_TLS_CA_FILE": c.RedisTLSCA,
-		"REDIS_TLS_CERT_FILE": c.RedisTLSCert, "REDIS_TLS_KEY_FILE": c.RedisTLSKey, "REDIS_TIMEOUT": c.RedisTimeout.String(),
-		"REDIS_KEY_PREFIX": c.RedisPrefix, "KAFKA_BROKERS": strings.Join(c.KafkaBrokers, ","), "KAFKA_TOPIC": c.KafkaTopic,
-		"KAFKA_DLQ_TOPIC": c.KafkaDLQTopic, "METRICS_ADDR": c.MetricsAddr, "RECONCILE_INTERVAL": c.ReconcileInterval.String(),
-		"TRACE_STORE_DIR": c.TraceStoreDir, "TRACE_QUERY_URL": c.TraceQueryURL}
+	given := map[string]string{"DATABASE_URL": c.Database.URL, "REDIS_ADDR": c.Redis.Addr, "REDIS_URL": c.Redis.URL,
+		"REDIS_USERNAME": c.Redis.Username, "REDIS_PASSWORD": c.Redis.Password, "REDIS_TLS_CA_FILE": c.Redis.CAFile,
+		"REDIS_TLS_CERT_FILE": c.Redis.CertFile, "REDIS_TLS_KEY_FILE": c.Redis.KeyFile, "REDIS_TIMEOUT": c.Redis.Timeout.String(),
+		"REDIS_KEY_PREFIX": c.Stock.Prefix, "KAFKA_BROKERS": strings.Join(c.Kafka.Brokers, ","), "KAFKA_TOPIC": c.Kafka.Topic,
+		"KAFKA_DLQ_TOPIC": c.Kafka.DLQTopic, "METRICS_ADDR": c.Telemetry.MetricsAddr, "RECONCILE_INTERVAL": c.Reconciler.Interval.String(),
+		"TRACE_STORE_DIR": c.Telemetry.TraceStoreDir, "TRACE_QUERY_URL": c.TraceQueryURL}
 	return func(name string) string {
 		if v, ok := given[name]; ok {
 			return v
@@ -51,5 +51,5 @@ func asError(code int) error {
 	if code == 0 {
 		return nil
 	}
-	return exitCode(code)
+	return setting.ExitCode(code)
 }

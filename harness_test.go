@@ -60,28 +60,28 @@ func mustPipelineLogging(tb testing.TB, comps components, mod func(*config), log
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg.DatabaseURL = p.DB.URL
-	cfg.RedisAddr = testenv.RedisAddr()
-	cfg.RedisPrefix = p.Redis.Prefix
-	cfg.KafkaBrokers = p.Kafka.Brokers
-	cfg.KafkaTopic = testenv.UniqueName("orders.requested.")
-	cfg.KafkaDLQTopic = cfg.KafkaTopic + ".dlq"
-	cfg.KafkaStatusTopic = cfg.KafkaTopic + ".status"
-	cfg.KafkaGroup = testenv.UniqueName("group.")
-	cfg.KafkaParts = 4
-	cfg.AdminToken = p.Admin
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.MetricsAddr = "127.0.0.1:0"
+	cfg.Database.URL = p.DB.URL
+	cfg.Redis.Addr = testenv.RedisAddr()
+	cfg.Stock.Prefix = p.Redis.Prefix
+	cfg.Kafka.Brokers = p.Kafka.Brokers
+	cfg.Kafka.Topic = testenv.UniqueName("orders.requested.")
+	cfg.Kafka.DLQTopic = cfg.Kafka.Topic + ".dlq"
+	cfg.Kafka.StatusTopic = cfg.Kafka.Topic + ".status"
+	cfg.Worker.Group = testenv.UniqueName("group.")
+	cfg.Kafka.Partitions = 4
+	cfg.Gateway.AdminToken = p.Admin
+	cfg.Gateway.Addr = "127.0.0.1:0"
+	cfg.Telemetry.MetricsAddr = "127.0.0.1:0"
 	// Tests share two cores with the race detector: a slow moment is not an
 	// outage. Tests about outages cut the dependency instead.
-	cfg.RedisTimeout = 5 * time.Second
-	cfg.ProduceTimeout = 10 * time.Second
+	cfg.Redis.Timeout = 5 * time.Second
+	cfg.Gateway.ProduceTimeout = 10 * time.Second
 	if mod != nil {
 		mod(&cfg)
 	}
 	p.Cfg = cfg
 	ctx := context.Background()
-	if err := ensureTopics(ctx, cfg); err != nil {
+	if err := cfg.Kafka.EnsureTopics(ctx); err != nil {
 		tb.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -32,6 +32,7 @@ import (
 	"syscall"
 
 	"orderpipe/pkg/secret"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/telemetry"
 )
 
@@ -46,7 +47,7 @@ func main() {
 			reportUsageError(os.Stderr, ue)
 			os.Exit(2)
 		}
-		var code exitCode
+		var code setting.ExitCode
 		if errors.As(err, &code) {
 			os.Exit(int(code))
 		}
@@ -83,7 +84,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 		return c.run(ctx, log, cfg)
 	}
 	if code := c.main(ctx, args[1:], getenv, os.Stdout, secret.Writer(os.Stderr)); code != 0 {
-		return exitCode(code)
+		return setting.ExitCode(code)
 	}
 	return nil
 }
@@ -100,8 +101,3 @@ func runTarget(name string) func(ctx context.Context, log *slog.Logger, cfg conf
 		return runComponents(ctx, log, cfg, components{name}, nil)
 	}
 }
-
-// exitCode is an error that asks main for a specific exit status.
-type exitCode int
-
-func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }

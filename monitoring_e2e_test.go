@@ -75,8 +75,8 @@ func TestMonitoringUsesExportedMetrics(t *testing.T) {
 	recAddr := ln.Addr().String()
 	ln.Close()
 	cfg := p.Cfg
-	cfg.MetricsAddr = recAddr
-	cfg.ReconcileInterval = 50 * time.Millisecond
+	cfg.Telemetry.MetricsAddr = recAddr
+	cfg.Reconciler.Interval = 50 * time.Millisecond
 	ctx, stop := context.WithCancel(context.Background())
 	exited := make(chan int, 1)
 	go func() { exited <- runReconciler(ctx, testLog(), cfg, nil, io.Discard) }()

@@ -35,9 +35,9 @@ func TestReplayWhileProducingIsNeverLost(t *testing.T) {
 				// Well below the producer's 2 s write timeout, so A is
 				// still producing when B gives up; when the produce is to
 				// fail, A gives up (that timeout) while stalled.
-				c.ReplayWait = 200 * time.Millisecond
-				c.RedriveAfter = time.Second
-				c.RedriveInterval = 200 * time.Millisecond
+				c.Gateway.ReplayWait = 200 * time.Millisecond
+				c.Worker.RedriveAfter = time.Second
+				c.Worker.RedriveInterval = 200 * time.Millisecond
 			})
 			if p.Kafka.Cluster == nil {
 				t.Skip("needs the in-process broker to stall its produce requests")
@@ -119,7 +119,7 @@ func TestReplayWhileProducingIsNeverLost(t *testing.T) {
 // ever named an orderNo that Kafka does not have: the first attempt's
 // produce lands, its orderNo becomes an order, and nothing else was shown.
 func TestReplayAfterRedisLossShowsNothingLost(t *testing.T) {
-	p := mustPipeline(t, both, func(c *config) { c.ReplayWait = 200 * time.Millisecond })
+	p := mustPipeline(t, both, func(c *config) { c.Gateway.ReplayWait = 200 * time.Millisecond })
 	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stall its produce requests")
 	}
@@ -270,7 +270,7 @@ func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
 			if bytes.Equal(cp.Value, orig.Value) {
 				t.Fatalf("the copy is the original: %s", cp.Value)
 			}
-			w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.KafkaTopic})
+			w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.Kafka.Topic})
 			defer w.Close()
 			if err := w.WriteMessages(context.Background(), kafka.Message{Key: cp.Key, Value: cp.Value, Headers: cp.Headers}); err != nil {
 				t.Fatal(err)
@@ -299,7 +299,7 @@ func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
 // mustReadEvent reads the first event on the pipeline's topic.
 func mustReadEvent(t *testing.T, p *pipeline) kafka.Message {
 	t.Helper()
-	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: p.Kafka.Brokers, GroupID: testenv.UniqueName("g"), Topic: p.Cfg.KafkaTopic,
+	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: p.Kafka.Brokers, GroupID: testenv.UniqueName("g"), Topic: p.Cfg.Kafka.Topic,
 		StartOffset: kafka.FirstOffset, MaxWait: 50 * time.Millisecond})
 	defer reader.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)

@@ -24,6 +24,7 @@ import (
 	"orderpipe/closer"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/locate"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
@@ -124,9 +125,9 @@ func TestTraceFollowsOneRequest(t *testing.T) {
 	}
 	orderNo := r.Str("orderNo")
 
-	process := rec.waitOne(t, "the worker's process span", named("process "+p.Cfg.KafkaTopic, trace.SpanKindConsumer, rid))
+	process := rec.waitOne(t, "the worker's process span", named("process "+p.Cfg.Kafka.Topic, trace.SpanKindConsumer, rid))
 	server := rec.waitOne(t, "the gateway's server span", named("POST /v1/orders", trace.SpanKindServer, rid))
-	send := rec.waitOne(t, "the gateway's send span", named("send "+p.Cfg.KafkaTopic, trace.SpanKindProducer, rid))
+	send := rec.waitOne(t, "the gateway's send span", named("send "+p.Cfg.Kafka.Topic, trace.SpanKindProducer, rid))
 	tid := server.SpanContext().TraceID()
 
 	if send.SpanContext().TraceID() != tid || send.Parent().SpanID() != server.SpanContext().SpanID() {
@@ -136,10 +137,10 @@ func TestTraceFollowsOneRequest(t *testing.T) {
 		t.Errorf("process span (parent %s) is not a child of the send span %s", process.Parent().SpanID(), send.SpanContext().SpanID())
 	}
 	for sp, want := range map[sdktrace.ReadOnlySpan]map[string]string{
-		send: {"messaging.system": "kafka", "messaging.destination.name": p.Cfg.KafkaTopic, "messaging.operation.type": "send",
+		send: {"messaging.system": "kafka", "messaging.destination.name": p.Cfg.Kafka.Topic, "messaging.operation.type": "send",
 			"messaging.kafka.message.key": "1:10"},
-		process: {"messaging.system": "kafka", "messaging.destination.name": p.Cfg.KafkaTopic, "messaging.operation.type": "process",
-			"messaging.kafka.message.key": "1:10", "messaging.consumer.group.name": p.Cfg.KafkaGroup,
+		process: {"messaging.system": "kafka", "messaging.destination.name": p.Cfg.Kafka.Topic, "messaging.operation.type": "process",
+			"messaging.kafka.message.key": "1:10", "messaging.consumer.group.name": p.Cfg.Worker.Group,
 			"order.no": orderNo, "order.outcome": "CREATED"},
 		server: {"http.route": "/v1/orders", "order.no": orderNo},
 	} {
@@ -181,12 +182,12 @@ func TestTraceFollowsOneRequest(t *testing.T) {
 		Headers: []kafka.Header{{Key: event.HeaderRequestID, Value: []byte("bad-1")}}}
 	event.Inject(pctx, &bad)
 	producer.End()
-	w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.KafkaTopic})
+	w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.Kafka.Topic})
 	defer w.Close()
 	if err := w.WriteMessages(context.Background(), bad); err != nil {
 		t.Fatal(err)
 	}
-	dead := rec.waitOne(t, "the dead letter's process span", named("process "+p.Cfg.KafkaTopic, trace.SpanKindConsumer, "bad-1"))
+	dead := rec.waitOne(t, "the dead letter's process span", named("process "+p.Cfg.Kafka.Topic, trace.SpanKindConsumer, "bad-1"))
 	if dead.SpanContext().TraceID() != producer.SpanContext().TraceID() {
 		t.Errorf("dead letter's span is not in the producer's trace")
 	}
@@ -218,7 +219,7 @@ func TestTraceContinuesCallersTrace(t *testing.T) {
 	if server.SpanContext().TraceID().String() != traceID || server.Parent().SpanID().String() != spanID || !server.Parent().IsRemote() {
 		t.Errorf("server span %s has parent %s, want the caller's %s/%s", server.SpanContext().TraceID(), server.Parent().SpanID(), traceID, spanID)
 	}
-	process := rec.waitOne(t, "the worker's process span", named("process "+p.Cfg.KafkaTopic, trace.SpanKindConsumer, rid))
+	process := rec.waitOne(t, "the worker's process span", named("process "+p.Cfg.Kafka.Topic, trace.SpanKindConsumer, rid))
 	if process.SpanContext().TraceID().String() != traceID {
 		t.Errorf("worker span in trace %s, want %s", process.SpanContext().TraceID(), traceID)
 	}
@@ -257,8 +258,8 @@ func scrape(tb testing.TB, url string) map[string]float64 {
 // names, and they move as orders are created, rejected and closed.
 func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
 	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
-		c.CloseAfter = 3 * time.Second
-		c.CloserInterval = 200 * time.Millisecond
+		c.Closer.CloseAfter = 3 * time.Second
+		c.Closer.Interval = 200 * time.Millisecond
 	})
 	p.mustSale(t, 3, 1, map[int64]int64{30: 5, 31: 5})
 	before := scrape(t, p.URL)
@@ -314,7 +315,7 @@ func mustLocate(tb testing.TB, p *pipeline, args ...string) locate.Report {
 	tb.Helper()
 	var out bytes.Buffer
 	err := runLocate(context.Background(), p.Cfg, append(args, "--json"), &out)
-	var code exitCode
+	var code setting.ExitCode
 	if err != nil && !errors.As(err, &code) {
 		tb.Fatalf("locate %v: %v", args, err)
 	}
@@ -333,7 +334,7 @@ func mustLocate(tb testing.TB, p *pipeline, args ...string) locate.Report {
 // reason, and a closed order with its applied compensation.
 func TestLocate(t *testing.T) {
 	mustRecordSpans(t)
-	p := mustPipeline(t, both, func(c *config) { c.RedriveAfter = time.Hour })
+	p := mustPipeline(t, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
 	p.mustSale(t, 4, 2, map[int64]int64{40: 5, 41: 5})
 	ctx := context.Background()
 	wantStatus := func(rid, status string) {

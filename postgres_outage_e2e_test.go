@@ -32,12 +32,12 @@ func TestPostgresOutageKeepsTakingOrders(t *testing.T) {
 	}
 	proxy := testenv.MustProxy(t, dbURL.Host)
 	p := mustPipeline(t, both, func(c *config) {
-		u, _ := url.Parse(c.DatabaseURL)
+		u, _ := url.Parse(c.Database.URL)
 		u.Host = proxy.Addr
-		c.DatabaseURL = u.String()
+		c.Database.URL = u.String()
 		c.BreakerOpenFor = 200 * time.Millisecond
-		c.LagInterval = 100 * time.Millisecond
-		c.RedriveAfter = time.Hour // the lag counts the gateway's events only
+		c.Worker.LagInterval = 100 * time.Millisecond
+		c.Worker.RedriveAfter = time.Hour // the lag counts the gateway's events only
 	})
 	const items = 4 // keys on several partitions: the lag is summed over all
 	sale := map[int64]int64{}

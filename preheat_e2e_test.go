@@ -154,9 +154,9 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 	}
 	proxy := testenv.MustProxy(t, dbURL.Host)
 	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
-		u, _ := url.Parse(c.DatabaseURL)
+		u, _ := url.Parse(c.Database.URL)
 		u.Host = proxy.Addr
-		c.DatabaseURL = u.String()
+		c.Database.URL = u.String()
 		c.BreakerOpenFor = 200 * time.Millisecond
 	})
 	ctx := context.Background()
@@ -238,9 +238,9 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 func TestPreheatRedisCutFixesLayout(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
-		c.RedisAddr = proxy.Addr
+		c.Redis.Addr = proxy.Addr
 		c.BreakerOpenFor = 200 * time.Millisecond
-		c.RedisTimeout = 500 * time.Millisecond
+		c.Redis.Timeout = 500 * time.Millisecond
 	})
 	const act, units, buckets = 72, 12, 3
 	it := stock.Item{ActivityID: act, ItemID: 1}

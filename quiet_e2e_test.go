@@ -51,7 +51,7 @@ func (b *syncBuffer) warnings(t *testing.T) []string {
 // warning is for an operator to act on; idle partitions are normal.
 func TestHealthyPipelineLogsNoWarnings(t *testing.T) {
 	var logs syncBuffer
-	p := mustPipelineLogging(t, components{"gateway", "worker", "closer"}, func(c *config) { c.KafkaParts = 8 }, &logs)
+	p := mustPipelineLogging(t, components{"gateway", "worker", "closer"}, func(c *config) { c.Kafka.Partitions = 8 }, &logs)
 	p.mustSale(t, 1, 1, map[int64]int64{10: 100000})
 	time.Sleep(3 * time.Second) // idle: every partition's fetch waits out the broker's wait
 

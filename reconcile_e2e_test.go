@@ -73,8 +73,8 @@ func (p *pipeline) count(tb testing.TB, sql string, args ...any) int64 {
 // order is created, exactly once.
 func TestRedriveStrandedReservation(t *testing.T) {
 	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
-		c.RedriveAfter = time.Second
-		c.RedriveInterval = 100 * time.Millisecond
+		c.Worker.RedriveAfter = time.Second
+		c.Worker.RedriveInterval = 100 * time.Millisecond
 	})
 	it := stock.Item{ActivityID: 1, ItemID: 10086}
 	p.mustSale(t, 1, 5, map[int64]int64{10086: 10})
@@ -339,7 +339,7 @@ func TestReconcilerLoopDuringRace(t *testing.T) {
 	p.mustSale(t, 6, 1, map[int64]int64{1: units})
 
 	cfg := p.Cfg
-	cfg.ReconcileInterval = 10 * time.Millisecond
+	cfg.Reconciler.Interval = 10 * time.Millisecond
 	pr, pw := io.Pipe()
 	rctx, stopRec := context.WithCancel(context.Background())
 	exit := make(chan int, 1)

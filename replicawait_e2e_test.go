@@ -21,11 +21,11 @@ import (
 func replicaWaitPipeline(t *testing.T, addr string, replicas int) *pipeline {
 	t.Helper()
 	return mustPipeline(t, components{"gateway"}, func(c *config) {
-		c.RedisAddr, c.RedisPrefix = addr, ""
+		c.Redis.Addr, c.Stock.Prefix = addr, ""
 		// Long enough for a healthy replica on two shared cores under the
 		// race detector; the tests that want no ack take the replica away.
-		c.RedisWait = stock.ReplicaWait{Replicas: replicas, Timeout: time.Second}
-		c.ReplayWait = 100 * time.Millisecond
+		c.Stock.Wait = stock.ReplicaWait{Replicas: replicas, Timeout: time.Second}
+		c.Gateway.ReplayWait = 100 * time.Millisecond
 	})
 }
 

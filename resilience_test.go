@@ -42,7 +42,11 @@ func (p *pipeline) metric(tb testing.TB, series string) string {
 // the gateway recovers by itself when Redis returns.
 func TestRedisDownFailsClosed(t *testing.T) {
 	rs := testenv.MustRedisServer(t)
-	p := mustPipeline(t, both, func(c *config) { c.RedisAddr = rs.Addr; c.RedisPrefix = ""; c.BreakerOpenFor = 300 * time.Millisecond })
+	p := mustPipeline(t, both, func(c *config) {
+		c.Redis.Addr = rs.Addr
+		c.Stock.Prefix = ""
+		c.BreakerOpenFor = 300 * time.Millisecond
+	})
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()
 	st := stock.New(rdb, "")
@@ -131,7 +135,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 // TestKafkaDownOpensBreaker: failed produces answer 503 with nothing
 // reserved, trip the breaker, and then fail fast without touching Redis.
 func TestKafkaDownOpensBreaker(t *testing.T) {
-	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.ProduceTimeout = time.Second; c.BreakerOpenFor = time.Minute })
+	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.ProduceTimeout = time.Second; c.BreakerOpenFor = time.Minute })
 	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stop it")
 	}
@@ -166,9 +170,9 @@ func TestWorkerWaitsForPostgres(t *testing.T) {
 	dbURL, _ := url.Parse(testenv.DatabaseURL())
 	proxy := testenv.MustProxy(t, dbURL.Host)
 	p := mustPipeline(t, both, func(c *config) {
-		u, _ := url.Parse(c.DatabaseURL)
+		u, _ := url.Parse(c.Database.URL)
 		u.Host = proxy.Addr
-		c.DatabaseURL = u.String()
+		c.Database.URL = u.String()
 		c.BreakerOpenFor = 200 * time.Millisecond
 	})
 	it := stock.Item{ActivityID: 3, ItemID: 1}
@@ -205,17 +209,17 @@ func TestWorkerWaitsForPostgres(t *testing.T) {
 func committedOffsets(tb testing.TB, p *pipeline) int64 {
 	tb.Helper()
 	client := &kafka.Client{Addr: kafka.TCP(p.Kafka.Brokers...), Timeout: 5 * time.Second}
-	parts := make([]int, p.Cfg.KafkaParts)
+	parts := make([]int, p.Cfg.Kafka.Partitions)
 	for i := range parts {
 		parts[i] = i
 	}
-	res, err := client.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: p.Cfg.KafkaGroup,
-		Topics: map[string][]int{p.Cfg.KafkaTopic: parts}})
+	res, err := client.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: p.Cfg.Worker.Group,
+		Topics: map[string][]int{p.Cfg.Kafka.Topic: parts}})
 	if err != nil {
 		tb.Fatalf("fetching offsets: %v", err)
 	}
 	var sum int64
-	for _, po := range res.Topics[p.Cfg.KafkaTopic] {
+	for _, po := range res.Topics[p.Cfg.Kafka.Topic] {
 		if po.CommittedOffset > 0 {
 			sum += po.CommittedOffset
 		}
@@ -260,7 +264,7 @@ func TestUserFloodIsRateLimited(t *testing.T) {
 
 func TestAPITokensAndAdminListener(t *testing.T) {
 	adminLn := freeAddr(t)
-	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.APITokens = []string{"svc-a", "svc-b"}; c.AdminAddr = adminLn })
+	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.APITokens = []string{"svc-a", "svc-b"}; c.Gateway.AdminAddr = adminLn })
 	body := orderBody{RequestID: "tok", UserID: 1, ActivityID: 1, ItemID: 1, Quantity: 1}
 	if r := p.order(t, body); r.Status != http.StatusUnauthorized || r.Code() != "UNAUTHORIZED" {
 		t.Errorf("no token: %d %v", r.Status, r.Body)
@@ -296,7 +300,7 @@ func TestAPITokensAndAdminListener(t *testing.T) {
 func TestHungRedisAnswers503InTime(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	const redisTimeout = 500 * time.Millisecond
-	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.RedisAddr = proxy.Addr; c.RedisTimeout = redisTimeout })
+	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Redis.Addr = proxy.Addr; c.Redis.Timeout = redisTimeout })
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	k := stocktest.KeysOf(p.Stock, it)

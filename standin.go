@@ -34,8 +34,8 @@ var kafkaMain = standin.KafkaMain
 
 // startBroker starts the embedded broker of `all` (standin.Embedded).
 func startBroker(cfg config) (brokers []string, stop func(), err error) {
-	e := cfg.dev.embedded
-	e.Partitions, e.Topic, e.DLQTopic, e.StatusTopic, e.Group = cfg.KafkaParts, cfg.KafkaTopic, cfg.KafkaDLQTopic, cfg.KafkaStatusTopic, cfg.KafkaGroup
+	e, k := cfg.dev.embedded, cfg.Kafka
+	e.Partitions, e.Topic, e.DLQTopic, e.StatusTopic, e.Group = k.Partitions, k.Topic, k.DLQTopic, k.StatusTopic, cfg.Worker.Group
 	return e.Start()
 }
 
@@ -63,5 +63,5 @@ func watchClock(ctx context.Context, log *slog.Logger, cfg config) error {
 // startStandins starts stand-ins for a Redis and a Postgres that are
 // neither configured nor answering (standin.ForMissing).
 func startStandins(ctx context.Context, log *slog.Logger, cfg *config) (stop func(), err error) {
-	return standin.ForMissing(ctx, log, &cfg.RedisAddr, &cfg.DatabaseURL)
+	return standin.ForMissing(ctx, log, &cfg.Redis.Addr, &cfg.Database.URL)
 }

@@ -12,8 +12,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/database"
+	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/standin"
+	"orderpipe/pkg/target"
 )
+
+// withServers is a configuration naming these Redis and Postgres servers.
+func withServers(redisAddr, databaseURL string) config {
+	return config{Shared: target.Shared{Redis: redisconn.Config{Addr: redisAddr}, Database: database.Config{URL: databaseURL}}}
+}
 
 // TestStandinsReplaceOnlyMissingServices: `orderpipe all` starts a stand-in
 // only for a service whose variable is unset and whose default address is
@@ -24,25 +31,25 @@ func TestStandinsReplaceOnlyMissingServices(t *testing.T) {
 
 	t.Run("UnsetAndSilent", func(t *testing.T) {
 		unsetenv(t, "REDIS_ADDR", "REDIS_ADDR_FILE", "DATABASE_URL", "DATABASE_URL_FILE")
-		cfg := config{RedisAddr: freeAddr(t), DatabaseURL: "postgres://postgres@" + freeAddr(t) + "/orderpipe?sslmode=disable"}
+		cfg := withServers(freeAddr(t), "postgres://postgres@"+freeAddr(t)+"/orderpipe?sslmode=disable")
 		before := cfg
 		stop, err := startStandins(ctx, log, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer stop()
-		if cfg.RedisAddr == before.RedisAddr || cfg.DatabaseURL == before.DatabaseURL {
+		if cfg.Redis.Addr == before.Redis.Addr || cfg.Database.URL == before.Database.URL {
 			t.Fatalf("stand-ins not used: %+v", cfg)
 		}
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+		rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr})
 		defer rdb.Close()
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			t.Errorf("redis stand-in: %v", err)
 		}
-		if err := migrate(ctx, log, cfg); err != nil {
+		if err := database.Prepare(ctx, log, cfg.Database.URL); err != nil {
 			t.Fatalf("migrating the postgres stand-in: %v", err)
 		}
-		pool, err := database.Open(ctx, cfg.DatabaseURL, 2)
+		pool, err := database.Open(ctx, cfg.Database.URL, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,8 +60,8 @@ func TestStandinsReplaceOnlyMissingServices(t *testing.T) {
 			t.Errorf("migrated tables: %v", err)
 		}
 		stop()
-		addr, _ := standin.PostgresTarget(cfg.DatabaseURL)
-		for _, a := range []string{cfg.RedisAddr, addr} {
+		addr, _ := standin.PostgresTarget(cfg.Database.URL)
+		for _, a := range []string{cfg.Redis.Addr, addr} {
 			if standin.Reachable(ctx, a, 200*time.Millisecond) {
 				t.Errorf("%s still answers after stop", a)
 			}
@@ -69,29 +76,29 @@ func TestStandinsReplaceOnlyMissingServices(t *testing.T) {
 		}
 		defer srv.Close()
 		// Postgres: the address answers, so it is used as is.
-		cfg := config{RedisAddr: srv.Addr, DatabaseURL: "postgres://postgres@" + srv.Addr + "/orderpipe"}
+		cfg := withServers(srv.Addr, "postgres://postgres@"+srv.Addr+"/orderpipe")
 		before := cfg
 		stop, err := startStandins(ctx, log, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer stop()
-		if cfg.RedisAddr != before.RedisAddr || cfg.DatabaseURL != before.DatabaseURL {
+		if cfg.Redis.Addr != before.Redis.Addr || cfg.Database.URL != before.Database.URL {
 			t.Errorf("a stand-in replaced an answering server: %+v, was %+v", cfg, before)
 		}
 	})
 
 	t.Run("SetButSilent", func(t *testing.T) {
-		cfg := config{RedisAddr: freeAddr(t), DatabaseURL: "postgres://postgres@" + freeAddr(t) + "/orderpipe"}
-		t.Setenv("REDIS_ADDR", cfg.RedisAddr)
-		t.Setenv("DATABASE_URL", cfg.DatabaseURL)
+		cfg := withServers(freeAddr(t), "postgres://postgres@"+freeAddr(t)+"/orderpipe")
+		t.Setenv("REDIS_ADDR", cfg.Redis.Addr)
+		t.Setenv("DATABASE_URL", cfg.Database.URL)
 		before := cfg
 		stop, err := startStandins(ctx, log, &cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer stop()
-		if cfg.RedisAddr != before.RedisAddr || cfg.DatabaseURL != before.DatabaseURL {
+		if cfg.Redis.Addr != before.Redis.Addr || cfg.Database.URL != before.Database.URL {
 			t.Errorf("a stand-in replaced a configured server: %+v, was %+v", cfg, before)
 		}
 	})

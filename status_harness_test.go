@@ -38,12 +38,12 @@ func (p *pipeline) assertStatusEvents(tb testing.TB, activityID int64) {
 // the pipeline runs without the relay.
 func (p *pipeline) publishStatus(tb testing.TB) {
 	tb.Helper()
-	if slices.Contains(resolve(p.comps), "relay") {
+	if slices.Contains(targets(&config{}).Resolve(p.comps), "relay") {
 		return
 	}
-	w := event.NewWriter(event.WriterConfig{Brokers: p.Cfg.KafkaBrokers, Topic: p.Cfg.KafkaStatusTopic, Security: p.Cfg.KafkaSecurity})
+	w := event.NewWriter(event.WriterConfig{Brokers: p.Cfg.Kafka.Brokers, Topic: p.Cfg.Kafka.StatusTopic, Security: p.Cfg.Kafka.Security})
 	defer w.Close()
-	r := relay.New(relay.Config{Topic: p.Cfg.KafkaStatusTopic}, relay.Deps{Orders: p.Orders, Writer: w, Log: testLog()})
+	r := relay.New(relay.Config{Topic: p.Cfg.Kafka.StatusTopic}, relay.Deps{Orders: p.Orders, Writer: w, Log: testLog()})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := r.RunOnce(context.Background())
@@ -58,6 +58,6 @@ func (p *pipeline) publishStatus(tb testing.TB) {
 
 // statusTopic is where the invariant checker reads orders.status (I7).
 func (p *pipeline) statusTopic() *invariant.StatusTopic {
-	return &invariant.StatusTopic{Topic: p.Cfg.KafkaStatusTopic, Wait: 30 * time.Second,
-		Client: &kafka.Client{Addr: kafka.TCP(p.Cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: p.Cfg.KafkaSecurity.Transport(5 * time.Second)}}
+	return &invariant.StatusTopic{Topic: p.Cfg.Kafka.StatusTopic, Wait: 30 * time.Second,
+		Client: &kafka.Client{Addr: kafka.TCP(p.Cfg.Kafka.Brokers...), Timeout: 10 * time.Second, Transport: p.Cfg.Kafka.Security.Transport(5 * time.Second)}}
 }

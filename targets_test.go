@@ -22,8 +22,8 @@ func TestReconcilerIsATarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DatabaseURL, cfg.RedisAddr, cfg.RedisPrefix = db.URL, testenv.RedisAddr(), rdb.Prefix
-	cfg.MetricsAddr, cfg.ReconcileInterval = freeAddr(t), 50*time.Millisecond
+	cfg.Database.URL, cfg.Redis.Addr, cfg.Stock.Prefix = db.URL, testenv.RedisAddr(), rdb.Prefix
+	cfg.Telemetry.MetricsAddr, cfg.Reconciler.Interval = freeAddr(t), 50*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -35,7 +35,7 @@ func TestReconcilerIsATarget(t *testing.T) {
 			t.Fatalf("the process stopped: %v", err)
 		default:
 		}
-		res, err := http.Get("http://" + cfg.MetricsAddr + "/metrics")
+		res, err := http.Get("http://" + cfg.Telemetry.MetricsAddr + "/metrics")
 		if err != nil {
 			return false
 		}

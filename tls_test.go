@@ -207,9 +207,9 @@ func TestKafkaOverSASLSSL(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := mustPipeline(t, both, func(c *config) {
-			c.KafkaBrokers, c.KafkaSecurity = []string{k.SASLSSL}, sec
-			c.KafkaRF = 1 // one broker, whatever the real-engine tier sets
-			c.RedriveAfter, c.RedriveInterval = time.Second, 200*time.Millisecond
+			c.Kafka.Brokers, c.Kafka.Security = []string{k.SASLSSL}, sec
+			c.Kafka.ReplicationFactor = 1 // one broker, whatever the real-engine tier sets
+			c.Worker.RedriveAfter, c.Worker.RedriveInterval = time.Second, 200*time.Millisecond
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -239,12 +239,12 @@ func TestKafkaOverSASLSSL(t *testing.T) {
 		unpaid(ev.OrderNo)
 
 		// The DLQ writer: a poison message ends on the dead-letter topic.
-		w := event.NewWriter(event.WriterConfig{Brokers: []string{k.SASLSSL}, Topic: p.Cfg.KafkaTopic, Security: sec})
+		w := event.NewWriter(event.WriterConfig{Brokers: []string{k.SASLSSL}, Topic: p.Cfg.Kafka.Topic, Security: sec})
 		defer w.Close()
 		if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("3:4"), Value: []byte("not an event")}); err != nil {
 			t.Fatal(err)
 		}
-		dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{k.SASLSSL}, GroupID: testenv.UniqueName("dlq."), Topic: p.Cfg.KafkaDLQTopic,
+		dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{k.SASLSSL}, GroupID: testenv.UniqueName("dlq."), Topic: p.Cfg.Kafka.DLQTopic,
 			StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond, Dialer: sec.Dialer(10 * time.Second)})
 		defer dlq.Close()
 		m, err := dlq.FetchMessage(ctx)
@@ -259,7 +259,7 @@ func TestKafkaOverSASLSSL(t *testing.T) {
 		defer tr.CloseIdleConnections()
 		client := &kafka.Client{Addr: kafka.TCP(k.SASLSSL), Transport: tr}
 		testenv.WaitFor(t, time.Minute, "the group's lag to reach 0", func() bool {
-			lag, err := worker.GroupLag(ctx, client, p.Cfg.KafkaTopic, p.Cfg.KafkaGroup)
+			lag, err := worker.GroupLag(ctx, client, p.Cfg.Kafka.Topic, p.Cfg.Worker.Group)
 			if err != nil {
 				t.Fatalf("reading the group's lag over SASL_SSL: %v", err)
 			}

@@ -54,7 +54,7 @@ func mustSpanStore(tb testing.TB) string {
 // duration.
 func TestLocatePrintsSpanTree(t *testing.T) {
 	dir := mustSpanStore(t)
-	p := mustPipeline(t, both, func(c *config) { c.TraceStoreDir = dir; c.RedriveAfter = time.Hour })
+	p := mustPipeline(t, both, func(c *config) { c.Telemetry.TraceStoreDir = dir; c.Worker.RedriveAfter = time.Hour })
 	p.mustSale(t, 6, 1, map[int64]int64{60: 5})
 	const rid = "tree-1"
 	r := p.order(t, orderBody{RequestID: rid, UserID: 1, ActivityID: 6, ItemID: 60, Quantity: 1})
@@ -73,7 +73,7 @@ func TestLocatePrintsSpanTree(t *testing.T) {
 	if !ok {
 		t.Fatalf("locate printed no span tree:\n%s", text)
 	}
-	topic := p.Cfg.KafkaTopic
+	topic := p.Cfg.Kafka.Topic
 	// In this order, each at its depth in the tree (the batch span and
 	// what it does hang under the message's process span it links).
 	want := []struct {
@@ -150,7 +150,7 @@ func TestLocatePrintsSpanTreeFromJaeger(t *testing.T) {
 	defer jaeger.Close()
 
 	mustRecordSpans(t)
-	p := mustPipeline(t, both, func(c *config) { c.RedriveAfter = time.Hour })
+	p := mustPipeline(t, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
 	p.mustSale(t, 7, 1, map[int64]int64{70: 5})
 	// The caller's traceparent puts the request in the documents' trace.
 	r := p.do(t, http.MethodPost, "/v1/orders", "application/json",
@@ -162,7 +162,7 @@ func TestLocatePrintsSpanTreeFromJaeger(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "the order UNPAID", func() bool { return mustLocate(t, p, rid).Status == "UNPAID" })
 
 	cfg := p.Cfg
-	cfg.TraceStoreDir = t.TempDir() // empty: TRACE_QUERY_URL wins
+	cfg.Telemetry.TraceStoreDir = t.TempDir() // empty: TRACE_QUERY_URL wins
 	cfg.TraceQueryURL = jaeger.URL
 	var out bytes.Buffer
 	if err := runLocate(context.Background(), cfg, []string{rid}, &out); err != nil {
@@ -170,7 +170,7 @@ func TestLocatePrintsSpanTreeFromJaeger(t *testing.T) {
 	}
 	text := out.String()
 	_, tree, ok := strings.Cut(text, "spans ("+jaeger.URL+"):\n")
-	if !ok || strings.Contains(text, cfg.TraceStoreDir) {
+	if !ok || strings.Contains(text, cfg.Telemetry.TraceStoreDir) {
 		t.Fatalf("locate printed no span tree from Jaeger:\n%s", text)
 	}
 	want := []struct {

@@ -38,8 +38,8 @@ func TestTraceResponseAndStatusEventTrace(t *testing.T) {
 		t.Errorf("unsampled request: %d, traceresponse %q, want none", unsampled.Status, unsampled.Header.Get("Traceresponse"))
 	}
 
-	process := rec.waitOne(t, "the worker's process span", named("process "+p.Cfg.KafkaTopic, trace.SpanKindConsumer, "tr-1"))
-	send := rec.waitOne(t, "the relay's send span", named("send "+p.Cfg.KafkaStatusTopic, trace.SpanKindProducer, "tr-1"))
+	process := rec.waitOne(t, "the worker's process span", named("process "+p.Cfg.Kafka.Topic, trace.SpanKindConsumer, "tr-1"))
+	send := rec.waitOne(t, "the relay's send span", named("send "+p.Cfg.Kafka.StatusTopic, trace.SpanKindProducer, "tr-1"))
 	if send.SpanContext().TraceID() != sc.TraceID() || send.Parent().SpanID() != process.SpanContext().SpanID() {
 		t.Errorf("the status event's send span (parent %s) is not a child of the worker's process span %s",
 			send.Parent().SpanID(), process.SpanContext().SpanID())
@@ -50,7 +50,7 @@ func TestTraceResponseAndStatusEventTrace(t *testing.T) {
 	var relaySpans []sdktrace.ReadOnlySpan
 	testenv.WaitFor(t, 20*time.Second, "the relay's span linking the order's trace", func() bool {
 		relaySpans = rec.where(func(sp sdktrace.ReadOnlySpan) bool {
-			return sp.Name() == "relay "+p.Cfg.KafkaStatusTopic && hasLink(sp, process.SpanContext())
+			return sp.Name() == "relay "+p.Cfg.Kafka.StatusTopic && hasLink(sp, process.SpanContext())
 		})
 		return len(relaySpans) > 0
 	})

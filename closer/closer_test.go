@@ -108,7 +108,7 @@ func mustOrders(tb testing.TB, e env, n int) []placed {
 			}
 			reqs[i].Held = true
 		}
-		ds, err := e.Orders.ProcessBatch(ctx, reqs)
+		ds, err := e.Orders.DecideBatch(ctx, reqs)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -10,6 +10,11 @@ var (
 // Settings are the closer's environment variables.
 var Settings = []setting.Var{closeAfterVar, intervalVar}
 
+// Read is the closer's Config as its settings describe it.
+func Read(r *setting.Reader) Config {
+	return Config{CloseAfter: r.Duration("CLOSE_AFTER"), Interval: r.Duration("CLOSER_INTERVAL")}
+}
+
 // Usage is `orderpipe closer --help`.
 const Usage = `usage: orderpipe closer
 

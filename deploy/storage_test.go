@@ -58,17 +58,17 @@ func TestStorageHasOneOwner(t *testing.T) {
 
 // storageOwners are the directories (and files) where each kind belongs.
 var storageOwners = map[string]string{
-	// pkg/redisconn builds the client (the root's targets.go opens it and
-	// hands it to stock.New and lock.New), pkg/lock owns its lock:/fence: keys
+	// pkg/redisconn builds the client (pkg/target opens it and hands it to
+	// stock.New and lock.New), pkg/lock owns its lock:/fence: keys
 	// and scripts, pkg/telemetry instruments the client (spans, no keys),
 	// pkg/rediskeys unlinks by a pattern its caller gives (test and bench
 	// cleanups), pkg/testenv is the tests' connection factory.
-	"redis": "pkg/stock pkg/redisconn pkg/lock pkg/telemetry pkg/rediskeys pkg/testenv targets.go",
+	"redis": "pkg/stock pkg/redisconn pkg/lock pkg/telemetry pkg/rediskeys pkg/testenv pkg/target",
 	// pkg/database connects and migrates; pkg/lock owns the lock_fences
-	// table of its fencing check (fence.go); the root's targets.go opens
-	// the pool it hands to order.NewStore; pkg/standin and pkg/testenv start and create
+	// table of its fencing check (fence.go); pkg/target opens the pool
+	// it hands to order.NewStore; pkg/standin and pkg/testenv start and create
 	// databases.
-	"pgx":    "pkg/order pkg/database pkg/lock targets.go pkg/standin pkg/testenv",
+	"pgx":    "pkg/order pkg/database pkg/lock pkg/target pkg/standin pkg/testenv",
 	"sql":    "pkg/order pkg/database pkg/lock pkg/testenv",
 	"key":    "pkg/stock",
 	"helper": "pkg/stock pkg/order",

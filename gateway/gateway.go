@@ -59,6 +59,9 @@ type Config struct {
 	BreakerOpenFor time.Duration
 	// Topic is the topic the Producer writes to (names the send span).
 	Topic string
+	// Producer is which producer Start gives the gateway (GATEWAY_PRODUCER):
+	// "group" (event.Producer) or "writer" (kafka-go's Writer).
+	Producer string
 }
 
 func (c *Config) defaults() {

@@ -107,7 +107,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		if !neverSent {
 			// The script may have run and only its reply been lost: undo it,
 			// so "nothing was reserved" stays true.
-			s.abort(ctx, ev, -1, err, w)
+			s.releaseUnproduced(ctx, ev, -1, err, w)
 			return
 		}
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
@@ -128,7 +128,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		// first attempt from giving back what is already durable).
 		s.deps.Metrics.ReserveUnreplicated.Inc()
 		if res.Outcome == stock.Reserved {
-			s.abort(ctx, ev, res.Remaining, errUnreplicated, w)
+			s.releaseUnproduced(ctx, ev, res.Remaining, errUnreplicated, w)
 			s.replays.settled(req.RequestID, fingerprint) // given back: a retry waiting here asks again
 			return
 		}
@@ -143,7 +143,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	switch res.Outcome {
 	case stock.Reserved:
-	case stock.Aborted:
+	case stock.ReleasedBefore:
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 		return
 	case stock.InProgress:
@@ -187,7 +187,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	msg := event.MessageOf(ev, value)
 	start = time.Now()
 	// Not the request's context: a client hanging up must not turn a
-	// produce in flight into an abort. The send span's context is what the
+	// produce in flight into a release. The send span's context is what the
 	// message carries to the worker.
 	sendCtx, sendSpan := event.StartSend(context.WithoutCancel(ctx), s.cfg.Topic, &msg)
 	err = s.kafkaCB.Do(func() error {
@@ -199,7 +199,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	s.deps.Metrics.ProduceSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		telemetry.RecordError(span, err)
-		s.abort(ctx, ev, res.Remaining, err, w)
+		s.releaseUnproduced(ctx, ev, res.Remaining, err, w)
 		// Given back (or its fate unknown): a retry waiting here asks again.
 		s.replays.settled(req.RequestID, fingerprint)
 		return
@@ -240,7 +240,7 @@ func (s *Server) seeStock(it stock.Item, n int64) {
 	g.(prometheus.Gauge).Set(float64(n))
 }
 
-// abort gives a reservation back after a failed produce (or a reserve whose
+// releaseUnproduced releases a reservation after a failed produce (or a reserve whose
 // reply was lost). If a worker has already claimed it, the event did arrive
 // and the answer is 202 after all. If a retry of the request was answered
 // 200 replayed with this orderNo meanwhile, it is not given back either (an
@@ -251,14 +251,15 @@ func (s *Server) seeStock(it stock.Item, n int64) {
 //
 // remaining is the stock the reserve script reported, -1 when its reply was
 // lost; a 202 then says 0, as nothing better is known.
-func (s *Server) abort(ctx context.Context, ev event.OrderRequested, remaining int64, produceErr error, w http.ResponseWriter) {
+func (s *Server) releaseUnproduced(ctx context.Context, ev event.OrderRequested, remaining int64, produceErr error, w http.ResponseWriter) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReserveTimeout)
 	defer cancel()
 	// Not through the Redis breaker: giving a reservation back is always worth a try.
-	out, err := s.deps.Stock.Abort(actx, stock.Release{
+	out, err := s.deps.Stock.Release(actx, stock.Unproduced, stock.Release{
 		Item: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket},
 		Ref:  stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}, UserID: ev.UserID, Quantity: ev.Quantity,
 	})
+
 	if err == nil && (out == stock.Claimed || out == stock.Shown) {
 		if out == stock.Shown {
 			// A retry was already told this orderNo: it is kept, and the

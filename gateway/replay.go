@@ -101,7 +101,7 @@ func (r *replayWaits) settled(requestID, fingerprint string) {
 // awaitReplay is a retry's wait for its first attempt, which the reserve
 // script has just answered in progress: it returns the first answer that is
 // not, or in progress once the deadline has passed or the client has gone.
-// Every answer comes from the same atomic reserve, so an aborted first
+// Every answer comes from the same atomic reserve, so a released first
 // attempt lets a retry reserve afresh. Only a replay is taken from the
 // leader as is (the same orderNo, durable, whoever asked); any other answer
 // of the leader's concerns its own attempt, so a follower asks once itself.

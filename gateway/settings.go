@@ -30,3 +30,16 @@ to Kafka), order lookups and pay, the admin API (with ADMIN_TOKEN), /healthz,
 /readyz and /metrics on HTTP_ADDR. Needs KAFKA_BROKERS and Redis; starts
 without Postgres (lookups answer 503 until it returns).
 `
+
+// Read is the gateway's Config as its settings describe it; what it shares
+// with the process (the Redis bound, the breaker, the topic) Start adds.
+func Read(r *setting.Reader) Config {
+	c := Config{Addr: r.String("HTTP_ADDR"), AdminToken: r.String("ADMIN_TOKEN"), AdminAddr: r.String("ADMIN_ADDR"),
+		APITokens: r.List("API_TOKENS"), Producer: r.String("GATEWAY_PRODUCER"), UserRPS: r.Float("RATE_LIMIT_USER_RPS"),
+		UserBurst: r.Int("RATE_LIMIT_USER_BURST"), GlobalRPS: r.Float("RATE_LIMIT_GLOBAL_RPS"),
+		ProduceTimeout: r.Duration("PRODUCE_TIMEOUT"), ReplayWait: r.Duration("REPLAY_WAIT")}
+	if c.Producer != "group" && c.Producer != "writer" {
+		r.Fail("GATEWAY_PRODUCER: want group or writer, got %q", c.Producer)
+	}
+	return c
+}

@@ -196,7 +196,7 @@ func (r *Reconciler) finishTransfers(ctx context.Context, base stock.Item, bucke
 	for _, t := range transfers {
 		err := r.deps.Stock.Finish(ctx, base, t, fence)
 		if errors.Is(err, stock.ErrNoStockKey) {
-			err = r.deps.Stock.Cancel(ctx, base, t, fence)
+			err = r.deps.Stock.Forget(ctx, base, t, fence)
 		}
 		if err != nil {
 			return err

@@ -92,7 +92,7 @@ func (e *env) decide(tb testing.TB, evs ...event.OrderRequested) []order.Decisio
 		reqs = append(reqs, order.Request{RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID, ActivityID: ev.ActivityID,
 			ItemID: ev.ItemID, Quantity: ev.Quantity, ReservedAt: ev.ReservedAt, Held: claims[0] == stock.ClaimOK})
 	}
-	ds, err := e.orders.ProcessBatch(ctx, reqs)
+	ds, err := e.orders.DecideBatch(ctx, reqs)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestLifecycleIsNeverDrift(t *testing.T) {
 	}
 	e.wantClean(t, e.it, "closed, compensation pending", 2)
 	// The release runs but the process dies before marking it applied.
-	if _, err := e.st.Compensate(ctx, stock.Release{Item: e.it, Ref: stock.Ref{RequestID: a.RequestID, OrderNo: a.OrderNo},
+	if _, err := e.st.Release(ctx, stock.Compensation, stock.Release{Item: e.it, Ref: stock.Ref{RequestID: a.RequestID, OrderNo: a.OrderNo},
 		UserID: a.UserID, Quantity: a.Quantity}); err != nil {
 		t.Fatal(err)
 	}

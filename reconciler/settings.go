@@ -6,3 +6,6 @@ var intervalVar = setting.Var{Name: "RECONCILE_INTERVAL", Default: "1m", Help: "
 
 // Settings are the reconciler's environment variables.
 var Settings = []setting.Var{intervalVar}
+
+// Read is the reconciler's Config as its settings describe it.
+func Read(r *setting.Reader) Config { return Config{Interval: r.Duration("RECONCILE_INTERVAL")} }

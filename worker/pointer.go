@@ -105,7 +105,7 @@ func (w *Worker) releaseInvalid(invalid []invalidEntry) error {
 				"request_id", v.ref.RequestID, "order_no", v.ref.OrderNo)
 			continue
 		}
-		if _, err := w.deps.Stock.Compensate(v.ctx, stock.Release{Item: v.it, Ref: v.ref, UserID: e.UserID, Quantity: e.Quantity}); err != nil {
+		if _, err := w.deps.Stock.Release(v.ctx, stock.Compensation, stock.Release{Item: v.it, Ref: v.ref, UserID: e.UserID, Quantity: e.Quantity}); err != nil {
 			return fmt.Errorf("releasing a reservation with an invalid journal entry: %w", err)
 		}
 	}

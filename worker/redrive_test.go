@@ -33,7 +33,7 @@ func TestRedrivePass(t *testing.T) {
 		if _, err := st.Claim(ctx, it, []stock.Ref{{RequestID: ev.RequestID, OrderNo: ev.OrderNo}}); err != nil {
 			t.Fatal(err)
 		}
-		ds, err := orders.ProcessBatch(ctx, []order.Request{{RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID,
+		ds, err := orders.DecideBatch(ctx, []order.Request{{RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: ev.UserID,
 			ActivityID: 5, ItemID: 6, Quantity: 1, ReservedAt: ev.ReservedAt, Held: true}})
 		if err != nil {
 			t.Fatal(err)

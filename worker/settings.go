@@ -1,6 +1,10 @@
 package worker
 
-import "orderpipe/pkg/setting"
+import (
+	"time"
+
+	"orderpipe/pkg/setting"
+)
 
 var (
 	groupVar           = setting.Var{Name: "KAFKA_GROUP", Default: "orderpipe-worker", Help: "worker consumer group"}
@@ -24,3 +28,20 @@ transaction per batch, offsets committed after it; also runs the journal
 redrive (one replica at a time). /healthz and /metrics on METRICS_ADDR.
 Needs KAFKA_BROKERS, Postgres and Redis.
 `
+
+// TargetConfig is what the worker target reads from its settings: the
+// consumer's, the redrive's and the mover's.
+type TargetConfig struct {
+	Group                         string        // KAFKA_GROUP
+	BatchSize                     int           // WORKER_BATCH_SIZE
+	BatchWait, LagInterval        time.Duration // WORKER_BATCH_WAIT, WORKER_LAG_INTERVAL
+	RedriveAfter, RedriveInterval time.Duration // REDRIVE_AFTER, REDRIVE_INTERVAL
+	MoveInterval                  time.Duration // MOVE_INTERVAL
+}
+
+// Read is the TargetConfig the settings describe.
+func Read(r *setting.Reader) TargetConfig {
+	return TargetConfig{Group: r.String("KAFKA_GROUP"), BatchSize: r.Int("WORKER_BATCH_SIZE"), BatchWait: r.Duration("WORKER_BATCH_WAIT"),
+		LagInterval: r.Duration("WORKER_LAG_INTERVAL"), RedriveAfter: r.Duration("REDRIVE_AFTER"),
+		RedriveInterval: r.Duration("REDRIVE_INTERVAL"), MoveInterval: r.Duration("MOVE_INTERVAL")}
+}

@@ -384,7 +384,7 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 	err = w.pgCB.Do(func() error {
 		var err error
 		start := time.Now()
-		decisions, err = w.deps.Orders.ProcessBatch(ctx, live)
+		decisions, err = w.deps.Orders.DecideBatch(ctx, live)
 		if err == nil {
 			w.deps.Metrics.BatchCommitSeconds.Observe(time.Since(start).Seconds())
 		}

@@ -266,7 +266,7 @@ func TestGhostEventIsSkipped(t *testing.T) {
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	ghost := f.reserve(t, "r", 1)
-	if out, err := f.stock.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "1-2-r"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
+	if out, err := f.stock.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "1-2-r"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
 		t.Fatalf("abort: %s %v", out, err)
 	}
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost}); err != nil {
@@ -316,7 +316,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 		reqs[i] = order.Request{RequestID: r.RequestID, OrderNo: r.OrderNo, UserID: int64(i + 1), ActivityID: 1, ItemID: 2, Quantity: 1,
 			ReservedAt: time.Now(), Held: true}
 	}
-	if _, err := f.orders.ProcessBatch(ctx, reqs); err != nil {
+	if _, err := f.orders.DecideBatch(ctx, reqs); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.redisStock(t); got != 8 {
@@ -396,7 +396,7 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 			if _, err := f.stock.Claim(ctx, f.item, []stock.Ref{ref}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.orders.ProcessBatch(ctx, []order.Request{{RequestID: "a", OrderNo: "1-2-a", UserID: 1, ActivityID: 1,
+			if _, err := f.orders.DecideBatch(ctx, []order.Request{{RequestID: "a", OrderNo: "1-2-a", UserID: 1, ActivityID: 1,
 				ItemID: 2, Quantity: 1, ReservedAt: time.Now(), Held: true}}); err != nil {
 				t.Fatal(err)
 			}

@@ -144,7 +144,7 @@ func (s *Suite) redisRoles() (primary, replica *redisNode) {
 // crash of the machine — would empty its replica too when it resyncs, and
 // lose the dedup records of requests answered 202 whose orders are not
 // decided yet: no setting but persistence closes that, so the nemesis does
-// not inject it; docs/benchmarks.md, "Nemesis".)
+// not inject it; docs/benchmarks.md, "Chaos".)
 func (s *Suite) redisRestart(ctx context.Context, down time.Duration) (string, error) {
 	at := s.since()
 	prim, _ := s.redisRoles()

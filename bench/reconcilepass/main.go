@@ -89,7 +89,7 @@ func main() {
 			if _, err := st.Claim(ctx, it, refs); err != nil {
 				log.Fatal(err)
 			}
-			if _, err := orders.ProcessBatch(ctx, reqs); err != nil {
+			if _, err := orders.DecideBatch(ctx, reqs); err != nil {
 				log.Fatal(err)
 			}
 			if _, err := st.Ack(ctx, it, refs); err != nil {

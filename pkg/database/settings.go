@@ -13,6 +13,25 @@ var Settings = []setting.Var{
 	{Name: "DB_MAX_CONNS", Default: "20", Help: "Postgres pool size per process"},
 }
 
+// Config is where Postgres is and how many connections a process opens.
+type Config struct {
+	URL      string // DATABASE_URL
+	MaxConns int    // DB_MAX_CONNS
+}
+
+// Read is the Config the settings describe.
+func Read(r *setting.Reader) Config {
+	return Config{URL: r.String("DATABASE_URL"), MaxConns: r.Int("DB_MAX_CONNS")}
+}
+
+// MigrateUsage is `orderpipe migrate --help`.
+const MigrateUsage = `usage: orderpipe migrate
+
+Creates the database DATABASE_URL names if it is missing (through the
+server's maintenance database "postgres") and applies every embedded
+migration not applied yet, serialized across processes by an advisory lock.
+`
+
 // Prepare is `orderpipe migrate` (and the start of `orderpipe all`): it
 // creates the database url names if it is missing and applies every
 // migration not applied yet.

@@ -1,6 +1,15 @@
 package event
 
-import "orderpipe/pkg/setting"
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/setting"
+)
 
 // Settings are the environment variables of the Kafka clients: where the
 // cluster is, its topics, how a client reaches it.
@@ -32,3 +41,60 @@ func ReadSecurity(r *setting.Reader) Security {
 	}
 	return sec
 }
+
+// Config is where the cluster is, the pipeline's topics on it and how a
+// client reaches it.
+type Config struct {
+	Brokers                      []string // KAFKA_BROKERS
+	Topic, DLQTopic, StatusTopic string   // KAFKA_TOPIC, KAFKA_DLQ_TOPIC, KAFKA_STATUS_TOPIC
+	// Partitions and ReplicationFactor are those of the topics orderpipe
+	// creates (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR).
+	Partitions, ReplicationFactor int
+	BatchTimeout                  time.Duration // KAFKA_BATCH_TIMEOUT, the linger of a Writer
+	Security                      Security      // KAFKA_TLS*, KAFKA_SASL_*
+}
+
+// Read is the Config the settings describe.
+func Read(r *setting.Reader) Config {
+	c := Config{Brokers: r.List("KAFKA_BROKERS"), Topic: r.String("KAFKA_TOPIC"), DLQTopic: r.String("KAFKA_DLQ_TOPIC"),
+		StatusTopic: r.String("KAFKA_STATUS_TOPIC"), Partitions: r.Int("KAFKA_PARTITIONS"), ReplicationFactor: r.Int("KAFKA_REPLICATION_FACTOR"),
+		BatchTimeout: r.Duration("KAFKA_BATCH_TIMEOUT"), Security: ReadSecurity(r)}
+	if c.Partitions == 0 {
+		r.Fail("KAFKA_PARTITIONS: want at least 1")
+	}
+	if c.ReplicationFactor < 1 {
+		r.Fail("KAFKA_REPLICATION_FACTOR: want at least 1")
+	}
+	return c
+}
+
+// Writer is a Writer (NewWriter) of topic on the cluster.
+func (c Config) Writer(topic string) *kafka.Writer {
+	return NewWriter(WriterConfig{Brokers: c.Brokers, Topic: topic, BatchTimeout: c.BatchTimeout, Security: c.Security})
+}
+
+// EnsureTopics creates the order, dead-letter and status topics if missing.
+func (c Config) EnsureTopics(ctx context.Context) error {
+	return c.Security.EnsureTopics(ctx, c.Brokers, c.Partitions, c.ReplicationFactor, c.Topic, c.DLQTopic, c.StatusTopic)
+}
+
+// CreateTopics is `orderpipe topics`: EnsureTopics on a real cluster.
+func (c Config) CreateTopics(ctx context.Context, log *slog.Logger) error {
+	if len(c.Brokers) == 0 {
+		return errors.New("KAFKA_BROKERS is empty: topics are created on a real cluster (the embedded broker creates its own)")
+	}
+	if err := c.EnsureTopics(ctx); err != nil {
+		return err
+	}
+	log.Info("topics ready", "topics", []string{c.Topic, c.DLQTopic, c.StatusTopic}, "partitions", c.Partitions,
+		"replication_factor", c.ReplicationFactor)
+	return nil
+}
+
+// TopicsUsage is `orderpipe topics --help`.
+const TopicsUsage = `usage: orderpipe topics
+
+Creates KAFKA_TOPIC, KAFKA_DLQ_TOPIC and KAFKA_STATUS_TOPIC on KAFKA_BROKERS if they are missing,
+with KAFKA_PARTITIONS partitions and KAFKA_REPLICATION_FACTOR replicas each;
+existing topics are left as they are.
+`

@@ -71,7 +71,7 @@ type Compensation struct {
 
 type itemKey struct{ activityID, itemID int64 }
 
-// ProcessBatch persists a batch of reservations in one transaction and
+// DecideBatch persists a batch of reservations in one transaction and
 // returns a decision per request, in order. Its effect is that of the
 // contract's per-message steps applied in batch order — idempotency row,
 // conditional stock update, order insert, compensation when Postgres says no —
@@ -81,7 +81,7 @@ type itemKey struct{ activityID, itemID int64 }
 // too little stock does the batch fall back to deciding order by order.
 // Nothing is visible unless the whole batch commits, so the caller commits
 // Kafka offsets only after it returns nil.
-func (s *Store) ProcessBatch(ctx context.Context, reqs []Request) ([]Decision, error) {
+func (s *Store) DecideBatch(ctx context.Context, reqs []Request) ([]Decision, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("beginning batch tx: %w", err)

@@ -14,7 +14,7 @@ func req(rid string, user int64, q int) order.Request {
 		ReservedAt: time.Now(), Held: true}
 }
 
-func TestProcessBatchDecidesLikeOneByOne(t *testing.T) {
+func TestDecideBatchLikeOneByOne(t *testing.T) {
 	ctx := context.Background()
 	s := mustStore(t)
 	// Leave 5 units: the batch below asks for 2+2+3+1+1 from distinct users,
@@ -25,7 +25,7 @@ func TestProcessBatchDecidesLikeOneByOne(t *testing.T) {
 	foreign := req("a", 9, 1)
 	foreign.OrderNo, foreign.ItemID = "1-11-other", 11
 	batch := []order.Request{req("a", 1, 2), req("b", 2, 2), req("c", 3, 3), req("d", 1, 1), req("a", 1, 2), req("e", 4, 1), foreign}
-	ds, err := s.ProcessBatch(ctx, batch)
+	ds, err := s.DecideBatch(ctx, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestProcessBatchDecidesLikeOneByOne(t *testing.T) {
 		t.Errorf("%d rejected requests, want 2", rejected)
 	}
 	// The whole batch again: every request is a duplicate, nothing changes.
-	again, err := s.ProcessBatch(ctx, batch)
+	again, err := s.DecideBatch(ctx, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,11 +84,11 @@ func TestProcessBatchDecidesLikeOneByOne(t *testing.T) {
 	}
 }
 
-// TestProcessBatchOneUserTwoRequests: one user's R1 (q=2) and R2 (q=1) in one
+// TestDecideBatchOneUserTwoRequests: one user's R1 (q=2) and R2 (q=1) in one
 // batch. One by one, R1 is checked for stock first, so whether it fits
 // decides both: the batch must agree, and the user's marker must name the
 // order they hold.
-func TestProcessBatchOneUserTwoRequests(t *testing.T) {
+func TestDecideBatchOneUserTwoRequests(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string
@@ -114,7 +114,7 @@ func TestProcessBatchOneUserTwoRequests(t *testing.T) {
 			if _, err := s.Pool().Exec(ctx, `UPDATE item_stock SET stock = $1, initial_stock = $1`, tc.stock); err != nil {
 				t.Fatal(err)
 			}
-			ds, err := s.ProcessBatch(ctx, []order.Request{req("r1", 1, 2), req("r2", 1, 1)})
+			ds, err := s.DecideBatch(ctx, []order.Request{req("r1", 1, 2), req("r2", 1, 1)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,10 +154,10 @@ func TestForeignReservationIsReadable(t *testing.T) {
 		r.OrderNo, r.ItemID = no, 11
 		return r
 	}
-	if _, err := s.ProcessBatch(ctx, []order.Request{req("x", 1, 1)}); err != nil {
+	if _, err := s.DecideBatch(ctx, []order.Request{req("x", 1, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := s.ProcessBatch(ctx, []order.Request{other("x", "1-11-later"), req("y", 2, 1), other("y", "1-11-same-batch")})
+	ds, err := s.DecideBatch(ctx, []order.Request{other("x", "1-11-later"), req("y", 2, 1), other("y", "1-11-same-batch")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,14 +177,14 @@ func TestForeignReservationIsReadable(t *testing.T) {
 		}
 	}
 	// Redelivered: nothing new.
-	if _, err := s.ProcessBatch(ctx, []order.Request{other("x", "1-11-later")}); err != nil {
+	if _, err := s.DecideBatch(ctx, []order.Request{other("x", "1-11-later")}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// BenchmarkProcessBatch measures one worker transaction of 500 orders of
+// BenchmarkDecideBatch measures one worker transaction of 500 orders of
 // one hot item (the aggregated stock update).
-func BenchmarkProcessBatch(b *testing.B) {
+func BenchmarkDecideBatch(b *testing.B) {
 	ctx := context.Background()
 	s := mustStore(b)
 	if _, err := s.Pool().Exec(ctx, `UPDATE item_stock SET stock = 1000000000, initial_stock = 1000000000`); err != nil {
@@ -199,7 +199,7 @@ func BenchmarkProcessBatch(b *testing.B) {
 			n++
 			batch[i] = req(fmt.Sprintf("b%d", n), int64(n), 1)
 		}
-		if _, err := s.ProcessBatch(ctx, batch); err != nil {
+		if _, err := s.DecideBatch(ctx, batch); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -29,7 +29,7 @@ func mustStore(tb testing.TB) *order.Store {
 func mustOrder(tb testing.TB, s *order.Store, user int64, qty int) string {
 	tb.Helper()
 	no := fmt.Sprintf("1-10-u%d", user)
-	ds, err := s.ProcessBatch(context.Background(), []order.Request{{RequestID: fmt.Sprintf("r-%d", user), OrderNo: no,
+	ds, err := s.DecideBatch(context.Background(), []order.Request{{RequestID: fmt.Sprintf("r-%d", user), OrderNo: no,
 		UserID: user, ActivityID: 1, ItemID: 10, Quantity: qty, ReservedAt: time.Now(), Held: true}})
 	if err != nil {
 		tb.Fatal(err)
@@ -89,7 +89,7 @@ func TestPay(t *testing.T) {
 	t.Run("RejectedIsRefused", func(t *testing.T) {
 		mustOrder(t, s, 3, 1)
 		// Same user again: the one-live-order index rejects it.
-		ds, err := s.ProcessBatch(ctx, []order.Request{{RequestID: "r-3b", OrderNo: "1-10-u3b", UserID: 3, ActivityID: 1,
+		ds, err := s.DecideBatch(ctx, []order.Request{{RequestID: "r-3b", OrderNo: "1-10-u3b", UserID: 3, ActivityID: 1,
 			ItemID: 10, Quantity: 1, ReservedAt: time.Now(), Held: true}})
 		if err != nil || ds[0].Outcome != order.Rejected {
 			t.Fatalf("setup: %+v %v", ds, err)
@@ -248,7 +248,7 @@ func TestPaidOrderIsLive(t *testing.T) {
 	if _, err := s.Pay(ctx, no); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := s.ProcessBatch(ctx, []order.Request{{RequestID: "second", OrderNo: "1-10-second", UserID: 1, ActivityID: 1, ItemID: 10,
+	ds, err := s.DecideBatch(ctx, []order.Request{{RequestID: "second", OrderNo: "1-10-second", UserID: 1, ActivityID: 1, ItemID: 10,
 		Quantity: 1, ReservedAt: time.Now(), Held: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ func TestPayWhileTheWorkerInserts(t *testing.T) {
 				return
 			}
 		}()
-		if _, err := s.ProcessBatch(ctx, []order.Request{r}); err != nil {
+		if _, err := s.DecideBatch(ctx, []order.Request{r}); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-done; err != nil {

@@ -46,7 +46,7 @@ func TestStatusEventsOfEveryChange(t *testing.T) {
 	ctx := context.Background()
 	s := mustStore(t)
 	batch := func(user int64, no string) order.Decision {
-		ds, err := s.ProcessBatch(ctx, []order.Request{{RequestID: "r-" + no, OrderNo: no, UserID: user, ActivityID: 1, ItemID: 10,
+		ds, err := s.DecideBatch(ctx, []order.Request{{RequestID: "r-" + no, OrderNo: no, UserID: user, ActivityID: 1, ItemID: 10,
 			Quantity: 1, ReservedAt: time.Now(), Held: true, TraceParent: orderTrace}})
 		if err != nil {
 			t.Fatal(err)

@@ -6,7 +6,7 @@
 // pkg/database's migrations and pkg/lock's fences: others call typed
 // methods (tests that must reach behind them use ordertest), and the store
 // hands out no pool.
-// One place decides what a batch of reservations does (ProcessBatch). It
+// One place decides what a batch of reservations does (DecideBatch). It
 // never talks to Redis or Kafka.
 package order
 

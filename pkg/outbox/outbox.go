@@ -55,13 +55,14 @@ func (a *Applier) apply(ctx context.Context, c order.Compensation, res *Result) 
 	it, cerr := a.itemOf(ctx, c)
 	var out stock.ReleaseOutcome
 	if cerr == nil {
-		out, cerr = a.Stock.Compensate(ctx, stock.Release{
+		out, cerr = a.Stock.Release(ctx, stock.Compensation, stock.Release{
 			Item:       it,
 			Ref:        stock.Ref{RequestID: c.RequestID, OrderNo: c.OrderNo},
 			UserID:     c.UserID,
 			Quantity:   c.Quantity,
 			LimitOwner: c.LimitOwner,
 		})
+
 	}
 	if cerr != nil {
 		res.Failed++

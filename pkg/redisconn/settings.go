@@ -19,9 +19,21 @@ var Settings = []setting.Var{
 }
 
 // Read is the connection the settings describe. Whether it is a usable one
-// is Check's to say.
+// is Check's to say (or ReadChecked's).
 func Read(r *setting.Reader) Config {
 	return Config{URL: r.String("REDIS_URL"), Addr: r.String("REDIS_ADDR"), Username: r.String("REDIS_USERNAME"),
 		Password: r.String("REDIS_PASSWORD"), CAFile: r.String("REDIS_TLS_CA_FILE"), CertFile: r.String("REDIS_TLS_CERT_FILE"),
 		KeyFile: r.String("REDIS_TLS_KEY_FILE"), Timeout: r.Duration("REDIS_TIMEOUT")}
+}
+
+// ReadChecked is Read, and a failure of r when the settings do not describe
+// a usable connection (both REDIS_URL and REDIS_ADDR given among them).
+func ReadChecked(r *setting.Reader) Config {
+	c := Read(r)
+	if c.URL != "" && setting.Set("REDIS_ADDR") {
+		r.Fail("REDIS_URL and REDIS_ADDR are both set: set one")
+	} else if err := c.Check(); err != nil {
+		r.Fail("%s", err.Error())
+	}
+	return c
 }

@@ -68,7 +68,7 @@ func (e *env) changes(tb testing.TB, n int) {
 	for range n {
 		u := e.next.Add(1)
 		no := fmt.Sprintf("1-10-o%d", u)
-		ds, err := e.orders.ProcessBatch(ctx, []order.Request{{RequestID: fmt.Sprintf("r-%d", u), OrderNo: no, UserID: u,
+		ds, err := e.orders.DecideBatch(ctx, []order.Request{{RequestID: fmt.Sprintf("r-%d", u), OrderNo: no, UserID: u,
 			ActivityID: 1, ItemID: 10, Quantity: 1, ReservedAt: time.Now(), Held: true}})
 		if err != nil || ds[0].Outcome != order.Created {
 			tb.Fatalf("order %s: %v %v", no, ds, err)

@@ -11,6 +11,16 @@ var (
 // Settings are the relay's environment variables.
 var Settings = []setting.Var{intervalVar, batchSizeVar, retentionVar}
 
+// Read is the relay's Config as its settings describe it; the topic Start
+// adds (KAFKA_STATUS_TOPIC).
+func Read(r *setting.Reader) Config {
+	c := Config{Interval: r.Duration("RELAY_INTERVAL"), BatchSize: r.Int("RELAY_BATCH_SIZE"), Retention: r.Duration("STATUS_RETENTION")}
+	if c.BatchSize == 0 {
+		r.Fail("RELAY_BATCH_SIZE: want at least 1")
+	}
+	return c
+}
+
 // Usage is `orderpipe relay --help`.
 const Usage = `usage: orderpipe relay
 

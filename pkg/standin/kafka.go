@@ -34,14 +34,14 @@ type KafkaOptions struct {
 	// clients to connect to (its metadata) instead of its own: a proxy in
 	// front of it, as Kafka's advertised.listeners.
 	AdvertisedPort int
-	// GhostFunc hears members the broker removed from a group because they
-	// had gone silent (see ReapGhosts) and reaper passes that failed (the
+	// StaleFunc hears members the broker removed from a group because they
+	// had gone silent (see ReapStaleMembers) and reaper passes that failed (the
 	// next pass tries again); nil ⇒ ignored.
-	GhostFunc func(reaped []string, err error)
+	StaleFunc func(reaped []string, err error)
 }
 
-// ghostInterval is how often the broker looks for silent group members.
-const ghostInterval = time.Second
+// staleInterval is how often the broker looks for silent group members.
+const staleInterval = time.Second
 
 // Kafka is a running in-process Kafka-protocol broker (kfake): the embedded
 // broker of `orderpipe all` and `orderpipe kafka` in development builds.
@@ -51,7 +51,7 @@ type Kafka struct {
 	Brokers []string
 
 	retention Retention
-	ghosts    *ghosts
+	stale     *staleWatch
 	own       string // the broker's own listening address
 	stop      context.CancelFunc
 	stopped   chan struct{}
@@ -93,15 +93,15 @@ func StartKafka(o KafkaOptions) (*Kafka, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded kafka %s: %w", where, err)
 	}
-	k := &Kafka{Cluster: c, Brokers: c.ListenAddrs(), retention: o.Retention, ghosts: newGhosts(), own: own, stopped: make(chan struct{})}
-	k.ghosts.watch(k)
+	k := &Kafka{Cluster: c, Brokers: c.ListenAddrs(), retention: o.Retention, stale: newStaleWatch(), own: own, stopped: make(chan struct{})}
+	k.stale.watch(k)
 	ctx, cancel := context.WithCancel(context.Background())
 	k.stop = cancel
 	var wg sync.WaitGroup
 	if o.Retention.Interval > 0 {
 		wg.Go(func() { k.retain(ctx, o.RetentionErrFunc) })
 	}
-	wg.Go(func() { k.reapGhosts(ctx, ghostInterval, o.GhostFunc) })
+	wg.Go(func() { k.reapStaleMembers(ctx, staleInterval, o.StaleFunc) })
 	go func() {
 		wg.Wait()
 		close(k.stopped)

@@ -95,7 +95,7 @@ func (cfg Embedded) Start() (brokers []string, stop func(), err error) {
 				cfg.StatusTopic: int64(cfg.DLQRetainMB) << 20},
 			Guard: map[string]string{cfg.Topic: cfg.Group}},
 		RetentionErrFunc: func(err error) { slog.Warn("embedded broker: deleting old records", "err", err) },
-		GhostFunc: func(reaped []string, err error) {
+		StaleFunc: func(reaped []string, err error) {
 			if len(reaped) > 0 {
 				slog.Warn("embedded broker: removed group members silent past their session timeout", "members", reaped)
 			}

@@ -110,7 +110,7 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	if r := reserve("r3", "o3", 3, 1, "fp-r3"); r.Outcome != stock.SoldOut {
 		t.Errorf("sold out: %+v", r)
 	}
-	out, err := st.Abort(ctx, stock.Release{Item: it, Ref: stock.Ref{RequestID: "r2", OrderNo: "o2"}, UserID: 2, Quantity: 2})
+	out, err := st.Release(ctx, stock.Unproduced, stock.Release{Item: it, Ref: stock.Ref{RequestID: "r2", OrderNo: "o2"}, UserID: 2, Quantity: 2})
 	if err != nil || out != stock.Released {
 		t.Fatalf("abort: %s %v", out, err)
 	}
@@ -127,13 +127,13 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	}
 	before := rdb.TTL(ctx, k.Limit(4)).Val()
 	rel := stock.Release{Item: it, Ref: stock.Ref{RequestID: "r4", OrderNo: "o4"}, UserID: 4, Quantity: 1, LimitOwner: "r-live"}
-	if out, err := st.Compensate(ctx, rel); err != nil || out != stock.Released {
+	if out, err := st.Release(ctx, stock.Compensation, rel); err != nil || out != stock.Released {
 		t.Fatalf("compensate: %s %v", out, err)
 	}
 	if got, ttl := rdb.Get(ctx, k.Limit(4)).Val(), rdb.TTL(ctx, k.Limit(4)).Val(); got != "r-live" || ttl <= 0 || ttl > before {
 		t.Errorf("marker after compensate with owner: %q ttl %s (was %s); want r-live with the TTL kept", got, ttl, before)
 	}
-	if out, err := st.Compensate(ctx, rel); err != nil || out != stock.AlreadyReleased {
+	if out, err := st.Release(ctx, stock.Compensation, rel); err != nil || out != stock.AlreadyReleased {
 		t.Errorf("second compensate: %s %v", out, err)
 	}
 	if s := rdb.Get(ctx, k.Stock).Val(); s != "2" {

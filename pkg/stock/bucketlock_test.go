@@ -72,7 +72,7 @@ func TestStaleBucketHolderRefused(t *testing.T) {
 	_, err = s.Take(ctx, it, stock.Transfer{ID: "x2", From: 1, To: 2, Units: 1}, old)
 	stale("take", err)
 	stale("give", s.Finish(ctx, it, tr, old))
-	stale("cancel", s.Cancel(ctx, it, tr, old))
+	stale("cancel", s.Forget(ctx, it, tr, old))
 	_, err = s.Move(ctx, it, 3, old)
 	stale("move", err)
 	if _, err := s.Take(ctx, it, stock.Transfer{ID: "x3", From: 1, To: 2, Units: 1}, 0); err == nil {

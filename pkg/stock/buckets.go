@@ -188,9 +188,9 @@ func (s *Store) Finish(ctx context.Context, it Item, t Transfer, fence int64) er
 	return s.settle(ctx, it, t, fence, "give")
 }
 
-// Cancel forgets a transfer whose units the reconciler's fix has accounted
+// Forget forgets a transfer whose units the reconciler's fix has accounted
 // for anew: its give can no longer run, and its record is dropped.
-func (s *Store) Cancel(ctx context.Context, it Item, t Transfer, fence int64) error {
+func (s *Store) Forget(ctx context.Context, it Item, t Transfer, fence int64) error {
 	return s.settle(ctx, it, t, fence, "cancel")
 }
 

@@ -50,21 +50,21 @@ func TestMarkerIndexFollowsTheMarkers(t *testing.T) {
 	rel := func(rid, ono string, user int64, owner string) stock.Release {
 		return stock.Release{Item: f.item, Ref: stock.Ref{RequestID: rid, OrderNo: ono}, UserID: user, Quantity: 1, LimitOwner: owner}
 	}
-	if out, err := f.s.Abort(ctx, rel("ra", "oa", 1, "")); err != nil || out != stock.Released {
+	if out, err := f.s.Release(ctx, stock.Unproduced, rel("ra", "oa", 1, "")); err != nil || out != stock.Released {
 		t.Fatalf("abort: %s %v", out, err)
 	}
 	want("after an abort", 2, 3, 4)
-	if out, err := f.s.Compensate(ctx, rel("rb", "ob", 2, "")); err != nil || out != stock.Released {
+	if out, err := f.s.Release(ctx, stock.Compensation, rel("rb", "ob", 2, "")); err != nil || out != stock.Released {
 		t.Fatalf("compensate: %s %v", out, err)
 	}
 	want("after a compensation", 3, 4)
 	// The marker is handed to the user's live order: it stays, so does the member.
-	if out, err := f.s.Compensate(ctx, rel("rc", "oc", 3, "r-live")); err != nil || out != stock.Released {
+	if out, err := f.s.Release(ctx, stock.Compensation, rel("rc", "oc", 3, "r-live")); err != nil || out != stock.Released {
 		t.Fatalf("compensate with an owner: %s %v", out, err)
 	}
 	want("after a hand-over", 3, 4)
 	// A release of a reservation that no longer holds the marker leaves both.
-	if out, err := f.s.Compensate(ctx, rel("r-old", "o-old", 4, "")); err != nil || out != stock.Released {
+	if out, err := f.s.Release(ctx, stock.Compensation, rel("r-old", "o-old", 4, "")); err != nil || out != stock.Released {
 		t.Fatalf("compensate of a stale reservation: %s %v", out, err)
 	}
 	want("after a release of another request", 3, 4)

@@ -50,7 +50,7 @@ func TestReads(t *testing.T) {
 	}
 
 	rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r1", OrderNo: "1-2-o1"}, UserID: 7, Quantity: 2}
-	if out, err := f.s.Compensate(ctx, rel); err != nil || out != stock.Released {
+	if out, err := f.s.Release(ctx, stock.Compensation, rel); err != nil || out != stock.Released {
 		t.Fatalf("compensate: %v %v", out, err)
 	}
 	if fate, err := f.s.Fate(ctx, f.item, "1-2-o1"); err != nil || fate != "released:1-2-o1" {

@@ -158,9 +158,9 @@ const (
 	OverCap              Outcome = "OVER_CAP"
 	SoldOut              Outcome = "SOLD_OUT"
 	AlreadyPurchased     Outcome = "ALREADY_PURCHASED"
-	// Aborted: this orderNo was given back before its reserve ran (a late
-	// copy of the call); nothing changed.
-	Aborted Outcome = "ABORTED"
+	// ReleasedBefore: this orderNo was released before its reserve ran (a
+	// late copy of the call); nothing changed.
+	ReleasedBefore Outcome = "ABORTED"
 	// InProgress: a retry of a request whose first attempt's event is not
 	// durable yet (not acked by Kafka, not claimed, not in Postgres); its
 	// orderNo must not be shown. Nothing changed.
@@ -252,7 +252,7 @@ type Ref struct {
 	OrderNo   string
 }
 
-// Release describes a reservation to give back.
+// Release describes a reservation to release (Store.Release).
 type Release struct {
 	Item
 	Ref
@@ -269,35 +269,43 @@ type ReleaseOutcome string
 const (
 	Released        ReleaseOutcome = "RELEASED"
 	AlreadyReleased ReleaseOutcome = "ALREADY_RELEASED"
-	// Claimed: an abort found the reservation owned by a worker; the event
-	// was delivered after all and nothing was released.
+	// Claimed: an Unproduced release found the reservation owned by a
+	// worker; the event was delivered after all and nothing was released.
 	Claimed ReleaseOutcome = "CLAIMED"
-	// Shown: an abort found that a retry of the request was already answered
-	// with this orderNo (200 replayed); nothing was released and the journal
-	// entry is left for the redrive to publish.
+	// Shown: an Unproduced release found that a retry of the request was
+	// already answered with this orderNo (200 replayed); nothing was released
+	// and the journal entry is left for the redrive to publish.
 	Shown ReleaseOutcome = "SHOWN"
-	// NotReserved: an abort found no reservation of that orderNo (the
-	// reserve whose reply was lost never ran); nothing changed.
+	// NotReserved: an Unproduced release found no reservation of that
+	// orderNo (the reserve whose reply was lost never ran); nothing changed.
 	NotReserved ReleaseOutcome = "NOT_RESERVED"
 )
 
-// Abort gives back a reservation whose event the gateway could not produce,
-// unless a worker already claimed it.
-func (s *Store) Abort(ctx context.Context, r Release) (ReleaseOutcome, error) {
-	return s.release(ctx, r, "abort")
-}
+// Cause is why a reservation is released, which decides what may stop it.
+// Its value is the release script's mode.
+type Cause string
 
-// Compensate gives back a reservation Postgres rejected or closed; applied at
-// most once per reservation however often it is called.
-func (s *Store) Compensate(ctx context.Context, r Release) (ReleaseOutcome, error) {
-	return s.release(ctx, r, "compensate")
-}
+const (
+	// Unproduced: the gateway could not produce the reservation's event.
+	// A worker that already claimed it, or a retry already shown its
+	// orderNo, wins: nothing is released then (Claimed, Shown).
+	Unproduced Cause = "abort"
+	// Compensation: a compensation row asks for the release (Postgres
+	// rejected, closed or cancelled the order); it always applies.
+	Compensation Cause = "compensate"
+)
 
-func (s *Store) release(ctx context.Context, r Release, mode string) (ReleaseOutcome, error) {
+// Release gives a reservation's stock, and the user's limit marker, back:
+// the one release script, applied at most once per reservation however
+// often it is called.
+func (s *Store) Release(ctx context.Context, cause Cause, r Release) (ReleaseOutcome, error) {
+	if cause != Unproduced && cause != Compensation {
+		return "", fmt.Errorf("releasing %s: unknown cause %q", r.RequestID, cause)
+	}
 	k := s.keys(r.Item)
 	res, err := releaseScript.Run(ctx, s.rdb,
 		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.OrderNo), k.Req(r.RequestID), k.Order(r.OrderNo), k.MarkerIndex()},
-		r.RequestID, r.OrderNo, r.Quantity, mode, r.LimitOwner, int64(FateLifetime/time.Second), r.UserID,
+		r.RequestID, r.OrderNo, r.Quantity, string(cause), r.LimitOwner, int64(FateLifetime/time.Second), r.UserID,
 	).Text()
 	if err != nil {
 		return "", fmt.Errorf("running release script: %w", err)

@@ -142,14 +142,14 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 		f := mustFixture(t, 5, 1)
 		f.reserve(t, "r", "o1", 1, 1, "fp")
 		rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
-		if out, err := f.s.Abort(ctx, rel); err != nil || out != stock.Released {
+		if out, err := f.s.Release(ctx, stock.Unproduced, rel); err != nil || out != stock.Released {
 			t.Fatalf("abort: %s %v", out, err)
 		}
 		if f.stock(t) != 5 || f.r.Client.Exists(ctx, f.keys.Limit(1), f.keys.Req("r"), f.keys.Order("o1")).Val() != 0 ||
 			f.r.Client.HLen(ctx, f.keys.Journal).Val() != 0 {
 			t.Fatal("abort left the reservation behind")
 		}
-		if out, _ := f.s.Abort(ctx, rel); out != stock.AlreadyReleased {
+		if out, _ := f.s.Release(ctx, stock.Unproduced, rel); out != stock.AlreadyReleased {
 			t.Errorf("second abort: %s", out)
 		}
 		if f.stock(t) != 5 {
@@ -176,7 +176,7 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 		if err != nil || claims[0] != stock.ClaimOK || claims[1] != stock.ClaimUnknown {
 			t.Fatalf("claim: %v %v", claims, err)
 		}
-		out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1})
+		out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1})
 		if err != nil || out != stock.Claimed {
 			t.Fatalf("abort of a claimed reservation: %s %v", out, err)
 		}
@@ -202,19 +202,19 @@ func TestLateReserveAfterAbortChangesNothing(t *testing.T) {
 	// Released, then the same call runs again.
 	f.reserve(t, "r", "o1", 1, 1, "fp")
 	rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
-	if out, err := f.s.Abort(ctx, rel); err != nil || out != stock.Released {
+	if out, err := f.s.Release(ctx, stock.Unproduced, rel); err != nil || out != stock.Released {
 		t.Fatalf("abort: %s %v", out, err)
 	}
-	if res := f.reserve(t, "r", "o1", 1, 1, "fp"); res.Outcome != stock.Aborted {
+	if res := f.reserve(t, "r", "o1", 1, 1, "fp"); res.Outcome != stock.ReleasedBefore {
 		t.Fatalf("late copy of an aborted reserve: %+v, want ABORTED", res)
 	}
 	nothingHeld("late copy after a release")
 	// The abort ran first and found nothing; the reserve arrives after it.
 	rel.OrderNo = "o2"
-	if out, err := f.s.Abort(ctx, rel); err != nil || out != stock.NotReserved {
+	if out, err := f.s.Release(ctx, stock.Unproduced, rel); err != nil || out != stock.NotReserved {
 		t.Fatalf("abort of a reserve that has not run: %s %v", out, err)
 	}
-	if res := f.reserve(t, "r", "o2", 1, 1, "fp"); res.Outcome != stock.Aborted {
+	if res := f.reserve(t, "r", "o2", 1, 1, "fp"); res.Outcome != stock.ReleasedBefore {
 		t.Fatalf("reserve after its abort: %+v, want ABORTED", res)
 	}
 	nothingHeld("reserve after its abort")
@@ -237,7 +237,7 @@ func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
 	}
 	rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "b", OrderNo: "ob"}, UserID: 2, Quantity: 1}
 	for i, want := range []stock.ReleaseOutcome{stock.Released, stock.AlreadyReleased, stock.AlreadyReleased} {
-		if out, err := f.s.Compensate(ctx, rel); err != nil || out != want {
+		if out, err := f.s.Release(ctx, stock.Compensation, rel); err != nil || out != want {
 			t.Errorf("compensate #%d: %s %v", i, out, err)
 		}
 	}
@@ -250,7 +250,7 @@ func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
 	}
 	// The marker is handed over, not freed, when a limit owner is given.
 	f.reserve(t, "c", "oc", 3, 1, "fp")
-	if _, err := f.s.Compensate(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "c", OrderNo: "oc"}, UserID: 3, Quantity: 1, LimitOwner: "live"}); err != nil {
+	if _, err := f.s.Release(ctx, stock.Compensation, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "c", OrderNo: "oc"}, UserID: 3, Quantity: 1, LimitOwner: "live"}); err != nil {
 		t.Fatal(err)
 	}
 	if v := f.r.Client.Get(ctx, f.keys.Limit(3)).Val(); v != "live" {
@@ -282,7 +282,7 @@ func TestEveryAbortedReservationStaysReleased(t *testing.T) {
 	f := mustFixture(t, 5, 1)
 	abort := func(orderNo string) {
 		t.Helper()
-		if out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: orderNo}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
+		if out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: orderNo}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
 			t.Fatalf("abort %s: %s %v", orderNo, out, err)
 		}
 	}
@@ -315,10 +315,10 @@ func TestCompensationKeepsTheDedupRecord(t *testing.T) {
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "kept", "ok", 1, 1, "fp")
 	f.reserve(t, "gone", "og", 2, 1, "fp")
-	if _, err := f.s.Compensate(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "kept", OrderNo: "ok"}, UserID: 1, Quantity: 1}); err != nil {
+	if _, err := f.s.Release(ctx, stock.Compensation, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "kept", OrderNo: "ok"}, UserID: 1, Quantity: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "gone", OrderNo: "og"}, UserID: 2, Quantity: 1}); err != nil {
+	if _, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "gone", OrderNo: "og"}, UserID: 2, Quantity: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if f.r.Client.Exists(ctx, f.keys.Req("kept"), f.keys.Order("ok")).Val() != 2 {
@@ -364,7 +364,7 @@ func TestRestoreDedupKeepsExistingRecords(t *testing.T) {
 func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
-	out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "never", OrderNo: "o-never"}, UserID: 1, Quantity: 1})
+	out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "never", OrderNo: "o-never"}, UserID: 1, Quantity: 1})
 	if err != nil || out != stock.NotReserved {
 		t.Fatalf("abort of a reserve that never ran: %s %v", out, err)
 	}
@@ -376,7 +376,7 @@ func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
 	}
 	// A reserve that did run (its reply lost) is given back.
 	f.reserve(t, "ran", "o-ran", 1, 1, "fp")
-	if out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "ran", OrderNo: "o-ran"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
+	if out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "ran", OrderNo: "o-ran"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
 		t.Fatalf("abort of a reserve that ran: %s %v", out, err)
 	}
 	if f.stock(t) != 5 {
@@ -409,7 +409,7 @@ func TestAbortKeepsAShownReservation(t *testing.T) {
 	f := mustFixture(t, 5, 1)
 	abort := func(rid, no string, user int64) stock.ReleaseOutcome {
 		t.Helper()
-		out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: rid, OrderNo: no}, UserID: user, Quantity: 1})
+		out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: rid, OrderNo: no}, UserID: user, Quantity: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,7 +506,7 @@ func TestReplayShowsOnlyADurableOrderNo(t *testing.T) {
 		if f.stock(t) != before {
 			t.Fatalf("a waiting retry took stock: %d, was %d", f.stock(t), before)
 		}
-		out, err := f.s.Abort(ctx, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "ab", OrderNo: "o-ab"}, UserID: 4, Quantity: 1})
+		out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "ab", OrderNo: "o-ab"}, UserID: 4, Quantity: 1})
 		if err != nil || out != stock.Released {
 			t.Fatalf("abort after a retry that showed nothing: %s %v, want %s", out, err, stock.Released)
 		}

@@ -11,3 +11,15 @@ var Settings = []setting.Var{
 	// Read before the configuration (the logger exists first).
 	{Name: "LOG_LEVEL", Default: "info", Help: "debug for more (any other value means info)"},
 }
+
+// Config is the process's observability listeners and span store.
+type Config struct {
+	MetricsAddr   string // METRICS_ADDR
+	PprofAddr     string // PPROF_ADDR; empty ⇒ off
+	TraceStoreDir string // TRACE_STORE_DIR
+}
+
+// Read is the Config the settings describe.
+func Read(r *setting.Reader) Config {
+	return Config{MetricsAddr: r.String("METRICS_ADDR"), PprofAddr: r.String("PPROF_ADDR"), TraceStoreDir: r.String("TRACE_STORE_DIR")}
+}

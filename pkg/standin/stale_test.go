@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// TestGhostMemberIsRemoved: a member whose JoinGroup its client gave up on
+// TestStaleMemberIsRemoved: a member whose JoinGroup its client gave up on
 // while the group waited for the others (the connection closed before the
 // answer) may stay in a kfake group with no session timer and be handed a
 // partition nobody consumes — when kfake's reply to the closed connection
@@ -21,12 +21,12 @@ import (
 // time in two). The embedded broker removes such a member as Kafka's
 // session timeout would, and the live member then consumes every
 // partition. The scenario is repeated until the reaper has removed a
-// ghost; each ghost must be gone within twice its session timeout.
-func TestGhostMemberIsRemoved(t *testing.T) {
-	const topic, group = "ghosts", "ghost-group"
+// stale member; each stale member must be gone within twice its session timeout.
+func TestStaleMemberIsRemoved(t *testing.T) {
+	const topic, group = "stale", "stale-group"
 	reaped := make(chan []string, 16)
 	k, err := StartKafka(KafkaOptions{Partitions: 2, Topics: []string{topic},
-		GhostFunc: func(members []string, err error) {
+		StaleFunc: func(members []string, err error) {
 			if err != nil {
 				t.Logf("reaper: %v", err)
 			}
@@ -42,7 +42,7 @@ func TestGhostMemberIsRemoved(t *testing.T) {
 	defer cancel()
 
 	// The live member, configured as the worker's reader but with a slow
-	// heartbeat so the ghost's join is sure to be pending when it closes.
+	// heartbeat so the stale member's join is sure to be pending when it closes.
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: topic, GroupID: group,
 		SessionTimeout: 6 * time.Second, HeartbeatInterval: 3 * time.Second, RebalanceTimeout: 6 * time.Second,
 		MaxWait: 100 * time.Millisecond})
@@ -52,9 +52,9 @@ func TestGhostMemberIsRemoved(t *testing.T) {
 	}
 
 	const attempts = 8
-	var ghosts []string
-	for i := 0; i < attempts && len(ghosts) == 0; i++ {
-		ghost := joinAndVanish(ctx, t, k, group, topic)
+	var staleIDs []string
+	for i := 0; i < attempts && len(staleIDs) == 0; i++ {
+		staleID := joinAndVanish(ctx, t, k, group, topic)
 		if _, err := k.Cluster.WaitGroupInfo(ctx, group, func(gi *kfake.GroupInfo) bool {
 			return gi != nil && gi.State == "Stable" && len(gi.Members) == 2 && gi.NumAssigned() == 2
 		}); err != nil {
@@ -68,20 +68,20 @@ func TestGhostMemberIsRemoved(t *testing.T) {
 		})
 		cancelGone()
 		if err != nil {
-			t.Fatalf("attempt %d: member %s still in the group after twice its session timeout: %+v", i+1, ghost, k.Cluster.GroupInfo(group).Members)
+			t.Fatalf("attempt %d: member %s still in the group after twice its session timeout: %+v", i+1, staleID, k.Cluster.GroupInfo(group).Members)
 		}
-		if gi.Members[0].MemberID == ghost {
-			t.Fatalf("attempt %d: the live member was removed, the silent one %s kept", i+1, ghost)
+		if gi.Members[0].MemberID == staleID {
+			t.Fatalf("attempt %d: the live member was removed, the silent one %s kept", i+1, staleID)
 		}
 		select {
-		case ghosts = <-reaped:
+		case staleIDs = <-reaped:
 		default: // kfake expired it itself: its reply reached the connection's queue
 		}
 	}
-	if len(ghosts) == 0 {
-		t.Fatalf("no ghost in %d attempts: the scenario no longer produces one", attempts)
+	if len(staleIDs) == 0 {
+		t.Fatalf("no stale member in %d attempts: the scenario no longer produces one", attempts)
 	}
-	t.Logf("reaped %v", ghosts)
+	t.Logf("reaped %v", staleIDs)
 
 	for p := range 2 {
 		conn, err := kafka.DialLeader(ctx, "tcp", k.Brokers[0], topic, p)

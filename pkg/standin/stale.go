@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Ghost members.
+// Stale members.
 //
 // kfake starts a classic group member's session timer only when a reply to
 // that member reaches it. A member whose JoinGroup the client gave up on
@@ -32,19 +32,19 @@ import (
 // The embedded broker therefore watches the members itself: it notes every
 // JoinGroup, SyncGroup, Heartbeat and OffsetCommit a member sends, and a
 // member of a Stable group that has sent none of them for twice its session
-// timeout (at least GhostMinSilence) is removed with a LeaveGroup on its
+// timeout (at least StaleMinSilence) is removed with a LeaveGroup on its
 // behalf — what Kafka's session timeout would have done. A live kafka-go
 // member of a Stable group heartbeats every HeartbeatInterval, so it is
 // never touched; one that was only paused comes back, is told
 // UNKNOWN_MEMBER_ID and joins again, as on Kafka.
 
-// GhostMinSilence is the shortest silence after which a member is reaped,
+// StaleMinSilence is the shortest silence after which a member is reaped,
 // whatever its session timeout.
-const GhostMinSilence = 10 * time.Second
+const StaleMinSilence = 10 * time.Second
 
-// ghostFallbackSession is the session timeout assumed for a member whose
+// staleFallbackSession is the session timeout assumed for a member whose
 // JoinGroup was not seen (Kafka's default).
-const ghostFallbackSession = 45 * time.Second
+const staleFallbackSession = 45 * time.Second
 
 type memberKey struct{ group, member string }
 
@@ -53,17 +53,17 @@ type memberSeen struct {
 	session time.Duration // from its JoinGroup; 0 if not seen
 }
 
-type ghosts struct {
+type staleWatch struct {
 	mu   sync.Mutex
 	seen map[memberKey]memberSeen
 	now  func() time.Time
 }
 
-func newGhosts() *ghosts {
-	return &ghosts{seen: map[memberKey]memberSeen{}, now: time.Now}
+func newStaleWatch() *staleWatch {
+	return &staleWatch{seen: map[memberKey]memberSeen{}, now: time.Now}
 }
 
-func (g *ghosts) saw(group, member string, session time.Duration) {
+func (g *staleWatch) saw(group, member string, session time.Duration) {
 	if member == "" {
 		return
 	}
@@ -80,7 +80,7 @@ func (g *ghosts) saw(group, member string, session time.Duration) {
 
 // watch makes the cluster report every request that shows a member alive;
 // the requests are then handled as usual.
-func (g *ghosts) watch(k *Kafka) {
+func (g *staleWatch) watch(k *Kafka) {
 	observe := func(key kmsg.Key, fn func(kmsg.Request)) {
 		k.Cluster.ControlKey(int16(key), func(r kmsg.Request) (kmsg.Response, error, bool) {
 			fn(r)
@@ -106,7 +106,7 @@ func (g *ghosts) watch(k *Kafka) {
 }
 
 // groups returns the groups the broker has seen members of.
-func (g *ghosts) groups() []string {
+func (g *staleWatch) groups() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	set := map[string]bool{}
@@ -125,7 +125,7 @@ func (g *ghosts) groups() []string {
 // group) that have been silent too long. A member never seen is noted now
 // and judged from then on. Entries of members no longer in the group are
 // forgotten.
-func (g *ghosts) silent(group string, members []string) []string {
+func (g *staleWatch) silent(group string, members []string) []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
@@ -141,9 +141,9 @@ func (g *ghosts) silent(group string, members []string) []string {
 		}
 		limit := 2 * s.session
 		if s.session == 0 {
-			limit = 2 * ghostFallbackSession
+			limit = 2 * staleFallbackSession
 		}
-		limit = max(limit, GhostMinSilence)
+		limit = max(limit, StaleMinSilence)
 		if now.Sub(s.at) > limit {
 			out = append(out, m)
 		}
@@ -157,13 +157,13 @@ func (g *ghosts) silent(group string, members []string) []string {
 	return out
 }
 
-// ReapGhosts removes, from every group the broker has seen members of, the
+// ReapStaleMembers removes, from every group the broker has seen members of, the
 // members that have been silent too long while their group was Stable (see
 // above), and returns them as "group/member".
-func (k *Kafka) ReapGhosts(ctx context.Context) ([]string, error) {
+func (k *Kafka) ReapStaleMembers(ctx context.Context) ([]string, error) {
 	var reaped []string
 	var errs []error
-	for _, group := range k.ghosts.groups() {
+	for _, group := range k.stale.groups() {
 		gi := k.Cluster.GroupInfo(group)
 		if gi == nil || gi.State != "Stable" {
 			continue
@@ -172,7 +172,7 @@ func (k *Kafka) ReapGhosts(ctx context.Context) ([]string, error) {
 		for i, m := range gi.Members {
 			ids[i] = m.MemberID
 		}
-		silent := k.ghosts.silent(group, ids)
+		silent := k.stale.silent(group, ids)
 		if len(silent) == 0 {
 			continue
 		}
@@ -226,8 +226,8 @@ func (k *Kafka) leave(ctx context.Context, group string, members []string) ([]st
 	return left, nil
 }
 
-// reapGhosts runs ReapGhosts every interval until ctx ends.
-func (k *Kafka) reapGhosts(ctx context.Context, every time.Duration, report func([]string, error)) {
+// reapStaleMembers runs ReapStaleMembers every interval until ctx ends.
+func (k *Kafka) reapStaleMembers(ctx context.Context, every time.Duration, report func([]string, error)) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -235,7 +235,7 @@ func (k *Kafka) reapGhosts(ctx context.Context, every time.Duration, report func
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			reaped, err := k.ReapGhosts(ctx)
+			reaped, err := k.ReapStaleMembers(ctx)
 			if report != nil && (len(reaped) > 0 || err != nil) {
 				report(reaped, err)
 			}
