@@ -92,10 +92,11 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 		usage: `usage: orderpipe kafka
 
 The embedded Kafka-protocol broker (kfake) alone, on 127.0.0.1:KAFKA_EMBEDDED_PORT,
-with the order and dead-letter topics; with KAFKA_EMBEDDED_DIR it keeps its
-log on disk. It deletes order events the group KAFKA_GROUP has committed
-beyond KAFKA_EMBEDDED_RETENTION_MB, and dead letters beyond
-KAFKA_EMBEDDED_DLQ_RETENTION_MB; never an event the group has not committed.
+with the order, dead-letter and orders.status topics; with KAFKA_EMBEDDED_DIR
+it keeps its log on disk. It deletes order events the group KAFKA_GROUP has
+committed beyond KAFKA_EMBEDDED_RETENTION_MB, status events beyond as many
+MiB, and dead letters beyond KAFKA_EMBEDDED_DLQ_RETENTION_MB; never an event
+the group has not committed.
 For multi-process local runs and the chaos suite. Only in builds
 with -tags dev (make build-dev, make run): the production build has no
 embedded broker.

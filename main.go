@@ -77,6 +77,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	if _, inEnv := os.LookupEnv("GOGC"); !inEnv {
 		debug.SetGCPercent(cfg.GCPercent)
 	}
+	limitMemory(args[0], cfg)
 	if err := watchClock(ctx, log, cfg); err != nil {
 		return err
 	}

@@ -39,6 +39,14 @@ func startBroker(cfg config) (brokers []string, stop func(), err error) {
 	return e.Start()
 }
 
+// limitMemory gives `all` its soft memory limit when it embeds the broker
+// (KAFKA_EMBEDDED_MEMORY_LIMIT_MB); `orderpipe kafka` sets its own.
+func limitMemory(command string, cfg config) {
+	if command == "all" && len(cfg.Kafka.Brokers) == 0 {
+		cfg.dev.embedded.LimitMemory()
+	}
+}
+
 // watchClock applies the chaos suite's clock steps (DEV_CLOCK_OFFSET_FILE).
 func watchClock(ctx context.Context, log *slog.Logger, cfg config) error {
 	if cfg.dev.clockFile == "" {

@@ -29,6 +29,10 @@ func startStandins(context.Context, *slog.Logger, *config) (stop func(), err err
 	return func() {}, nil
 }
 
+// limitMemory sets nothing: without the embedded broker the runtime's
+// GOMEMLIMIT is the only limit.
+func limitMemory(string, config) {}
+
 func startBroker(config) (brokers []string, stop func(), err error) {
 	return nil, nil, errNoEmbedded
 }

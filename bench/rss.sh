@@ -8,6 +8,7 @@
 # the maximum, writes every sample to $OUT/rss-<run>.csv, then stops the
 # process and removes what the run created.
 #   N=300000 C=100 bench/rss.sh            (bin/orderpipe-dev: make build-dev)
+#   RATE=1000 N=600000 bench/rss.sh         an open loop: N requests at RATE req/s (10 min)
 #   GOMEMLIMIT=200MiB N=300000 bench/rss.sh   any variable of docs/config.md (and Go's
 #                                             GOMEMLIMIT) passes through to orderpipe all
 # Exit status: the load run's (0 every invariant held, 1 one failed, 2 could not run).
@@ -63,10 +64,10 @@ echo "seconds,rss_kib" >"$csv"
 ) &
 sampler=$!
 
-echo "rss: orderpipe all (pid $pid) on $HTTP_ADDR, database $db; $N requests, c=$C, stock $STOCK; samples in $csv"
+echo "rss: orderpipe all (pid $pid) on $HTTP_ADDR, database $db; $N requests, c=$C${RATE:+, at $RATE req/s}, stock $STOCK; samples in $csv"
 status=0
 # GOMEMLIMIT, if given, is for orderpipe all, not for the load tool.
-GOMEMLIMIT='' "$BIN" bench -c "$C" -n "$N" --stock "$STOCK" --retry-share 0 --repeat-share 0 --wait-ready 60s --drain-timeout 5m \
+GOMEMLIMIT='' "$BIN" bench -c "$C" ${RATE:+--rate "$RATE"} -n "$N" --stock "$STOCK" --retry-share 0 --repeat-share 0 --wait-ready 60s --drain-timeout 5m \
   --url "http://$HTTP_ADDR" --json-out "$OUT/rss-load-$run.json" >"$OUT/rss-load-$run.txt" 2>"$OUT/rss-load-$run.err" || status=$?
 sleep 5 # a few samples after the drain
 kill "$sampler" 2>/dev/null || true

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ type Embedded struct {
 	Port, AdvertisedPort, Partitions int
 	Dir                              string // KAFKA_EMBEDDED_DIR; empty ⇒ in memory
 	RetainMB, DLQRetainMB            int    // KAFKA_EMBEDDED_RETENTION_MB, KAFKA_EMBEDDED_DLQ_RETENTION_MB
+	MemoryLimitMB                    int    // KAFKA_EMBEDDED_MEMORY_LIMIT_MB: LimitMemory
 	Topic, DLQTopic, StatusTopic     string
 	Group                            string
 }
@@ -27,8 +29,23 @@ func ReadEmbedded(r *setting.Reader) Embedded {
 	return Embedded{Port: r.Int("KAFKA_EMBEDDED_PORT"), AdvertisedPort: r.Int("KAFKA_EMBEDDED_ADVERTISED_PORT"),
 		Partitions: r.Int("KAFKA_PARTITIONS"), Dir: r.String("KAFKA_EMBEDDED_DIR"), RetainMB: r.Int("KAFKA_EMBEDDED_RETENTION_MB"),
 		DLQRetainMB: r.Int("KAFKA_EMBEDDED_DLQ_RETENTION_MB"), Topic: r.String("KAFKA_TOPIC"), DLQTopic: r.String("KAFKA_DLQ_TOPIC"),
-		StatusTopic: r.String("KAFKA_STATUS_TOPIC"),
-		Group:       r.String("KAFKA_GROUP")}
+		StatusTopic: r.String("KAFKA_STATUS_TOPIC"), MemoryLimitMB: r.Int("KAFKA_EMBEDDED_MEMORY_LIMIT_MB"),
+		Group: r.String("KAFKA_GROUP")}
+}
+
+// LimitMemory sets the process's soft memory limit to MemoryLimitMB, unless
+// it is 0 or GOMEMLIMIT is set (the runtime applied that one already), and
+// says whether it did. A process that embeds the broker holds the events
+// it retains (the uncommitted ones and about KAFKA_EMBEDDED_RETENTION_MB
+// of history per topic) beside what the pipeline allocates per request;
+// at GOGC=200 the collector lets the heap grow to three times what is live,
+// and the limit bounds that headroom instead.
+func (cfg Embedded) LimitMemory() bool {
+	if cfg.MemoryLimitMB <= 0 || setting.Set("GOMEMLIMIT") {
+		return false
+	}
+	debug.SetMemoryLimit(int64(cfg.MemoryLimitMB) << 20)
+	return true
 }
 
 // KafkaMain is `orderpipe kafka`: the embedded broker alone, so the components
@@ -51,6 +68,7 @@ func runKafka(ctx context.Context, log *slog.Logger, env setting.Env) error {
 	if err := r.Err(); err != nil {
 		return err
 	}
+	cfg.LimitMemory()
 	brokers, stop, err := cfg.Start()
 	if err != nil {
 		return fmt.Errorf("%w (set KAFKA_EMBEDDED_PORT to another port)", err)
@@ -81,18 +99,18 @@ const retentionInterval = time.Second
 // Start starts the embedded kfake broker of `all` and `kafka` on
 // KAFKA_EMBEDDED_PORT, persistent when KAFKA_EMBEDDED_DIR is set. It keeps
 // what the worker group has not committed, and beyond that about
-// KAFKA_EMBEDDED_RETENTION_MB of the order topic and
-// KAFKA_EMBEDDED_DLQ_RETENTION_MB of dead letters and of orders.status
-// events (Retention), so a
-// long `make run` stays bounded.
+// KAFKA_EMBEDDED_RETENTION_MB of the order topic and as much of
+// orders.status, and KAFKA_EMBEDDED_DLQ_RETENTION_MB of dead letters
+// (Retention), so a long `make run` stays bounded.
 func (cfg Embedded) Start() (brokers []string, stop func(), err error) {
 	k, err := StartKafka(KafkaOptions{Port: cfg.Port, Partitions: cfg.Partitions,
 		Topics: []string{cfg.Topic, cfg.DLQTopic, cfg.StatusTopic}, Dir: cfg.Dir, AdvertisedPort: cfg.AdvertisedPort,
 		Retention: Retention{Interval: retentionInterval,
-			// orders.status is kept like the dead letters: its newest
-			// KAFKA_EMBEDDED_DLQ_RETENTION_MB (no group guards it).
+			// orders.status keeps its newest KAFKA_EMBEDDED_RETENTION_MB,
+			// as the order topic its committed history (no group guards
+			// it: every order's events, so the history is what costs).
 			Bytes: map[string]int64{cfg.Topic: int64(cfg.RetainMB) << 20, cfg.DLQTopic: int64(cfg.DLQRetainMB) << 20,
-				cfg.StatusTopic: int64(cfg.DLQRetainMB) << 20},
+				cfg.StatusTopic: int64(cfg.RetainMB) << 20},
 			Guard: map[string]string{cfg.Topic: cfg.Group}},
 		RetentionErrFunc: func(err error) { slog.Warn("embedded broker: deleting old records", "err", err) },
 		StaleFunc: func(reaped []string, err error) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -89,8 +91,8 @@ func consume(ctx context.Context, t *testing.T, brokers []string, topic string, 
 // KAFKA_EMBEDDED_DLQ_RETENTION_MB), but on the order topic never one the
 // group KAFKA_GROUP has not committed: 3 MiB on a 1 MiB budget, of which the
 // group committed the first 1000 records, is cut at record 1000 exactly (the
-// budget alone would cut near 2000), and the dead-letter topic, which no
-// group guards, is cut to its budget. On disk (KAFKA_EMBEDDED_DIR, as the
+// budget alone would cut near 2000); orders.status, which no group guards,
+// is cut to the order topic's budget, and the dead-letter topic to its own. On disk (KAFKA_EMBEDDED_DIR, as the
 // chaos suite runs it) the cut survives a restart, and the group resumes at
 // its offset and reads every record it had not committed.
 func TestEmbeddedBrokerRetentionWaitsForTheWorkerGroup(t *testing.T) {
@@ -104,7 +106,8 @@ func TestEmbeddedBrokerRetentionWaitsForTheWorkerGroup(t *testing.T) {
 }
 
 func testRetention(t *testing.T, onDisk bool) {
-	cfg := Embedded{Partitions: 1, Group: "g", RetainMB: 1, DLQRetainMB: 1, Topic: "orders.requested", DLQTopic: "orders.requested.dlq"}
+	cfg := Embedded{Partitions: 1, Group: "g", RetainMB: 1, DLQRetainMB: 2, Topic: "orders.requested", DLQTopic: "orders.requested.dlq",
+		StatusTopic: "orders.status"}
 	if onDisk {
 		cfg.Dir = t.TempDir()
 	}
@@ -116,7 +119,7 @@ func testRetention(t *testing.T, onDisk bool) {
 	}
 	defer func() { stop() }()
 	const n, committed = 3000, 1000
-	for _, topic := range []string{cfg.Topic, cfg.DLQTopic} {
+	for _, topic := range []string{cfg.Topic, cfg.DLQTopic, cfg.StatusTopic} {
 		w := event.NewWriter(event.WriterConfig{Brokers: brokers, Topic: topic})
 		w.BatchSize = 10
 		msgs := make([]kafka.Message, n)
@@ -164,8 +167,9 @@ func testRetention(t *testing.T, onDisk bool) {
 		t.Fatalf("%s holds [%d, %d) after 20 s", topic, first, next)
 	}
 	bounds(cfg.Topic, func(first, next int64) bool { return first == committed && next == n })
-	// ~1 KiB a record: a 1 MiB budget keeps about a thousand.
-	bounds(cfg.DLQTopic, func(first, next int64) bool { return next == n && first > n-1200 && first < n-800 })
+	// ~1 KiB a record: a 1 MiB budget keeps about a thousand, 2 MiB two.
+	bounds(cfg.StatusTopic, func(first, next int64) bool { return next == n && first > n-1200 && first < n-800 })
+	bounds(cfg.DLQTopic, func(first, next int64) bool { return next == n && first > n-2400 && first < n-1600 })
 	if !onDisk {
 		return
 	}
@@ -186,5 +190,31 @@ func testRetention(t *testing.T, onDisk bool) {
 		if got := string(bytes.TrimLeft(m.Value, "\x00")); m.Offset != int64(want) || got != fmt.Sprint(want) {
 			t.Fatalf("after the restart the group read offset %d (record %q), want record %d", m.Offset, got, want)
 		}
+	}
+}
+
+// TestLimitMemory: KAFKA_EMBEDDED_MEMORY_LIMIT_MB becomes the process's soft
+// memory limit, unless it is 0 or GOMEMLIMIT is in the environment.
+func TestLimitMemory(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(before)
+	prev, had := os.LookupEnv("GOMEMLIMIT")
+	os.Unsetenv("GOMEMLIMIT")
+	defer func() {
+		if had {
+			os.Setenv("GOMEMLIMIT", prev)
+		}
+	}()
+
+	if (Embedded{}).LimitMemory() || debug.SetMemoryLimit(-1) != before {
+		t.Fatal("a 0 limit changed the process's limit")
+	}
+	if !(Embedded{MemoryLimitMB: 123}).LimitMemory() || debug.SetMemoryLimit(-1) != 123<<20 {
+		t.Fatalf("limit %d after LimitMemory(123 MiB)", debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(before)
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	if (Embedded{MemoryLimitMB: 123}).LimitMemory() || debug.SetMemoryLimit(-1) != before {
+		t.Fatal("LimitMemory overrode GOMEMLIMIT")
 	}
 }

@@ -36,7 +36,7 @@ type Retention struct {
 // set. kfake frees a partition's storage a whole segment at a time (and
 // its in-memory segment grows by doubling), so its 100 MiB default would
 // keep up to that much per partition whatever was deleted.
-const segmentBytes = 1 << 20
+const segmentBytes = 256 << 10
 
 // Trimmed says what one retention pass deleted.
 type Trimmed struct {
