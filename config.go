@@ -90,7 +90,8 @@ type config struct {
 	BreakerOpenFor time.Duration
 	RedisTimeout   time.Duration
 	// RedisWait (REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT): each reserve
-	// waits for that many replicas to acknowledge it before the produce.
+	// waits for that many replicas to acknowledge it before the produce,
+	// each claim before the worker decides.
 	RedisWait      stock.ReplicaWait
 	CloseAfter     time.Duration
 	CloserInterval time.Duration
