@@ -154,6 +154,32 @@ func (s *Store) WaitForReplicas(w ReplicaWait) error {
 // alone, and a failover may lose it.
 var ErrUnreplicated = errors.New("fewer Redis replicas than asked acknowledged the write in time")
 
+// AwaitReplicas returns once every write the primary holds now is on the
+// store's ReplicaWait replicas (at once when the wait is off), or fails
+// with ErrUnreplicated: it writes a mark (it lives a minute) and WAITs on
+// that connection; the mark comes after every earlier write in the one
+// replication stream, so the WAIT covers them all. A caller that read
+// something from Redis calls it before acting on what it read.
+func (s *Store) AwaitReplicas(ctx context.Context) error {
+	w := s.wait
+	if w.Replicas == 0 {
+		return nil
+	}
+	var wait *redis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, layout.WaitMark(s.prefix), "1", time.Minute)
+		wait = p.Do(ctx, "wait", w.Replicas, w.Timeout.Milliseconds())
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnreplicated, err)
+	}
+	if acked, _ := wait.Int64(); acked < int64(w.Replicas) {
+		return fmt.Errorf("%w: %d of %d replicas within %s", ErrUnreplicated, acked, w.Replicas, w.Timeout)
+	}
+	return nil
+}
+
 // runWaited runs a script; with the store's ReplicaWait on, WAIT follows it
 // in one pipeline, on its connection, and fewer acknowledgements than asked
 // fail the call with ErrUnreplicated. The script must write whenever its
