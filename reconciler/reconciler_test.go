@@ -339,6 +339,32 @@ func TestFixKeepsInFlight(t *testing.T) {
 	}
 }
 
+// TestFixOutlastsADeadFixersLock: a fixer that died, or whose release a
+// Redis failover lost, holds the fix lock until its TTL ends. The fix the
+// failover calls for waits that out (by default a little longer than the
+// TTL) instead of failing with the drift left, as it did after 10 s.
+func TestFixOutlastsADeadFixersLock(t *testing.T) {
+	e := mustEnv(t, 10)
+	ctx := context.Background()
+	k := stocktest.KeysOf(e.st, e.it)
+	if err := e.rdb.Client.Del(ctx, k.Stock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 11 * time.Second // longer than the old 10 s wait
+	if _, err := lock.New(e.rdb.Client, e.rdb.Prefix).TryAcquire(ctx, reconciler.FixLockName, ttl); err != nil {
+		t.Fatal(err) // never released, never renewed: its holder is gone
+	}
+	fixer := reconciler.New(reconciler.Config{Fix: true, LockTTL: ttl}, reconciler.Deps{Orders: e.orders, Stock: e.st,
+		Locker: lock.New(e.rdb.Client, e.rdb.Prefix), Metrics: e.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	res, err := fixer.RunOnce(ctx)
+	if err != nil || res.ExitCode() != reconciler.ExitClean {
+		t.Fatalf("fix behind a dead fixer's lock: exit %d, %v; want it repaired once the lock expired", res.ExitCode(), err)
+	}
+	if got := e.redisStock(t, e.it); got != 10 {
+		t.Errorf("redis stock after the fix %d, want 10", got)
+	}
+}
+
 // TestNotPreheatedIsSkipped: an item Postgres does not know as preheated is
 // not Redis's to hold.
 func TestNotPreheatedIsSkipped(t *testing.T) {
