@@ -41,6 +41,7 @@ func (p *pipeline) metric(tb testing.TB, series string) string {
 // are 503 UNAVAILABLE (never another 5xx), nothing is oversold or lost, and
 // the gateway recovers by itself when Redis returns.
 func TestRedisDownFailsClosed(t *testing.T) {
+	t.Parallel()
 	rs := testenv.MustRedisServer(t)
 	p := mustPipeline(t, both, func(c *config) { c.RedisAddr = rs.Addr; c.RedisPrefix = ""; c.BreakerOpenFor = 300 * time.Millisecond })
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
@@ -131,6 +132,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 // TestKafkaDownOpensBreaker: failed produces answer 503 with nothing
 // reserved, trip the breaker, and then fail fast without touching Redis.
 func TestKafkaDownOpensBreaker(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.ProduceTimeout = time.Second; c.BreakerOpenFor = time.Minute })
 	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stop it")
@@ -163,6 +165,7 @@ func TestKafkaDownOpensBreaker(t *testing.T) {
 // TestWorkerWaitsForPostgres: with Postgres unreachable the worker commits
 // no offsets; when it returns, every accepted order is persisted once.
 func TestWorkerWaitsForPostgres(t *testing.T) {
+	t.Parallel()
 	dbURL, _ := url.Parse(testenv.DatabaseURL())
 	proxy := testenv.MustProxy(t, dbURL.Host)
 	p := mustPipeline(t, both, func(c *config) {
@@ -226,6 +229,7 @@ func committedOffsets(tb testing.TB, p *pipeline) int64 {
 // TestUserFloodIsRateLimited: a bot flooding as one user meets 429 while a
 // burst of distinct buyers never does.
 func TestUserFloodIsRateLimited(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil) // production defaults
 	p.mustSale(t, 4, 1, map[int64]int64{1: 100000})
 	limited := 0
@@ -259,6 +263,7 @@ func TestUserFloodIsRateLimited(t *testing.T) {
 }
 
 func TestAPITokensAndAdminListener(t *testing.T) {
+	t.Parallel()
 	adminLn := freeAddr(t)
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.APITokens = []string{"svc-a", "svc-b"}; c.AdminAddr = adminLn })
 	body := orderBody{RequestID: "tok", UserID: 1, ActivityID: 1, ItemID: 1, Quantity: 1}
@@ -294,6 +299,7 @@ func TestAPITokensAndAdminListener(t *testing.T) {
 // never a resent script or a request held for many timeouts; and nothing
 // is reserved.
 func TestHungRedisAnswers503InTime(t *testing.T) {
+	t.Parallel()
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	const redisTimeout = 500 * time.Millisecond
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.RedisAddr = proxy.Addr; c.RedisTimeout = redisTimeout })
