@@ -14,6 +14,7 @@ import (
 )
 
 func TestPlan(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Concurrency: 10, Requests: 5000, Items: 3, Quantity: 1, RetryShare: 0.1, RepeatShare: 0.05, ActivityID: 9, Seed: 7}
 	work := plan(cfg, []int64{1, 2, 3})
 	byID := map[string]request{}
@@ -51,6 +52,7 @@ func TestPlan(t *testing.T) {
 }
 
 func TestPercentile(t *testing.T) {
+	t.Parallel()
 	lat := make([]time.Duration, 100)
 	for i := range lat {
 		lat[i] = time.Duration(i+1) * time.Millisecond
@@ -63,6 +65,7 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestLagZeroSince(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	tests := []struct {
@@ -88,6 +91,7 @@ func TestLagZeroSince(t *testing.T) {
 // TestAuditCatches builds a small consistent activity by hand, breaks one
 // thing per case, and checks the audit names the broken invariant.
 func TestAuditCatches(t *testing.T) {
+	t.Parallel()
 	db := testenv.MustDatabase(t)
 	rd := testenv.MustRedis(t)
 	ctx := context.Background()

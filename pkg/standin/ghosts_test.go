@@ -23,6 +23,7 @@ import (
 // partition. The scenario is repeated until the reaper has removed a
 // ghost; each ghost must be gone within twice its session timeout.
 func TestGhostMemberIsRemoved(t *testing.T) {
+	t.Parallel()
 	const topic, group = "ghosts", "ghost-group"
 	reaped := make(chan []string, 16)
 	k, err := StartKafka(KafkaOptions{Partitions: 2, Topics: []string{topic},
