@@ -41,7 +41,8 @@ func (p *pipeline) metric(tb testing.TB, series string) string {
 // are 503 UNAVAILABLE (never another 5xx), nothing is oversold or lost, and
 // the gateway recovers by itself when Redis returns.
 func TestRedisDownFailsClosed(t *testing.T) {
-	t.Parallel()
+	// Serial: it waits for 503s under a stream of orders; beside other
+	// pipelines on two cores its requests time out.
 	rs := testenv.MustRedisServer(t)
 	p := mustPipeline(t, both, func(c *config) { c.RedisAddr = rs.Addr; c.RedisPrefix = ""; c.BreakerOpenFor = 300 * time.Millisecond })
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
@@ -165,7 +166,8 @@ func TestKafkaDownOpensBreaker(t *testing.T) {
 // TestWorkerWaitsForPostgres: with Postgres unreachable the worker commits
 // no offsets; when it returns, every accepted order is persisted once.
 func TestWorkerWaitsForPostgres(t *testing.T) {
-	t.Parallel()
+	// Serial: every order must be taken in time while Postgres is cut;
+	// beside other pipelines on two cores some time out.
 	dbURL, _ := url.Parse(testenv.DatabaseURL())
 	proxy := testenv.MustProxy(t, dbURL.Host)
 	p := mustPipeline(t, both, func(c *config) {
@@ -229,7 +231,8 @@ func committedOffsets(tb testing.TB, p *pipeline) int64 {
 // TestUserFloodIsRateLimited: a bot flooding as one user meets 429 while a
 // burst of distinct buyers never does.
 func TestUserFloodIsRateLimited(t *testing.T) {
-	t.Parallel()
+	// Serial: it floods the gateway; beside other pipelines on two cores
+	// its requests time out.
 	p := mustPipeline(t, components{"gateway"}, nil) // production defaults
 	p.mustSale(t, 4, 1, map[int64]int64{1: 100000})
 	limited := 0
