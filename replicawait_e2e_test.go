@@ -42,6 +42,7 @@ func replicaWaitPipeline(t *testing.T, addr string, replicas int) *pipeline {
 // acknowledged by no replica: the gateway must not produce, must give the
 // reservation back and answer 503 "nothing was reserved".
 func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
+	t.Parallel()
 	pair := testenv.MustRedisPair(t)
 	p := replicaWaitPipeline(t, pair.Primary.Addr, 1)
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
@@ -100,6 +101,7 @@ func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
 // the promotion was answered 202 and its retry is reserved again under a
 // second orderNo: the window the setting closes.
 func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		replicas int

@@ -167,6 +167,7 @@ func (e *env) redisStock(tb testing.TB, it stock.Item) int64 {
 // pipeline can leave them in and checks each is counted in flight exactly
 // once (or not at all), never as drift.
 func TestLifecycleIsNeverDrift(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	e.wantClean(t, e.it, "fresh sale", 0)
@@ -223,6 +224,7 @@ func TestLifecycleIsNeverDrift(t *testing.T) {
 // drift is exactly that unit while the rejection awaits its compensation and
 // after it is applied, never double counted.
 func TestRejectionCountedOnce(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 1)
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1))...)
 	e.wantClean(t, e.it, "sold out", 0)
@@ -251,6 +253,7 @@ func (e *env) wantDrift(tb testing.TB, step string, drift, inFlight int64) {
 // marker held by a stale request are reported and repaired; markers of
 // reservations in flight are left alone.
 func TestMarkers(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	k := stocktest.KeysOf(e.st, e.it)
@@ -304,6 +307,7 @@ func TestMarkers(t *testing.T) {
 // TestFixKeepsInFlight: the fix sets stock to DB stock minus what is in
 // flight, so the reservations keep their units and settle without drift.
 func TestFixKeepsInFlight(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	k := stocktest.KeysOf(e.st, e.it)
@@ -368,6 +372,7 @@ func TestFixOutlastsADeadFixersLock(t *testing.T) {
 // TestNotPreheatedIsSkipped: an item Postgres does not know as preheated is
 // not Redis's to hold.
 func TestNotPreheatedIsSkipped(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	ordertest.Unpreheat(t, e.orders, e.other.ActivityID, e.other.ItemID)
@@ -386,6 +391,7 @@ func TestNotPreheatedIsSkipped(t *testing.T) {
 // stale-reconciliation alert fires once passes keep failing; the loop
 // publishes its interval beside it.
 func TestLastSuccessGauge(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	if got := testutil.ToFloat64(e.metrics.ReconcilerLastSuccess); got != 0 {
 		t.Fatalf("last success %v before any pass, want 0", got)

@@ -26,6 +26,7 @@ import (
 // rejected one to its compensation and the young one to the gateway, and
 // backs off before re-publishing the same entry again.
 func TestRedrivePass(t *testing.T) {
+	t.Parallel()
 	f := newRedriveSale(t, 5, 6)
 	ctx, r, k, orders, st, it, now, reserve := f.ctx, f.r, f.k, f.orders, f.st, f.it, f.now, f.reserve
 	topic := f.topic
@@ -164,6 +165,7 @@ func newRedriveSale(t *testing.T, act, itemID int64) redriveSale {
 // own measure, not 3 h later; and a step back of the worker's wall clock
 // after a republish does not stretch the backoff by the step.
 func TestRedriveDespiteClockSkew(t *testing.T) {
+	t.Parallel()
 	f := newRedriveSale(t, 7, 8)
 	f.reserve("ahead", 1, f.now.Add(3*time.Hour))
 	writer := event.NewWriter(event.WriterConfig{Brokers: f.k.Brokers, Topic: f.topic})

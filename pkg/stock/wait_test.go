@@ -16,6 +16,7 @@ import (
 // Unreplicated while the only replica is paused, not once it runs; a replay
 // is behind the same WAIT (its "shown" mark is a write of this connection).
 func TestReserveReportsUnreplicated(t *testing.T) {
+	t.Parallel()
 	pair := testenv.MustRedisPair(t)
 	rdb := redis.NewClient(&redis.Options{Addr: pair.Primary.Addr})
 	defer rdb.Close()
