@@ -15,6 +15,7 @@ import (
 // with its items' numbers as GET of one activity gives them; bad paging
 // input is a 400 that says why.
 func TestListActivitiesPagesNewestFirst(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)

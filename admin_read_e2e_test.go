@@ -17,6 +17,7 @@ import (
 // from Postgres alone with the Redis numbers null while Redis is down, and
 // 503 while Postgres is.
 func TestAdminReadsActivity(t *testing.T) {
+	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)

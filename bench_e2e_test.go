@@ -16,6 +16,7 @@ import (
 // that its audit comes out clean and its counts agree with each other and
 // with the harness's own invariant checks.
 func TestBenchLoadAudit(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
 	const requests, units = 500, 200
 	var progress bytes.Buffer

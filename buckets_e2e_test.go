@@ -107,6 +107,7 @@ func (p *pipeline) assertBucketInvariants(tb testing.TB, it stock.Item, buckets 
 // is idempotent per bucket, and the count is fixed once preheated (409).
 // One bucket keeps the plain layout: no "buckets" field, no bucket keys.
 func TestBucketsAdminAndPreheat(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	ctx := context.Background()
@@ -183,6 +184,7 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 // FNV-1a(userId) mod B (the orderNo and the marker say which), and the
 // per-user limit is exact over many concurrent requests of the same users.
 func TestBucketsRoutingAndLimit(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	const B = 4
 	it := stock.Item{ActivityID: 62, ItemID: 1}
@@ -244,6 +246,7 @@ func TestBucketsRoutingAndLimit(t *testing.T) {
 // worker decides the second in Postgres: REJECTED IDEMPOTENCY_KEY_REUSED,
 // which GET returns, and its unit goes back to its own bucket.
 func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	const B = 4
 	it := stock.Item{ActivityID: 63, ItemID: 1}
@@ -284,6 +287,7 @@ func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
 // their bucket is empty the mover brings units from the other, until every
 // unit of the item is sold to them: nothing stays stranded.
 func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
 		c.Worker.MoveInterval = 20 * time.Millisecond
 		c.Gateway.UserRPS = 0 // the same users retry until the mover has refilled their bucket
@@ -319,6 +323,7 @@ func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
 // the buckets, counts units in transfer, and --fix restores each bucket
 // from Postgres (a nudged bucket, a lost bucket).
 func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) { c.Worker.MoveInterval = time.Hour })
 	const B = 3
 	it := stock.Item{ActivityID: 65, ItemID: 1}
@@ -401,6 +406,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 // TestBucketsCloserReleasesIntoBucket: an unpaid order of a user of bucket
 // b > 0 closes, and its units and the user's marker come back in bucket b.
 func TestBucketsCloserReleasesIntoBucket(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
 		fastCloser(c)
 		c.Worker.MoveInterval = time.Hour

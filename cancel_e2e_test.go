@@ -35,6 +35,7 @@ func (p *pipeline) cancelOrder(tb testing.TB, orderNo string, body any) apiRespo
 // paid order, another user's and a bad body; every change is on
 // orders.status (I7, in assertInvariants).
 func TestCancelOrder(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
 	it := stock.Item{ActivityID: 7, ItemID: 70}
 	p.mustSale(t, 7, 1, map[int64]int64{70: 5})
@@ -110,6 +111,7 @@ func TestCancelOrder(t *testing.T) {
 // TestCancelPendingOrder: an order only reserved (no worker has persisted
 // it) answers 409 ORDER_PENDING to its buyer and 404 to anyone else.
 func TestCancelPendingOrder(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	p.mustSale(t, 8, 1, map[int64]int64{80: 3})
 	r := p.order(t, orderBody{RequestID: "pending-c", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1})
@@ -131,6 +133,7 @@ func TestCancelPendingOrder(t *testing.T) {
 // and rejection has exactly the events of its history on orders.status, in
 // version order (I7), and I1–I6 hold.
 func TestStatusEventsOfARace(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "closer", "relay"}, func(c *config) {
 		c.Closer.CloseAfter = 3 * time.Second
 		c.Closer.Interval = 200 * time.Millisecond

@@ -20,6 +20,7 @@ func fastCloser(c *config) {
 // CLOSED, its units come back in Postgres and Redis, and the same user can
 // order the item again.
 func TestCloserClosesUnpaidOrder(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "closer"}, fastCloser)
 	it := stock.Item{ActivityID: 3, ItemID: 30}
 	p.mustSale(t, 3, 2, map[int64]int64{30: 5})
@@ -74,6 +75,7 @@ func TestCloserClosesUnpaidOrder(t *testing.T) {
 // ORDER_CLOSED, a rejected request's number 409 ORDER_REJECTED, an unknown
 // one 404; a paid order is never closed.
 func TestPayOrder(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
 		c.Closer.CloseAfter = 10 * time.Minute // orders close only when the test ages them
 		c.Closer.Interval = 100 * time.Millisecond
@@ -162,6 +164,7 @@ func TestPayOrder(t *testing.T) {
 // TestPayPendingOrder: an order only reserved (no worker has persisted it)
 // answers 409 ORDER_PENDING with Retry-After, and is not paid by it.
 func TestPayPendingOrder(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	p.mustSale(t, 5, 1, map[int64]int64{50: 3})
 	r := p.order(t, orderBody{RequestID: "pending-1", UserID: 1, ActivityID: 5, ItemID: 50, Quantity: 1})

@@ -107,6 +107,7 @@ func replaysOnOrderTopic(tb testing.TB, cfg config, pos dlq.Position) int {
 // runs; letters the schema still refuses are refused (exit 1), as are unknown
 // positions; a Postgres that cannot be reached is exit 2.
 func TestDLQListShowReplay(t *testing.T) {
+	t.Parallel()
 	// REDRIVE_AFTER long: only the replay may publish the stranded reservation.
 	p := mustPipeline(t, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
 	it := stock.Item{ActivityID: 3, ItemID: 30}

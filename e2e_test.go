@@ -22,6 +22,7 @@ var both = components{"gateway", "worker"}
 // TestOrderBecomesUnpaid: an order is accepted, persisted and readable,
 // with either of the gateway's producers (GATEWAY_PRODUCER).
 func TestOrderBecomesUnpaid(t *testing.T) {
+	t.Parallel()
 	for _, producer := range []string{"group", "writer"} {
 		t.Run("GATEWAY_PRODUCER="+producer, func(t *testing.T) {
 			p := mustPipeline(t, both, func(c *config) { c.Gateway.Producer = producer })
@@ -49,6 +50,7 @@ func TestOrderBecomesUnpaid(t *testing.T) {
 }
 
 func TestGetOrderPendingBeforePersistence(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil) // no worker: nothing is persisted
 	p.mustSale(t, 1, 2, map[int64]int64{7: 10})
 	r := p.order(t, orderBody{RequestID: "r-p", UserID: 1, ActivityID: 1, ItemID: 7, Quantity: 2})
@@ -101,6 +103,7 @@ func (p *pipeline) state(tb testing.TB) string {
 }
 
 func TestOrderRejections(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, both, nil)
 	it := stock.Item{ActivityID: 5, ItemID: 50}
 	p.mustSale(t, 5, 2, map[int64]int64{50: 3})
@@ -185,6 +188,7 @@ func TestOrderRejections(t *testing.T) {
 }
 
 func TestAdminAPI(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	body := map[string]any{"name": "x", "startsAt": time.Now().UTC(), "endsAt": time.Now().Add(time.Hour).UTC(),
 		"items": []map[string]any{{"itemId": 1, "stock": 5}}}
@@ -283,6 +287,7 @@ func TestAdminAPI(t *testing.T) {
 // TestHotItemRace is I1 and I2 under contention: 2,000 distinct buyers for
 // 100 units of one item.
 func TestHotItemRace(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, both, nil)
 	it := stock.Item{ActivityID: 2, ItemID: 1}
 	p.mustSale(t, 2, 1, map[int64]int64{1: 100})
@@ -326,6 +331,7 @@ func TestHotItemRace(t *testing.T) {
 // TestIdempotency is I3: replays answer the first answer; a reused key with
 // another payload is refused; concurrent copies reserve once.
 func TestIdempotency(t *testing.T) {
+	t.Parallel()
 	// Rate limits off: the 50 copies come from one user on purpose.
 	p := mustPipeline(t, both, func(c *config) { c.Gateway.UserRPS = 0 })
 	it := stock.Item{ActivityID: 4, ItemID: 9}
@@ -386,6 +392,7 @@ func TestIdempotency(t *testing.T) {
 // TestKafkaUnreachable: a failed produce releases the reservation and
 // answers 503; Redis is as before and a retry later succeeds.
 func TestKafkaUnreachable(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.ProduceTimeout = 2 * time.Second })
 	it := stock.Item{ActivityID: 6, ItemID: 1}
 	p.mustSale(t, 6, 1, map[int64]int64{1: 10})
@@ -415,6 +422,7 @@ func TestKafkaUnreachable(t *testing.T) {
 
 // TestProducedEventMatchesSchema reads what the gateway produced.
 func TestProducedEventMatchesSchema(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	p.mustSale(t, 7, 1, map[int64]int64{3: 10})
 	r := p.order(t, orderBody{RequestID: "schema-1", UserID: 11, ActivityID: 7, ItemID: 3, Quantity: 1})

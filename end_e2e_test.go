@@ -16,6 +16,7 @@ import (
 // Redis has it (the reconciler sees no drift), is idempotent, and leaves the
 // orders already accepted to go on: they are persisted and can be paid.
 func TestKillSwitchEndsTheSale(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	p.mustSale(t, 1, 1, map[int64]int64{10: 100, 11: 50})
@@ -80,6 +81,7 @@ func TestKillSwitchEndsTheSale(t *testing.T) {
 // TestKillSwitchBeforeTheStart: a sale ended before it starts never sells,
 // and its window stays valid (start before end) in both stores.
 func TestKillSwitchBeforeTheStart(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	starts := time.Now().Add(time.Hour)

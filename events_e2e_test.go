@@ -15,6 +15,7 @@ import (
 // orders.status events with their versions, in order; a filter that
 // matches nothing exits 1.
 func TestEventsCommand(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
 	it := stock.Item{ActivityID: 12, ItemID: 120}
 	p.mustSale(t, 12, 1, map[int64]int64{120: 5})

@@ -15,6 +15,7 @@ import (
 // INVALID_REQUEST naming the field with nothing changed; so are null where
 // the activity upsert has no null, and a fraction in it.
 func TestIntegersByValue(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 41, ItemID: 410}
 	p.mustSale(t, 41, 50, map[int64]int64{410: 1000})
@@ -114,6 +115,7 @@ func TestIntegersByValue(t *testing.T) {
 // each path answers a method it does not serve 405 with Allow (checked
 // against openapi.json by the harness's contract), and HEAD like GET.
 func TestMethodNotAllowedEndToEnd(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	p.mustSale(t, 43, 1, map[int64]int64{430: 5})
 	auth := []string{"Authorization", "Bearer " + p.Admin}

@@ -58,6 +58,7 @@ func (e exposition) add(raw []byte) {
 // result="ok", ...); every recording rule they use is defined. A renamed
 // metric or label breaks this test, not a silent alert.
 func TestMonitoringUsesExportedMetrics(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "closer"}, nil)
 	it := stock.Item{ActivityID: 1, ItemID: 7}
 	p.mustSale(t, 1, 1, map[int64]int64{7: 2})

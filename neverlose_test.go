@@ -26,6 +26,7 @@ import (
 // produce lands (a retry is shown O) or it fails (O is given back, nobody saw
 // it, and a retry reserves afresh).
 func TestReplayWhileProducingIsNeverLost(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		lands bool // whether A's stalled produce lands once resumed
@@ -119,6 +120,7 @@ func TestReplayWhileProducingIsNeverLost(t *testing.T) {
 // ever named an orderNo that Kafka does not have: the first attempt's
 // produce lands, its orderNo becomes an order, and nothing else was shown.
 func TestReplayAfterRedisLossShowsNothingLost(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, both, func(c *config) { c.Gateway.ReplayWait = 200 * time.Millisecond })
 	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stall its produce requests")
@@ -192,6 +194,7 @@ func mustStallProduce(t *testing.T, p *pipeline, lands bool) (stalled, resume ch
 // orderNo must then read as REJECTED IDEMPOTENCY_KEY_REUSED — never 404 — a
 // replay names it again, and its unit goes back on sale.
 func TestRequestIDReusedForAnotherItem(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, both, nil)
 	first, second := stock.Item{ActivityID: 4, ItemID: 1}, stock.Item{ActivityID: 4, ItemID: 2}
 	p.mustSale(t, 4, 1, map[int64]int64{1: 5, 2: 5})
@@ -240,6 +243,7 @@ func TestRequestIDReusedForAnotherItem(t *testing.T) {
 // order is made exactly as the gateway reserved it, GET answers it, and
 // nothing is given back.
 func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		copy func(orig []byte) []byte

@@ -36,7 +36,9 @@ type spans struct{ rec *tracetest.SpanRecorder }
 // mustRecordSpans installs an in-memory span recorder as the global tracer
 // provider (always sampling) with the W3C propagator; both are restored at
 // cleanup. Call it before mustPipeline: the gateway's HTTP middleware takes
-// the propagator when it is built.
+// the propagator when it is built. The provider is the process's: a test
+// that calls it stays serial (no t.Parallel), so no other test's spans land
+// in its recorder.
 func mustRecordSpans(tb testing.TB) spans {
 	tb.Helper()
 	rec := tracetest.NewSpanRecorder()
@@ -257,6 +259,7 @@ func scrape(tb testing.TB, url string) map[string]float64 {
 // TestMetricsMoveWhenOrdersFlow: /metrics has every series the contract
 // names, and they move as orders are created, rejected and closed.
 func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
 		c.Closer.CloseAfter = 3 * time.Second
 		c.Closer.Interval = 200 * time.Millisecond

@@ -17,6 +17,7 @@ import (
 // answered on both, the gateway's 202s are audited like a closed-loop run's,
 // and the report carries both sides.
 func TestBenchOpenLoop(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)

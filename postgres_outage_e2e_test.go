@@ -26,6 +26,7 @@ const lagSeries = "orderpipe_worker_consumer_lag_messages"
 // once Postgres returns the worker catches up: every accepted orderNo is an
 // UNPAID order, the lag is 0 and the invariants hold.
 func TestPostgresOutageKeepsTakingOrders(t *testing.T) {
+	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)

@@ -148,6 +148,7 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 // than a fresh one). Once Postgres is back, a new preheat finishes it and
 // orders sell over the same layout.
 func TestPreheatMarkCutSellsNothing(t *testing.T) {
+	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
@@ -236,6 +237,7 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 // that preheat reached Redis and every later one agree on it. With Redis
 // back, a new preheat finishes the sale over that count.
 func TestPreheatRedisCutFixesLayout(t *testing.T) {
+	t.Parallel()
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
 		c.Redis.Addr = proxy.Addr

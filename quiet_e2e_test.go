@@ -26,6 +26,13 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+// String is everything written so far.
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // lines are the JSON log lines written so far at level WARN or ERROR.
 func (b *syncBuffer) warnings(t *testing.T) []string {
 	b.mu.Lock()

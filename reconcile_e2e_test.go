@@ -72,6 +72,7 @@ func (p *pipeline) count(tb testing.TB, sql string, args ...any) int64 {
 // script, before producing; the redrive publishes the journaled event and the
 // order is created, exactly once.
 func TestRedriveStrandedReservation(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
 		c.Worker.RedriveAfter = time.Second
 		c.Worker.RedriveInterval = 100 * time.Millisecond
@@ -108,6 +109,7 @@ func TestRedriveStrandedReservation(t *testing.T) {
 // runs) and compensations the closer wrote but has not applied are in
 // flight, not drift.
 func TestReconcilerCountsInFlight(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	it := stock.Item{ActivityID: 2, ItemID: 1}
 	p.mustSale(t, 2, 1, map[int64]int64{1: 10})
@@ -130,6 +132,7 @@ func TestReconcilerCountsInFlight(t *testing.T) {
 // compensation is not applied yet (the closer died after its commit) is in
 // flight, not drift, and so is nothing once it is applied.
 func TestReconcilerCountsCloserCompensations(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 4, ItemID: 1}
 	p.mustSale(t, 4, 5, map[int64]int64{1: 10})
@@ -165,6 +168,7 @@ func TestReconcilerCountsCloserCompensations(t *testing.T) {
 // TestReconcilerNudgedStock: Redis stock moved behind the system's back is
 // reported exactly and repaired.
 func TestReconcilerNudgedStock(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 5, ItemID: 3}
 	p.mustSale(t, 5, 1, map[int64]int64{3: 20})
@@ -212,6 +216,7 @@ func TestReconcilerNudgedStock(t *testing.T) {
 // oversell, one live order per user); the reconciler reports the drift and
 // --fix repairs stock, sale window and limit markers.
 func TestReconcilerRedisLoss(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil) // the worker starts later
 	it := stock.Item{ActivityID: 3, ItemID: 1}
 	p.mustSale(t, 3, 1, map[int64]int64{1: 10})
@@ -331,6 +336,7 @@ func TestReconcilerRedisLoss(t *testing.T) {
 // 2,000-buyer race and reports no drift at any pass, including passes that
 // find hundreds of units reserved and not yet consumed.
 func TestReconcilerLoopDuringRace(t *testing.T) {
+	t.Parallel()
 	// The worker starts only halfway through, so passes certainly meet
 	// reservations in flight (first half) and while they are consumed.
 	p := mustPipeline(t, components{"gateway"}, nil)
@@ -440,6 +446,7 @@ func TestReconcilerLoopDuringRace(t *testing.T) {
 // the newest token it saw. The next fix must still repair (its token starts
 // above the recorded one), or the sale would never come back.
 func TestReconcilerFixAfterRedisLostTheFence(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	it := stock.Item{ActivityID: 4, ItemID: 1}
 	p.mustSale(t, 4, 1, map[int64]int64{1: 10})

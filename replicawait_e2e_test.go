@@ -2,15 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
@@ -33,6 +42,7 @@ func replicaWaitPipeline(t *testing.T, addr string, replicas int) *pipeline {
 // acknowledged by no replica: the gateway must not produce, must give the
 // reservation back and answer 503 "nothing was reserved".
 func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
+	t.Parallel()
 	pair := testenv.MustRedisPair(t)
 	p := replicaWaitPipeline(t, pair.Primary.Addr, 1)
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
@@ -91,6 +101,7 @@ func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
 // the promotion was answered 202 and its retry is reserved again under a
 // second orderNo: the window the setting closes.
 func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		replicas int
@@ -181,5 +192,184 @@ func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
 				t.Errorf("without REDIS_WAIT_REPLICAS the failover lost no 202: the test no longer opens the window it is about")
 			}
 		})
+	}
+}
+
+// TestReplicaWaitFailoverKeepsTheWorkersClaim stages the failover window
+// that waiting for the reserve alone leaves open. A request reserves O (on
+// the replica too); its produce lands in Kafka but the gateway never hears
+// the ack; a worker claims O on the primary while the replication link is
+// cut, so the claim reaches no replica. The primary dies, the replica is promoted,
+// and only then does the gateway's produce fail: its abort runs on the
+// promoted replica, which knows no claim. If the worker decided O on its
+// claim, O is an order while the abort gave O's reservation back and
+// dropped its dedup record — the client's retry is answered 202 with a
+// second orderNo, which can only be rejected (I3). With REDIS_WAIT_REPLICAS
+// the worker decides only a claim a replica has acknowledged: here it
+// waits, the abort wins on the promoted replica, O is a ghost, and the
+// retry's orderNo is the request's one order. Either way, every orderNo a
+// 2xx named must be that order.
+func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
+	// The replica follows the primary through a link the test can cut, as
+	// the chaos suite's redis-failover does: what the primary writes while
+	// it is cut never reaches the replica.
+	primaryServer := testenv.MustRedisServer(t)
+	link := testenv.MustProxy(t, primaryServer.Addr)
+	linkHost, linkPort, _ := net.SplitHostPort(link.Addr)
+	replicaServer := testenv.MustRedisServer(t, "--replicaof", linkHost, linkPort)
+	promoted := redis.NewClient(&redis.Options{Addr: replicaServer.Addr})
+	defer promoted.Close()
+	ctx := context.Background()
+	testenv.WaitFor(t, 15*time.Second, "the replica to sync", func() bool {
+		info, err := promoted.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	proxy := testenv.MustProxy(t, primaryServer.Addr)
+	var logs syncBuffer
+	p := mustPipelineLogging(t, both, func(c *config) {
+		c.Redis.Addr, c.Stock.Prefix = proxy.Addr, ""
+		c.Stock.Wait = stock.ReplicaWait{Replicas: 1, Timeout: time.Second}
+		c.Gateway.ReplayWait = 100 * time.Millisecond
+		c.Gateway.ProduceTimeout = time.Minute // the produce fails when the test says so
+	}, &logs)
+	if p.Kafka.Cluster == nil {
+		t.Skip("needs the in-process broker to hold a produce request")
+	}
+	it := stock.Item{ActivityID: 1, ItemID: 1}
+	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
+	primary := redis.NewClient(&redis.Options{Addr: primaryServer.Addr})
+	defer primary.Close()
+	onPrimary := stock.New(primary, "")
+
+	// The gateway's produce requests are held, then failed once the test
+	// says so (its producer tries three times, each bounded at 2 s, so the
+	// gateway hears of the failure about 6 s after its first try, or at
+	// once when told); the test's copy of the event and, after the first
+	// answer, every request are served.
+	const (
+		hold int32 = iota
+		passOne
+		fail
+		serve
+	)
+	var mode atomic.Int32
+	held, failed := make(chan struct{}), make(chan struct{})
+	var heldOnce sync.Once
+	c := p.Kafka.Cluster
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		switch mode.Load() {
+		case serve:
+			return nil, nil, false
+		case passOne:
+			if mode.CompareAndSwap(passOne, hold) {
+				return nil, nil, false
+			}
+		case hold:
+			heldOnce.Do(func() { close(held) })
+			c.SleepControl(func() { <-failed })
+		}
+		return nil, errors.New("the produce's ack was lost"), true
+	})
+
+	body := orderBody{RequestID: "claim-lost", UserID: 5, ActivityID: 1, ItemID: 1, Quantity: 1}
+	answer := make(chan apiResponse, 1)
+	go func() { answer <- p.order(t, body) }()
+	<-held
+	entry, ok, err := onPrimary.Journaled(ctx, it, body.RequestID)
+	if err != nil || !ok {
+		t.Fatalf("the reservation's journal entry on the primary: %v %v", ok, err)
+	}
+	ev, err := event.Decode(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The produce lands (the broker holds the very event the gateway
+	// journaled and sent) while the replication link is cut.
+	link.Hang()
+	w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.Kafka.Topic})
+	defer w.Close()
+	mode.Store(passOne)
+	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(it.String()), Value: entry}); err != nil {
+		t.Fatal(err)
+	}
+	// The worker claims it on the primary and acts on the answer: it makes
+	// the order, or (its claim unacknowledged) fails the batch to retry it.
+	testenv.WaitFor(t, 20*time.Second, "the worker to claim "+ev.OrderNo+" and act on it", func() bool {
+		if stocktest.Fate(t, onPrimary, it, ev.OrderNo) != "claimed:"+ev.OrderNo {
+			return false
+		}
+		if _, err := p.Orders.GetOrder(ctx, ev.OrderNo); err == nil {
+			return true
+		}
+		return strings.Contains(logs.String(), stock.ErrUnreplicated.Error())
+	})
+
+	// The failover: the primary dies with the claim, the replica is
+	// promoted and the Redis address moved to it.
+	primaryServer.Stop()
+	if err := promoted.Do(ctx, "replicaof", "no", "one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Retarget(replicaServer.Addr)
+	select {
+	case a := <-answer:
+		t.Fatalf("the gateway gave up its produce before the failover was staged (%d %v): too slow a machine", a.Status, a.Body)
+	default:
+	}
+	// Now the gateway's produce fails: its abort runs on the promoted replica.
+	mode.Store(fail)
+	close(failed)
+	a := <-answer
+	mode.Store(serve)
+	// The promoted replica gets a replica of its own, so reserves and claims
+	// are acknowledged again.
+	testenv.MustReplicaOf(t, replicaServer)
+
+	shown := map[string]bool{}
+	if a.Status == http.StatusAccepted {
+		shown[a.Str("orderNo")] = true
+	} else if a.Status != http.StatusServiceUnavailable {
+		t.Fatalf("first attempt: %d %v, want 202 or 503", a.Status, a.Body)
+	}
+	var r apiResponse
+	testenv.WaitFor(t, 30*time.Second, "a retry answered 2xx", func() bool {
+		r = p.order(t, body)
+		return r.Status == http.StatusAccepted || r.Status == http.StatusOK
+	})
+	shown[r.Str("orderNo")] = true
+	t.Logf("first attempt %d %v, retry %d %v", a.Status, a.Body, r.Status, r.Body)
+	for orderNo := range shown {
+		testenv.WaitFor(t, 30*time.Second, orderNo+" to be decided", func() bool {
+			_, err := p.Orders.GetOrder(ctx, orderNo)
+			return err == nil
+		})
+	}
+	// The request's orderNos are the first attempt's and those shown:
+	// every one shown is its order (orders.request_id is unique, so there
+	// is one), and the first attempt's is not one unless shown.
+	for _, orderNo := range append(slices.Collect(maps.Keys(shown)), ev.OrderNo) {
+		o, err := p.Orders.GetOrder(ctx, orderNo)
+		isOrder := err == nil && o.Status == order.StatusUnpaid && o.RequestID == body.RequestID
+		if shown[orderNo] && !isOrder {
+			t.Errorf("I3: request %s was answered 2xx with %s, which is %s %s (%v), not its order (the first attempt's %s, decided on a claim the failover lost)",
+				body.RequestID, orderNo, o.Status, o.Reason, err, ev.OrderNo)
+		}
+		if !shown[orderNo] && isOrder {
+			t.Errorf("I3: %s, the first attempt's orderNo, is an order though no 2xx named it", orderNo)
+		}
+	}
+	// Nothing oversold or left taken: one unit sold, in Postgres and on
+	// the promoted replica once the journal is drained.
+	if s := p.dbStock(t, it); s.Stock != 9 {
+		t.Errorf("db stock %d, want 9 (one order)", s.Stock)
+	}
+	st := stock.New(promoted, "")
+	testenv.WaitFor(t, 30*time.Second, "the promoted replica's journal to drain", func() bool {
+		snap, err := st.Snapshot(ctx, it)
+		return err == nil && len(snap.Journal) == 0
+	})
+	if snap, err := st.Snapshot(ctx, it); err != nil || snap.Stock == nil || *snap.Stock != 9 {
+		t.Errorf("redis stock on the promoted replica: %+v %v, want 9", snap, err)
 	}
 }

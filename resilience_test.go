@@ -41,6 +41,8 @@ func (p *pipeline) metric(tb testing.TB, series string) string {
 // are 503 UNAVAILABLE (never another 5xx), nothing is oversold or lost, and
 // the gateway recovers by itself when Redis returns.
 func TestRedisDownFailsClosed(t *testing.T) {
+	// Serial: it waits for 503s under a stream of orders; beside other
+	// pipelines on two cores its requests time out.
 	rs := testenv.MustRedisServer(t)
 	p := mustPipeline(t, both, func(c *config) {
 		c.Redis.Addr = rs.Addr
@@ -135,6 +137,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 // TestKafkaDownOpensBreaker: failed produces answer 503 with nothing
 // reserved, trip the breaker, and then fail fast without touching Redis.
 func TestKafkaDownOpensBreaker(t *testing.T) {
+	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.ProduceTimeout = time.Second; c.BreakerOpenFor = time.Minute })
 	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stop it")
@@ -167,6 +170,8 @@ func TestKafkaDownOpensBreaker(t *testing.T) {
 // TestWorkerWaitsForPostgres: with Postgres unreachable the worker commits
 // no offsets; when it returns, every accepted order is persisted once.
 func TestWorkerWaitsForPostgres(t *testing.T) {
+	// Serial: every order must be taken in time while Postgres is cut;
+	// beside other pipelines on two cores some time out.
 	dbURL, _ := url.Parse(testenv.DatabaseURL())
 	proxy := testenv.MustProxy(t, dbURL.Host)
 	p := mustPipeline(t, both, func(c *config) {
@@ -230,6 +235,8 @@ func committedOffsets(tb testing.TB, p *pipeline) int64 {
 // TestUserFloodIsRateLimited: a bot flooding as one user meets 429 while a
 // burst of distinct buyers never does.
 func TestUserFloodIsRateLimited(t *testing.T) {
+	// Serial: it floods the gateway; beside other pipelines on two cores
+	// its requests time out.
 	p := mustPipeline(t, components{"gateway"}, nil) // production defaults
 	p.mustSale(t, 4, 1, map[int64]int64{1: 100000})
 	limited := 0
@@ -263,6 +270,7 @@ func TestUserFloodIsRateLimited(t *testing.T) {
 }
 
 func TestAPITokensAndAdminListener(t *testing.T) {
+	t.Parallel()
 	adminLn := freeAddr(t)
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.APITokens = []string{"svc-a", "svc-b"}; c.Gateway.AdminAddr = adminLn })
 	body := orderBody{RequestID: "tok", UserID: 1, ActivityID: 1, ItemID: 1, Quantity: 1}
@@ -298,6 +306,7 @@ func TestAPITokensAndAdminListener(t *testing.T) {
 // never a resent script or a request held for many timeouts; and nothing
 // is reserved.
 func TestHungRedisAnswers503InTime(t *testing.T) {
+	t.Parallel()
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	const redisTimeout = 500 * time.Millisecond
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Redis.Addr = proxy.Addr; c.Redis.Timeout = redisTimeout })

@@ -16,6 +16,7 @@ import (
 // connections, its passes counted on the process's /metrics (METRICS_ADDR),
 // and it drains when the process stops.
 func TestReconcilerIsATarget(t *testing.T) {
+	t.Parallel()
 	db := testenv.MustDatabase(t)
 	rdb := testenv.MustRedis(t)
 	cfg, err := loadConfig()

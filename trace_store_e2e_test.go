@@ -26,7 +26,8 @@ import (
 // mustSpanStore installs, as the global tracer provider (always sampling),
 // the local span store's exporter writing to a fresh directory, as
 // TRACE_STORE_DIR makes SetupTracing do; restored at cleanup. Synchronous
-// export: a span is in the file once it has ended.
+// export: a span is in the file once it has ended. Process-wide, like
+// mustRecordSpans: a test that calls it stays serial.
 func mustSpanStore(tb testing.TB) string {
 	tb.Helper()
 	dir := tb.TempDir()

@@ -16,6 +16,7 @@ import (
 )
 
 func TestPlan(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Concurrency: 10, Requests: 5000, Items: 3, Quantity: 1, RetryShare: 0.1, RepeatShare: 0.05, ActivityID: 9, Seed: 7}
 	work := plan(cfg, []int64{1, 2, 3})
 	byID := map[string]request{}
@@ -53,6 +54,7 @@ func TestPlan(t *testing.T) {
 }
 
 func TestPercentile(t *testing.T) {
+	t.Parallel()
 	lat := make([]time.Duration, 100)
 	for i := range lat {
 		lat[i] = time.Duration(i+1) * time.Millisecond
@@ -65,6 +67,7 @@ func TestPercentile(t *testing.T) {
 }
 
 func TestLagZeroSince(t *testing.T) {
+	t.Parallel()
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	tests := []struct {
@@ -92,6 +95,7 @@ func TestLagZeroSince(t *testing.T) {
 // invariant (the checker itself is pkg/invariant's, tested there case by
 // case; this holds the bench's mapping of its findings to verdicts).
 func TestAuditCatches(t *testing.T) {
+	t.Parallel()
 	db := testenv.MustDatabase(t)
 	rd := testenv.MustRedis(t)
 	st := stock.New(rd.Client, rd.Prefix)

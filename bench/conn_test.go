@@ -11,6 +11,7 @@ import (
 )
 
 func TestReadResponse(t *testing.T) {
+	t.Parallel()
 	stream := "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\ncontent-length: 14\r\n\r\n{\"orderNo\":1}\n" +
 		"HTTP/1.1 409 Conflict\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n3\r\n12}\r\n0\r\nX-Trailer: t\r\n\r\n" +
 		"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}" +
@@ -45,6 +46,7 @@ func TestReadResponse(t *testing.T) {
 // that never answers is broken off when the run's context ends (Ctrl-C),
 // not after the per-request timeout.
 func TestSenderStopsWhenTheRunIsCancelled(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

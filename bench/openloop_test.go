@@ -14,6 +14,7 @@ import (
 )
 
 func TestSchedule(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 12, 1, 5, 0, 0, 0, time.UTC)
 	t.Run("Intended", func(t *testing.T) {
 		for _, tt := range []struct {
@@ -56,6 +57,7 @@ func TestSchedule(t *testing.T) {
 }
 
 func TestLatencyOf(t *testing.T) {
+	t.Parallel()
 	lat := make([]time.Duration, 2000)
 	for i := range lat {
 		// Shuffled on purpose: latencyOf sorts.
@@ -104,6 +106,7 @@ func MustServeFloor(tb testing.TB) string {
 }
 
 func TestFloorServer(t *testing.T) {
+	t.Parallel()
 	base := MustServeFloor(t)
 	res, err := http.Post(base+"/v1/orders", "application/json",
 		strings.NewReader(`{"requestId":"r1","userId":1,"activityId":1,"itemId":1,"quantity":1}`))
@@ -130,6 +133,7 @@ func TestFloorServer(t *testing.T) {
 }
 
 func TestDriveOpen(t *testing.T) {
+	t.Parallel()
 	work := plan(Config{Concurrency: 4, Requests: 300, Items: 1, Quantity: 1, ActivityID: 1, Seed: 1}, []int64{1})
 	cfg := Config{Concurrency: 8, Rate: 3000, Timeout: 5 * time.Second}
 	t.Run("EveryRequestAnswered", func(t *testing.T) {

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # What REDIS_WAIT_REPLICAS costs: a private Redis primary and its replica
 # (two redis-server processes on free ports, nothing on disk), the embedded
-# broker, a worker, and a gateway restarted for each run, alternating
-# REDIS_WAIT_REPLICAS=0 and =1 ROUNDS times, each run a closed loop of C
-# clients and N requests, every one a new user with stock for all (so every
-# answer is a 202 and every reserve waits). Prints each run's throughput and
-# latency lines from `orderpipe bench`. Knobs:
+# broker, the status relay, and a worker and a gateway restarted for each run with the same
+# setting, alternating REDIS_WAIT_REPLICAS=0 and =1 ROUNDS times, each run a
+# closed loop of C clients and N requests, every one a new user with stock
+# for all (so every answer is a 202, every reserve waits and every claim
+# waits). Prints each run's throughput, latency and drain lines from
+# `orderpipe bench` (the drain after the last 202 is what the workers'
+# claims cost). Knobs:
 #   C=50 N=10000 ROUNDS=2 WAIT_TIMEOUT=50ms bench/replica-wait.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +30,11 @@ log="$OUT/replica-wait-$run.log"
 export DATABASE_URL="$PG/$db?sslmode=disable" ADMIN_TOKEN="bench-$run"
 pids=()
 gw=""
+wk=""
 cleanup() {
   local p
-  for p in $gw "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in $gw "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for p in $gw $wk "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in $gw $wk "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$dir"
   psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
 }
@@ -56,23 +59,29 @@ export KAFKA_BROKERS="127.0.0.1:$kafka_port"
 KAFKA_BROKERS="" KAFKA_EMBEDDED_PORT="$kafka_port" "$BIN" kafka >"$log.kafka" 2>&1 &
 pids+=($!)
 wait_port "$kafka_port" "${pids[@]}"
-METRICS_ADDR="127.0.0.1:$(free_port)" "$BIN" worker >"$log.worker" 2>&1 &
+# The relay publishes orders.status, which the bench's audit checks (I7).
+METRICS_ADDR="127.0.0.1:$(free_port)" "$BIN" relay >"$log.relay" 2>&1 &
 pids+=($!)
 
 echo "replica-wait: c=$C, n=$N, every request a new user, replica on 127.0.0.1:$replica, REDIS_WAIT_TIMEOUT=$WAIT_TIMEOUT, $(nproc) cores"
 for round in $(seq 1 "$ROUNDS"); do
   for w in 0 1; do
+    metrics_port=$(free_port)
+    METRICS_ADDR="127.0.0.1:$metrics_port" REDIS_WAIT_REPLICAS=$w REDIS_WAIT_TIMEOUT=$WAIT_TIMEOUT \
+      "$BIN" worker >>"$log.worker" 2>&1 &
+    wk=$!
+    wait_port "$metrics_port" "$wk" "${pids[@]}"
     http_port=$(free_port)
     HTTP_ADDR="127.0.0.1:$http_port" REDIS_WAIT_REPLICAS=$w REDIS_WAIT_TIMEOUT=$WAIT_TIMEOUT RATE_LIMIT_USER_RPS=0 \
       "$BIN" gateway >>"$log" 2>&1 &
     gw=$!
     wait_port "$http_port" "$gw" "${pids[@]}"
     echo "round $round, REDIS_WAIT_REPLICAS=$w:"
-    "$BIN" bench --url "http://127.0.0.1:$http_port" -c "$C" -n "$N" --stock "$N" --retry-share 0 --repeat-share 0 \
+    "$BIN" bench --url "http://127.0.0.1:$http_port" --worker-metrics "http://127.0.0.1:$metrics_port/metrics" -c "$C" -n "$N" --stock "$N" --retry-share 0 --repeat-share 0 \
       --wait-ready 30s >"$OUT/replica-wait-$run-$round-$w.txt" 2>&1 || true
-    grep -E '^  (accepted|rejected by code|throughput|latency|FAIL)' "$OUT/replica-wait-$run-$round-$w.txt" || tail -5 "$OUT/replica-wait-$run-$round-$w.txt"
-    kill "$gw"
-    wait "$gw" 2>/dev/null || true
-    gw=""
+    grep -E '^  (accepted|rejected by code|throughput|latency|drain|FAIL)' "$OUT/replica-wait-$run-$round-$w.txt" || tail -5 "$OUT/replica-wait-$run-$round-$w.txt"
+    kill "$gw" "$wk"
+    wait "$gw" "$wk" 2>/dev/null || true
+    gw="" wk=""
   done
 done

@@ -11,6 +11,7 @@ import (
 )
 
 func TestRedisStrategies(t *testing.T) {
+	t.Parallel()
 	prefix := testenv.UniqueName("tbench") + ":"
 	const requests, units = 400, 60
 	rep, err := RunStrategies(context.Background(), StrategyConfig{Redis: redisconn.Config{Addr: testenv.RedisAddr()}, Concurrency: 40,

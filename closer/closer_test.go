@@ -272,6 +272,7 @@ func assertSettled(tb testing.TB, e env, ps []placed) {
 // order, 1,000 times: each ends PAID or CLOSED, never both; a successful pay
 // means PAID, a refused one CLOSED; stock comes back for the CLOSED only.
 func TestPayCloseRace(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	ps := mustOrders(t, e, 1000)
 	closers := []*closer.Closer{newCloser(e, e.Stock, nil), newCloser(e, e.Stock, nil), newCloser(e, e.Stock, nil)}
@@ -352,6 +353,7 @@ func TestPayCloseRace(t *testing.T) {
 // 1,000 expired orders: each order is closed by exactly one of them and its
 // stock restored once in Postgres and in Redis.
 func TestConcurrentClosers(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	ps := mustOrders(t, e, 1000)
 	mustAge(t, e, ps...)
@@ -436,6 +438,7 @@ func TestConcurrentClosers(t *testing.T) {
 // TestCrashAfterCommit: a closer that dies between its commit and Redis leaves
 // pending compensations; the next pass applies each exactly once.
 func TestCrashAfterCommit(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	ps := mustOrders(t, e, 12)
 	mustAge(t, e, ps...)
@@ -494,6 +497,7 @@ func TestCrashAfterCommit(t *testing.T) {
 // TestRedisDown: compensations that cannot reach Redis stay pending and are
 // applied, once, by a later pass after Redis is back.
 func TestRedisDown(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	ps := mustOrders(t, e, 12)
 	mustAge(t, e, ps...)
@@ -550,6 +554,7 @@ func TestRedisDown(t *testing.T) {
 
 // TestRun: the loop closes on its own and returns when ctx ends.
 func TestRun(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	ps := mustOrders(t, e, 4)
 	c := closer.New(closer.Config{CloseAfter: 200 * time.Millisecond, Interval: 20 * time.Millisecond},

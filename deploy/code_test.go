@@ -391,6 +391,7 @@ func mustRead(t *testing.T, path string) []byte {
 // TestCodeIsReadable guards the parsing itself: if the declarations or the
 // command table change shape, the other tests must not pass by finding nothing.
 func TestCodeIsReadable(t *testing.T) {
+	t.Parallel()
 	c := mustCode(t)
 	for _, name := range []string{"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS", "ADMIN_TOKEN", "HTTP_ADDR", "METRICS_ADDR", "KAFKA_PARTITIONS"} {
 		if _, ok := c.env[name]; !ok {
@@ -421,6 +422,7 @@ func TestCodeIsReadable(t *testing.T) {
 // TestEveryVariableHasADefaultOrIsGiven: a variable with an empty default is
 // either a feature that is off by design or one the deployments must set.
 func TestEveryVariableHasADefaultOrIsGiven(t *testing.T) {
+	t.Parallel()
 	c := mustCode(t)
 	needed := map[string]bool{}
 	for _, names := range needs {

@@ -180,6 +180,7 @@ func kubernetesInstances(t *testing.T, overlay string) map[string][]instance {
 // shared settings' values, its own OTEL_SERVICE_NAME, and the ports its
 // listen addresses say.
 func TestShapesMatchTheDeclaration(t *testing.T) {
+	t.Parallel()
 	c := mustCode(t)
 	for name, sh := range shapes {
 		t.Run(name, func(t *testing.T) {
@@ -288,6 +289,7 @@ func sortedStrings(s []string) []string {
 // for — a setting one shape has and the other not, another value, another
 // command, a port moved.
 func TestDeclarationCheckCatchesDrift(t *testing.T) {
+	t.Parallel()
 	c := mustCode(t)
 	gw := processes[1]
 	ok := instance{args: []string{"gateway"}, env: map[string]string{"OTEL_SERVICE_NAME": "orderpipe-gateway", "ADMIN_TOKEN_FILE": "/x"}, ports: []int{8080}}

@@ -49,6 +49,7 @@ func envOf(s types.ServiceConfig) map[string]string {
 }
 
 func TestComposeServices(t *testing.T) {
+	t.Parallel()
 	p := mustCompose(t)
 	c := mustCode(t)
 	want := []string{"postgres", "redis", "kafka", "kafka-init", "otel-collector", "jaeger", "prometheus", "grafana",
@@ -101,6 +102,7 @@ func mustAbs(t *testing.T, p string) string {
 }
 
 func TestComposeHealthAndOrder(t *testing.T) {
+	t.Parallel()
 	p := mustCompose(t)
 	healthy := func(name string) bool {
 		s, ok := p.Services[name]
@@ -146,6 +148,7 @@ func TestComposeHealthAndOrder(t *testing.T) {
 // TestComposeTopics: kafka-init creates the topics the code uses, with the
 // partitions KAFKA_PARTITIONS says, and the broker does not auto-create.
 func TestComposeTopics(t *testing.T) {
+	t.Parallel()
 	p := mustCompose(t)
 	script := strings.Join(p.Services["kafka-init"].Command, " ")
 	for _, topic := range []string{event.Topic, event.DLQTopic, event.StatusTopic} {
@@ -224,6 +227,7 @@ func kafkaBrokerConfig(t *testing.T, p *types.Project) map[string]string {
 // TestComposeEnvironment: every variable set is one the code reads; every
 // component gets what it needs (or its _FILE form); secrets come as files.
 func TestComposeEnvironment(t *testing.T) {
+	t.Parallel()
 	p := mustCompose(t)
 	c := mustCode(t)
 	serviceNames := map[string]bool{}
@@ -308,6 +312,7 @@ func TestComposeEnvironment(t *testing.T) {
 // TestComposeProbesMatchListeners: healthcheck URLs hit the ports the
 // processes listen on (HTTP_ADDR for the gateway, METRICS_ADDR otherwise).
 func TestComposeProbesMatchListeners(t *testing.T) {
+	t.Parallel()
 	p := mustCompose(t)
 	c := mustCode(t)
 	urlRe := regexp.MustCompile(`https?://[^\s"']+`)
@@ -365,6 +370,7 @@ func mustUint(t *testing.T, s string) uint32 {
 // TestOtelCollectorConfig: the mounted config exists, receives OTLP on the
 // port the components export to, and sends traces to the jaeger service.
 func TestOtelCollectorConfig(t *testing.T) {
+	t.Parallel()
 	p := mustCompose(t)
 	col := p.Services["otel-collector"]
 	var mounted string
@@ -430,6 +436,7 @@ func TestOtelCollectorConfig(t *testing.T) {
 // TestDockerfile: multi-stage, Go version of go.mod, non-root runtime, one
 // binary as the entrypoint, no secret baked in.
 func TestDockerfile(t *testing.T) {
+	t.Parallel()
 	df := string(mustRead(t, filepath.Join(root, "deploy", "Dockerfile")))
 	var froms []string
 	user, entry := "", ""
@@ -477,6 +484,7 @@ func TestDockerfile(t *testing.T) {
 // repo, as `docker build -f deploy/Dockerfile .` would, and checks that what
 // is left holds everything the build stage compiles (no Docker here).
 func TestDockerContextBuilds(t *testing.T) {
+	t.Parallel()
 	var patterns []string
 	for _, line := range strings.Split(string(mustRead(t, filepath.Join(root, "deploy", "Dockerfile.dockerignore"))), "\n") {
 		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
@@ -586,6 +594,7 @@ func published(s types.ServiceConfig, port uint32) bool {
 // deploy/prometheus scraping every component on the port it listens on, and
 // Grafana with its datasource and the orderpipe dashboard provisioned.
 func TestComposeMonitoring(t *testing.T) {
+	t.Parallel()
 	p := mustCompose(t)
 	prom, ok := p.Services["prometheus"]
 	if !ok {

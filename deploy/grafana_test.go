@@ -95,6 +95,7 @@ func (d dashboard) exprs() []string {
 // TestGrafanaDashboard: the dashboard is well formed and shows what on-call
 // needs to see (docs/oncall.md).
 func TestGrafanaDashboard(t *testing.T) {
+	t.Parallel()
 	d := mustDashboard(t)
 	if d.UID == "" || d.Title == "" || d.SchemaVersion < 36 {
 		t.Errorf("uid %q title %q schemaVersion %d", d.UID, d.Title, d.SchemaVersion)
@@ -151,6 +152,7 @@ func TestGrafanaDashboard(t *testing.T) {
 // TestGrafanaQueriesParse: every query of the dashboard is valid PromQL —
 // promtool checks them as the expressions of a throwaway rule file.
 func TestGrafanaQueriesParse(t *testing.T) {
+	t.Parallel()
 	exprs := mustDashboard(t).exprs()
 	var b strings.Builder
 	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")

@@ -205,6 +205,7 @@ var k8sComponents = []struct {
 }
 
 func TestManifestsExist(t *testing.T) {
+	t.Parallel()
 	for _, name := range overlays(t) {
 		t.Run(name, func(t *testing.T) {
 			objs := objects(mustOverlay(t, name))
@@ -268,6 +269,7 @@ func TestManifestsExist(t *testing.T) {
 // mounted, probes hit the listeners, resources are bounded — for every
 // container and init container of every overlay.
 func TestManifestsMatchCode(t *testing.T) {
+	t.Parallel()
 	c := mustCode(t)
 	for _, overlay := range overlays(t) {
 		objs := objects(mustOverlay(t, overlay))
@@ -444,6 +446,7 @@ func resolvePort(t *testing.T, ct container, raw json.RawMessage) string {
 // loop (no --once) that Prometheus can scrape; the Services reach the ports
 // of the pods they select.
 func TestManifestsScaleOut(t *testing.T) {
+	t.Parallel()
 	for _, name := range overlays(t) {
 		t.Run(name, func(t *testing.T) { checkScaleOut(t, objects(mustOverlay(t, name))) })
 	}

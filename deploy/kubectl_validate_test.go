@@ -88,6 +88,7 @@ func kubectlValidate(t *testing.T, bin string, objs []rendered) (string, error) 
 // TestOverlaysPassKubectlValidate: every object of every overlay passes
 // kubectl-validate, the API server's own validation.
 func TestOverlaysPassKubectlValidate(t *testing.T) {
+	t.Parallel()
 	bin := mustKubectlValidate(t)
 	for _, name := range overlays(t) {
 		t.Run(name, func(t *testing.T) {
@@ -101,6 +102,7 @@ func TestOverlaysPassKubectlValidate(t *testing.T) {
 // TestKubectlValidateRefusesAMisspeltField: the check above can fail — a
 // Deployment with a misspelt field is refused.
 func TestKubectlValidateRefusesAMisspeltField(t *testing.T) {
+	t.Parallel()
 	bin := mustKubectlValidate(t)
 	var bad []rendered
 	for _, r := range mustOverlay(t, "small") {

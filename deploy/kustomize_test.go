@@ -169,6 +169,7 @@ func validate(t *testing.T, v *k8sSchemas, r rendered) error {
 // TestOverlaysValidate renders every overlay and validates every object
 // against the Kubernetes schemas.
 func TestOverlaysValidate(t *testing.T) {
+	t.Parallel()
 	v := mustSchemas(t)
 	for _, name := range overlays(t) {
 		t.Run(name, func(t *testing.T) {
@@ -191,6 +192,7 @@ func TestOverlaysValidate(t *testing.T) {
 // TestValidatorRejectsWhatTheAPIServerWould: the schema validation is real —
 // a misspelt field, a wrong type and a missing required field are refused.
 func TestValidatorRejectsWhatTheAPIServerWould(t *testing.T) {
+	t.Parallel()
 	v := mustSchemas(t)
 	base := `apiVersion: apps/v1
 kind: Deployment
@@ -339,6 +341,7 @@ func isWorkload(kind string) bool {
 // try, and the migrations come with it (the init containers run the new
 // image's `orderpipe migrate` before each new pod's component starts).
 func TestUpgradeTouchesNoImmutableField(t *testing.T) {
+	t.Parallel()
 	mem := mustK8sTree(t)
 	for _, name := range overlays(t) {
 		t.Run(name, func(t *testing.T) {
@@ -375,6 +378,7 @@ func TestUpgradeTouchesNoImmutableField(t *testing.T) {
 // the old manifests fail on the second day — a migrate Job of a fixed name
 // whose pod template changes with the image — and a changed selector.
 func TestImmutableCheckCatchesAFixedNameJob(t *testing.T) {
+	t.Parallel()
 	mem := mustK8sTree(t)
 	job := `apiVersion: batch/v1
 kind: Job
@@ -427,6 +431,7 @@ spec:
 // (a ConfigMap edited in place reaches no running process). The same for a
 // changed secret.
 func TestConfigChangeRollsPods(t *testing.T) {
+	t.Parallel()
 	mem := mustK8sTree(t)
 	before := upgradeTo(t, mem, "small", "before", "1.0.0", "")
 	after := upgradeTo(t, mem, "small", "after", "1.0.0", `configMapGenerator:
@@ -481,6 +486,7 @@ func TestConfigChangeRollsPods(t *testing.T) {
 // node drain for good (a budget that allows no eviction at the overlay's
 // replicas would).
 func TestDisruptionBudgets(t *testing.T) {
+	t.Parallel()
 	for _, name := range overlays(t) {
 		t.Run(name, func(t *testing.T) {
 			rs := mustOverlay(t, name)
@@ -560,6 +566,7 @@ func disruptionsAllowed(t *testing.T, minAvail, maxUnavail any, replicas int) in
 // verified against CAs from a mounted Secret, with every credential in a
 // Secret file.
 func TestProductionReachesEveryDependencyOverTLS(t *testing.T) {
+	t.Parallel()
 	objs := objects(mustOverlay(t, "production"))
 	d := find(objs, "Deployment", "orderpipe-worker")
 	if d == nil {

@@ -68,6 +68,7 @@ func promtool(t *testing.T, dir string, args ...string) string {
 // TestPrometheusRules: the rules are valid, their unit tests pass, and the
 // compose Prometheus's config (which loads them) is valid.
 func TestPrometheusRules(t *testing.T) {
+	t.Parallel()
 	promtool(t, "prometheus", "check", "rules", filepath.Base(rulesFile))
 	promtool(t, "prometheus", "check", "config", "prometheus.yml")
 	out := promtool(t, "prometheus", "test", "rules", filepath.Base(rulesTestFile))
@@ -108,6 +109,7 @@ func mustRules(t *testing.T) []rule {
 // happened and where the runbook is (a heading that exists), and the unit
 // tests show each one firing — an alert never seen to fire may never fire.
 func TestAlertsAreActionableAndTested(t *testing.T) {
+	t.Parallel()
 	var tests struct {
 		Tests []struct {
 			AlertRuleTest []struct {

@@ -55,6 +55,7 @@ func prometheusRule(t *testing.T) []byte {
 // the rules file's groups, rule for rule (compared parsed, so formatting
 // does not matter); with -update-rules it rewrites the PrometheusRule.
 func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
+	t.Parallel()
 	if *updateRules {
 		if err := os.WriteFile(filepath.FromSlash(prometheusRuleFile), prometheusRule(t), 0o644); err != nil {
 			t.Fatal(err)
@@ -121,6 +122,7 @@ func firstDiff(a, b []byte) string {
 // each of those Services has a port the ServiceMonitor scrapes, on the
 // container port the component serves /metrics on.
 func TestServiceMonitorScrapesEveryComponent(t *testing.T) {
+	t.Parallel()
 	rs := mustOverlay(t, "production")
 	objs := objects(rs)
 	var sm struct {

@@ -31,6 +31,7 @@ import (
 // storagePending: the list may only shrink (a listed file that no longer
 // needs its entry fails the test too), so nothing new reaches behind an owner.
 func TestStorageHasOneOwner(t *testing.T) {
+	t.Parallel()
 	found := storageAccess(t)
 	for file, kinds := range found {
 		for _, kind := range kinds {

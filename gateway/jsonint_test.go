@@ -9,6 +9,7 @@ import (
 // is an integer in range, as the document's JSON Schema "integer" does, and
 // refuses the rest naming the field.
 func TestIntegersByValue(t *testing.T) {
+	t.Parallel()
 	order := func(q string) string {
 		return `{"requestId":"r-1","userId":42,"activityId":1,"itemId":10086,"quantity":` + q + `}`
 	}
@@ -66,6 +67,7 @@ func TestIntegersByValue(t *testing.T) {
 // read by value; null is refused where the schema has no null, and an
 // item's stock is required.
 func TestActivityBodyIntegers(t *testing.T) {
+	t.Parallel()
 	body := func(limit, item string) string {
 		return `{"name":"s","startsAt":"2026-11-29T10:00:00Z","endsAt":"2026-11-29T11:00:00Z"` + limit + `,"items":[` + item + `]}`
 	}

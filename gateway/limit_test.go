@@ -6,6 +6,7 @@ import (
 )
 
 func TestUserBucketRefillsAtItsRate(t *testing.T) {
+	t.Parallel()
 	l := newLimiter(5, 10, 0, 0)
 	now := time.Now()
 	for i := range 10 {
@@ -42,6 +43,7 @@ func TestUserBucketRefillsAtItsRate(t *testing.T) {
 }
 
 func TestLimiterMemoryIsBounded(t *testing.T) {
+	t.Parallel()
 	l := newLimiter(1, 1, 0, 0)
 	now := time.Now()
 	hot := int64(-1)
@@ -64,6 +66,7 @@ func TestLimiterMemoryIsBounded(t *testing.T) {
 }
 
 func TestGlobalLimit(t *testing.T) {
+	t.Parallel()
 	l := newLimiter(0, 0, 10, 2)
 	now := time.Now()
 	for u := range int64(2) {

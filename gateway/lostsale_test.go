@@ -66,6 +66,7 @@ func orderRequestFor(activityID, itemID, userID int64) *http.Request {
 // 404 NOT_ON_SALE or, over the budget, 503 with nothing reserved, and leave
 // the breaker GET and pay share closed (a lookup is still answered).
 func TestUnknownItemFloodIsBounded(t *testing.T) {
+	t.Parallel()
 	orders, queries := mustCountedStore(t)
 	r := testenv.MustRedis(t)
 	st := stock.New(r.Client, r.Prefix)

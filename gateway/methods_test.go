@@ -43,6 +43,7 @@ func documentedMethods(t *testing.T) map[string][]string {
 // paths are 404 for every method where the admin API is not served: with
 // ADMIN_TOKEN empty, and on the public listener when ADMIN_ADDR serves it.
 func TestMethodNotAllowed(t *testing.T) {
+	t.Parallel()
 	c := mustContract(t)
 	paths := documentedMethods(t)
 	methods := []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY"}
@@ -136,6 +137,7 @@ func TestMethodNotAllowed(t *testing.T) {
 // TestHeadServedWithGet: HEAD of a GET route is answered as GET is — the
 // same status and headers — without a body.
 func TestHeadServedWithGet(t *testing.T) {
+	t.Parallel()
 	s := New(Config{}, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()

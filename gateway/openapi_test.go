@@ -30,6 +30,7 @@ func mustContract(t *testing.T) *testenv.APIContract {
 // TestOpenAPIServed: GET /openapi.json serves the embedded document, and
 // that answer passes its own contract.
 func TestOpenAPIServed(t *testing.T) {
+	t.Parallel()
 	c := mustContract(t)
 	s := New(Config{}, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(s.Handler())
@@ -68,6 +69,7 @@ func TestOpenAPIServed(t *testing.T) {
 // the contract does not describe, or a refused request that was taken, fails
 // it — so the end-to-end tests' check can fail.
 func TestOpenAPIContractRejectsWrongExchanges(t *testing.T) {
+	t.Parallel()
 	c := mustContract(t)
 	const (
 		order    = `{"requestId":"r-1","userId":42,"activityId":1,"itemId":10086,"quantity":1}`
@@ -198,6 +200,7 @@ func TestOpenAPIContractRejectsWrongExchanges(t *testing.T) {
 // answer is in the document's ErrorCode catalogue, and the catalogue has no
 // code the gateway never answers.
 func TestOpenAPIListsEveryErrorCode(t *testing.T) {
+	t.Parallel()
 	var doc struct {
 		Components struct {
 			Schemas struct {
@@ -260,6 +263,7 @@ func mustRead(t *testing.T, name string) []byte {
 // answer's examples (headers from their examples) — so the examples an
 // integrator copies are right.
 func TestOpenAPIExamplesMatchTheirSchemas(t *testing.T) {
+	t.Parallel()
 	c := mustContract(t)
 	type example struct {
 		Value any `json:"value"`
@@ -393,6 +397,7 @@ func mustAtoi(t *testing.T, s string) int {
 // status among the operation's answers, its rule the start of a message the
 // code says; and the operation's description states it.
 func TestOpenAPIRefusalsStated(t *testing.T) {
+	t.Parallel()
 	var doc struct {
 		Paths map[string]map[string]struct {
 			Description string `json:"description"`

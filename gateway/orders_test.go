@@ -45,6 +45,7 @@ func (p failingProducer) WriteMessages(ctx context.Context, msgs ...kafka.Messag
 }
 
 func TestFailedProduce(t *testing.T) {
+	t.Parallel()
 	for _, landed := range []bool{false, true} {
 		name := map[bool]string{false: "LostIsGivenBack", true: "LandedIsAccepted"}[landed]
 		t.Run(name, func(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 // again once the dependency is back (each seen once the last answer is
 // readyFor old).
 func TestReadyzNamesTheDependencyDown(t *testing.T) {
+	t.Parallel()
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	defer rdb.Close()
@@ -101,6 +102,7 @@ func TestReadyzNamesTheDependencyDown(t *testing.T) {
 // proxy in front of the broker, a private Redis's command stats); a
 // dependency that goes down is seen by the first probe after readyFor.
 func TestReadyzFloodCostsOneProbe(t *testing.T) {
+	t.Parallel()
 	k := testenv.MustKafka(t)
 	broker := testenv.MustProxy(t, k.Brokers[0])
 	rs := testenv.MustRedisServer(t)

@@ -137,6 +137,7 @@ type orderAnswer struct {
 // failed and was given back, the orderNo of the one retry that reserved
 // afresh (no second unit taken).
 func TestRetryStormSharesOneWait(t *testing.T) {
+	t.Parallel()
 	for _, lands := range []bool{true, false} {
 		t.Run(map[bool]string{true: "FirstAttemptLands", false: "FirstAttemptGivenBack"}[lands], func(t *testing.T) {
 			ctx := context.Background()

@@ -120,6 +120,7 @@ func (e *bucketEnv) deadMover(tb testing.TB, units int64) (stock.Transfer, int64
 // it is, but it finishes the transfer: bucket 2 must keep the 3 units it
 // was given, and the check after the fix must be clean.
 func TestFixWithUnitsInTransit(t *testing.T) {
+	t.Parallel()
 	e := mustBucketEnv(t, 30, 3)
 	ctx := context.Background()
 	e.deadMover(t, 3)
@@ -152,6 +153,7 @@ func TestFixWithUnitsInTransit(t *testing.T) {
 // finished its transfer: its give and any new take carry its old fencing
 // token, and every bucket's script refuses them.
 func TestStaleMoverAfterFix(t *testing.T) {
+	t.Parallel()
 	e := mustBucketEnv(t, 30, 3)
 	ctx := context.Background()
 	tr, old := e.deadMover(t, 3)
@@ -178,6 +180,7 @@ func TestStaleMoverAfterFix(t *testing.T) {
 // gives up on the item (an error, nothing written); once the mover is done,
 // the next fix repairs it.
 func TestFixWaitsForMover(t *testing.T) {
+	t.Parallel()
 	e := mustBucketEnv(t, 30, 3)
 	ctx := context.Background()
 	b1 := stocktest.KeysOf(e.st, stock.Item{ActivityID: 8, ItemID: 1, Bucket: 1})

@@ -18,6 +18,7 @@ import (
 // TestStaleFixerCannotWrite: a fixer whose lock expired and was taken by
 // another is refused by Postgres before its fix script runs.
 func TestStaleFixerCannotWrite(t *testing.T) {
+	t.Parallel()
 	db, r := testenv.MustDatabase(t), testenv.MustRedis(t)
 	ctx := context.Background()
 	orders, st := order.NewStore(db.Pool), stock.New(r.Client, r.Prefix)

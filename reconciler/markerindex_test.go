@@ -22,6 +22,7 @@ import (
 // extra; the fix removes it and completes the index, and the next pass reads
 // the index alone.
 func TestMarkersOfAnIncompleteIndex(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	k := stocktest.KeysOf(e.st, e.it)
@@ -107,6 +108,7 @@ func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // reads each item's marker index and never scans the keyspace, and still
 // finds a missing marker.
 func TestPassReadsOnlyTheItemsMarkers(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	c := e.rdb.Client
@@ -145,6 +147,7 @@ func TestPassReadsOnlyTheItemsMarkers(t *testing.T) {
 // is incomplete is read by a scan (an extra marker outside it is found) and
 // the fix completes it, drift or not.
 func TestBucketMarkerIndexes(t *testing.T) {
+	t.Parallel()
 	e := mustBucketEnv(t, 12, 3)
 	ctx := context.Background()
 	c := e.rdb.Client

@@ -42,7 +42,10 @@ type Config struct {
 	// Fix repairs the drifted items after each check.
 	Fix bool
 	// LockTTL is the fix lock's lifetime (renewed by its watchdog);
-	// LockWait how long a fix waits for another fixer to finish.
+	// LockWait how long a fix waits for another fixer to finish: by default
+	// longer than LockTTL, since a fixer that died, or whose release a Redis
+	// failover lost, holds the lock until it expires, and the fix that a
+	// failover calls for must outlast that rather than fail.
 	LockTTL  time.Duration
 	LockWait time.Duration
 	// RowLockTimeout bounds the wait for an item's stock row; Attempts is
@@ -59,7 +62,7 @@ func (c *Config) defaults() {
 		c.LockTTL = 30 * time.Second
 	}
 	if c.LockWait <= 0 {
-		c.LockWait = 10 * time.Second
+		c.LockWait = c.LockTTL + 5*time.Second
 	}
 	if c.RowLockTimeout <= 0 {
 		c.RowLockTimeout = 5 * time.Second

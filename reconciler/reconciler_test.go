@@ -167,6 +167,7 @@ func (e *env) redisStock(tb testing.TB, it stock.Item) int64 {
 // pipeline can leave them in and checks each is counted in flight exactly
 // once (or not at all), never as drift.
 func TestLifecycleIsNeverDrift(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	e.wantClean(t, e.it, "fresh sale", 0)
@@ -223,6 +224,7 @@ func TestLifecycleIsNeverDrift(t *testing.T) {
 // drift is exactly that unit while the rejection awaits its compensation and
 // after it is applied, never double counted.
 func TestRejectionCountedOnce(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 1)
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1))...)
 	e.wantClean(t, e.it, "sold out", 0)
@@ -251,6 +253,7 @@ func (e *env) wantDrift(tb testing.TB, step string, drift, inFlight int64) {
 // marker held by a stale request are reported and repaired; markers of
 // reservations in flight are left alone.
 func TestMarkers(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	k := stocktest.KeysOf(e.st, e.it)
@@ -304,6 +307,7 @@ func TestMarkers(t *testing.T) {
 // TestFixKeepsInFlight: the fix sets stock to DB stock minus what is in
 // flight, so the reservations keep their units and settle without drift.
 func TestFixKeepsInFlight(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	k := stocktest.KeysOf(e.st, e.it)
@@ -339,9 +343,36 @@ func TestFixKeepsInFlight(t *testing.T) {
 	}
 }
 
+// TestFixOutlastsADeadFixersLock: a fixer that died, or whose release a
+// Redis failover lost, holds the fix lock until its TTL ends. The fix the
+// failover calls for waits that out (by default a little longer than the
+// TTL) instead of failing with the drift left, as it did after 10 s.
+func TestFixOutlastsADeadFixersLock(t *testing.T) {
+	e := mustEnv(t, 10)
+	ctx := context.Background()
+	k := stocktest.KeysOf(e.st, e.it)
+	if err := e.rdb.Client.Del(ctx, k.Stock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 11 * time.Second // longer than the old 10 s wait
+	if _, err := lock.New(e.rdb.Client, e.rdb.Prefix).TryAcquire(ctx, reconciler.FixLockName, ttl); err != nil {
+		t.Fatal(err) // never released, never renewed: its holder is gone
+	}
+	fixer := reconciler.New(reconciler.Config{Fix: true, LockTTL: ttl}, reconciler.Deps{Orders: e.orders, Stock: e.st,
+		Locker: lock.New(e.rdb.Client, e.rdb.Prefix), Metrics: e.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	res, err := fixer.RunOnce(ctx)
+	if err != nil || res.ExitCode() != reconciler.ExitClean {
+		t.Fatalf("fix behind a dead fixer's lock: exit %d, %v; want it repaired once the lock expired", res.ExitCode(), err)
+	}
+	if got := e.redisStock(t, e.it); got != 10 {
+		t.Errorf("redis stock after the fix %d, want 10", got)
+	}
+}
+
 // TestNotPreheatedIsSkipped: an item Postgres does not know as preheated is
 // not Redis's to hold.
 func TestNotPreheatedIsSkipped(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
 	ordertest.Unpreheat(t, e.orders, e.other.ActivityID, e.other.ItemID)
@@ -360,6 +391,7 @@ func TestNotPreheatedIsSkipped(t *testing.T) {
 // stale-reconciliation alert fires once passes keep failing; the loop
 // publishes its interval beside it.
 func TestLastSuccessGauge(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t, 10)
 	if got := testutil.ToFloat64(e.metrics.ReconcilerLastSuccess); got != 0 {
 		t.Fatalf("last success %v before any pass, want 0", got)

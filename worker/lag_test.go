@@ -92,6 +92,7 @@ func consume(t *testing.T, brokers []string, topic, group string, n int) {
 // counted from the log start where the group has committed nothing (or does
 // not exist yet), and shrinks by exactly what the group commits.
 func TestGroupLag(t *testing.T) {
+	t.Parallel()
 	k := testenv.MustKafka(t)
 	const n = 24
 	var msgs []kafka.Message
@@ -139,6 +140,7 @@ func TestGroupLag(t *testing.T) {
 // TestPartitionLag covers what a test broker cannot easily show: a log
 // whose start moved (retention) past the group's committed offset.
 func TestPartitionLag(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name                        string
 		start, end, committed, want int64
@@ -164,6 +166,7 @@ func TestPartitionLag(t *testing.T) {
 // message waiting on every partition; when Postgres returns, the worker
 // catches up and the gauge falls to 0.
 func TestLagGaugeMovesWhilePostgresIsDown(t *testing.T) {
+	t.Parallel()
 	db, rdb, k := testenv.MustDatabase(t), testenv.MustRedis(t), testenv.MustKafka(t)
 	dbURL, err := url.Parse(db.URL)
 	if err != nil {

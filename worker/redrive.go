@@ -278,6 +278,15 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 		r.deps.Metrics.RedriveAcked.Add(float64(n))
 	}
 	if len(msgs) > 0 {
+		// With REDIS_WAIT_REPLICAS only entries a failover keeps are
+		// published: an entry on the primary alone (a reserve whose WAIT
+		// has not answered, seen early through a gateway clock running
+		// behind) would become an order from its event after a failover
+		// that lost it, while its gateway answers 503 and the client's
+		// retry reserves a second orderNo.
+		if err := r.deps.Stock.AwaitReplicas(ctx); err != nil {
+			return fmt.Errorf("before re-publishing %d events: %w", len(msgs), err)
+		}
 		ctxs, spans := r.startSends(ctx, it, refs, msgs)
 		err := r.deps.Events.WriteMessages(ctx, msgs...)
 		for _, span := range spans {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,7 @@ import (
 // rejected one to its compensation and the young one to the gateway, and
 // backs off before re-publishing the same entry again.
 func TestRedrivePass(t *testing.T) {
+	t.Parallel()
 	f := newRedriveSale(t, 5, 6)
 	ctx, r, k, orders, st, it, now, reserve := f.ctx, f.r, f.k, f.orders, f.st, f.it, f.now, f.reserve
 	topic := f.topic
@@ -163,6 +165,7 @@ func newRedriveSale(t *testing.T, act, itemID int64) redriveSale {
 // own measure, not 3 h later; and a step back of the worker's wall clock
 // after a republish does not stretch the backoff by the step.
 func TestRedriveDespiteClockSkew(t *testing.T) {
+	t.Parallel()
 	f := newRedriveSale(t, 7, 8)
 	f.reserve("ahead", 1, f.now.Add(3*time.Hour))
 	writer := event.NewWriter(event.WriterConfig{Brokers: f.k.Brokers, Topic: f.topic})
@@ -189,4 +192,70 @@ func TestRedriveDespiteClockSkew(t *testing.T) {
 	pass(0, "within the backoff")
 	tick = tick.Add(time.Minute)
 	pass(1, "past the backoff, the wall clock 3 h back")
+}
+
+// TestRedriveWaitsForReplicas: with REDIS_WAIT_REPLICAS the redrive
+// publishes only journal entries a failover would keep. An entry on the
+// primary alone — a reserve whose WAIT has not answered, stamped by a
+// gateway whose clock runs 10 min behind, so it looks stranded at once —
+// must not reach Kafka: after a failover that loses it the worker would
+// make an order of its event (the journal no longer holds it), while the
+// gateway answered 503 and the client's retry reserved a second orderNo.
+// Once a replica has it, it is published.
+func TestRedriveWaitsForReplicas(t *testing.T) {
+	pair := testenv.MustRedisPair(t)
+	db, k := testenv.MustDatabase(t), testenv.MustKafka(t)
+	ctx := context.Background()
+	topic := testenv.UniqueName("orders.requested.")
+	if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic); err != nil {
+		t.Fatal(err)
+	}
+	rdb := pair.Primary.Client(t)
+	orders, st := order.NewStore(db.Pool), stock.New(rdb, "")
+	// Long enough for a healthy replica on two loaded cores.
+	if err := st.WaitForReplicas(stock.ReplicaWait{Replicas: 1, Timeout: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	it := stock.Item{ActivityID: 11, ItemID: 12}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	a := order.Activity{ID: 11, Name: "redrive", StartsAt: now.Add(-time.Hour), EndsAt: now.Add(time.Hour), PerUserLimit: 1,
+		Items: []order.ItemStock{{ItemID: 12, InitialStock: 10}}}
+	if err := orders.UpsertActivity(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	writer := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic})
+	defer writer.Close()
+	rd := NewRedriver(RedriveConfig{After: 30 * time.Second}, RedriveDeps{Orders: orders, Stock: st, Events: writer,
+		Locker: lock.New(rdb, ""), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+
+	pair.Replica.Pause(t)
+	ev := event.OrderRequested{RequestID: "behind", OrderNo: "11-12-behind", UserID: 1, ActivityID: 11, ItemID: 12, Quantity: 1,
+		ReservedAt: now.Add(-10 * time.Minute)}
+	res, err := st.Reserve(ctx, stock.Reservation{Item: it, RequestID: ev.RequestID, OrderNo: ev.OrderNo, UserID: 1, Quantity: 1,
+		Fingerprint: "behind", Event: ev.Marshal()})
+	if err != nil || res.Outcome != stock.Reserved || !res.Unreplicated {
+		pair.Replica.Resume(t)
+		t.Fatalf("reserve with the replica paused: %+v %v, want RESERVED, unreplicated", res, err)
+	}
+	pass, err := rd.runOnce(ctx)
+	pair.Replica.Resume(t)
+	if !errors.Is(err, stock.ErrUnreplicated) || pass.Republished != 0 {
+		t.Errorf("pass with the entry on the primary alone: %+v %v, want nothing republished, ErrUnreplicated", pass, err)
+	}
+	conn, err := kafka.DialLeader(ctx, "tcp", k.Brokers[0], topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if last, err := conn.ReadLastOffset(); err != nil || last != 0 {
+		t.Errorf("the topic's end offset after that pass: %d %v, want 0 (nothing published)", last, err)
+	}
+
+	testenv.WaitFor(t, 15*time.Second, "a pass with the replica back to republish the entry", func() bool {
+		pass, err = rd.runOnce(ctx)
+		return err == nil && pass.Republished == 1
+	})
 }

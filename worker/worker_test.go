@@ -90,6 +90,7 @@ func (f *fixture) redisStock(t *testing.T) int64 {
 }
 
 func TestRedeliveryMakesOneOrder(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	a, b := f.reserve(t, "a", 1), f.reserve(t, "b", 2)
@@ -114,6 +115,7 @@ func TestRedeliveryMakesOneOrder(t *testing.T) {
 }
 
 func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	// Postgres has fewer units than Redis believes (someone sold 9 elsewhere).
@@ -160,6 +162,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 }
 
 func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	first := f.reserve(t, "first", 1)
@@ -189,6 +192,7 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 }
 
 func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	k := testenv.MustKafka(t)
 	topic := testenv.UniqueName("orders.")
@@ -263,6 +267,7 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 // that looked failed but arrived; the event must not become an order, and the
 // client's retry (a new reservation, same requestId) must.
 func TestGhostEventIsSkipped(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	ghost := f.reserve(t, "r", 1)
@@ -299,6 +304,7 @@ func TestGhostEventIsSkipped(t *testing.T) {
 // commit and Redis left a rejection's compensation pending; the sweep of a
 // running worker applies it (I5), exactly once.
 func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	if _, err := f.db.Pool.Exec(ctx, `UPDATE item_stock SET stock = 1, initial_stock = 1`); err != nil {
@@ -347,6 +353,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 // 3, 1 unit), and nothing is given back; the original, arriving after, is a
 // duplicate.
 func TestCorruptCopyIsDecidedByTheJournal(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	orig := f.reserve(t, "victim", 3)
@@ -384,6 +391,7 @@ func TestCorruptCopyIsDecidedByTheJournal(t *testing.T) {
 // a worker that died before acking its journal entry; a corrupt or altered
 // copy handled then must not give the live order's unit or marker back.
 func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
+	t.Parallel()
 	for name, value := range map[string]string{
 		"Corrupt": `{"requestId":"a","orderNo":"1-2-a","userId":1,"activityId":1,"itemId":2,"quantity":-1}`,
 		"Altered": `{"requestId":"a","orderNo":"1-2-a","userId":9,"activityId":1,"itemId":2,"quantity":2,"reservedAt":"2026-01-01T00:00:00Z"}`,
@@ -424,6 +432,7 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 // entry is invalid (it can never become an order) is given back, by what
 // that entry says.
 func TestInvalidJournalEntryIsReleased(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	msg := f.reserve(t, "broken", 5)
@@ -450,6 +459,7 @@ func TestInvalidJournalEntryIsReleased(t *testing.T) {
 // topic takes (a broker's default is 1 MiB) is dead-lettered truncated, with
 // its size and source offset in headers, and the partition goes on.
 func TestOversizedPoisonDoesNotBlock(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	k := testenv.MustKafka(t)
 	topic := testenv.UniqueName("orders.")
@@ -521,6 +531,7 @@ func headerNames(m kafka.Message) map[string]int {
 // is not the gateway's and creates no order. The original, after it, makes
 // the order as reserved.
 func TestCopyMovedToAnotherItemChangesNothing(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	orig := f.reserve(t, "moved", 6)

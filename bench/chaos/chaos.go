@@ -65,10 +65,11 @@ type Config struct {
 	// primary to its replica (a replica in another zone): a failover then
 	// loses the writes of that last stretch.
 	RedisReplLag time.Duration
-	// RedisWaitReplicas is the gateways' REDIS_WAIT_REPLICAS (0: off): the
-	// nemesis runs them with 1, as production must, so a failover loses no
-	// dedup record of a 202 (CHAOS_REDIS_WAIT_REPLICAS=0 shows what it
-	// closes). Their REDIS_WAIT_TIMEOUT is 200 ms plus twice RedisReplLag.
+	// RedisWaitReplicas is the gateways' and workers' REDIS_WAIT_REPLICAS
+	// (0: off): the nemesis runs them with 1, as production must, so a
+	// failover loses no dedup record of a 202 and no claim a worker decided
+	// on (CHAOS_REDIS_WAIT_REPLICAS=0 shows what it closes). Their
+	// REDIS_WAIT_TIMEOUT is 200 ms plus twice RedisReplLag.
 	RedisWaitReplicas int
 	// OutDir receives a folder per run with every process's log.
 	OutDir string
@@ -330,6 +331,16 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			nWorkers = 2
 		}
 	}
+	// REDIS_WAIT_REPLICAS is read by the gateways (a reserve) and the
+	// workers (a claim) alike.
+	var redisWait []string
+	if cfg.RedisWaitReplicas > 0 {
+		// Above the replica's ack time on a loaded machine (a later ack is
+		// a 503 with nothing reserved, or a claim retried), below
+		// REDIS_TIMEOUT (1s).
+		wait := min(200*time.Millisecond+2*cfg.RedisReplLag, 900*time.Millisecond)
+		redisWait = []string{"REDIS_WAIT_REPLICAS=" + strconv.Itoa(cfg.RedisWaitReplicas), "REDIS_WAIT_TIMEOUT=" + wait.String()}
+	}
 	var workers []string
 	var comps []*proc
 	for i := range nWorkers {
@@ -341,7 +352,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		workers = append(workers, name)
 		s.workerMetrics = append(s.workerMetrics, "http://"+metricsAddr+"/metrics")
 		w := s.newProc(name, healthz("http://"+metricsAddr+"/healthz"),
-			"DATABASE_URL="+s.proxiedURL, bootstrap, "METRICS_ADDR="+metricsAddr)
+			append([]string{"DATABASE_URL=" + s.proxiedURL, bootstrap, "METRICS_ADDR=" + metricsAddr}, redisWait...)...)
 		w.args = []string{"worker"}
 		comps = append(comps, w)
 	}
@@ -372,12 +383,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		if cfg.ProduceTimeout > 0 {
 			env = append(env, "PRODUCE_TIMEOUT="+cfg.ProduceTimeout.String())
 		}
-		if cfg.RedisWaitReplicas > 0 {
-			// Above the replica's ack time on a loaded machine (a later
-			// ack is a 503 with nothing reserved), below REDIS_TIMEOUT (1s).
-			wait := min(200*time.Millisecond+2*cfg.RedisReplLag, 900*time.Millisecond)
-			env = append(env, "REDIS_WAIT_REPLICAS="+strconv.Itoa(cfg.RedisWaitReplicas), "REDIS_WAIT_TIMEOUT="+wait.String())
-		}
+		env = append(env, redisWait...)
 		g := s.newProc(numbered("gateway", i), healthz(u+"/readyz"), env...)
 		g.args = []string{"gateway"}
 		comps = append(comps, g)

@@ -16,9 +16,15 @@ import (
 func TestWatchSteps(t *testing.T) {
 	t.Cleanup(func() { offset.Store(0) })
 	path := filepath.Join(t.TempDir(), "clock")
+	// Written aside and renamed into place, as the chaos suite does: the
+	// watcher polling between WriteFile's truncate and its write would read
+	// an empty file, which means no offset.
 	write := func(s string) {
 		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		if err := os.WriteFile(path+".new", []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".new", path); err != nil {
 			t.Fatal(err)
 		}
 	}

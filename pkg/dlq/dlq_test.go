@@ -16,6 +16,7 @@ import (
 )
 
 func TestParsePosition(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		want Position
@@ -49,6 +50,7 @@ func validEvent(rid string) (event.OrderRequested, []byte) {
 
 // TestLetterOf: what a dead letter says about itself, from its headers and value.
 func TestLetterOf(t *testing.T) {
+	t.Parallel()
 	_, valid := validEvent("r-1")
 	l := letterOf(Position{2, 7}, time.Now(), []byte("1:2"), valid, []kafka.Header{
 		{Key: "error", Value: []byte("a decoder bug")}, {Key: event.HeaderSourcePartition, Value: []byte("3")},
@@ -116,6 +118,7 @@ func published(t *testing.T, k testenv.Kafka, topic string, pos Position) int {
 // replay publishes); a replay recorded is never published again, also when
 // several run at once.
 func TestReplayPublishesOnce(t *testing.T) {
+	t.Parallel()
 	db, k, topic := mustReplayEnv(t)
 	ctx := context.Background()
 	_, value := validEvent("r-once")

@@ -7,6 +7,7 @@ import (
 
 // TestDLQArgs: the command line is checked before anything is touched.
 func TestDLQArgs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		ok   bool

@@ -10,6 +10,7 @@ import (
 // bucket produces exactly the event it always did), round-trips through the
 // fast path and the schema, and out-of-range buckets are refused.
 func TestBucketField(t *testing.T) {
+	t.Parallel()
 	e := sample()
 	if strings.Contains(string(e.Marshal()), "bucket") {
 		t.Errorf("bucket 0 is written: %s", e.Marshal())

@@ -15,6 +15,7 @@ func sample() OrderRequested {
 }
 
 func TestDecodeAcceptsWhatTheSchemaAccepts(t *testing.T) {
+	t.Parallel()
 	canonical := string(sample().Marshal())
 	for name, v := range map[string]string{
 		"canonical": canonical,
@@ -41,6 +42,7 @@ func TestDecodeAcceptsWhatTheSchemaAccepts(t *testing.T) {
 }
 
 func TestDecodeRefusesWhatTheSchemaRefuses(t *testing.T) {
+	t.Parallel()
 	canonical := string(sample().Marshal())
 	for name, v := range map[string]string{
 		"key in another case": strings.Replace(canonical, `"requestId"`, `"RequestID"`, 1),
@@ -87,6 +89,7 @@ func FuzzDecodeAgreesWithSchema(f *testing.F) {
 // encoding/json's, which the worker's fast path (and every stored journal
 // entry) relies on.
 func TestMarshalIsEncodingJSON(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	strs := []string{"", "r-1", "a1i1-20261129-00af", `q"uote`, `back\slash`, "<tag>&", "tab\t", "é", "\u2028", strings.Repeat("x", 64)}
 	zones := []*time.Location{time.UTC, time.FixedZone("UTC+8", 8*3600), time.FixedZone("odd", -3*3600-1800)}
@@ -126,6 +129,7 @@ func FuzzMarshalIsEncodingJSON(f *testing.F) {
 // within orders.requested.v1; only the schema's names, exactly as spelt,
 // fill the event.
 func TestDecodeIsATolerantReader(t *testing.T) {
+	t.Parallel()
 	want := sample()
 	canonical := string(want.Marshal())
 	for name, v := range map[string]string{
@@ -151,6 +155,7 @@ func TestDecodeIsATolerantReader(t *testing.T) {
 }
 
 func TestParseOrderNo(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in   string
 		a, i int64

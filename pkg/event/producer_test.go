@@ -72,6 +72,7 @@ func readAll(t *testing.T, brokers []string, topic string, parts, n int) map[int
 // partition kafka-go's Writer would choose for its key, one writer's
 // messages stay in order, and the writers share produce requests.
 func TestProducerGroupCommits(t *testing.T) {
+	t.Parallel()
 	k := testenv.MustKafka(t)
 	topic := fmt.Sprintf("producer-test-%d", time.Now().UnixNano())
 	const parts = 3
@@ -150,6 +151,7 @@ func TestProducerGroupCommits(t *testing.T) {
 // A topic created just before the producer's first message: the first
 // write succeeds (the first order of a new sale's topic is not refused).
 func TestProducerFirstWriteToANewTopic(t *testing.T) {
+	t.Parallel()
 	k := testenv.MustKafka(t)
 	for i := range 3 {
 		topic := fmt.Sprintf("producer-new-%d-%d", time.Now().UnixNano(), i)
@@ -175,6 +177,7 @@ func TestProducerFirstWriteToANewTopic(t *testing.T) {
 // writes racing Close, each either is acknowledged and in the topic, or
 // was refused and is not.
 func TestProducerClose(t *testing.T) {
+	t.Parallel()
 	k := testenv.MustKafka(t)
 	topic := fmt.Sprintf("producer-close-%d", time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -221,6 +224,7 @@ func TestProducerClose(t *testing.T) {
 
 // With no broker answering, a write fails when its context ends, not later.
 func TestProducerNoBroker(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +247,7 @@ func TestProducerNoBroker(t *testing.T) {
 
 // The producer retries what kafka-go's Writer retries, and nothing else.
 func TestProducerRetriesWhatTheWriterRetries(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err  error
 		want bool

@@ -14,6 +14,7 @@ import (
 )
 
 func TestSecurityConfigChecks(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  event.SecurityConfig
@@ -53,6 +54,7 @@ func TestSecurityConfigChecks(t *testing.T) {
 // Apache Kafka; and a wrong password, an unknown CA or a missing client
 // certificate are refused.
 func TestSecurityOnARealBroker(t *testing.T) {
+	t.Parallel()
 	certs := testenv.MustTLS(t, "orderpipe")
 	plain := testenv.KafkaUser{Name: "alice", Password: "alice-Pw-2f6b"}
 	scram := testenv.KafkaUser{Name: "carol", Password: "carol-Pw-9e4d"}

@@ -23,6 +23,7 @@ func isClosed(ch <-chan struct{}) bool {
 }
 
 func TestExpiredHolderCannotTouchNewHolder(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	lk := lock.New(r.Client, r.Prefix)
 	ctx := t.Context()
@@ -70,6 +71,7 @@ func TestExpiredHolderCannotTouchNewHolder(t *testing.T) {
 }
 
 func TestWatchdog(t *testing.T) {
+	t.Parallel()
 	const ttl = 300 * time.Millisecond
 	r := testenv.MustRedis(t)
 	lk := lock.New(r.Client, r.Prefix)
@@ -121,6 +123,7 @@ func TestWatchdog(t *testing.T) {
 }
 
 func TestDoCancelsFnWhenLockIsLost(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	lk := lock.New(r.Client, r.Prefix)
 	ctx := t.Context()
@@ -150,6 +153,7 @@ func TestDoCancelsFnWhenLockIsLost(t *testing.T) {
 }
 
 func TestStaleFenceRefusedByPostgres(t *testing.T) {
+	t.Parallel()
 	db := testenv.MustDatabase(t)
 	r := testenv.MustRedis(t)
 	lk := lock.New(r.Client, r.Prefix)
@@ -214,6 +218,7 @@ func TestStaleFenceRefusedByPostgres(t *testing.T) {
 }
 
 func TestFencesStrictlyIncrease(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	lk := lock.New(r.Client, r.Prefix)
 	ctx := t.Context()
@@ -234,6 +239,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 }
 
 func TestDoOneHolderAtATime(t *testing.T) {
+	t.Parallel()
 	const contenders = 20
 	r := testenv.MustRedis(t)
 	lk := lock.New(r.Client, r.Prefix)
@@ -284,6 +290,7 @@ func TestDoOneHolderAtATime(t *testing.T) {
 }
 
 func TestAcquireFailsFastWhenHeld(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	lk := lock.New(r.Client, r.Prefix)
 	ctx := t.Context()
@@ -336,6 +343,7 @@ func TestAcquireFailsFastWhenHeld(t *testing.T) {
 // put FenceMargin above it, so the next token is newer than any a holder
 // may carry; a counter at or above it is left alone.
 func TestRaiseFence(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	r := testenv.MustRedis(t)
 	lk := lock.New(r.Client, r.Prefix)

@@ -14,6 +14,7 @@ import (
 // first did: the lock, with the same fencing token, then released as usual;
 // the counter moved once.
 func TestAcquireSurvivesAResend(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	lk := New(r.Client, r.Prefix)
 	ctx := t.Context()

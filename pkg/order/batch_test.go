@@ -15,6 +15,7 @@ func req(rid string, user int64, q int) order.Request {
 }
 
 func TestDecideBatchLikeOneByOne(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	// Leave 5 units: the batch below asks for 2+2+3+1+1 from distinct users,
@@ -89,6 +90,7 @@ func TestDecideBatchLikeOneByOne(t *testing.T) {
 // decides both: the batch must agree, and the user's marker must name the
 // order they hold.
 func TestDecideBatchOneUserTwoRequests(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string
@@ -147,6 +149,7 @@ func TestDecideBatchOneUserTwoRequests(t *testing.T) {
 // its reservation refused, and its orderNo (shown in a 202) reads as
 // REJECTED IDEMPOTENCY_KEY_REUSED, also when both are in one batch.
 func TestForeignReservationIsReadable(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	other := func(rid, no string) order.Request {

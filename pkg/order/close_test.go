@@ -58,6 +58,7 @@ func stockOf(tb testing.TB, s *order.Store) order.ItemStock {
 }
 
 func TestPay(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 
@@ -106,6 +107,7 @@ func TestPay(t *testing.T) {
 }
 
 func TestCloseExpired(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	before := stockOf(t, s)
@@ -148,6 +150,7 @@ func TestCloseExpired(t *testing.T) {
 }
 
 func TestDueCompensationsBackOff(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	no := mustOrder(t, s, 1, 1)
@@ -202,6 +205,7 @@ func TestDueCompensationsBackOff(t *testing.T) {
 // TestI6IsATableRule: Postgres itself refuses an order both paid and closed,
 // or a status that disagrees with its times.
 func TestI6IsATableRule(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	no := mustOrder(t, s, 1, 1)
@@ -219,6 +223,7 @@ func TestI6IsATableRule(t *testing.T) {
 // TestUpsertAfterSalesMovesStockByTheChange is I1 across an admin edit: the
 // units sold stay sold, and stock below them is refused without a change.
 func TestUpsertAfterSalesMovesStockByTheChange(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	mustOrder(t, s, 1, 3)
@@ -242,6 +247,7 @@ func TestUpsertAfterSalesMovesStockByTheChange(t *testing.T) {
 // TestPaidOrderIsLive is I2 after payment: a PAID order still blocks the
 // user's second order of the item.
 func TestPaidOrderIsLive(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	no := mustOrder(t, s, 1, 1)
@@ -261,6 +267,7 @@ func TestPaidOrderIsLive(t *testing.T) {
 // TestBackstopsAreTableRules: the table refuses negative stock (I1) and a
 // second order of one requestId (I3) whatever the code does.
 func TestBackstopsAreTableRules(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	mustOrder(t, s, 1, 1)
@@ -280,6 +287,7 @@ func TestBackstopsAreTableRules(t *testing.T) {
 // answers ORDER_PENDING) or pays it — never an error for an order that
 // turned up UNPAID between its update and its read.
 func TestPayWhileTheWorkerInserts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	for i := range 60 {

@@ -43,6 +43,7 @@ func wantHistory(tb testing.TB, s *order.Store, orderNo string, want ...string) 
 const orderTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 func TestStatusEventsOfEveryChange(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	batch := func(user int64, no string) order.Decision {
@@ -132,6 +133,7 @@ func TestStatusEventsOfEveryChange(t *testing.T) {
 }
 
 func TestRelayEventsOneVersionOfAnOrderAtATime(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	no := mustOrder(t, s, 1, 1)
@@ -210,6 +212,7 @@ func TestRelayEventsOneVersionOfAnOrderAtATime(t *testing.T) {
 // UNPAID order at once, many times: exactly one wins, and the order's
 // events, stock and compensations are those of the winner alone.
 func TestPayCancelCloseRace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
 	wins := map[string]int{}

@@ -16,6 +16,7 @@ import (
 )
 
 func TestConfigChecks(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  redisconn.Config
@@ -73,6 +74,7 @@ const (
 // client certificate (and serves plain TCP beside it), a password for the
 // default user and an ACL user alice.
 func TestTLSAndAuth(t *testing.T) {
+	t.Parallel()
 	certs := testenv.MustTLS(t, "orderpipe")
 	srv := testenv.MustRedisTLS(t, certs, "--requirepass", defaultPassword,
 		"--user", "alice", "on", ">"+alicePassword, "~*", "&*", "+@all")
@@ -150,6 +152,7 @@ func TestTLSAndAuth(t *testing.T) {
 // stock scripts run on every shard over mutual TLS with a password, and the
 // cleanup helper reaches every primary.
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	certs := testenv.MustTLS(t, "orderpipe")
 	addrs := testenv.MustRedisCluster(t, certs, defaultPassword)
 	cfg := redisconn.Config{URL: "rediss://:" + defaultPassword + "@" + strings.Join(addrs, ","),

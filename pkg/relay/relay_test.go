@@ -129,6 +129,7 @@ func run(tb testing.TB, r *relay.Relay) (stop func()) {
 // changes commit; every change is on the topic, in version order per
 // order, and nothing else.
 func TestRelayPublishesEveryChangeInOrder(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	m := telemetry.NewMetrics()
 	for range 3 {
@@ -150,6 +151,7 @@ func TestRelayPublishesEveryChangeInOrder(t *testing.T) {
 // the relay marks nothing published and changes keep committing; once the
 // broker is back, every event is published, in order.
 func TestRelayRidesOutABrokerOutage(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	if e.kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to refuse produces")
@@ -193,6 +195,7 @@ func TestRelayRidesOutABrokerOutage(t *testing.T) {
 // the broker's acknowledgement and its mark leaves the rows unpublished; the
 // next replica publishes them again (at least once), still in order.
 func TestRelayRestartRepublishesWhatItDidNotMark(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	e.changes(t, 12)
 	crashed := e.relay(t, nil, func(context.Context, []order.StatusEvent) error { return errors.New("killed before marking") })
@@ -218,6 +221,7 @@ func TestRelayRestartRepublishesWhatItDidNotMark(t *testing.T) {
 // while the relay retries; once it is back, every event is on the topic, in
 // order — the unmarked batch again, nothing lost.
 func TestRelayRidesOutAPostgresOutage(t *testing.T) {
+	t.Parallel()
 	e := mustEnv(t)
 	e.changes(t, 10)
 	dbURL, err := url.Parse(e.url)

@@ -17,6 +17,7 @@ import (
 // stays on it: with the proxy down nothing gets through, although the
 // broker itself still listens.
 func TestKafkaAdvertisesProxy(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

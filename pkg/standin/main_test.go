@@ -19,6 +19,7 @@ import (
 // committed offsets, so a worker group resumes where it stopped instead of
 // re-reading the topic. (The chaos suite kills it with SIGKILL instead.)
 func TestEmbeddedBrokerDataDirSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	cfg := Embedded{Partitions: 2, Dir: t.TempDir(), RetainMB: 16, DLQRetainMB: 64, Group: "orderpipe-worker",
 		Topic: "orders.requested", DLQTopic: "orders.requested.dlq"}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -96,6 +97,7 @@ func consume(ctx context.Context, t *testing.T, brokers []string, topic string, 
 // chaos suite runs it) the cut survives a restart, and the group resumes at
 // its offset and reads every record it had not committed.
 func TestEmbeddedBrokerRetentionWaitsForTheWorkerGroup(t *testing.T) {
+	t.Parallel()
 	for _, onDisk := range []bool{false, true} {
 		name := "InMemory"
 		if onDisk {

@@ -18,6 +18,7 @@ import (
 // partition the group never committed on keeps everything, and the
 // unguarded topic is cut to its budget.
 func TestRetentionNeverDeletesWhatTheGroupHasNotCommitted(t *testing.T) {
+	t.Parallel()
 	const (
 		orders, dlq, group = "orders", "orders.dlq", "workers"
 		budget             = 64 << 10 // per topic: 32 KiB per partition

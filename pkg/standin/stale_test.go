@@ -23,6 +23,7 @@ import (
 // partition. The scenario is repeated until the reaper has removed a
 // stale member; each stale member must be gone within twice its session timeout.
 func TestStaleMemberIsRemoved(t *testing.T) {
+	t.Parallel()
 	const topic, group = "stale", "stale-group"
 	reaped := make(chan []string, 16)
 	k, err := StartKafka(KafkaOptions{Partitions: 2, Topics: []string{topic},

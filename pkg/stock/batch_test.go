@@ -48,6 +48,7 @@ func reservation(it Item, n int) Reservation {
 // goes out in shared pipelines, and each script still decides on its own:
 // exactly the stock is reserved, each once.
 func TestConcurrentReservesShareOnePipeline(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	sizes := &pipelineSizes{}
 	r.Client.AddHook(sizes)
@@ -90,6 +91,7 @@ func TestConcurrentReservesShareOnePipeline(t *testing.T) {
 // pipelines, and each still marks only its own record, and only while it
 // holds that orderNo.
 func TestConcurrentMarksSharePipelines(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	sizes := &pipelineSizes{}
 	r.Client.AddHook(sizes)
@@ -140,6 +142,7 @@ func cancelled() context.Context {
 // ErrNotSent, and the pipelines that send the queue later skip it — so a
 // 503 built on ErrNotSent really reserved nothing.
 func TestQueuedReserveIsNeverSentOnceItsContextEnds(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	s, it := preheated(t, r.Client, r.Prefix, 10)
 	b := s.reserves
@@ -181,6 +184,7 @@ func TestQueuedReserveIsNeverSentOnceItsContextEnds(t *testing.T) {
 // TestReserveAfterScriptCacheFlush: a pipeline refused with NOSCRIPT (Redis
 // restarted or flushed its scripts) is sent again with EVAL, once.
 func TestReserveAfterScriptCacheFlush(t *testing.T) {
+	t.Parallel()
 	srv := testenv.MustRedisServer(t) // private: flushing scripts must not touch the shared Redis
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
@@ -202,6 +206,7 @@ func TestReserveAfterScriptCacheFlush(t *testing.T) {
 // On Redis Cluster a pipeline is split over the nodes by slot and WAIT,
 // which names no key, would go to any of them: refused, not half-done.
 func TestWaitForReplicasRefusedOnCluster(t *testing.T) {
+	t.Parallel()
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cc.Close()
 	if err := New(cc, "").WaitForReplicas(ReplicaWait{Replicas: 1, Timeout: 50 * time.Millisecond}); !errors.Is(err, ErrWaitOnCluster) {

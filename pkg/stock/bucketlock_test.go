@@ -18,6 +18,7 @@ import (
 // it once the new holder claimed the item, and nothing changes. A write
 // without a token is refused too, and a held lock is not taken twice.
 func TestStaleBucketHolderRefused(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	s := stock.New(r.Client, r.Prefix)
 	ctx := context.Background()
@@ -98,6 +99,7 @@ func TestStaleBucketHolderRefused(t *testing.T) {
 // token: the next holder's counter is first raised above them, so it is
 // not refused for ever.
 func TestBucketLockCounterLost(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	s := stock.New(r.Client, r.Prefix)
 	ctx := context.Background()

@@ -14,6 +14,7 @@ import (
 )
 
 func TestBucketTagsAndRouting(t *testing.T) {
+	t.Parallel()
 	it := stock.Item{ActivityID: 7, ItemID: 9}
 	if it.Tag() != "{a7:i9}" || it.ForUser(42, 1).Tag() != "{a7:i9}" {
 		t.Errorf("one bucket: tag %s, want the plain {a7:i9}", it.Tag())
@@ -64,6 +65,7 @@ func TestBucketTagsAndRouting(t *testing.T) {
 // died between the steps) is finished by the next Move, once; a give
 // repeated after the record is gone changes nothing.
 func TestMoveFinishesAfterACrash(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	s := stock.New(r.Client, r.Prefix)
 	ctx := context.Background()
@@ -147,6 +149,7 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 // bucket count is not known to a gateway yet; Arm puts every bucket on
 // sale with the count. A repeated Load keeps the running stock.
 func TestLoadSellsNothingUntilArm(t *testing.T) {
+	t.Parallel()
 	r := testenv.MustRedis(t)
 	s := stock.New(r.Client, r.Prefix)
 	ctx := context.Background()

@@ -29,6 +29,9 @@ for i = 1, n do
     out[#out + 1] = 'RELEASED'
     entry = false
   elseif fate == 'claimed:' .. ono then
+    -- Written again, so a WAIT after this script covers the claim even when
+    -- the first one's WAIT failed on another connection (Store.runWaited).
+    redis.call('SET', fateKey, fate, 'EX', ARGV[1])
     out[#out + 1] = 'CLAIMED'
   elseif entry then
     redis.call('SET', fateKey, 'claimed:' .. ono, 'EX', ARGV[1])

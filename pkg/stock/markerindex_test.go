@@ -13,6 +13,7 @@ import (
 // limit marker adds or removes its user in the item's marker index in the
 // same call, and a fresh preheat starts the index as complete.
 func TestMarkerIndexFollowsTheMarkers(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10, 1)
 	ctx := context.Background()
 	c := f.r.Client
@@ -74,6 +75,7 @@ func TestMarkerIndexFollowsTheMarkers(t *testing.T) {
 // sale, perhaps preheated by a binary that kept no index) does not vouch for
 // an index it did not start; a bucketed preheat starts one per bucket.
 func TestMarkerIndexOfAnOlderSale(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 10, 1)
 	ctx := context.Background()
 	c := f.r.Client

@@ -12,6 +12,7 @@ import (
 // TestReads: what redrive, the reconciler, locate and the bench audit read
 // of a reservation through the store, before and after it is given back.
 func TestReads(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 2)
 	other := stock.Item{ActivityID: 1, ItemID: 3}

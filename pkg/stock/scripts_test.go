@@ -12,6 +12,7 @@ import (
 // works on one node and breaks on a cluster the day it hashes elsewhere).
 // Every key a script names is KEYS[...] or a local assigned only from KEYS.
 func TestScriptsTakeEveryKeyFromKEYS(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("*.lua")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scripts: %v", err)

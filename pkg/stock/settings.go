@@ -9,8 +9,8 @@ import (
 // Settings are the environment variables of the stock store.
 var Settings = []setting.Var{
 	{Name: "REDIS_KEY_PREFIX", Default: "", Help: "prefix of every Redis key (isolates tenants/tests)"},
-	{Name: "REDIS_WAIT_REPLICAS", Default: "0", Help: "each reserve waits (WAIT, on its connection) until this many Redis replicas have its writes before the event is produced; fewer within REDIS_WAIT_TIMEOUT ⇒ the reservation is given back and 503 answered, and a retry is shown its orderNo only once a replica has it: a failover can then lose no 202's dedup record. 0 ⇒ off; not on Redis Cluster"},
-	{Name: "REDIS_WAIT_TIMEOUT", Default: "50ms", Help: "how long a reserve waits for REDIS_WAIT_REPLICAS replicas (at least 1ms, below REDIS_TIMEOUT)"},
+	{Name: "REDIS_WAIT_REPLICAS", Default: "0", Help: "each reserve (gateway), each claim and each re-publish (worker) waits (WAIT, on its connection) until this many Redis replicas have its writes: a reserve before the event is produced, a claim before the worker decides the reservation, the redrive before it re-publishes what it read; fewer within REDIS_WAIT_TIMEOUT ⇒ the reservation is given back and 503 answered, or the worker's batch (the redrive's pass) is retried; a retry is shown its orderNo only once a replica has it: a failover can then lose no 202's dedup record nor a claim an order rests on. Set it on gateways and workers alike; 0 ⇒ off; not on Redis Cluster"},
+	{Name: "REDIS_WAIT_TIMEOUT", Default: "50ms", Help: "how long a reserve or a claim waits for REDIS_WAIT_REPLICAS replicas (at least 1ms, below REDIS_TIMEOUT)"},
 }
 
 // Config is the stock store's settings: the key prefix and the replicas a

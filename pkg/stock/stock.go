@@ -102,6 +102,9 @@ type Store struct {
 	prefix    string
 	reserves  *batcher
 	publishes *batcher // the gateway marks every 202 published: one more call per order, so pipelined too
+	// wait, when Replicas > 0, is asked of every write a decision rests
+	// on: the reserve (batcher.wait) and the worker's claim (ClaimEntries).
+	wait ReplicaWait
 }
 
 func init() {
@@ -117,10 +120,12 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 		publishes: &batcher{rdb: rdb, script: publishScript}}
 }
 
-// ReplicaWait makes each reserve wait, on its connection, until Replicas
-// replicas have acknowledged its writes or Timeout has passed (Redis's
-// WAIT), so the gateway can tell a reservation that a failover would keep
-// from one that lives on the primary alone. Replicas 0 is off.
+// ReplicaWait makes each reserve and each claim wait, on its connection,
+// until Replicas replicas have acknowledged its writes or Timeout has passed
+// (Redis's WAIT), so the gateway can tell a reservation that a failover
+// would keep from one that lives on the primary alone, and the worker
+// decides only reservations whose claim a failover would keep. Replicas 0
+// is off.
 type ReplicaWait struct {
 	Replicas int
 	Timeout  time.Duration
@@ -131,8 +136,8 @@ type ReplicaWait struct {
 // any node and count the replication of writes it never saw.
 var ErrWaitOnCluster = errors.New("waiting for replicas is not supported on Redis Cluster")
 
-// WaitForReplicas sets the reserve's ReplicaWait; call it before the store
-// is used.
+// WaitForReplicas sets the ReplicaWait of reserves and claims; call it
+// before the store is used.
 func (s *Store) WaitForReplicas(w ReplicaWait) error {
 	if w.Replicas < 0 || w.Replicas > 0 && w.Timeout < time.Millisecond {
 		return fmt.Errorf("replica wait %d within %s: want replicas ≥ 0 and a timeout of at least 1ms", w.Replicas, w.Timeout)
@@ -140,8 +145,75 @@ func (s *Store) WaitForReplicas(w ReplicaWait) error {
 	if _, ok := s.rdb.(*redis.ClusterClient); ok && w.Replicas > 0 {
 		return ErrWaitOnCluster
 	}
-	s.reserves.wait = w
+	s.reserves.wait, s.wait = w, w
 	return nil
+}
+
+// ErrUnreplicated fails a claim (ClaimEntries) that fewer replicas than the
+// store's ReplicaWait asks acknowledged in time: it holds on the primary
+// alone, and a failover may lose it.
+var ErrUnreplicated = errors.New("fewer Redis replicas than asked acknowledged the write in time")
+
+// AwaitReplicas returns once every write the primary holds now is on the
+// store's ReplicaWait replicas (at once when the wait is off), or fails
+// with ErrUnreplicated: it writes a mark (it lives a minute) and WAITs on
+// that connection; the mark comes after every earlier write in the one
+// replication stream, so the WAIT covers them all. A caller that read
+// something from Redis calls it before acting on what it read.
+func (s *Store) AwaitReplicas(ctx context.Context) error {
+	w := s.wait
+	if w.Replicas == 0 {
+		return nil
+	}
+	var wait *redis.Cmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, layout.WaitMark(s.prefix), "1", time.Minute)
+		wait = p.Do(ctx, "wait", w.Replicas, w.Timeout.Milliseconds())
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnreplicated, err)
+	}
+	if acked, _ := wait.Int64(); acked < int64(w.Replicas) {
+		return fmt.Errorf("%w: %d of %d replicas within %s", ErrUnreplicated, acked, w.Replicas, w.Timeout)
+	}
+	return nil
+}
+
+// runWaited runs a script; with the store's ReplicaWait on, WAIT follows it
+// in one pipeline, on its connection, and fewer acknowledgements than asked
+// fail the call with ErrUnreplicated. The script must write whenever its
+// answer is to be relied on: WAIT counts what this connection last wrote, and
+// a write covers every earlier one on the primary (one replication stream).
+func (s *Store) runWaited(ctx context.Context, script *redis.Script, keys []string, args ...any) (*redis.Cmd, error) {
+	w := s.wait
+	if w.Replicas == 0 {
+		return script.Run(ctx, s.rdb, keys, args...), nil
+	}
+	run := func(send func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) (cmd, wait *redis.Cmd) {
+		// The error is the first failed command's, read from cmd and wait.
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			cmd = send(ctx, p, keys, args...)
+			wait = p.Do(ctx, "wait", w.Replicas, w.Timeout.Milliseconds())
+			return nil
+		})
+		return cmd, wait
+	}
+	cmd, wait := run(script.EvalSha)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd, wait = run(script.Eval)
+	}
+	if cmd.Err() != nil {
+		return cmd, nil
+	}
+	acked, err := wait.Int64()
+	if err != nil {
+		return cmd, fmt.Errorf("%w: WAIT failed: %w", ErrUnreplicated, err)
+	}
+	if acked < int64(w.Replicas) {
+		return cmd, fmt.Errorf("%w: %d of %d replicas within %s", ErrUnreplicated, acked, w.Replicas, w.Timeout)
+	}
+	return cmd, nil
 }
 
 // keys are the item's (bucket's) Redis keys.
@@ -345,6 +417,10 @@ type Claim struct {
 
 // ClaimEntries is Claim that also returns each reservation's journal entry:
 // the truth of what was reserved, whatever the message that named it says.
+// With a ReplicaWait (WaitForReplicas) it fails with ErrUnreplicated unless
+// the claims are on that many replicas: a claim a failover loses would let
+// the gateway's abort give back, on the promoted replica, a reservation the
+// worker goes on to make an order of — and the retry a second orderNo.
 func (s *Store) ClaimEntries(ctx context.Context, it Item, refs []Ref) ([]Claim, error) {
 	if len(refs) == 0 {
 		return nil, nil
@@ -358,9 +434,13 @@ func (s *Store) ClaimEntries(ctx context.Context, it Item, refs []Ref) ([]Claim,
 		keys = append(keys, k.Fate(r.OrderNo), k.Req(r.RequestID))
 		args = append(args, r.RequestID, r.OrderNo)
 	}
-	res, err := claimScript.Run(ctx, s.rdb, keys, args...).StringSlice()
+	cmd, werr := s.runWaited(ctx, claimScript, keys, args...)
+	res, err := cmd.StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("running claim script: %w", err)
+	}
+	if werr != nil {
+		return nil, werr
 	}
 	if len(res) != 2*len(refs) {
 		return nil, fmt.Errorf("claim script answered %d of %d", len(res)/2, len(refs))

@@ -60,6 +60,7 @@ func (f fixture) stock(t *testing.T) int64 {
 }
 
 func TestReserveOutcomes(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 3, 2)
 	steps := []struct {
 		rid, orderNo string
@@ -108,6 +109,7 @@ func TestReserveOutcomes(t *testing.T) {
 }
 
 func TestNotOnSale(t *testing.T) {
+	t.Parallel()
 	f := mustFixture(t, 3, 1)
 	other := stock.Item{ActivityID: 1, ItemID: 3}
 	res, err := f.s.Reserve(context.Background(), stock.Reservation{Item: other, RequestID: "r", OrderNo: "o", UserID: 1, Quantity: 1,
@@ -137,6 +139,7 @@ func TestNotOnSale(t *testing.T) {
 }
 
 func TestAbortReleasesUnlessClaimed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("Unclaimed", func(t *testing.T) {
 		f := mustFixture(t, 5, 1)
@@ -190,6 +193,7 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 // Redis after the gateway gave its orderNo back (a delayed or resent copy)
 // takes nothing, whether the abort released it or found nothing to release.
 func TestLateReserveAfterAbortChangesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	nothingHeld := func(what string) {
@@ -225,6 +229,7 @@ func TestLateReserveAfterAbortChangesNothing(t *testing.T) {
 }
 
 func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "a", "oa", 1, 1, "fp")
@@ -259,6 +264,7 @@ func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
 }
 
 func TestPreheatDoesNotOverwriteRunningStock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "a", "oa", 1, 1, "fp")
@@ -278,6 +284,7 @@ func TestPreheatDoesNotOverwriteRunningStock(t *testing.T) {
 // be recognised as a ghost after the second abort and a third, successful
 // reservation.
 func TestEveryAbortedReservationStaysReleased(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	abort := func(orderNo string) {
@@ -311,6 +318,7 @@ func TestEveryAbortedReservationStaysReleased(t *testing.T) {
 // REJECTED record), so its dedup record stays and a replay names it again;
 // only an abort forgets it.
 func TestCompensationKeepsTheDedupRecord(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "kept", "ok", 1, 1, "fp")
@@ -333,6 +341,7 @@ func TestCompensationKeepsTheDedupRecord(t *testing.T) {
 }
 
 func TestRestoreDedupKeepsExistingRecords(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "live", "o-live", 1, 1, "fp-live")
@@ -362,6 +371,7 @@ func TestRestoreDedupKeepsExistingRecords(t *testing.T) {
 // TestAbortGivesBackOnlyWhatWasReserved: an abort after a reserve whose
 // reply was lost must not create stock when the reserve never ran.
 func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "never", OrderNo: "o-never"}, UserID: 1, Quantity: 1})
@@ -388,6 +398,7 @@ func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
 // fingerprints of "<user>|<activity>|<item>|<quantity>"; a retry must still
 // match them.
 func TestFingerprintIsStable(t *testing.T) {
+	t.Parallel()
 	for _, c := range [][4]int64{{1, 1, 1, 1}, {1 << 40, 1795949354781, 7, 100}, {-5, 0, 9223372036854775807, -1}} {
 		h := sha256.Sum256([]byte(fmt.Sprintf("%d|%d|%d|%d", c[0], c[1], c[2], c[3])))
 		if got, want := stock.Fingerprint(c[0], c[1], c[2], int(c[3])), hex.EncodeToString(h[:12]); got != want {
@@ -405,6 +416,7 @@ func TestFingerprintIsStable(t *testing.T) {
 // journal entry stays for the redrive. A second run of the same attempt
 // (same orderNo) shows nothing, and its abort still releases.
 func TestAbortKeepsAShownReservation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
 	abort := func(rid, no string, user int64) stock.ReleaseOutcome {
@@ -451,6 +463,7 @@ func TestAbortKeepsAShownReservation(t *testing.T) {
 // and until then is answered IN_PROGRESS, changing nothing: no stock taken,
 // no "shown" mark, so a failed produce still gives the reservation back.
 func TestReplayShowsOnlyADurableOrderNo(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 10, 1)
 	inProgress := func(rid, retryNo string, user int64) {

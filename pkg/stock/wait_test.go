@@ -2,6 +2,7 @@ package stock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 // Unreplicated while the only replica is paused, not once it runs; a replay
 // is behind the same WAIT (its "shown" mark is a write of this connection).
 func TestReserveReportsUnreplicated(t *testing.T) {
+	t.Parallel()
 	pair := testenv.MustRedisPair(t)
 	rdb := redis.NewClient(&redis.Options{Addr: pair.Primary.Addr})
 	defer rdb.Close()
@@ -54,5 +56,65 @@ func TestReserveReportsUnreplicated(t *testing.T) {
 	}
 	if res := reserve("r1", "o1-retry2", 1); res.Outcome != stock.Replayed || res.Unreplicated {
 		t.Errorf("replay with the replica back: %+v, want REPLAYED, replicated", res)
+	}
+}
+
+// With a ReplicaWait a claim is answered only once a replica has it: the
+// worker decides a reservation in Postgres on the strength of its claim,
+// and a claim a failover loses lets the gateway's abort give the
+// reservation back on the promoted replica. Claimed again on another
+// connection while the replica is still away, it must fail again (whether
+// WAIT on a connection that wrote nothing covers what others wrote differs
+// between Redis versions, so the script writes an existing claim again).
+func TestClaimWaitsForReplicas(t *testing.T) {
+	pair := testenv.MustRedisPair(t)
+	store := func() *stock.Store {
+		rdb := redis.NewClient(&redis.Options{Addr: pair.Primary.Addr})
+		t.Cleanup(func() { rdb.Close() })
+		s := stock.New(rdb, "")
+		// Long enough for a healthy replica on two loaded cores.
+		if err := s.WaitForReplicas(stock.ReplicaWait{Replicas: 1, Timeout: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s, fresh := store(), store()
+	ctx := context.Background()
+	it := stock.Item{ActivityID: 1, ItemID: 3}
+	now := time.Now()
+	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Reserve(ctx, stock.Reservation{Item: it, RequestID: "r1", OrderNo: "o1", UserID: 1, Quantity: 1,
+		Fingerprint: stock.Fingerprint(1, 1, 3, 1), Event: []byte(`{"orderNo":"o1","quantity":1}`)})
+	if err != nil || res.Outcome != stock.Reserved || res.Unreplicated {
+		t.Fatalf("reserve with the replica running: %+v %v, want RESERVED, replicated", res, err)
+	}
+	refs := []stock.Ref{{RequestID: "r1", OrderNo: "o1"}}
+
+	pair.Replica.Pause(t)
+	_, err1 := s.ClaimEntries(ctx, it, refs)
+	_, err2 := fresh.ClaimEntries(ctx, it, refs) // a connection that never wrote the claim
+	pair.Replica.Resume(t)
+	if !errors.Is(err1, stock.ErrUnreplicated) {
+		t.Errorf("claim with the replica paused: %v, want ErrUnreplicated", err1)
+	}
+	if !errors.Is(err2, stock.ErrUnreplicated) {
+		t.Errorf("the claim again, on another connection, with the replica still paused: %v, want ErrUnreplicated", err2)
+	}
+
+	claims, err := fresh.ClaimEntries(ctx, it, refs)
+	if err != nil || len(claims) != 1 || claims[0].Status != stock.ClaimOK || claims[0].Entry == nil {
+		t.Fatalf("claim with the replica back: %+v %v, want CLAIMED with its entry", claims, err)
+	}
+	// The replica has it: promoted, it answers a release of o1 CLAIMED.
+	replica := redis.NewClient(&redis.Options{Addr: pair.Replica.Addr})
+	defer replica.Close()
+	if err := replica.Do(ctx, "replicaof", "no", "one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := stock.New(replica, "").Release(ctx, stock.Unproduced, stock.Release{Item: it, Ref: refs[0], UserID: 1, Quantity: 1})
+	if err != nil || out != stock.Claimed {
+		t.Errorf("release on the promoted replica: %s %v, want CLAIMED", out, err)
 	}
 }

@@ -229,6 +229,14 @@ func MustReplicaOf(tb testing.TB, primary *RedisServer) *RedisServer {
 	return replica
 }
 
+// Client is a client of the server (no retries), closed at cleanup.
+func (s *RedisServer) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
 // Pause stops the server's process (SIGSTOP): connections stay open and
 // nothing is answered, as a replica stuck in a long fork or a VM pause.
 func (s *RedisServer) Pause(tb testing.TB) {

@@ -1,25 +1,23 @@
-// Package testenv gives tests real dependencies: a fresh, migrated Postgres
-// database, a Redis client with a unique key prefix, and a Kafka-protocol
-// broker (an in-process kfake cluster unless TEST_KAFKA_BROKERS is set).
-// Everything it creates is removed when the test ends. Only tests import it.
+// Package testenv gives tests real dependencies: an empty, migrated Postgres
+// database of their own from a pool (pool.go), a Redis client with a unique
+// key prefix, and a Kafka-protocol broker (an in-process kfake cluster
+// unless TEST_KAFKA_BROKERS is set). What a test takes is removed or given
+// back when it ends, so tests can run in parallel. Only tests import it.
 package testenv
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"orderpipe/pkg/database"
 	"orderpipe/pkg/rediskeys"
 )
 
@@ -48,55 +46,10 @@ func UniqueName(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// Database is a fresh database with every migration applied.
+// Database is a migrated database of the test's own (see MustDatabase).
 type Database struct {
 	Pool *pgxpool.Pool
 	URL  string
-}
-
-// MustDatabase creates and migrates a fresh database, dropped at cleanup.
-func MustDatabase(tb testing.TB) Database {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	base, err := url.Parse(DatabaseURL())
-	if err != nil {
-		tb.Fatalf("parsing TEST_DATABASE_URL: %v", err)
-	}
-	name := UniqueName("orderpipe_test_")
-	admin, err := pgx.Connect(ctx, base.String())
-	if err != nil {
-		tb.Fatalf("connecting to test postgres: %v", err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		tb.Fatalf("creating database: %v", err)
-	}
-	u := *base
-	u.Path = "/" + name
-	dsn := u.String()
-	pool, err := database.Open(ctx, dsn, 20)
-	if err != nil {
-		tb.Fatalf("opening test database: %v", err)
-	}
-	tb.Cleanup(func() {
-		pool.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base.String())
-		if err != nil {
-			tb.Errorf("dropping test database: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			tb.Errorf("dropping test database: %v", err)
-		}
-	})
-	if _, err := database.Migrate(ctx, pool); err != nil {
-		tb.Fatalf("migrating test database: %v", err)
-	}
-	return Database{Pool: pool, URL: dsn}
 }
 
 // Redis is a client plus the key prefix the test owns.

@@ -22,6 +22,12 @@ func For(prefix, tag string) Keys {
 	}
 }
 
+// WaitMark is the store's one key outside any item: each write of it is a
+// point in the replication stream that a WAIT after it on the same
+// connection waits for (stock.Store.AwaitReplicas). Never on Redis Cluster,
+// where WAIT is refused.
+func WaitMark(prefix string) string { return prefix + "waitmark" }
+
 // Keys are an item's Redis keys.
 type Keys struct {
 	Stock string // remaining stock
