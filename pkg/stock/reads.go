@@ -182,23 +182,13 @@ func (s *Store) ItemMarkers(ctx context.Context, it Item) (map[int64]string, err
 	head := k.Prefix + "limit:" + k.Tag + ":"
 	var users []int64
 	var mu sync.Mutex
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, k.LimitPattern(), 1000).Iterator()
-		for iter.Next(ctx) {
-			if u, err := strconv.ParseInt(strings.TrimPrefix(iter.Val(), head), 10, 64); err == nil {
-				mu.Lock()
-				users = append(users, u)
-				mu.Unlock()
-			}
+	err := s.scanAll(ctx, k.LimitPattern(), 1000, func(key string) {
+		if u, err := strconv.ParseInt(strings.TrimPrefix(key, head), 10, 64); err == nil {
+			mu.Lock()
+			users = append(users, u)
+			mu.Unlock()
 		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, s.rdb)
-	}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("scanning the limit markers of %s: %w", it, err)
 	}

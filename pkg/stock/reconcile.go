@@ -172,21 +172,9 @@ func (s *Store) ScanMarkers(ctx context.Context) (map[Item][]int64, error) {
 		out[it] = append(out[it], user)
 		mu.Unlock()
 	}
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		// A large COUNT: few round trips, each still about a millisecond of
-		// Redis time.
-		iter := c.Scan(ctx, 0, pattern, 10000).Iterator()
-		for iter.Next(ctx) {
-			add(iter.Val())
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, s.rdb)
-	}
+	// A large COUNT: few round trips, each still about a millisecond of
+	// Redis time.
+	err := s.scanAll(ctx, pattern, 10000, add)
 	if err != nil {
 		return nil, fmt.Errorf("scanning limit markers: %w", err)
 	}
@@ -219,4 +207,21 @@ func parseMarker(s string) (Item, int64, bool) {
 		return Item{}, 0, false
 	}
 	return Item{ActivityID: a, ItemID: i, Bucket: bucket}, u, true
+}
+
+// scanAll calls each with every key matching pattern, SCAN by SCAN with
+// count, on every primary of a Cluster (concurrently: each must be safe for
+// that) or on the one server.
+func (s *Store) scanAll(ctx context.Context, pattern string, count int64, each func(key string)) error {
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, count).Iterator()
+		for iter.Next(ctx) {
+			each(iter.Val())
+		}
+		return iter.Err()
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	}
+	return scan(ctx, s.rdb)
 }
