@@ -288,12 +288,25 @@ func (p *pipeline) mustActivity(tb testing.TB, id int64, starts, ends time.Time,
 		a.Items = append(a.Items, client.ItemUpsert{ItemID: k, Stock: v})
 	}
 	ctx := contractCtx(tb, "admin")
-	if _, err := p.api().PutActivity(ctx, id, a); err != nil {
+	// Both calls are idempotent: a 503 (a Postgres call past its timeout
+	// on a busy machine) is retried as an operator would, a few times.
+	if err := retrying(func() error { _, err := p.api().PutActivity(ctx, id, a); return err }); err != nil {
 		tb.Fatalf("creating activity: %v", err)
 	}
-	if _, err := p.api().Preheat(ctx, id); err != nil {
+	if err := retrying(func() error { _, err := p.api().Preheat(ctx, id); return err }); err != nil {
 		tb.Fatalf("preheating: %v", err)
 	}
+}
+
+// retrying runs call until it succeeds, fails for good or has failed
+// retriably (client.IsRetriable) five times, a second apart.
+func retrying(call func() error) error {
+	err := call()
+	for i := 1; i < 5 && err != nil && client.IsRetriable(err); i++ {
+		time.Sleep(time.Second)
+		err = call()
+	}
+	return err
 }
 
 // redisStock is the item's Redis stock (-1 if the key is missing).
