@@ -130,9 +130,7 @@ func TestDLQListShowReplay(t *testing.T) {
 		{Key: []byte("3:30"), Value: []byte(`{"requestId":"zero-q","orderNo":"3-30-zz","userId":1,"activityId":3,"itemId":30,"quantity":0,"reservedAt":"2026-11-29T10:00:00Z"}`)},
 		{Key: []byte("3:30"), Value: []byte(big)},
 	}
-	if err := w.WriteMessages(ctx, poison...); err != nil {
-		t.Fatal(err)
-	}
+	mustWrite(t, ctx, w, poison...)
 	var list dlqList
 	testenv.WaitFor(t, 30*time.Second, "three dead letters", func() bool {
 		list = mustDLQList(t, p.Cfg)
@@ -219,14 +217,12 @@ func TestDLQListShowReplay(t *testing.T) {
 			Quantity: 1, Fingerprint: stock.Fingerprint(ev.UserID, 3, 30, 1), Event: value}); err != nil || res.Outcome != stock.Reserved {
 			t.Fatalf("reserving: %+v %v", res, err)
 		}
-		if err := dw.WriteMessages(ctx, kafka.Message{Key: []byte(ev.Key()), Value: value, Headers: []kafka.Header{
+		mustWrite(t, ctx, dw, kafka.Message{Key: []byte(ev.Key()), Value: value, Headers: []kafka.Header{
 			{Key: event.HeaderSchema, Value: []byte(event.SchemaV1)}, {Key: "traceparent", Value: []byte(tp)},
 			{Key: event.HeaderError, Value: []byte("schema: reservedAt: a decoder bug")},
 			{Key: event.HeaderSourcePartition, Value: []byte("1")}, {Key: event.HeaderSourceOffset, Value: []byte(fmt.Sprint(12345 + user))},
 			{Key: event.HeaderOriginalSize, Value: []byte(fmt.Sprint(len(value)))},
-		}}); err != nil {
-			t.Fatal(err)
-		}
+		}})
 		p.mu.Lock()
 		p.accepted[ev.OrderNo] = ev.RequestID // checked by assertInvariants (I4)
 		p.mu.Unlock()

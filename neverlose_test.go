@@ -276,9 +276,7 @@ func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
 			}
 			w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.Kafka.Topic})
 			defer w.Close()
-			if err := w.WriteMessages(context.Background(), kafka.Message{Key: cp.Key, Value: cp.Value, Headers: cp.Headers}); err != nil {
-				t.Fatal(err)
-			}
+			mustWrite(t, context.Background(), w, kafka.Message{Key: cp.Key, Value: cp.Value, Headers: cp.Headers})
 			p.startWorker(t)
 			p.waitDrained(t, it)
 			testenv.WaitFor(t, 20*time.Second, "the order to be persisted", func() bool {

@@ -186,9 +186,7 @@ func TestTraceFollowsOneRequest(t *testing.T) {
 	producer.End()
 	w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.Kafka.Topic})
 	defer w.Close()
-	if err := w.WriteMessages(context.Background(), bad); err != nil {
-		t.Fatal(err)
-	}
+	mustWrite(t, context.Background(), w, bad)
 	dead := rec.waitOne(t, "the dead letter's process span", named("process "+p.Cfg.Kafka.Topic, trace.SpanKindConsumer, "bad-1"))
 	if dead.SpanContext().TraceID() != producer.SpanContext().TraceID() {
 		t.Errorf("dead letter's span is not in the producer's trace")

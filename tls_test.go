@@ -241,9 +241,7 @@ func TestKafkaOverSASLSSL(t *testing.T) {
 		// The DLQ writer: a poison message ends on the dead-letter topic.
 		w := event.NewWriter(event.WriterConfig{Brokers: []string{k.SASLSSL}, Topic: p.Cfg.Kafka.Topic, Security: sec})
 		defer w.Close()
-		if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("3:4"), Value: []byte("not an event")}); err != nil {
-			t.Fatal(err)
-		}
+		mustWrite(t, ctx, w, kafka.Message{Key: []byte("3:4"), Value: []byte("not an event")})
 		dlq := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{k.SASLSSL}, GroupID: testenv.UniqueName("dlq."), Topic: p.Cfg.Kafka.DLQTopic,
 			StartOffset: kafka.FirstOffset, MaxWait: 100 * time.Millisecond, Dialer: sec.Dialer(10 * time.Second)})
 		defer dlq.Close()
