@@ -120,7 +120,10 @@ func (w *Worker) lagLoop(ctx context.Context) {
 			failed = 0
 		default:
 			failed++
-			if now := time.Now(); now.Sub(logged) >= lagLogEvery {
+			// One failed read is retried at the next interval (a fresh
+			// topic's leader still moving answers NOT_LEADER once); a
+			// second in a row is worth a warning.
+			if now := time.Now(); failed >= 2 && now.Sub(logged) >= lagLogEvery {
 				w.deps.Log.Warn("reading consumer lag", "err", err, "consecutive_failures", failed)
 				logged = now
 			}

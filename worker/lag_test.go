@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -107,6 +108,11 @@ func TestGroupLag(t *testing.T) {
 	lag := func() int64 {
 		t.Helper()
 		got, err := GroupLag(ctx, c, topic, group)
+		// A real cluster's metadata may not know the fresh topic yet.
+		for err != nil && errors.Is(err, kafka.UnknownTopicOrPartition) && ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			got, err = GroupLag(ctx, c, topic, group)
+		}
 		if err != nil {
 			t.Fatalf("GroupLag: %v", err)
 		}
