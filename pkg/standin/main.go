@@ -26,11 +26,15 @@ type Embedded struct {
 
 // ReadEmbedded reads the embedded broker's settings.
 func ReadEmbedded(r *setting.Reader) Embedded {
-	return Embedded{Port: r.Int("KAFKA_EMBEDDED_PORT"), AdvertisedPort: r.Int("KAFKA_EMBEDDED_ADVERTISED_PORT"),
+	e := Embedded{Port: r.Int("KAFKA_EMBEDDED_PORT"), AdvertisedPort: r.Int("KAFKA_EMBEDDED_ADVERTISED_PORT"),
 		Partitions: r.Int("KAFKA_PARTITIONS"), Dir: r.String("KAFKA_EMBEDDED_DIR"), RetainMB: r.Int("KAFKA_EMBEDDED_RETENTION_MB"),
 		DLQRetainMB: r.Int("KAFKA_EMBEDDED_DLQ_RETENTION_MB"), Topic: r.String("KAFKA_TOPIC"), DLQTopic: r.String("KAFKA_DLQ_TOPIC"),
 		StatusTopic: r.String("KAFKA_STATUS_TOPIC"), MemoryLimitMB: r.Int("KAFKA_EMBEDDED_MEMORY_LIMIT_MB"),
 		Group: r.String("KAFKA_GROUP")}
+	if e.MemoryLimitMB < 0 {
+		r.Fail("KAFKA_EMBEDDED_MEMORY_LIMIT_MB must be 0 (no limit) or a number of MiB, not %d", e.MemoryLimitMB)
+	}
+	return e
 }
 
 // LimitMemory sets the process's soft memory limit to MemoryLimitMB, unless

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/setting"
 )
 
 // TestEmbeddedBrokerDataDirSurvivesRestart: with KAFKA_EMBEDDED_DIR the
@@ -218,5 +220,22 @@ func TestLimitMemory(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "1GiB")
 	if (Embedded{MemoryLimitMB: 123}).LimitMemory() || debug.SetMemoryLimit(-1) != before {
 		t.Fatal("LimitMemory overrode GOMEMLIMIT")
+	}
+}
+
+// TestNegativeMemoryLimitIsRefused: a negative KAFKA_EMBEDDED_MEMORY_LIMIT_MB
+// is a mistake to report, not "no limit".
+func TestNegativeMemoryLimitIsRefused(t *testing.T) {
+	for limit, refused := range map[string]bool{"-5": true, "0": false, "200": false} {
+		r := &setting.Reader{Env: func(name string) string {
+			if name == "KAFKA_EMBEDDED_MEMORY_LIMIT_MB" {
+				return limit
+			}
+			return "1"
+		}}
+		ReadEmbedded(r)
+		if err := r.Err(); refused != (err != nil && strings.Contains(err.Error(), "KAFKA_EMBEDDED_MEMORY_LIMIT_MB")) {
+			t.Errorf("limit %s: %v, refused should be %v", limit, err, refused)
+		}
 	}
 }
