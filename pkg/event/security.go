@@ -6,7 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,31 +158,86 @@ func (s Security) EnsureTopics(ctx context.Context, brokers []string, partitions
 			return fmt.Errorf("creating topic %s: %w", topic, err)
 		}
 	}
-	return waitLeaders(ctx, client, topics)
+	return s.waitLeaders(ctx, client, brokers, topics)
 }
 
-// waitLeaders waits until every partition of the topics has a leader. On a
-// real cluster CreateTopics answers before the controller has elected them:
-// a writer that reads the metadata in between sees fewer partitions (kafka-go
-// balances over what it sees, so every key lands on one) or fails with
-// LEADER_NOT_AVAILABLE. Bounded by ctx and 30 s.
-func waitLeaders(ctx context.Context, client *kafka.Client, topics []string) error {
+// waitLeaders waits until every partition of the topics has a leader that
+// answers for it. On a real cluster CreateTopics answers before the
+// controller has elected them: a writer that reads the metadata in between
+// sees fewer partitions (kafka-go balances over what it sees, so every key
+// lands on one) or fails with LEADER_NOT_AVAILABLE. And the metadata can
+// name a leader before that broker has taken the partition on: a reader
+// started then logs NOT_LEADER_FOR_PARTITION for it. So each partition's
+// leader is asked for the partition's end offset, the reader's own first
+// request. Bounded by ctx and 30 s.
+func (s Security) waitLeaders(ctx context.Context, client *kafka.Client, brokers []string, topics []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
 		md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics})
-		if err == nil && allLed(md, len(topics)) {
-			return nil
+		if err == nil {
+			if !allLed(md, len(topics)) {
+				err = errors.New("a partition has no leader yet")
+			} else if err = brokersAgree(ctx, client, md, topics); err == nil {
+				if err = s.leadersAnswer(ctx, brokers, md); err == nil {
+					return nil
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
-			if err == nil {
-				err = errors.New("a partition has no leader yet")
-			}
 			return fmt.Errorf("waiting for the leaders of %v: %w", topics, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// brokersAgree asks every broker in md for the topics' metadata: each must
+// name the same leaders (a reader or writer may ask any of them).
+func brokersAgree(ctx context.Context, client *kafka.Client, md *kafka.MetadataResponse, topics []string) error {
+	want := leaders(md)
+	for _, b := range md.Brokers {
+		addr := kafka.TCP(net.JoinHostPort(b.Host, strconv.Itoa(b.Port)))
+		other, err := client.Metadata(ctx, &kafka.MetadataRequest{Addr: addr, Topics: topics})
+		if err != nil {
+			return fmt.Errorf("metadata from broker %d: %w", b.ID, err)
+		}
+		if !allLed(other, len(topics)) || !maps.Equal(leaders(other), want) {
+			return fmt.Errorf("broker %d does not name the same leaders yet", b.ID)
+		}
+	}
+	return nil
+}
+
+// leaders maps topic/partition to the leader's node id.
+func leaders(md *kafka.MetadataResponse) map[string]int {
+	out := map[string]int{}
+	for _, t := range md.Topics {
+		for _, p := range t.Partitions {
+			out[t.Name+"/"+strconv.Itoa(p.ID)] = p.Leader.ID
+		}
+	}
+	return out
+}
+
+// leadersAnswer asks the leader of every partition in md for the
+// partition's last offset.
+func (s Security) leadersAnswer(ctx context.Context, brokers []string, md *kafka.MetadataResponse) error {
+	d := s.Dialer(5 * time.Second)
+	for _, t := range md.Topics {
+		for _, p := range t.Partitions {
+			conn, err := d.DialLeader(ctx, "tcp", brokers[0], t.Name, p.ID)
+			if err != nil {
+				return fmt.Errorf("partition %d of %s: %w", p.ID, t.Name, err)
+			}
+			_, err = conn.ReadLastOffset()
+			conn.Close()
+			if err != nil {
+				return fmt.Errorf("partition %d of %s: %w", p.ID, t.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 func allLed(md *kafka.MetadataResponse, topics int) bool {
