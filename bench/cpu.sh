@@ -18,6 +18,13 @@
 # worker's transactions over the phase (count, mean duration, messages each,
 # duration per message, from its orderpipe_worker_batch_* histograms). Where
 # the binary has the orders.status relay it runs too, as its own part.
+# Then the floors, in the same run: the open phase sends N_OPEN requests at
+# a constant OPEN_RATE, first to a trivial net/http handler (`orderpipe bench
+# --serve-floor`) and then to the gateway (every one accepted), and
+# bench/redis-cost.sh times the bare reserve script under redis-benchmark
+# (RB_N calls); the summary sets the gateway's CPU per accepted order beside
+# the trivial handler's per request, and Redis's per accepted order beside
+# the bare script's per call (OPEN_RATE=0: no floors).
 # SHARED=1 counts, for redis and postgres, only the run's redis-server and
 # the backends serving the run's database (for a machine other work shares).
 #   heavy bash bench/cpu.sh            N_ACC=60000 N_REF=60000 C=100 IDLE=10
@@ -37,6 +44,9 @@ N_REF=${N_REF:-60000}
 REF_STOCK=${REF_STOCK:-100}
 C=${C:-100}
 IDLE=${IDLE:-10}
+OPEN_RATE=${OPEN_RATE:-3000}
+N_OPEN=${N_OPEN:-$((OPEN_RATE * 15))}
+RB_N=${RB_N:-200000}
 OUT=${OUT:-bin/bench}
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 REDIS_HOST=${REDIS_HOST:-127.0.0.1}
@@ -102,6 +112,13 @@ if "$BIN" help 2>&1 | grep -qw relay; then # the orders.status relay, where the 
   pids+=("$relay_pid")
   names=(gateway worker relay closer kafka redis postgres)
 fi
+if [ "$OPEN_RATE" -gt 0 ]; then
+  floor_port=$(free_port)
+  "$BIN" bench --serve-floor "127.0.0.1:$floor_port" >"$log.floor" 2>&1 &
+  floor_pid=$!
+  pids+=("$floor_pid")
+  names+=(floor)
+fi
 wait_port "$http_port" "${pids[@]}" || { echo "cpu: a component exited before the gateway listened; see $log*" >&2; exit 2; }
 
 snapshot() { # snapshot DIR: every component's per-pid ticks and Redis's EVALSHA counters
@@ -142,10 +159,11 @@ report() { # report NAME BEFORE AFTER REQUESTS
       if (n > 0 && m > 0) printf "  worker transactions: %d, mean %.1f ms, %.0f messages each, %.1f usec per message\n", n, s * 1000 / n, m / (v[2, "orderpipe_worker_batch_size_count"] - v[1, "orderpipe_worker_batch_size_count"]), s * 1e6 / m
     }' "$b/worker.metrics" "$a/worker.metrics"
 }
-load() { # load NAME N STOCK: one load phase; prints its report
+load() { # load NAME N STOCK [bench flags...]: one load phase; prints its report
   local name=$1 n=$2 stock=$3 acc sold
+  shift 3
   snapshot "$tmp/$name.before"
-  "$BIN" bench -c "$C" -n "$n" --stock "$stock" --retry-share 0 --repeat-share 0 --wait-ready 60s \
+  "$BIN" bench -c "$C" -n "$n" --stock "$stock" --retry-share 0 --repeat-share 0 --wait-ready 60s "$@" \
     --worker-metrics "http://127.0.0.1:$metrics_port/metrics" --json-out "$OUT/cpu-$name-$run.json" \
     >"$OUT/cpu-$name-$run.txt" 2>"$OUT/cpu-$name-$run.err" || { echo "cpu: the $name phase failed; see $OUT/cpu-$name-$run.*" >&2; exit 2; }
   snapshot "$tmp/$name.after"
@@ -163,3 +181,26 @@ snapshot "$tmp/idle.after"
 report idle "$tmp/idle.before" "$tmp/idle.after" 0
 load accept "$N_ACC" "$N_ACC"
 load refuse "$N_REF" "$REF_STOCK"
+[ "$OPEN_RATE" -gt 0 ] || exit 0
+
+# The floors. The open phase's components idle through the trivial
+# handler's half of it; their idle cost (the idle phase's rate) over that
+# half is taken off.
+load open "$N_OPEN" "$N_OPEN" --rate "$OPEN_RATE" --floor-url "http://127.0.0.1:$floor_port"
+rb=$(REDIS_HOST="$REDIS_HOST" REDIS_PORT="$REDIS_PORT" N="$RB_N" BIN="$BIN" bench/redis-cost.sh)
+echo "$rb" | sed 's/^/  /'
+per() { # per NAME PHASE N: CPU µs of NAME per request in PHASE, less its idle rate over IDLE_S seconds
+  awk -v c="$(ticks_between "$tmp/$2.before/$1" "$tmp/$2.after/$1")" -v i="$(ticks_between "$tmp/idle.before/$1" "$tmp/idle.after/$1")" \
+    -v idle="$IDLE" -v s="${IDLE_S:-0}" -v n="$3" 'BEGIN{printf "%.1f", (c - i / idle * s) * 1e6 / n}'
+}
+half=$(awk -v n="$N_OPEN" -v r="$OPEN_RATE" 'BEGIN{printf "%.1f", n / r}')
+gw=$(IDLE_S=$half per gateway open "$N_OPEN")
+fl=$(per floor open "$N_OPEN")
+rd=$(IDLE_S=$half per redis open "$N_OPEN")
+bare=$(echo "$rb" | awk '$1 == "reserve-accept" {for (i = 1; i <= NF; i++) if ($i == "us/call") print $(i - 1)}')
+wk=$(IDLE_S=$half per worker open "$N_OPEN")
+pg=$(IDLE_S=$half per postgres open "$N_OPEN")
+echo "floors, at $OPEN_RATE req/s (CPU µs per request; the components' idle cost taken off):"
+printf '  gateway per accepted order %6.1f   trivial handler per request %6.1f   ×%s (goal ≤ 1.5)\n' "$gw" "$fl" "$(awk -v a="$gw" -v b="$fl" 'BEGIN{printf "%.2f", a / b}')"
+printf '  redis per accepted order   %6.1f   bare reserve script per call %5.1f   ×%s (goal ≤ 1.5)\n' "$rd" "${bare:-0}" "$(awk -v a="$rd" -v b="${bare:-0}" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "?"}')"
+printf '  worker + postgres per order %5.1f + %.1f, %s\n' "$wk" "$pg" "$(report open "$tmp/open.before" "$tmp/open.after" "$N_OPEN" | sed -n 's/^  worker transactions: //p')"

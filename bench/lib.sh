@@ -68,6 +68,7 @@ procs() {
     worker) echo "$worker_pid" ;;
     closer) echo "$closer_pid" ;;
     relay) echo "${relay_pid:-}" ;;
+    floor) echo "${floor_pid:-}" ;;
     kafka) if [ -n "$REAL_KAFKA" ]; then pgrep -f 'kafka[.]Kafka' || true; else echo "$kafka_pid"; fi ;;
     redis) if [ "${SHARED:-0}" = 1 ]; then pgrep -f "redis-server [^ ]*:${REDIS_PORT:-6379}\$" || true; else pgrep -x redis-server || true; fi ;;
     postgres) if [ "${SHARED:-0}" = 1 ]; then psql "$PG/postgres" -Atc "SELECT pid FROM pg_stat_activity WHERE datname = '$db'" 2>/dev/null || true; else pgrep -x postgres || true; fi ;;

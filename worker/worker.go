@@ -123,13 +123,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		Dialer:  w.cfg.Security.Dialer(10 * time.Second),
 		// Why consumption stalls (a dead leader or coordinator, a
 		// rebalance) is otherwise invisible: kafka-go retries silently.
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			w.deps.Log.Warn("kafka reader: " + fmt.Sprintf(msg, args...))
-		}),
-		GroupID:  w.cfg.GroupID,
-		Topic:    w.cfg.Topic,
-		MinBytes: 1,
-		MaxBytes: 10 << 20,
+		ErrorLogger: newReaderLog(w.deps.Log),
+		GroupID:     w.cfg.GroupID,
+		Topic:       w.cfg.Topic,
+		MinBytes:    1,
+		MaxBytes:    10 << 20,
 		// How long a fetch of a partition with nothing new waits; one with
 		// data returns at once (MinBytes 1), so this is not a latency.
 		// kafka-go sets the read deadline to MaxWait and asks the broker to

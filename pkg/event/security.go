@@ -158,19 +158,17 @@ func (s Security) EnsureTopics(ctx context.Context, brokers []string, partitions
 			return fmt.Errorf("creating topic %s: %w", topic, err)
 		}
 	}
-	return s.waitLeaders(ctx, client, brokers, topics)
+	return waitLeaders(ctx, client, topics)
 }
 
-// waitLeaders waits until every partition of the topics has a leader that
-// answers for it. On a real cluster CreateTopics answers before the
-// controller has elected them: a writer that reads the metadata in between
-// sees fewer partitions (kafka-go balances over what it sees, so every key
-// lands on one) or fails with LEADER_NOT_AVAILABLE. And the metadata can
-// name a leader before that broker has taken the partition on: a reader
-// started then logs NOT_LEADER_FOR_PARTITION for it. So each partition's
-// leader is asked for the partition's end offset, the reader's own first
-// request. Bounded by ctx and 30 s.
-func (s Security) waitLeaders(ctx context.Context, client *kafka.Client, brokers []string, topics []string) error {
+// waitLeaders waits until every broker names a leader for every partition
+// of the topics, the same one. On a real cluster CreateTopics answers
+// before the controller has elected them: a writer that reads the metadata
+// in between sees fewer partitions (kafka-go balances over what it sees, so
+// every key lands on one) or fails with LEADER_NOT_AVAILABLE, and a broker
+// whose metadata lags sends a client to no leader or an old one. Bounded by
+// ctx and 30 s.
+func waitLeaders(ctx context.Context, client *kafka.Client, topics []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -179,9 +177,7 @@ func (s Security) waitLeaders(ctx context.Context, client *kafka.Client, brokers
 			if !allLed(md, len(topics)) {
 				err = errors.New("a partition has no leader yet")
 			} else if err = brokersAgree(ctx, client, md, topics); err == nil {
-				if err = s.leadersAnswer(ctx, brokers, md); err == nil {
-					return nil
-				}
+				return nil
 			}
 		}
 		select {
@@ -218,26 +214,6 @@ func leaders(md *kafka.MetadataResponse) map[string]int {
 		}
 	}
 	return out
-}
-
-// leadersAnswer asks the leader of every partition in md for the
-// partition's last offset.
-func (s Security) leadersAnswer(ctx context.Context, brokers []string, md *kafka.MetadataResponse) error {
-	d := s.Dialer(5 * time.Second)
-	for _, t := range md.Topics {
-		for _, p := range t.Partitions {
-			conn, err := d.DialLeader(ctx, "tcp", brokers[0], t.Name, p.ID)
-			if err != nil {
-				return fmt.Errorf("partition %d of %s: %w", p.ID, t.Name, err)
-			}
-			_, err = conn.ReadLastOffset()
-			conn.Close()
-			if err != nil {
-				return fmt.Errorf("partition %d of %s: %w", p.ID, t.Name, err)
-			}
-		}
-	}
-	return nil
 }
 
 func allLed(md *kafka.MetadataResponse, topics int) bool {

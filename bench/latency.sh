@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Open-loop latency of `make run`: one `orderpipe all` process (gateway,
+# worker, closer, relay, redrive and the embedded broker, as `make run` starts
+# it) on free ports with a fresh database and Redis key prefix, against the
+# trivial handler (`orderpipe bench --serve-floor`) at the same rates. At each
+# rate the load tool sends SECONDS seconds of requests, every one a new user
+# and accepted, first to the trivial handler and then to the gateway, latency
+# from each request's intended time. Prints one row per rate and the CPU
+# seconds `orderpipe all` used in each; keeps each run's report in $OUT.
+#   bench/latency.sh                              1000, 2000 and 4000 req/s, 15 s each
+#   RATES=2000 SECONDS_EACH=30 bench/latency.sh
+#   PROFILE=2000 bench/latency.sh                 also, at 2000 req/s, a 5 s CPU profile and an
+#                                                 execution trace of orderpipe all ($OUT/latency-<run>-*.pprof/.trace)
+#   GOGC=400 bench/latency.sh                     any variable of docs/config.md (and Go's GOGC,
+#                                                 GOMEMLIMIT) passes through to orderpipe all
+# Exit status: 0 every run's invariants held, 1 one failed, 2 could not run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=${BIN:-bin/orderpipe-dev}
+RATES=${RATES:-1000 2000 4000}
+SECONDS_EACH=${SECONDS_EACH:-15}
+C=${C:-200}
+OUT=${OUT:-bin/bench}
+PG=${PG:-postgres://postgres@127.0.0.1:5432}
+PROFILE=${PROFILE:-}
+
+. bench/lib.sh
+
+run="$(date +%s)$$"
+db="orderpipe_lat_$run"
+export DATABASE_URL="$PG/$db?sslmode=disable"
+export REDIS_KEY_PREFIX="lat$run:"
+export ADMIN_TOKEN="lat-$run"
+unset KAFKA_BROKERS # the embedded broker, as make run
+mkdir -p "$OUT"
+log="$OUT/latency-$run.log"
+pid="" floor_pid=""
+cleanup() {
+  for p in $pid $floor_pid; do
+    kill "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  "$BIN" bench --purge-keys >/dev/null 2>&1 || true
+  psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || echo "latency: database $db left behind" >&2
+}
+trap cleanup EXIT
+
+"$BIN" migrate >"$log" 2>&1 || { echo "latency: migrate failed; see $log" >&2; exit 2; }
+http_port=$(free_port)
+kafka_port=$(free_port)
+pprof_port=$(free_port)
+floor_port=$(free_port)
+export HTTP_ADDR="127.0.0.1:$http_port" KAFKA_EMBEDDED_PORT="$kafka_port"
+[ -n "$PROFILE" ] && export PPROF_ADDR="127.0.0.1:$pprof_port"
+"$BIN" all >>"$log" 2>&1 &
+pid=$!
+# The trivial handler gets none of orderpipe all's settings.
+env -u GOGC -u GOMEMLIMIT "$BIN" bench --serve-floor "127.0.0.1:$floor_port" >"$log.floor" 2>&1 &
+floor_pid=$!
+wait_port "$http_port" "$pid" || { echo "latency: orderpipe all exited or did not listen; see $log" >&2; exit 2; }
+wait_port "$floor_port" "$floor_pid" || { echo "latency: the trivial handler did not listen; see $log.floor" >&2; exit 2; }
+
+hz=$(getconf CLK_TCK)
+echo "latency: orderpipe all (pid $pid) on $HTTP_ADDR, database $db; rates $RATES req/s, ${SECONDS_EACH}s each, at most $C connections"
+printf '%-6s  %-28s  %-36s  %-9s  %s\n' "req/s" "trivial P50 / P99 / max" "gateway P50 / P99 / P99.9 / max" "P99 ×" "all CPU s"
+status=0
+for rate in $RATES; do
+  n=$((rate * SECONDS_EACH))
+  txt="$OUT/latency-$run-$rate.txt"
+  prof=""
+  if [ "$PROFILE" = "$rate" ]; then
+    # Into the gateway's half of the run: the trivial handler's half takes SECONDS_EACH.
+    (
+      sleep $((SECONDS_EACH + SECONDS_EACH / 2 - 3))
+      curl -sf -o "$OUT/latency-$run-$rate.cpu.pprof" "http://$PPROF_ADDR/debug/pprof/profile?seconds=5" || echo "latency: no CPU profile" >&2
+      curl -sf -o "$OUT/latency-$run-$rate.trace" "http://$PPROF_ADDR/debug/pprof/trace?seconds=2" || echo "latency: no trace" >&2
+    ) &
+    prof=$!
+  fi
+  before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  rstatus=0
+  env -u GOGC -u GOMEMLIMIT "$BIN" bench -c "$C" --rate "$rate" -n "$n" --stock "$n" --retry-share 0 --repeat-share 0 --wait-ready 60s \
+    --url "http://$HTTP_ADDR" --floor-url "http://127.0.0.1:$floor_port" \
+    --json-out "$OUT/latency-$run-$rate.json" --html-out "$OUT/latency-$run-$rate.html" >"$txt" 2>"$txt.err" || rstatus=$?
+  after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  if [ -n "$prof" ]; then wait "$prof" 2>/dev/null || true; fi
+  [ "$rstatus" -gt "$status" ] && status=$rstatus
+  if [ "$rstatus" -ge 2 ]; then
+    echo "latency: the load run at $rate req/s could not run; see $txt.err" >&2
+    tail -3 "$txt.err" >&2
+  fi
+  awk -v rate="$rate" -v cpu="$(awk -v t=$((after - before)) -v hz="$hz" 'BEGIN{printf "%.1f", t / hz}')" '
+    /^open loop:/ { open = 1 }
+    open && /^ *trivial handler/ { tr = $3 " / " $4 " / " $6 }
+    open && /^ *gateway / && !gw { gw = $2 " / " $3 " / " $4 " / " $5 }
+    open && /gateway \/ trivial handler/ { for (i = 1; i <= NF; i++) if ($i == "P99") { ratio = $(i + 1); gsub(/[×,]/, "", ratio) } }
+    END { printf "%-6s  %-28s  %-36s  %-9s  %s\n", rate, tr, gw, ratio, cpu }' "$txt"
+done
+echo "the reports: $OUT/latency-$run-<rate>.txt and .html; orderpipe all's log: $log"
+if [ -n "$PROFILE" ]; then
+  echo "profiles at $PROFILE req/s: go tool pprof -top $BIN $OUT/latency-$run-$PROFILE.cpu.pprof; go tool trace $OUT/latency-$run-$PROFILE.trace"
+fi
+exit "$status"
