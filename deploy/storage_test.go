@@ -93,8 +93,6 @@ func storageAllowed(kind, file string) bool {
 var storagePending = map[string][]string{
 	"admin_read_e2e_test.go":         {"sql"},
 	"bench/reconcilepass/main.go":    {"redis", "key"},
-	"bench/strategies.go":            {"redis"},
-	"bench/strategies_test.go":       {"redis"},
 	"cancel_e2e_test.go":             {"sql"},
 	"pkg/relay/relay_test.go":        {"pgx"},
 	"buckets_e2e_test.go":            {"sql", "key"},
