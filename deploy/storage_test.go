@@ -92,7 +92,6 @@ func storageAllowed(kind, file string) bool {
 // tests, raw Redis reads in the bench and chaos audits. Only ever shorten it.
 var storagePending = map[string][]string{
 	"admin_read_e2e_test.go":         {"sql"},
-	"bench/reconcilepass/main.go":    {"redis", "key"},
 	"cancel_e2e_test.go":             {"sql"},
 	"pkg/relay/relay_test.go":        {"pgx"},
 	"buckets_e2e_test.go":            {"sql", "key"},

@@ -12,7 +12,7 @@ import (
 )
 
 // The helpers of the test tools that are not tests (the chaos suite, the
-// bench's strategies): they return errors instead of
+// bench's strategies and reconcilepass): they return errors instead of
 // failing a test, as a fault runs on while Redis is cut.
 
 // ShiftSaleStart moves the item's (bucket's) sale start by delta ms, if it
@@ -121,4 +121,22 @@ func CheckAndTake(ctx context.Context, st *stock.Store, it stock.Item, userID in
 		return "", err
 	}
 	return stock.Reserved, nil
+}
+
+// Flush empties the store's Redis database: for a bench command that owns
+// the Redis it is given.
+func Flush(ctx context.Context, st *stock.Store) error {
+	return Client(st).FlushDB(ctx).Err()
+}
+
+// KeyCount is how many keys the store's Redis database holds.
+func KeyCount(ctx context.Context, st *stock.Store) (int64, error) {
+	return Client(st).DBSize(ctx).Result()
+}
+
+// PopulateLookalikes makes the store's Redis database hold total keys (or
+// more), the added ones dedup-record lookalikes of item like that match no
+// limit marker (DEBUG POPULATE; keys that exist are skipped).
+func PopulateLookalikes(ctx context.Context, st *stock.Store, total int64, like stock.Item) error {
+	return Client(st).Do(ctx, "DEBUG", "POPULATE", total, KeysOf(st, like).Req("r")).Err()
 }
