@@ -15,8 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/rediskeys"
@@ -138,21 +136,24 @@ func RunStrategies(ctx context.Context, cfg StrategyConfig) (*StrategyReport, er
 		prefix := cfg.KeyPrefix + name + ":"
 		res, err := func() (StrategyResult, error) {
 			st := stock.New(rdb, prefix)
-			defer dropStrategyKeys(context.WithoutCancel(ctx), rdb, st, prefix, item, users)
+			defer rediskeys.Unlink(context.WithoutCancel(ctx), rdb, strategyKeys(st, prefix, item, users)...) //nolint:errcheck // best effort
 			now := time.Now()
 			// Preheat as the product does: the reserve script also needs the sale window.
 			if _, err := st.Preheat(ctx, stock.Sale{Item: item, Stock: cfg.Stock, StartsAt: now.Add(-time.Minute),
 				EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
 				return StrategyResult{}, err
 			}
-			s := newStrategy(name, rdb, st, lock.New(rdb, prefix), item, cfg.LockWait)
+			s := newStrategy(name, st, lock.New(rdb, prefix), item, cfg.LockWait)
 			fmt.Fprintf(cfg.Progress, "bench: strategy %s: %d requests at c=%d on %d units\n", name, cfg.Requests, cfg.Concurrency, cfg.Stock)
 			res := race(ctx, s, users, cfg)
-			final, err := rdb.Get(ctx, stocktest.KeysOf(st, item).Stock).Int64()
+			final, err := st.BucketStocks(ctx, item, 1)
+			if err == nil && final[0] == nil {
+				err = errors.New("no stock key")
+			}
 			if err != nil {
 				return StrategyResult{}, fmt.Errorf("reading final stock: %w", err)
 			}
-			res.FinalStock = final
+			res.FinalStock = *final[0]
 			res.OversoldUnits = max(0, int64(res.Granted)-cfg.Stock)
 			return res, nil
 		}()
@@ -184,32 +185,16 @@ func strategyUsers(cfg StrategyConfig) (users []int64, repeats int) {
 	return users, repeats
 }
 
-func newStrategy(name string, rdb redis.UniversalClient, st *stock.Store, lk *lock.Locker, item stock.Item, lockWait time.Duration) strategy {
-	keys := stocktest.KeysOf(st, item)
+func newStrategy(name string, st *stock.Store, lk *lock.Locker, item stock.Item, lockWait time.Duration) strategy {
 	// checkAndTake is the critical section written the obvious way: read,
 	// decide in the client, write. Four round trips with gaps between them.
+	// It reaches behind the store through stocktest, as only a test tool may.
 	checkAndTake := func(ctx context.Context, user int64) (outcome, error) {
-		n, err := rdb.Get(ctx, keys.Stock).Int64()
+		out, err := stocktest.CheckAndTake(ctx, st, item, user)
 		if err != nil {
 			return failed, err
 		}
-		if n < 1 {
-			return soldOut, nil
-		}
-		held, err := rdb.Exists(ctx, keys.Limit(user)).Result()
-		if err != nil {
-			return failed, err
-		}
-		if held == 1 {
-			return alreadyPurchased, nil
-		}
-		if err := rdb.DecrBy(ctx, keys.Stock, 1).Err(); err != nil {
-			return failed, err
-		}
-		if err := rdb.Set(ctx, keys.Limit(user), "1", time.Hour).Err(); err != nil {
-			return failed, err
-		}
-		return granted, nil
+		return strategyOutcome(out)
 	}
 	switch name {
 	case "naive":
@@ -247,27 +232,32 @@ func newStrategy(name string, rdb redis.UniversalClient, st *stock.Store, lk *lo
 			if err != nil {
 				return failed, err
 			}
-			switch res.Outcome {
-			case stock.Reserved:
-				return granted, nil
-			case stock.SoldOut:
-				return soldOut, nil
-			case stock.AlreadyPurchased:
-				return alreadyPurchased, nil
-			}
-			return failed, fmt.Errorf("reserve answered %s", res.Outcome)
+			return strategyOutcome(res.Outcome)
 		}}
 	}
+}
+
+// strategyOutcome is what the stock's answer means for the strategies.
+func strategyOutcome(o stock.Outcome) (outcome, error) {
+	switch o {
+	case stock.Reserved:
+		return granted, nil
+	case stock.SoldOut:
+		return soldOut, nil
+	case stock.AlreadyPurchased:
+		return alreadyPurchased, nil
+	}
+	return failed, fmt.Errorf("reserve answered %s", o)
 }
 
 func lockName(it stock.Item) string  { return it.Tag() + ":stock" }
 func strategyRequestID(i int) string { return "s" + strconv.Itoa(i) }
 func strategyOrderNo(i int) string   { return "o" + strconv.Itoa(i) }
 
-// dropStrategyKeys deletes every key a strategy run can have written, by
-// name: a SCAN would walk the whole keyspace of a shared Redis.
-// TestRedisStrategies checks by SCAN that nothing is left.
-func dropStrategyKeys(ctx context.Context, rdb redis.UniversalClient, st *stock.Store, prefix string, it stock.Item, users []int64) {
+// strategyKeys names every key a strategy run can have written, for its
+// cleanup to delete by name: a SCAN would walk the whole keyspace of a
+// shared Redis. TestRedisStrategies checks by SCAN that nothing is left.
+func strategyKeys(st *stock.Store, prefix string, it stock.Item, users []int64) []string {
 	k := stocktest.KeysOf(st, it)
 	names := []string{k.Stock, k.Sale, k.Journal, k.MarkerIndex(), prefix + "lock:" + lockName(it), prefix + "fence:" + lockName(it)}
 	seen := map[int64]bool{}
@@ -278,9 +268,7 @@ func dropStrategyKeys(ctx context.Context, rdb redis.UniversalClient, st *stock.
 			names = append(names, k.Limit(u))
 		}
 	}
-	for start := 0; start < len(names); start += 500 {
-		rdb.Unlink(ctx, names[start:min(start+500, len(names))]...)
-	}
+	return names
 }
 
 // race runs every request through s from cfg.Concurrency goroutines.

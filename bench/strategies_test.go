@@ -4,15 +4,14 @@ import (
 	"context"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/testenv"
 )
 
 func TestRedisStrategies(t *testing.T) {
 	t.Parallel()
-	prefix := testenv.UniqueName("tbench") + ":"
+	rd := testenv.MustRedis(t)
+	prefix := rd.Prefix
 	const requests, units = 400, 60
 	rep, err := RunStrategies(context.Background(), StrategyConfig{Redis: redisconn.Config{Addr: testenv.RedisAddr()}, Concurrency: 40,
 		Requests: requests, Stock: units, RepeatShare: 0.2, Seed: 3, KeyPrefix: prefix})
@@ -49,9 +48,7 @@ func TestRedisStrategies(t *testing.T) {
 		t.Error("lock result not reported")
 	}
 	// Nothing left behind.
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	defer rdb.Close()
-	if keys := testenv.Keys(t, rdb, prefix); len(keys) != 0 {
+	if keys := testenv.Keys(t, rd.Client, prefix); len(keys) != 0 {
 		t.Errorf("keys left behind: %v", keys[:min(len(keys), 5)])
 	}
 }

@@ -63,7 +63,8 @@ var storageOwners = map[string]string{
 	// stock.New and lock.New), pkg/lock owns its lock:/fence: keys
 	// and scripts, pkg/telemetry instruments the client (spans, no keys),
 	// pkg/rediskeys unlinks by a pattern its caller gives (test and bench
-	// cleanups), pkg/testenv is the tests' connection factory.
+	// cleanups), pkg/testenv is the tests' connection factory and
+	// administers the chaos suite's own servers (servers.go).
 	"redis": "pkg/stock pkg/redisconn pkg/lock pkg/telemetry pkg/rediskeys pkg/testenv pkg/target",
 	// pkg/database connects and migrates; pkg/lock owns the lock_fences
 	// table of its fencing check (fence.go); pkg/target opens the pool
@@ -91,15 +92,6 @@ func storageAllowed(kind, file string) bool {
 // tests, raw Redis reads in the bench and chaos audits. Only ever shorten it.
 var storagePending = map[string][]string{
 	"admin_read_e2e_test.go":         {"sql"},
-	"bench/chaos/chaos.go":           {"redis", "pgx", "sql"},
-	"bench/chaos/fault_fixmove.go":   {"redis"},
-	"bench/chaos/fault_preheat.go":   {"sql"},
-	"bench/chaos/postgres.go":        {"pgx"},
-	"bench/chaos/redis.go":           {"redis"},
-	"bench/chaos/scenario.go":        {"redis", "sql"},
-	"bench/reconcilepass/main.go":    {"redis", "key"},
-	"bench/strategies.go":            {"redis"},
-	"bench/strategies_test.go":       {"redis"},
 	"cancel_e2e_test.go":             {"sql"},
 	"pkg/relay/relay_test.go":        {"pgx"},
 	"buckets_e2e_test.go":            {"sql", "key"},

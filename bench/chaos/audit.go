@@ -69,7 +69,7 @@ func (a *audit) finish() {
 // checker is the invariant checker of the suite's stores, gateways and
 // orders.status.
 func (s *Suite) checker() *invariant.Checker {
-	c := &invariant.Checker{Orders: order.NewStore(s.pool), Stock: s.stock,
+	c := &invariant.Checker{Orders: s.orders, Stock: s.stock,
 		Status: &invariant.StatusTopic{Topic: event.StatusTopic, Wait: time.Minute,
 			Client: &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second}}}
 	hc := &http.Client{Timeout: 10 * time.Second}

@@ -41,12 +41,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
-
+	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
 )
 
 // Config is one run of the suite.
@@ -171,12 +171,13 @@ type Suite struct {
 	workerMetrics []string // each worker's /metrics
 	baseEnv       []string
 
-	pool  *pgxpool.Pool
-	rdb   *redis.Client // through the proxy, as the processes
-	stock *stock.Store
-	toxi  *toxi
-	procs []*proc
-	rng   *rand.Rand
+	orders *order.Store
+	stock  *stock.Store // through the proxy, as the processes
+	// closeStores closes the pool and the client behind orders and stock.
+	closeStores func()
+	toxi        *toxi
+	procs       []*proc
+	rng         *rand.Rand
 
 	// The Redis pair (redis.go): redis[redisPrimary] is the primary the
 	// proxy points at; redisLost is set once a fault lost Redis's data.
@@ -280,14 +281,23 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	if out, err := s.command(ctx, "migrate", s.env("DATABASE_URL="+s.dbURL)); err != nil {
 		return s, fmt.Errorf("orderpipe migrate: %w\n%s", err, out)
 	}
-	if s.pool, err = pgxpool.New(ctx, s.dbURL); err != nil {
+	pool, err := database.OpenLazy(ctx, s.dbURL, 0)
+	if err != nil {
 		return s, err
 	}
-	s.rdb = redis.NewClient(&redis.Options{Addr: s.redisAddr})
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	rdb, err := redisconn.Config{Addr: s.redisAddr}.New(redisconn.Options{})
+	if err != nil {
+		pool.Close()
+		return s, err
+	}
+	s.closeStores = func() {
+		pool.Close()
+		rdb.Close()
+	}
+	s.orders, s.stock = order.NewStore(pool), stock.New(rdb, s.prefix)
+	if err := s.stock.Ping(ctx); err != nil {
 		return s, fmt.Errorf("reaching redis through the proxy %s: %w", s.redisAddr, err)
 	}
-	s.stock = stock.New(s.rdb, s.prefix)
 
 	addrs := make([]string, 2)
 	for i := range addrs {
@@ -444,8 +454,8 @@ func (s *Suite) Close() {
 	if s.toxi != nil {
 		s.toxi.close()
 	}
-	if s.pool != nil {
-		s.pool.Close()
+	if s.closeStores != nil {
+		s.closeStores()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -456,16 +466,10 @@ func (s *Suite) Close() {
 			// The suite's PostgreSQL stopped with the processes: its
 			// cluster goes.
 			os.RemoveAll(s.pgDir)
-		} else if conn, err := pgx.Connect(ctx, s.cfg.ServerURL); err == nil {
-			if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+s.dbName+" WITH (FORCE)"); err != nil {
-				s.logf("dropping database %s: %v", s.dbName, err)
-			}
-			conn.Close(ctx)
+		} else if err := testenv.DropDatabase(ctx, s.cfg.ServerURL, s.dbName); err != nil {
+			s.logf("dropping database %s: %v", s.dbName, err)
 		}
 		os.RemoveAll(s.kafkaDir)
-	}
-	if s.rdb != nil {
-		s.rdb.Close()
 	}
 }
 

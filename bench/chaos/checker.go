@@ -52,7 +52,7 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 	c := &checkResult{t0: t0, ops: byRequest(ops), answers: map[string]int{}, pays: map[string]int{}, reconcileExit: -1}
 
 	// Postgres, one snapshot: the orders, for the payments' answers.
-	snap, err := order.NewStore(s.pool).Snapshot(ctx, act)
+	snap, err := s.orders.Snapshot(ctx, act)
 	if err != nil {
 		return nil, err
 	}

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/stock"
-	"orderpipe/pkg/stock/stocktest"
 )
 
 // copyMutations turn an event the gateway really wrote into what a
@@ -39,12 +40,13 @@ func poisonCopies(ctx context.Context, s *Suite, act int64, rng *rand.Rand) (str
 	var kinds []string
 	for _, it := range []int64{1, 2} {
 		for b := range buckets {
-			k := stocktest.KeysOf(s.stock, stock.Item{ActivityID: act, ItemID: it, Bucket: b})
-			entries, err := s.rdb.HVals(ctx, k.Journal).Result()
+			journal, err := s.stock.Journal(ctx, stock.Item{ActivityID: act, ItemID: it, Bucket: b})
 			if err != nil {
 				return "", fmt.Errorf("reading the journal of %d:%d: %w", act, it, err)
 			}
-			for _, e := range entries {
+			// In requestId order, not a map's, which differs from run to run.
+			for _, rid := range slices.Sorted(maps.Keys(journal)) {
+				e := journal[rid]
 				if len(msgs) == 4 {
 					break
 				}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
@@ -66,10 +64,7 @@ func (s *Suite) fixDuringMove(ctx context.Context, f fault, act int64) (string, 
 			}
 		}
 		// Drift for another reason than the stock: a sale window 1 ms wider.
-		sale := stocktest.KeysOf(s.stock, it).Sale
-		if n, err := s.rdb.Exists(ctx, sale).Result(); err == nil && n == 1 {
-			errs = append(errs, s.rdb.HIncrBy(ctx, sale, "starts", -1).Err())
-		}
+		errs = append(errs, stocktest.ShiftSaleStart(ctx, s.stock, it, -1))
 	}
 	time.Sleep(f.For)
 	fixAt := s.since()
@@ -142,10 +137,7 @@ func (s *Suite) dieMidMove(ctx context.Context, it stock.Item) (*deadMove, strin
 func (s *Suite) staleGive(ctx context.Context, d deadMove) (string, error) {
 	dst := d.it
 	dst.Bucket = d.t.To
-	fence, err := s.rdb.Get(ctx, stocktest.KeysOf(s.stock, dst).Fence()).Int64()
-	if errors.Is(err, redis.Nil) {
-		fence, err = 0, nil // Redis lost it: nobody claimed since
-	}
+	fence, err := stocktest.BucketFence(ctx, s.stock, dst) // 0: Redis lost it, nobody claimed since
 	if err != nil {
 		return fmt.Sprintf("item %d: the dead mover's fence unreadable", d.it.ItemID), err
 	}

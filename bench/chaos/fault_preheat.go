@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gwclient "orderpipe/gateway/client"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 )
@@ -131,13 +132,11 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 	// preheated), or Postgres has fixed the layout (Redis next).
 	reached := func() bool {
 		if f.Target == "postgres" {
-			n, err := s.rdb.Exists(ctx, stocktest.KeysOf(s.stock, it).Stock).Result()
-			return err == nil && n == 1
+			n, err := s.stock.BucketStocks(ctx, it, 1)
+			return err == nil && n[0] != nil
 		}
-		var started bool
-		err := s.pool.QueryRow(ctx, `SELECT preheat_started_at IS NOT NULL FROM item_stock
-			WHERE activity_id = $1 AND item_id = 1`, id).Scan(&started)
-		return err == nil && started
+		p, err := ordertest.PreheatOf(ctx, s.orders, id, 1)
+		return err == nil && p.Started
 	}
 	var firstAnswer string
 	deadline := time.Now().Add(10 * time.Second)
@@ -197,12 +196,11 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 	stopProbe()
 	accepted := <-probe
 
-	var marked *time.Time
-	var pgBuckets int
-	if err := s.pool.QueryRow(ctx, `SELECT preheated_at, buckets FROM item_stock WHERE activity_id = $1 AND item_id = 1`, id).
-		Scan(&marked, &pgBuckets); err != nil {
+	p, err := ordertest.PreheatOf(ctx, s.orders, id, 1)
+	if err != nil {
 		return desc, fmt.Errorf("reading the item: %w", err)
 	}
+	marked, pgBuckets := p.PreheatedAt, p.Buckets
 	early := 0
 	for _, t := range accepted {
 		if marked == nil || !marked.Before(t) {
@@ -287,12 +285,7 @@ func (s *Suite) itemKeysHeld(ctx context.Context, it stock.Item, buckets int) st
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		k := stocktest.KeysOf(s.stock, bi)
-		for _, key := range []string{k.Stock, k.Sale} {
-			if n, err := s.rdb.Exists(ctx, key).Result(); err == nil && n == 1 {
-				held = append(held, key)
-			}
-		}
+		held = append(held, stocktest.HeldKeys(ctx, s.stock, bi)...)
 	}
 	return strings.Join(held, ", ")
 }

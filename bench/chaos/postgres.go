@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"orderpipe/pkg/testenv"
 )
 
 // The suite's own PostgreSQL: a throwaway cluster (initdb) in a temporary
@@ -95,14 +95,7 @@ func (s *Suite) startPostgres(ctx context.Context) (string, error) {
 		args: []string{"-D", data, "-p", port, "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.pgDir,
 			"-c", "max_connections=200", "-c", "shared_buffers=64MB", "-c", "fsync=off", "-c", "full_page_writes=off",
 			"-c", "log_min_messages=warning", "-c", "log_connections=off"},
-		readyFunc: func(ctx context.Context) error {
-			conn, err := pgx.Connect(ctx, u)
-			if err != nil {
-				return err
-			}
-			defer conn.Close(ctx)
-			return conn.Ping(ctx)
-		}}
+		readyFunc: func(ctx context.Context) error { return testenv.PingPostgres(ctx, u) }}
 	s.procs = append(s.procs, s.pg)
 	if err := s.pg.start(); err != nil {
 		return "", err

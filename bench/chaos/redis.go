@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"orderpipe/pkg/testenv"
 )
 
 // The suite's own Redis: a primary and its replica, two redis-server
@@ -118,9 +118,7 @@ func redisArgs(addr, dir, primary string) []string {
 // redisReady: the node answers PING; a replica also has its link to the
 // primary up (it has synced).
 func (s *Suite) redisReady(ctx context.Context, n *redisNode) error {
-	c := redis.NewClient(&redis.Options{Addr: n.addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
-	defer c.Close()
-	info, err := c.Info(ctx, "replication").Result()
+	info, err := testenv.RedisInfo(ctx, n.addr, "replication")
 	if err != nil {
 		return err
 	}
@@ -165,9 +163,7 @@ func (s *Suite) redisRestart(ctx context.Context, down time.Duration) (string, e
 
 // dbSize is the number of keys of the node at addr, for the report.
 func dbSize(ctx context.Context, addr string) string {
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	n, err := c.DBSize(ctx).Result()
+	n, err := testenv.RedisKeyCount(ctx, addr)
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
@@ -200,10 +196,7 @@ func (s *Suite) redisFailover(ctx context.Context, promoteAfter time.Duration) (
 		return "redis-failover at " + at, err
 	}
 	time.Sleep(promoteAfter)
-	c := redis.NewClient(&redis.Options{Addr: repl.addr})
-	err := c.SlaveOf(ctx, "NO", "ONE").Err()
-	c.Close()
-	if err != nil {
+	if err := testenv.PromoteRedis(ctx, repl.addr); err != nil {
 		return "redis-failover at " + at, fmt.Errorf("REPLICAOF NO ONE on %s: %w", repl.p.name, err)
 	}
 	if err := s.toxi.upstream("redis", repl.addr); err != nil {
@@ -238,9 +231,7 @@ func (s *Suite) redisFailover(ctx context.Context, promoteAfter time.Duration) (
 
 // replOffset is the field of INFO replication of the node at addr.
 func replOffset(ctx context.Context, addr, field string) string {
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	info, err := c.Info(ctx, "replication").Result()
+	info, err := testenv.RedisInfo(ctx, addr, "replication")
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}

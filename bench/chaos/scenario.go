@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	gwclient "orderpipe/gateway/client"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock/stocktest"
 )
 
@@ -422,13 +422,11 @@ func (s *Suite) inFlight(ctx context.Context, act int64, items []int64, accepted
 		}
 		f.journal += n
 	}
-	if err := s.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM redis_compensations WHERE applied_at IS NULL),
-		(SELECT count(*) FROM processed_requests WHERE request_id = ANY($1)),
-		(SELECT count(*) FROM orders WHERE activity_id = $2 AND status = 'UNPAID')`, accepted, act).
-		Scan(&f.pending, &f.decided, &f.unpaid); err != nil {
+	pg, err := ordertest.InFlight(ctx, s.orders, act, accepted)
+	if err != nil {
 		return f, err
 	}
+	f.pending, f.decided, f.unpaid = pg.PendingCompensations, int(pg.Decided), pg.Unpaid
 	f.lag, err = groupLag(ctx, s.brokers, kafkaTopic, kafkaGroup)
 	return f, err
 }
@@ -457,16 +455,15 @@ func (s *Suite) createSale(ctx context.Context, act int64, items []int64) error 
 // answered or journaled), so no SCAN walks a shared Redis meanwhile. What
 // the load reserves after the MULTI happens "after the failover".
 func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
-	items := []int64{1, 2}
-	var keys []string
+	users := make([]int64, s.cfg.Users)
+	for u := range users {
+		users[u] = int64(u + 1)
+	}
+	losses := map[int64]*stocktest.Loss{}
 	orderNos := map[string]int64{}
-	for _, it := range items {
-		k := stocktest.KeysOf(s.stock, stockItem(act, it))
-		keys = append(keys, k.Stock, k.Sale, k.Journal, k.MarkerIndex())
-		for u := 1; u <= s.cfg.Users; u++ {
-			keys = append(keys, k.Limit(int64(u)))
-		}
-		journal, err := s.rdb.HGetAll(ctx, k.Journal).Result()
+	for _, it := range []int64{1, 2} {
+		losses[it] = &stocktest.Loss{Item: stockItem(act, it), Users: users}
+		journal, err := s.stock.Journal(ctx, stockItem(act, it))
 		if err != nil {
 			return 0, err
 		}
@@ -482,30 +479,37 @@ func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
 	lr := s.load
 	lr.mu.Lock()
 	for rid, r := range lr.requests {
-		k := stocktest.KeysOf(s.stock, stockItem(act, r.body.ItemID))
-		keys = append(keys, k.Req(rid))
+		l := loss(losses, act, r.body.ItemID)
+		l.Requests = append(l.Requests, rid)
 		if r.orderNo != "" {
-			keys = append(keys, k.Fate(r.orderNo))
+			l.Fates = append(l.Fates, r.orderNo)
 			orderNos[r.orderNo] = r.body.ItemID
 		}
 	}
 	lr.mu.Unlock()
 	for no, it := range orderNos {
-		keys = append(keys, stocktest.KeysOf(s.stock, stockItem(act, it)).Order(no))
+		l := loss(losses, act, it)
+		l.Orders = append(l.Orders, no)
 	}
-	pipe := s.rdb.TxPipeline()
-	var cmds []*redis.IntCmd
-	for i := 0; i < len(keys); i += 1000 {
-		cmds = append(cmds, pipe.Unlink(ctx, keys[i:min(i+1000, len(keys))]...))
+	var all []stocktest.Loss
+	for _, l := range losses {
+		all = append(all, *l)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	n, err := stocktest.Lose(ctx, s.stock, all...)
+	if err != nil {
 		return 0, fmt.Errorf("deleting the sale's keys: %w", err)
 	}
-	n := 0
-	for _, c := range cmds {
-		n += int(c.Val())
-	}
 	return n, nil
+}
+
+// loss is the item's Loss in losses, added if missing.
+func loss(losses map[int64]*stocktest.Loss, act, item int64) *stocktest.Loss {
+	l, ok := losses[item]
+	if !ok {
+		l = &stocktest.Loss{Item: stockItem(act, item)}
+		losses[item] = l
+	}
+	return l
 }
 
 // setOutage marks the window in which the sale's Redis keys are lost.

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"orderpipe/pkg/stock/stocktest"
 )
 
 // The scenarios only a real cluster has (Scenario.RealOnly). Each measures
@@ -302,7 +300,7 @@ func (s *Suite) stranded503(ctx context.Context, act int64) ([]string, error) {
 	before := s.load.ended503()
 	var ids []string
 	for _, it := range []int64{1, 2} {
-		f, err := s.rdb.HKeys(ctx, stocktest.KeysOf(s.stock, stockItem(act, it)).Journal).Result()
+		f, err := s.stock.JournalIDs(ctx, stockItem(act, it))
 		if err != nil {
 			return nil, err
 		}

@@ -21,12 +21,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/reconciler"
 )
 
@@ -43,11 +43,14 @@ func main() {
 	if _, err := database.Migrate(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR"), PoolSize: 64, ReadTimeout: time.Minute})
-	if err := rdb.FlushDB(ctx).Err(); err != nil {
+	rdb, err := redisconn.Config{Addr: os.Getenv("REDIS_ADDR")}.New(redisconn.Options{PoolSize: 64, ReadTimeout: time.Minute})
+	if err != nil {
 		log.Fatal(err)
 	}
 	orders, st := order.NewStore(pool), stock.New(rdb, "")
+	if err := stocktest.Flush(ctx, st); err != nil {
+		log.Fatal(err)
+	}
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	a := order.Activity{ID: 1, Name: "bench", StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(2 * time.Hour), PerUserLimit: 1,
 		Items: []order.ItemStock{{ItemID: 1, InitialStock: int64(*buyers)}}}
@@ -102,7 +105,7 @@ func main() {
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := reconciler.New(reconciler.Config{}, reconciler.Deps{Orders: orders, Stock: st, Locker: lock.New(rdb, ""), Log: quiet})
-	base, err := rdb.DBSize(ctx).Result()
+	base, err := stocktest.KeyCount(ctx, st)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -114,10 +117,10 @@ func main() {
 		// DEBUG POPULATE n makes keys <prefix>0..n-1 exist (it skips those
 		// that do), so n is the total: dedup-record lookalikes of another
 		// sale, never matching a limit marker.
-		if err := rdb.Do(ctx, "DEBUG", "POPULATE", extra, "req:{a9:i9}:r").Err(); err != nil {
+		if err := stocktest.PopulateLookalikes(ctx, st, extra, stock.Item{ActivityID: 9, ItemID: 9}); err != nil {
 			log.Fatal(err)
 		}
-		n, _ := rdb.DBSize(ctx).Result()
+		n, _ := stocktest.KeyCount(ctx, st)
 		var took []time.Duration
 		for range *passes {
 			t0 := time.Now()

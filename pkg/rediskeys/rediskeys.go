@@ -2,7 +2,7 @@
 // a time (quick even on a Redis holding millions of other keys) and UNLINK
 // them in batches. It serves cleanups — the tests', the bench's and the
 // chaos suite's — never the order path. It names no key: the caller gives
-// the pattern (a test's or a bench run's prefix). It is not part of
+// the pattern (a test's or a bench run's prefix), or the names (Unlink). It is not part of
 // pkg/stock because pkg/testenv uses it, and pkg/stock's own tests use
 // pkg/testenv.
 package rediskeys

@@ -2,7 +2,9 @@
 // database of their own from a pool (pool.go), a Redis client with a unique
 // key prefix, and a Kafka-protocol broker (an in-process kfake cluster
 // unless TEST_KAFKA_BROKERS is set). What a test takes is removed or given
-// back when it ends, so tests can run in parallel. Only tests import it.
+// back when it ends, so tests can run in parallel. Only tests import it, and
+// the chaos suite (bench/chaos, which only its test runs) for the
+// administration of its own servers (servers.go).
 package testenv
 
 import (

@@ -1,0 +1,142 @@
+package stocktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/stock"
+)
+
+// The helpers of the test tools that are not tests (the chaos suite, the
+// bench's strategies and reconcilepass): they return errors instead of
+// failing a test, as a fault runs on while Redis is cut.
+
+// ShiftSaleStart moves the item's (bucket's) sale start by delta ms, if it
+// has a sale (one unreadable is left alone): drift only a fix repairs.
+func ShiftSaleStart(ctx context.Context, st *stock.Store, it stock.Item, delta int64) error {
+	sale := KeysOf(st, it).Sale
+	if n, err := Client(st).Exists(ctx, sale).Result(); err != nil || n != 1 {
+		return nil
+	}
+	return Client(st).HIncrBy(ctx, sale, "starts", delta).Err()
+}
+
+// BucketFence is the newest fencing token that claimed the bucket (0 when
+// none did, or Redis lost it).
+func BucketFence(ctx context.Context, st *stock.Store, it stock.Item) (int64, error) {
+	fence, err := Client(st).Get(ctx, KeysOf(st, it).Fence()).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	return fence, err
+}
+
+// HeldKeys names the item's (bucket's) stock and sale keys that Redis
+// holds (one unreadable counts as not held).
+func HeldKeys(ctx context.Context, st *stock.Store, it stock.Item) []string {
+	var held []string
+	k := KeysOf(st, it)
+	for _, key := range []string{k.Stock, k.Sale} {
+		if n, err := Client(st).Exists(ctx, key).Result(); err == nil && n == 1 {
+			held = append(held, key)
+		}
+	}
+	return held
+}
+
+// Loss is what a Redis that lost an item's (bucket's) keys forgets of it:
+// its stock, sale, journal and marker index, and the named users' markers,
+// requests' dedup records, reservations' release guards and orderNos' maps.
+type Loss struct {
+	Item     stock.Item
+	Users    []int64
+	Requests []string // requestIds: their dedup records
+	Fates    []string // orderNos: their release guards
+	Orders   []string // orderNos: their orderNo → requestId maps
+}
+
+// Lose unlinks the keys of the losses by name in one MULTI (no SCAN walks a
+// shared Redis) and says how many there were.
+func Lose(ctx context.Context, st *stock.Store, losses ...Loss) (int, error) {
+	var keys []string
+	for _, l := range losses {
+		k := KeysOf(st, l.Item)
+		keys = append(keys, k.Stock, k.Sale, k.Journal, k.MarkerIndex())
+		for _, u := range l.Users {
+			keys = append(keys, k.Limit(u))
+		}
+		for _, rid := range l.Requests {
+			keys = append(keys, k.Req(rid))
+		}
+		for _, no := range l.Fates {
+			keys = append(keys, k.Fate(no))
+		}
+		for _, no := range l.Orders {
+			keys = append(keys, k.Order(no))
+		}
+	}
+	pipe := Client(st).TxPipeline()
+	var cmds []*redis.IntCmd
+	for i := 0; i < len(keys); i += 1000 {
+		cmds = append(cmds, pipe.Unlink(ctx, keys[i:min(i+1000, len(keys))]...))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("unlinking %d keys: %w", len(keys), err)
+	}
+	n := 0
+	for _, c := range cmds {
+		n += int(c.Val())
+	}
+	return n, nil
+}
+
+// CheckAndTake is the reserve's "check the stock, check the user's marker,
+// take one" written the obvious way, in the client: four round trips with
+// gaps between them and nothing atomic, as the strategies bench compares it
+// with the reserve script. It answers Reserved, SoldOut or AlreadyPurchased.
+func CheckAndTake(ctx context.Context, st *stock.Store, it stock.Item, userID int64) (stock.Outcome, error) {
+	rdb, k := Client(st), KeysOf(st, it)
+	n, err := rdb.Get(ctx, k.Stock).Int64()
+	if err != nil {
+		return "", err
+	}
+	if n < 1 {
+		return stock.SoldOut, nil
+	}
+	held, err := rdb.Exists(ctx, k.Limit(userID)).Result()
+	if err != nil {
+		return "", err
+	}
+	if held == 1 {
+		return stock.AlreadyPurchased, nil
+	}
+	if err := rdb.DecrBy(ctx, k.Stock, 1).Err(); err != nil {
+		return "", err
+	}
+	if err := rdb.Set(ctx, k.Limit(userID), "1", time.Hour).Err(); err != nil {
+		return "", err
+	}
+	return stock.Reserved, nil
+}
+
+// Flush empties the store's Redis database: for a bench command that owns
+// the Redis it is given.
+func Flush(ctx context.Context, st *stock.Store) error {
+	return Client(st).FlushDB(ctx).Err()
+}
+
+// KeyCount is how many keys the store's Redis database holds.
+func KeyCount(ctx context.Context, st *stock.Store) (int64, error) {
+	return Client(st).DBSize(ctx).Result()
+}
+
+// PopulateLookalikes makes the store's Redis database hold total keys (or
+// more), the added ones dedup-record lookalikes of item like that match no
+// limit marker (DEBUG POPULATE; keys that exist are skipped).
+func PopulateLookalikes(ctx context.Context, st *stock.Store, total int64, like stock.Item) error {
+	return Client(st).Do(ctx, "DEBUG", "POPULATE", total, KeysOf(st, like).Req("r")).Err()
+}
