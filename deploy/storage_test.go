@@ -102,7 +102,6 @@ var storagePending = map[string][]string{
 	"bench/strategies_test.go":       {"redis"},
 	"cancel_e2e_test.go":             {"sql"},
 	"buckets_e2e_test.go":            {"sql", "key"},
-	"closer/closer_test.go":          {"redis", "sql", "key"},
 	"closer_e2e_test.go":             {"sql"},
 	"e2e_test.go":                    {"sql", "key"},
 	"observability_e2e_test.go":      {"sql"},
