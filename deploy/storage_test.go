@@ -112,7 +112,6 @@ var storagePending = map[string][]string{
 	"replicawait_e2e_test.go":        {"redis"},
 	"resilience_test.go":             {"redis", "sql"},
 	"standin_test.go":                {"redis", "sql"},
-	"worker/worker_test.go":          {"sql"},
 }
 
 var (
