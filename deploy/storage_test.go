@@ -105,7 +105,6 @@ var storagePending = map[string][]string{
 	"closer_e2e_test.go":           {"sql"},
 	"e2e_test.go":                  {"sql", "key"},
 	"observability_e2e_test.go":    {"sql"},
-	"pkg/standin/standin_test.go":  {"redis", "sql"},
 	"preheat_e2e_test.go":          {"sql", "key"},
 	"reconcile_e2e_test.go":        {"sql"},
 	"replicawait_e2e_test.go":      {"redis"},
