@@ -38,8 +38,7 @@ func Compensations(tb TB, st *order.Store) []CompensationRow {
 	return out
 }
 
-// ResizeStock sets the item's stock and initial stock in Postgres to n, as
-// a sale sized elsewhere would leave them, whatever Redis holds.
+// ResizeStock puts n as the item's stock and initial stock in Postgres, whatever Redis holds.
 func ResizeStock(tb TB, st *order.Store, activityID, itemID, n int64) {
 	tb.Helper()
 	_, err := handle.Pool(st).Exec(context.Background(),
@@ -49,8 +48,7 @@ func ResizeStock(tb TB, st *order.Store, activityID, itemID, n int64) {
 	}
 }
 
-// AgeOrders moves the orders' created_at back by age, as if they were
-// made that long ago.
+// AgeOrders puts the orders' created_at age in the past, as if made that long ago.
 func AgeOrders(tb TB, st *order.Store, age time.Duration, orderNos ...string) {
 	tb.Helper()
 	_, err := handle.Pool(st).Exec(context.Background(),

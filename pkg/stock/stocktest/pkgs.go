@@ -13,8 +13,7 @@ import (
 	"orderpipe/pkg/stock"
 )
 
-// MarkerTTL is how long the user's limit marker still lives (Redis's TTL:
-// negative when it has no expiry or does not exist).
+// MarkerTTL reads how long the user's limit marker lives (Redis TTL: < 0 without one).
 func MarkerTTL(tb TB, st *stock.Store, it stock.Item, userID int64) time.Duration {
 	tb.Helper()
 	ttl, err := Client(st).TTL(context.Background(), KeysOf(st, it).Limit(userID)).Result()
@@ -24,8 +23,7 @@ func MarkerTTL(tb TB, st *stock.Store, it stock.Item, userID int64) time.Duratio
 	return ttl
 }
 
-// MarkerIndexTTL is how long the item's (bucket's) marker index still lives
-// (negative when it has no expiry or does not exist).
+// MarkerIndexTTL reads how long the item's (bucket's) marker index lives (Redis TTL).
 func MarkerIndexTTL(tb TB, st *stock.Store, it stock.Item) time.Duration {
 	tb.Helper()
 	ttl, err := Client(st).TTL(context.Background(), KeysOf(st, it).MarkerIndex()).Result()
@@ -35,8 +33,7 @@ func MarkerIndexTTL(tb TB, st *stock.Store, it stock.Item) time.Duration {
 	return ttl
 }
 
-// AddToMarkerIndex puts the user in the item's (bucket's) marker index
-// without a marker, as a marker deleted behind the scripts' back leaves it.
+// AddToMarkerIndex puts the user in the item's (bucket's) marker index, marker or not.
 func AddToMarkerIndex(tb TB, st *stock.Store, it stock.Item, userID int64) {
 	tb.Helper()
 	if err := Client(st).SAdd(context.Background(), KeysOf(st, it).MarkerIndex(), userID).Err(); err != nil {
@@ -44,9 +41,7 @@ func AddToMarkerIndex(tb TB, st *stock.Store, it stock.Item, userID int64) {
 	}
 }
 
-// SetMarkers gives each user a limit marker naming owner, in one pipeline,
-// as an older binary or another sale leaves them (the marker index is left
-// alone).
+// SetMarkers puts a limit marker naming owner for each user, pipelined, outside the index.
 func SetMarkers(tb TB, st *stock.Store, it stock.Item, owner string, userIDs ...int64) {
 	tb.Helper()
 	ctx := context.Background()
@@ -62,8 +57,7 @@ func SetMarkers(tb TB, st *stock.Store, it stock.Item, owner string, userIDs ...
 	}
 }
 
-// HasRequest reports whether the item's dedup record of the requestId
-// exists.
+// HasRequest reads whether the item's dedup record of the requestId exists.
 func HasRequest(tb TB, st *stock.Store, it stock.Item, requestID string) bool {
 	tb.Helper()
 	n, err := Client(st).Exists(context.Background(), KeysOf(st, it).Req(requestID)).Result()
@@ -73,8 +67,7 @@ func HasRequest(tb TB, st *stock.Store, it stock.Item, requestID string) bool {
 	return n == 1
 }
 
-// SetJournalEntry overwrites the request's journal entry with entry, as a
-// corrupt write would.
+// SetJournalEntry puts entry as the request's journal entry, as a corrupt write would.
 func SetJournalEntry(tb TB, st *stock.Store, it stock.Item, requestID, entry string) {
 	tb.Helper()
 	if err := Client(st).HSet(context.Background(), KeysOf(st, it).Journal, requestID, entry).Err(); err != nil {
@@ -82,8 +75,7 @@ func SetJournalEntry(tb TB, st *stock.Store, it stock.Item, requestID, entry str
 	}
 }
 
-// FlushScripts drops every script the Redis of st has cached (SCRIPT
-// FLUSH), as a restarted or failed-over Redis has none.
+// FlushScripts drops the script cache of st's Redis (SCRIPT FLUSH), as a restart would.
 func FlushScripts(tb TB, st *stock.Store) {
 	tb.Helper()
 	if err := Client(st).ScriptFlush(context.Background()).Err(); err != nil {
@@ -101,8 +93,7 @@ type ReserveCalls struct {
 	order                  []string // orderNos by first call
 }
 
-// CountReserves counts from now on the reserve calls of the request (with
-// that fingerprint) on st's client, every store of that client included.
+// CountReserves reads, from now on, the reserve calls of the request sent on st's client.
 func CountReserves(tb TB, st *stock.Store, requestID, fingerprint string) *ReserveCalls {
 	tb.Helper()
 	c := &ReserveCalls{requestID: requestID, fingerprint: fingerprint, calls: map[string]int{}}
