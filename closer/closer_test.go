@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/closer"
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
@@ -131,10 +130,7 @@ func mustAge(tb testing.TB, e env, ps ...placed) {
 	for i, p := range ps {
 		nos[i] = p.OrderNo
 	}
-	if _, err := e.DB.Pool.Exec(context.Background(),
-		`UPDATE orders SET created_at = now() - interval '1 hour' WHERE order_no = ANY($1)`, nos); err != nil {
-		tb.Fatal(err)
-	}
+	ordertest.AgeOrders(tb, e.Orders, time.Hour, nos...)
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -165,34 +161,33 @@ func mustSettle(tb testing.TB, c *closer.Closer) {
 	}
 }
 
-func statuses(tb testing.TB, e env) map[string]string {
+// snapshot is the sale's rows in Postgres.
+func snapshot(tb testing.TB, e env) order.ActivitySnapshot {
 	tb.Helper()
-	rows, err := e.DB.Pool.Query(context.Background(), `SELECT order_no, status FROM orders`)
+	snap, err := e.Orders.Snapshot(context.Background(), activityID)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer rows.Close()
+	return snap
+}
+
+// statuses is the status of each order of the sale, by orderNo.
+func statuses(tb testing.TB, e env) map[string]string {
+	tb.Helper()
+	return statusesOf(snapshot(tb, e))
+}
+
+func statusesOf(snap order.ActivitySnapshot) map[string]string {
 	out := map[string]string{}
-	for rows.Next() {
-		var no, st string
-		if err := rows.Scan(&no, &st); err != nil {
-			tb.Fatal(err)
-		}
-		out[no] = st
-	}
-	if err := rows.Err(); err != nil {
-		tb.Fatal(err)
+	for _, o := range snap.Orders {
+		out[o.OrderNo] = o.Status
 	}
 	return out
 }
 
 func redisStock(tb testing.TB, e env, it stock.Item) int64 {
 	tb.Helper()
-	n, err := e.Redis.Client.Get(context.Background(), stocktest.KeysOf(e.Stock, it).Stock).Int64()
-	if err != nil {
-		tb.Fatalf("redis stock of %s: %v", it, err)
-	}
-	return n
+	return stocktest.MustStock(tb, e.Stock, it)
 }
 
 // assertSettled checks, with nothing in flight, I1 and I6 in Postgres, one
@@ -201,45 +196,62 @@ func redisStock(tb testing.TB, e env, it stock.Item) int64 {
 func assertSettled(tb testing.TB, e env, ps []placed) {
 	tb.Helper()
 	ctx := context.Background()
-	st := statuses(tb, e)
+	snap := snapshot(tb, e)
+	st := statusesOf(snap)
+	type marker struct {
+		item stock.Item
+		user int64
+	}
 	live := map[stock.Item]int64{}
-	liveReq := map[string]string{} // limit key → requestId
+	liveReq := map[marker]string{} // limit marker → requestId
 	for _, p := range ps {
 		switch st[p.OrderNo] {
 		case order.StatusUnpaid, order.StatusPaid:
 			live[p.Item] += int64(p.Quantity)
-			liveReq[stocktest.KeysOf(e.Stock, p.Item).Limit(p.UserID)] = p.RequestID
+			liveReq[marker{p.Item, p.UserID}] = p.RequestID
 		case order.StatusClosed:
-			fate, err := e.Redis.Client.Get(ctx, stocktest.KeysOf(e.Stock, p.Item).Fate(p.OrderNo)).Result()
-			if err != nil || fate != "released:"+p.OrderNo {
-				tb.Errorf("%s is CLOSED but its reservation fate is %q (%v)", p.OrderNo, fate, err)
+			if fate := stocktest.Fate(tb, e.Stock, p.Item, p.OrderNo); fate != "released:"+p.OrderNo {
+				tb.Errorf("%s is CLOSED but its reservation fate is %q", p.OrderNo, fate)
 			}
 		default:
 			tb.Errorf("%s: status %q", p.OrderNo, st[p.OrderNo])
 		}
 	}
 	var badI6 int64
-	if err := e.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE NOT (
-		   (status = 'UNPAID' AND paid_at IS NULL AND closed_at IS NULL)
-		OR (status = 'PAID' AND paid_at IS NOT NULL AND closed_at IS NULL)
-		OR (status = 'CLOSED' AND closed_at IS NOT NULL AND paid_at IS NULL))`).Scan(&badI6); err != nil {
-		tb.Fatal(err)
+	closed := map[string]bool{} // orderNo → CLOSED
+	for _, o := range snap.Orders {
+		ok := o.Status == order.StatusUnpaid && !o.Paid && !o.Closed ||
+			o.Status == order.StatusPaid && o.Paid && !o.Closed ||
+			o.Status == order.StatusClosed && o.Closed && !o.Paid
+		if !ok {
+			badI6++
+		}
+		closed[o.OrderNo] = o.Status == order.StatusClosed
 	}
 	if badI6 != 0 {
 		tb.Errorf("I6: %d orders whose status and paid_at/closed_at disagree", badI6)
 	}
-	var wrongComps, pending int64
-	if err := e.DB.Pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM orders o WHERE status = 'CLOSED' AND NOT EXISTS
-			(SELECT 1 FROM redis_compensations c WHERE c.order_no = o.order_no AND c.reason = 'CLOSED_UNPAID'))
-		+ (SELECT count(*) FROM redis_compensations c WHERE NOT EXISTS
-			(SELECT 1 FROM orders o WHERE o.order_no = c.order_no AND o.status = 'CLOSED'))`).Scan(&wrongComps); err != nil {
-		tb.Fatal(err)
+	var wrongComps int64
+	comps := ordertest.Compensations(tb, e.Orders)
+	closedUnpaid := map[string]bool{} // orderNo → has a CLOSED_UNPAID compensation
+	for _, c := range comps {
+		if c.Reason == order.ReasonClosedUnpaid {
+			closedUnpaid[c.OrderNo] = true
+		}
+		if !closed[c.OrderNo] {
+			wrongComps++
+		}
+	}
+	for no, isClosed := range closed {
+		if isClosed && !closedUnpaid[no] {
+			wrongComps++
+		}
 	}
 	if wrongComps != 0 {
 		tb.Errorf("%d orders/compensations where a CLOSED order lacks its CLOSED_UNPAID compensation or another has one", wrongComps)
 	}
-	if err := e.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM redis_compensations WHERE applied_at IS NULL`).Scan(&pending); err != nil {
+	pending, err := e.Orders.CountPendingCompensations(ctx)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	if pending != 0 {
@@ -257,13 +269,16 @@ func assertSettled(tb testing.TB, e env, ps []placed) {
 			tb.Errorf("I5 %s: redis stock %d != db stock %d", it, rs, s.Stock)
 		}
 	}
-	markers := testenv.Keys(tb, e.Redis.Client, e.Redis.Prefix+"limit:")
-	if len(markers) != len(liveReq) {
-		tb.Errorf("I5: %d limit markers for %d live orders", len(markers), len(liveReq))
+	markers := 0
+	for _, it := range items {
+		markers += stocktest.CountMarkers(tb, e.Stock, it)
 	}
-	for key, rid := range liveReq {
-		if v, err := e.Redis.Client.Get(ctx, key).Result(); err != nil || v != rid {
-			tb.Errorf("I5: marker %s = %q (%v), want %s", key, v, err, rid)
+	if markers != len(liveReq) {
+		tb.Errorf("I5: %d limit markers for %d live orders", markers, len(liveReq))
+	}
+	for m, rid := range liveReq {
+		if v := stocktest.MarkerOwner(tb, e.Stock, m.item, m.user); v != rid {
+			tb.Errorf("I5: marker of user %d on %s = %q, want %s", m.user, m.item, v, rid)
 		}
 	}
 }
@@ -288,10 +303,7 @@ func TestPayCloseRace(t *testing.T) {
 			defer wg.Done()
 			for i := range work {
 				p := ps[i]
-				if _, err := e.DB.Pool.Exec(ctx, `UPDATE orders SET created_at = now() - interval '1 hour'
-					WHERE order_no = $1`, p.OrderNo); err != nil {
-					t.Errorf("aging %s: %v", p.OrderNo, err)
-				}
+				ordertest.AgeOrders(offGoroutine{t}, e.Orders, time.Hour, p.OrderNo)
 				start := make(chan struct{})
 				var race sync.WaitGroup
 				race.Add(2)
@@ -371,8 +383,7 @@ func TestConcurrentClosers(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-		t.Cleanup(func() { rdb.Close() })
+		rdb := testenv.RedisClient(t, testenv.RedisAddr(), 0)
 		r := &replica{closed: map[string]int{}}
 		r.c = closer.New(closer.Config{CloseAfter: 30 * time.Minute, BatchSize: 25, RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond},
 			closer.Deps{Orders: order.NewStore(pool), Stock: stock.New(rdb, e.Redis.Prefix), Log: quietLog(),
@@ -507,8 +518,7 @@ func TestRedisDown(t *testing.T) {
 		redisBefore[it] = redisStock(t, e, it)
 	}
 
-	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { dead.Close() })
+	dead := testenv.RedisClient(t, "127.0.0.1:1", 200*time.Millisecond)
 	down := newCloser(e, stock.New(dead, e.Redis.Prefix), nil)
 	res, err := down.RunOnce(ctx)
 	if err != nil {
@@ -519,8 +529,9 @@ func TestRedisDown(t *testing.T) {
 	}
 	var attempts int64
 	var lastErr string
-	if err := e.DB.Pool.QueryRow(ctx, `SELECT sum(attempts), max(last_error) FROM redis_compensations`).Scan(&attempts, &lastErr); err != nil {
-		t.Fatal(err)
+	for _, c := range ordertest.Compensations(t, e.Orders) {
+		attempts += int64(c.Attempts)
+		lastErr = max(lastErr, c.LastError)
 	}
 	if attempts != 1 || lastErr == "" {
 		t.Errorf("attempts %d, last error %q: want the one failure recorded", attempts, lastErr)
@@ -583,6 +594,12 @@ func TestRun(t *testing.T) {
 	}
 	assertSettled(t, e, ps)
 }
+
+// offGoroutine is t for a helper called on another goroutine, where a
+// failure may only be reported (t.Errorf), not end the test.
+type offGoroutine struct{ *testing.T }
+
+func (t offGoroutine) Fatalf(format string, args ...any) { t.Errorf(format, args...) }
 
 func waitUntil(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()

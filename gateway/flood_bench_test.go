@@ -12,10 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -25,8 +21,8 @@ import (
 
 // The floods of unauthenticated requests that must cost nothing
 // downstream, measured over real HTTP against real Redis, Postgres and the
-// in-process broker (docs/benchmarks.md). Self-contained, so the same file
-// measures an older gateway too.
+// in-process broker (docs/benchmarks.md). Self-contained but for pkg/testenv,
+// so this file and that package measure an older gateway too.
 
 const floodClients = 16
 
@@ -53,13 +49,13 @@ func flood(n int, send func(i int)) time.Duration {
 //
 //	go test -tags dev -run '^$' -bench ReadyzFlood -benchtime 3x ./gateway/
 func BenchmarkReadyzFlood(b *testing.B) {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	defer rdb.Close()
+	r := testenv.MustRedis(b)
+	st := stock.New(r.Client, r.Prefix)
 	k := testenv.MustKafka(b)
 	var pings, dials atomic.Int64
 	s := New(Config{}, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler),
 		Ready: map[string]PingFunc{
-			"redis": func(ctx context.Context) error { pings.Add(1); return rdb.Ping(ctx).Err() },
+			"redis": func(ctx context.Context) error { pings.Add(1); return st.Ping(ctx) },
 			"kafka": func(ctx context.Context) error { dials.Add(1); return event.Ping(ctx, k.Brokers) },
 		}})
 	srv := httptest.NewServer(s.Handler())
@@ -76,16 +72,6 @@ func BenchmarkReadyzFlood(b *testing.B) {
 	b.ReportMetric(float64(pings.Load())*1000/float64(b.N*probes), "redis-pings/1000probes")
 }
 
-// floodQueries counts the queries a pool sends to Postgres.
-type floodQueries struct{ n atomic.Int64 }
-
-func (q *floodQueries) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	q.n.Add(1)
-	return ctx
-}
-
-func (q *floodQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
 // BenchmarkUnknownItemFlood: 2000 POST /v1/orders per iteration for random
 // activity and item ids, each from another user (so the per-user limit never
 // bites), while a client reads an order (GET /v1/orders/{no}) in a loop;
@@ -94,19 +80,7 @@ func (q *floodQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 //
 //	go test -tags dev -run '^$' -bench UnknownItemFlood -benchtime 3x ./gateway/
 func BenchmarkUnknownItemFlood(b *testing.B) {
-	db := testenv.MustDatabase(b)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	q := &floodQueries{}
-	cfg.ConnConfig.Tracer = q
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pool.Close()
+	pool, q := testenv.MustCountedPool(b, testenv.MustDatabase(b).URL, 8)
 	r := testenv.MustRedis(b)
 	s := New(Config{}, Deps{Stock: stock.New(r.Client, r.Prefix), Orders: order.NewStore(pool), Metrics: telemetry.NewMetrics(),
 		Log: slog.New(slog.DiscardHandler)})
@@ -150,7 +124,7 @@ func BenchmarkUnknownItemFlood(b *testing.B) {
 		<-getter
 	}
 	// Each GET answered (404: not in Postgres, not pending) made one query.
-	postQueries := float64(q.n.Load() - answered.Load())
+	postQueries := float64(q.Load() - answered.Load())
 	b.ReportMetric(postQueries/float64(b.N*posts), "pg-queries/post")
 	b.ReportMetric(postQueries/took.Seconds(), "pg-queries/s")
 	b.ReportMetric(float64(b.N*posts)/took.Seconds(), "posts/s")

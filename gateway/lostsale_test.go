@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,42 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
 
-// queryCounter counts the queries a pool sends to Postgres.
-type queryCounter struct{ n atomic.Int64 }
-
-func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	q.n.Add(1)
-	return ctx
-}
-
-func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
 // mustCountedStore is an order store on a fresh database whose every query
 // is counted.
-func mustCountedStore(tb testing.TB) (*order.Store, *queryCounter) {
+func mustCountedStore(tb testing.TB) (*order.Store, *testenv.QueryCounter) {
 	tb.Helper()
-	db := testenv.MustDatabase(tb)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := &queryCounter{}
-	cfg.ConnConfig.Tracer = q
-	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(pool.Close)
+	pool, q := testenv.MustCountedPool(tb, testenv.MustDatabase(tb).URL, 8)
 	return order.NewStore(pool), q
 }
 
@@ -98,7 +72,7 @@ func TestUnknownItemFloodIsBounded(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if got := queries.n.Load(); got > saleChecksPerSecond {
+	if got := queries.Load(); got > saleChecksPerSecond {
 		t.Fatalf("%d POSTs for unknown items cost %d Postgres queries, want at most %d (the check's burst)", n, got, saleChecksPerSecond)
 	}
 	if codes["404 NOT_ON_SALE"]+codes["503 UNAVAILABLE"] != n || codes["404 NOT_ON_SALE"] == 0 {

@@ -6,15 +6,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
@@ -26,12 +24,11 @@ import (
 func TestReadyzNamesTheDependencyDown(t *testing.T) {
 	t.Parallel()
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
-	defer rdb.Close()
+	st := stock.New(testenv.RedisClient(t, proxy.Addr, time.Second), "")
 	k := testenv.MustKafka(t)
 	s := New(Config{}, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler),
 		Ready: map[string]PingFunc{
-			"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+			"redis": st.Ping,
 			"kafka": func(ctx context.Context) error { return event.Ping(ctx, k.Brokers) },
 		}})
 	var mu sync.Mutex
@@ -106,18 +103,17 @@ func TestReadyzFloodCostsOneProbe(t *testing.T) {
 	k := testenv.MustKafka(t)
 	broker := testenv.MustProxy(t, k.Brokers[0])
 	rs := testenv.MustRedisServer(t)
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
-	defer rdb.Close()
+	st := stock.New(testenv.RedisClient(t, rs.Addr, time.Second), "")
 	s := New(Config{}, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler),
 		Ready: map[string]PingFunc{
-			"redis": func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+			"redis": st.Ping,
 			"kafka": func(ctx context.Context) error { return event.Ping(ctx, []string{broker.Addr}) },
 		}})
 	var mu sync.Mutex
 	now := time.Now()
 	s.monoNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	pings := func() int64 { return mustCommandCalls(t, rdb, "ping") }
+	pings := func() int64 { return rs.CommandCalls(t, "ping") }
 
 	flood := func(n int) map[int]int {
 		codes := map[int]int{}
@@ -159,25 +155,4 @@ func TestReadyzFloodCostsOneProbe(t *testing.T) {
 	if d := broker.Dials(); d != 2 {
 		t.Fatalf("two periods of probes cost %d broker dials, want 2", d)
 	}
-}
-
-// mustCommandCalls reads how many times Redis has run cmd (INFO commandstats).
-func mustCommandCalls(tb testing.TB, rdb *redis.Client, cmd string) int64 {
-	tb.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		if err != nil {
-			tb.Fatalf("commandstats line %q: %v", line, err)
-		}
-		return n
-	}
-	return 0
 }

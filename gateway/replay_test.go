@@ -9,13 +9,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"orderpipe/pkg/event"
@@ -24,63 +22,6 @@ import (
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
-
-// reserveCounter counts, at the Redis client, the reserve script's calls
-// for one request, by the orderNo each attempt of it (first or retry) made
-// up: one orderNo is one HTTP request.
-type reserveCounter struct {
-	requestID, fingerprint string
-	mu                     sync.Mutex
-	calls                  map[string]int
-	order                  []string // orderNos by first call
-}
-
-func (c *reserveCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *reserveCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.see(cmd); return next(ctx, cmd) }
-}
-
-func (c *reserveCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			c.see(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-// see counts a reserve call: EVALSHA|EVAL script <n> <n keys> requestId
-// fingerprint orderNo ... (stock.Reserve).
-func (c *reserveCounter) see(cmd redis.Cmder) {
-	a := cmd.Args()
-	if n := cmd.Name(); (n != "evalsha" && n != "eval") || len(a) < 3 {
-		return
-	}
-	nkeys, err := strconv.Atoi(fmt.Sprint(a[2]))
-	base := 3 + nkeys
-	if err != nil || len(a) < base+3 || fmt.Sprint(a[base]) != c.requestID || fmt.Sprint(a[base+1]) != c.fingerprint {
-		return
-	}
-	orderNo := fmt.Sprint(a[base+2])
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.calls[orderNo] == 0 {
-		c.order = append(c.order, orderNo)
-	}
-	c.calls[orderNo]++
-}
-
-// snapshot is the calls of each attempt, in the order they first called.
-func (c *reserveCounter) snapshot() (order []string, calls map[string]int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	calls = make(map[string]int, len(c.calls))
-	for k, v := range c.calls {
-		calls[k] = v
-	}
-	return append([]string(nil), c.order...), calls
-}
 
 // stallProduce holds every produce request the broker gets until resume is
 // closed; then the held ones land, or with lands false fail (the broker
@@ -143,9 +84,8 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 			ctx := context.Background()
 			r := testenv.MustRedis(t)
 			const requestID, user = "stormed", 7
-			counter := &reserveCounter{requestID: requestID, fingerprint: stock.Fingerprint(user, 1, 1, 1), calls: map[string]int{}}
-			r.Client.AddHook(counter)
 			st := stock.New(r.Client, r.Prefix)
+			counter := stocktest.CountReserves(t, st, requestID, stock.Fingerprint(user, 1, 1, 1))
 			it := stock.Item{ActivityID: 1, ItemID: 1}
 			if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
 				EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
@@ -194,7 +134,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 			go func() { leaderAnswer <- post(leaderCtx) }()
 			var firstNo, leaderNo string
 			testenv.WaitFor(t, 10*time.Second, "the lone retry to poll", func() bool {
-				order, calls := counter.snapshot()
+				order, calls := counter.Snapshot()
 				if len(order) < 2 {
 					return false
 				}
@@ -208,12 +148,12 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 				go func() { answers <- post(ctx) }()
 			}
 			testenv.WaitFor(t, 10*time.Second, "every retry's reserve", func() bool {
-				order, _ := counter.snapshot()
+				order, _ := counter.Snapshot()
 				return len(order) == n+2
 			})
 			// pollers are the storm's retries that called more than once.
 			pollers := func() []string {
-				order, calls := counter.snapshot()
+				order, calls := counter.Snapshot()
 				var p []string
 				for _, no := range order[2:] {
 					if calls[no] > 1 {
@@ -222,10 +162,10 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 				}
 				return p
 			}
-			_, calls := counter.snapshot()
+			_, calls := counter.Snapshot()
 			since := calls[leaderNo]
 			testenv.WaitFor(t, 10*time.Second, "the leader to poll twice more", func() bool {
-				_, calls := counter.snapshot()
+				_, calls := counter.Snapshot()
 				return calls[leaderNo] >= since+2
 			})
 			if p := pollers(); len(p) != 0 {
@@ -240,7 +180,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 			}
 			testenv.WaitFor(t, 10*time.Second, "another retry to lead", func() bool { return len(pollers()) > 0 })
 			testenv.WaitFor(t, 10*time.Second, "the new leader to poll twice more", func() bool {
-				_, calls := counter.snapshot()
+				_, calls := counter.Snapshot()
 				for _, no := range pollers() {
 					if no, _, _ := strings.Cut(no, "×"); calls[no] >= 3 {
 						return true
@@ -286,8 +226,8 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 					t.Fatalf("retries answered %v, want one 202 and %d replays of its orderNo", got, n-1)
 				}
 			}
-			if left, err := r.Client.Get(ctx, stocktest.KeysOf(st, it).Stock).Int64(); err != nil || left != 9 {
-				t.Fatalf("redis stock %d (%v), want 9: one unit reserved", left, err)
+			if left, ok := stocktest.Stock(t, st, it); !ok || left != 9 {
+				t.Fatalf("redis stock %d (key present %t), want 9: one unit reserved", left, ok)
 			}
 		})
 	}
@@ -307,9 +247,8 @@ func BenchmarkRetryStorm(b *testing.B) {
 	for i := range b.N {
 		requestID, user := fmt.Sprintf("storm-%d", i), int64(7+i)
 		r := testenv.MustRedis(b)
-		counter := &reserveCounter{requestID: requestID, fingerprint: stock.Fingerprint(user, 1, 1, 1), calls: map[string]int{}}
-		r.Client.AddHook(counter)
 		st := stock.New(r.Client, r.Prefix)
+		counter := stocktest.CountReserves(b, st, requestID, stock.Fingerprint(user, 1, 1, 1))
 		it := stock.Item{ActivityID: 1, ItemID: 1}
 		if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
 			EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
@@ -361,7 +300,7 @@ func BenchmarkRetryStorm(b *testing.B) {
 		close(resume)
 		<-first
 		wg.Wait()
-		order, got := counter.snapshot()
+		order, got := counter.Snapshot()
 		for _, no := range order[1:] {
 			calls += float64(got[no])
 		}

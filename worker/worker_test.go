@@ -13,6 +13,7 @@ import (
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
@@ -71,22 +72,76 @@ func (f *fixture) reserve(t *testing.T, rid string, user int64) kafka.Message {
 	return msg
 }
 
-func (f *fixture) count(t *testing.T, q string, args ...any) int64 {
+// snapshot is the sale's rows in Postgres.
+func (f *fixture) snapshot(t *testing.T) order.ActivitySnapshot {
+	t.Helper()
+	snap, err := f.orders.Snapshot(context.Background(), f.item.ActivityID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
+}
+
+// countOrders counts the sale's orders that match.
+func (f *fixture) countOrders(t *testing.T, match func(order.SnapshotOrder) bool) int64 {
 	t.Helper()
 	var n int64
-	if err := f.db.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
-		t.Fatal(err)
+	for _, o := range f.snapshot(t).Orders {
+		if match(o) {
+			n++
+		}
 	}
 	return n
 }
 
-func (f *fixture) redisStock(t *testing.T) int64 {
+// decision is the request's processed_requests row (zero when none).
+func (f *fixture) decision(t *testing.T, requestID string) order.Decided {
 	t.Helper()
-	n, err := f.rdb.Client.Get(context.Background(), stocktest.KeysOf(f.stock, f.item).Stock).Int64()
+	for _, d := range f.snapshot(t).Decisions {
+		if d.RequestID == requestID {
+			return d
+		}
+	}
+	return order.Decided{}
+}
+
+// countDecisions counts the sale's processed_requests rows that match.
+func (f *fixture) countDecisions(t *testing.T, match func(order.Decided) bool) int64 {
+	t.Helper()
+	var n int64
+	for _, d := range f.snapshot(t).Decisions {
+		if match(d) {
+			n++
+		}
+	}
+	return n
+}
+
+// countCompensations counts the compensation outbox's rows that match.
+func (f *fixture) countCompensations(t *testing.T, match func(ordertest.CompensationRow) bool) int64 {
+	t.Helper()
+	var n int64
+	for _, c := range ordertest.Compensations(t, f.orders) {
+		if match(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// dbStock is the item's stock in Postgres.
+func (f *fixture) dbStock(t *testing.T) int64 {
+	t.Helper()
+	s, err := f.orders.ItemStockOf(context.Background(), f.item.ActivityID, f.item.ItemID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return s.Stock
+}
+
+func (f *fixture) redisStock(t *testing.T) int64 {
+	t.Helper()
+	return stocktest.MustStock(t, f.stock, f.item)
 }
 
 func TestRedeliveryMakesOneOrder(t *testing.T) {
@@ -100,10 +155,10 @@ func TestRedeliveryMakesOneOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := f.count(t, `SELECT count(*) FROM orders`); n != 2 {
+	if n := int64(ordertest.CountOrders(t, f.orders)); n != 2 {
 		t.Errorf("%d orders, want 2", n)
 	}
-	if n := f.count(t, `SELECT stock FROM item_stock`); n != 8 {
+	if n := f.dbStock(t); n != 8 {
 		t.Errorf("db stock %d, want 8", n)
 	}
 	if got := f.redisStock(t); got != 8 {
@@ -119,9 +174,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	// Postgres has fewer units than Redis believes (someone sold 9 elsewhere).
-	if _, err := f.db.Pool.Exec(ctx, `UPDATE item_stock SET stock = 1, initial_stock = 1`); err != nil {
-		t.Fatal(err)
-	}
+	ordertest.ResizeStock(t, f.orders, f.item.ActivityID, f.item.ItemID, 1)
 	a, b := f.reserve(t, "a", 1), f.reserve(t, "b", 2)
 	if got := f.redisStock(t); got != 8 {
 		t.Fatalf("redis stock after two reserves %d", got)
@@ -131,14 +184,14 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var outcome, reason string
-	if err := f.db.Pool.QueryRow(ctx, `SELECT outcome, COALESCE(reason, '') FROM processed_requests WHERE request_id = 'b'`).Scan(&outcome, &reason); err != nil {
-		t.Fatal(err)
+	d := f.decision(t, "b")
+	if d.RequestID == "" {
+		t.Fatal("b has no decision")
 	}
-	if outcome != "REJECTED" || reason != order.ReasonDBStockMismatch {
-		t.Errorf("b: %s %s", outcome, reason)
+	if d.Outcome != order.Rejected || d.Reason != order.ReasonDBStockMismatch {
+		t.Errorf("b: %s %s", d.Outcome, d.Reason)
 	}
-	if n := f.count(t, `SELECT count(*) FROM redis_compensations WHERE applied_at IS NOT NULL AND request_id = 'b'`); n != 1 {
+	if n := f.countCompensations(t, func(c ordertest.CompensationRow) bool { return c.Applied && c.RequestID == "b" }); n != 1 {
 		t.Errorf("%d applied compensations for b, want 1", n)
 	}
 	// Redis got exactly b's unit back: 10 - 2 reserved + 1 released.
@@ -156,7 +209,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock after repeated compensation %d, want 9", got)
 	}
-	if n := f.count(t, `SELECT count(*) FROM orders`); n != 1 {
+	if n := int64(ordertest.CountOrders(t, f.orders)); n != 1 {
 		t.Errorf("%d orders, want 1", n)
 	}
 }
@@ -175,12 +228,10 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{second}); err != nil {
 		t.Fatal(err)
 	}
-	var reason string
-	f.db.Pool.QueryRow(ctx, `SELECT reason FROM processed_requests WHERE request_id = 'second'`).Scan(&reason)
-	if reason != order.ReasonDuplicateLiveOrder {
+	if reason := f.decision(t, "second").Reason; reason != order.ReasonDuplicateLiveOrder {
 		t.Errorf("second: reason %q", reason)
 	}
-	if n := f.count(t, `SELECT stock FROM item_stock`); n != 9 {
+	if n := f.dbStock(t); n != 9 {
 		t.Errorf("db stock %d, want 9", n)
 	}
 	if got := f.redisStock(t); got != 9 {
@@ -222,7 +273,7 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 
 	deadline := time.Now().Add(20 * time.Second)
-	for f.count(t, `SELECT count(*) FROM orders WHERE request_id IN ('good', 'bad')`) != 2 {
+	for f.countOrders(t, func(o order.SnapshotOrder) bool { return o.RequestID == "good" || o.RequestID == "bad" }) != 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the message after the garbage was not processed")
 		}
@@ -247,14 +298,14 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 	if len(errs) != 2 {
 		t.Errorf("dead letters: %v", errs)
 	}
-	if n := f.count(t, `SELECT count(*) FROM orders`); n != 2 {
+	if n := int64(ordertest.CountOrders(t, f.orders)); n != 2 {
 		t.Errorf("%d orders, want the good one and the one the bad message pointed to", n)
 	}
 	// 10 - 2 reserved, both units now in Postgres.
 	if got := f.redisStock(t); got != 8 {
 		t.Errorf("redis stock %d, want 8", got)
 	}
-	if n := f.count(t, `SELECT stock FROM item_stock`); n != 8 {
+	if n := f.dbStock(t); n != 8 {
 		t.Errorf("db stock %d, want 8", n)
 	}
 	cancel()
@@ -277,7 +328,7 @@ func TestGhostEventIsSkipped(t *testing.T) {
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost}); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.count(t, `SELECT count(*) FROM processed_requests`); n != 0 {
+	if n := len(f.snapshot(t).Decisions); n != 0 {
 		t.Fatalf("ghost was processed (%d rows)", n)
 	}
 	ev := event.OrderRequested{RequestID: "r", OrderNo: "1-2-r-retry", UserID: 1, ActivityID: 1, ItemID: 2, Quantity: 1, ReservedAt: time.Now().UTC()}
@@ -289,13 +340,13 @@ func TestGhostEventIsSkipped(t *testing.T) {
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost, retry}); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.count(t, `SELECT count(*) FROM orders WHERE order_no = '1-2-r-retry'`); n != 1 {
+	if n := f.countOrders(t, func(o order.SnapshotOrder) bool { return o.OrderNo == "1-2-r-retry" }); n != 1 {
 		t.Errorf("retry made %d orders", n)
 	}
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d, want 9", got)
 	}
-	if n := f.count(t, `SELECT stock FROM item_stock`); n != 9 {
+	if n := f.dbStock(t); n != 9 {
 		t.Errorf("db stock %d, want 9", n)
 	}
 }
@@ -307,9 +358,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
-	if _, err := f.db.Pool.Exec(ctx, `UPDATE item_stock SET stock = 1, initial_stock = 1`); err != nil {
-		t.Fatal(err)
-	}
+	ordertest.ResizeStock(t, f.orders, f.item.ActivityID, f.item.ItemID, 1)
 	f.reserve(t, "a", 1)
 	f.reserve(t, "b", 2)
 	refs := []stock.Ref{{RequestID: "a", OrderNo: "1-2-a"}, {RequestID: "b", OrderNo: "1-2-b"}}
@@ -334,7 +383,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); w.sweepLoop(sctx) }()
 	testenv.WaitFor(t, 10*time.Second, "the pending compensation applied", func() bool {
-		return f.count(t, `SELECT count(*) FROM redis_compensations WHERE applied_at IS NULL`) == 0
+		return f.countCompensations(t, func(c ordertest.CompensationRow) bool { return !c.Applied }) == 0
 	})
 	time.Sleep(100 * time.Millisecond) // more sweeps: none may apply it again
 	stop()
@@ -368,21 +417,25 @@ func TestCorruptCopyIsDecidedByTheJournal(t *testing.T) {
 	if len(f.dlq.msgs) != 2 {
 		t.Fatalf("%d dead letters, want 2 (the corrupt copy, twice)", len(f.dlq.msgs))
 	}
-	var user, qty int64
-	if err := f.db.Pool.QueryRow(ctx, `SELECT user_id, quantity FROM orders WHERE request_id = 'victim' AND status = 'UNPAID'`).Scan(&user, &qty); err != nil {
-		t.Fatalf("the victim's order: %v", err)
+	var victim []order.SnapshotOrder
+	for _, o := range f.snapshot(t).Orders {
+		if o.RequestID == "victim" && o.Status == order.StatusUnpaid {
+			victim = append(victim, o)
+		}
 	}
-	if user != 3 || qty != 1 {
+	if len(victim) != 1 {
+		t.Fatalf("the victim's order: %d UNPAID orders of victim, want 1", len(victim))
+	}
+	if user, qty := victim[0].UserID, victim[0].Quantity; user != 3 || qty != 1 {
 		t.Errorf("order of user %d, quantity %d; want user 3, quantity 1 (as reserved)", user, qty)
 	}
 	if got := f.redisStock(t); got != 8 {
 		t.Errorf("redis stock %d, want 8 (nothing given back)", got)
 	}
-	keys := stocktest.KeysOf(f.stock, f.item)
-	if got := f.rdb.Client.Get(ctx, keys.Limit(3)).Val(); got != "victim" {
+	if got := stocktest.MarkerOwner(t, f.stock, f.item, 3); got != "victim" {
 		t.Errorf("user 3's marker is %q, want victim's", got)
 	}
-	if got := f.rdb.Client.Get(ctx, keys.Limit(4)).Val(); got != "bystander" {
+	if got := stocktest.MarkerOwner(t, f.stock, f.item, 4); got != "bystander" {
 		t.Errorf("user 4's marker is %q, want bystander's", got)
 	}
 }
@@ -418,10 +471,12 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 			if got := stocktest.MarkerOwner(t, f.stock, f.item, 1); got != "a" {
 				t.Errorf("user 1's marker is %q, want a's", got)
 			}
-			if n := f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'a' AND status = 'UNPAID' AND user_id = 1 AND quantity = 1`); n != 1 {
+			if n := f.countOrders(t, func(o order.SnapshotOrder) bool {
+				return o.RequestID == "a" && o.Status == order.StatusUnpaid && o.UserID == 1 && o.Quantity == 1
+			}); n != 1 {
 				t.Errorf("%d live orders of a as reserved, want 1", n)
 			}
-			if n := f.count(t, `SELECT count(*) FROM redis_compensations`); n != 0 {
+			if n := len(ordertest.Compensations(t, f.orders)); n != 0 {
 				t.Errorf("%d compensations, want none", n)
 			}
 		})
@@ -436,21 +491,18 @@ func TestInvalidJournalEntryIsReleased(t *testing.T) {
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	msg := f.reserve(t, "broken", 5)
-	keys := stocktest.KeysOf(f.stock, f.item)
-	if err := f.rdb.Client.HSet(ctx, keys.Journal, "broken",
-		`{"requestId":"broken","orderNo":"1-2-broken","userId":5,"activityId":1,"itemId":2,"quantity":1}`).Err(); err != nil {
-		t.Fatal(err)
-	}
+	stocktest.SetJournalEntry(t, f.stock, f.item, "broken",
+		`{"requestId":"broken","orderNo":"1-2-broken","userId":5,"activityId":1,"itemId":2,"quantity":1}`)
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{msg}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.redisStock(t); got != 10 {
 		t.Errorf("redis stock %d, want 10 (the unit back)", got)
 	}
-	if f.rdb.Client.Exists(ctx, keys.Limit(5)).Val() != 0 {
+	if stocktest.MarkerOwner(t, f.stock, f.item, 5) != "" {
 		t.Error("the released reservation's user keeps the marker")
 	}
-	if n := f.count(t, `SELECT count(*) FROM orders`); n != 0 {
+	if n := int64(ordertest.CountOrders(t, f.orders)); n != 0 {
 		t.Errorf("%d orders from an invalid journal entry", n)
 	}
 }
@@ -495,7 +547,7 @@ func TestOversizedPoisonDoesNotBlock(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	testenv.WaitFor(t, 30*time.Second, "the order behind the poison message", func() bool {
-		return f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'after-poison'`) == 1
+		return f.countOrders(t, func(o order.SnapshotOrder) bool { return o.RequestID == "after-poison" }) == 1
 	})
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: dlqTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
 	defer r.Close()
@@ -542,13 +594,15 @@ func TestCopyMovedToAnotherItemChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := f.count(t, `SELECT count(*) FROM orders WHERE request_id = 'moved' AND item_id = 2 AND user_id = 6 AND status = 'UNPAID'`); n != 1 {
+	if n := f.countOrders(t, func(o order.SnapshotOrder) bool {
+		return o.RequestID == "moved" && o.ItemID == 2 && o.UserID == 6 && o.Status == order.StatusUnpaid
+	}); n != 1 {
 		t.Errorf("%d orders as reserved, want 1", n)
 	}
-	if n := f.count(t, `SELECT count(*) FROM processed_requests WHERE request_id = 'moved' AND outcome = 'CREATED'`); n != 1 {
+	if n := f.countDecisions(t, func(d order.Decided) bool { return d.RequestID == "moved" && d.Outcome == order.Created }); n != 1 {
 		t.Errorf("%d CREATED records of moved, want 1", n)
 	}
-	if n := f.count(t, `SELECT count(*) FROM orders WHERE item_id = 3`); n != 0 {
+	if n := f.countOrders(t, func(o order.SnapshotOrder) bool { return o.ItemID == 3 }); n != 0 {
 		t.Errorf("%d orders for the item the copy named", n)
 	}
 }

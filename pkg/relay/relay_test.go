@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"orderpipe/pkg/database"
 	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
@@ -230,7 +230,7 @@ func TestRelayRidesOutAPostgresOutage(t *testing.T) {
 	}
 	proxy := testenv.MustProxy(t, dbURL.Host)
 	dbURL.Host = proxy.Addr
-	pool, err := pgxpool.New(context.Background(), dbURL.String())
+	pool, err := database.OpenLazy(context.Background(), dbURL.String(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,25 +14,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/lock"
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
-func mustRedis(t *testing.T) (*Redis, *redis.Client) {
+// mustRedis starts the stand-in Redis, and a stock store and a lock on it
+// (no key prefix), all closed at cleanup.
+func mustRedis(t *testing.T) (*Redis, *stock.Store, *lock.Locker) {
 	t.Helper()
 	r, err := StartRedis("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	return r, rdb
+	rdb := testenv.RedisClient(t, r.Addr, 0)
+	return r, stock.New(rdb, ""), lock.New(rdb, "")
 }
 
 // TestRedisRunsStockScripts runs every pkg/stock script on miniredis through
@@ -40,11 +41,9 @@ func mustRedis(t *testing.T) (*Redis, *redis.Client) {
 // SET ... KEEPTTL in release, EVALSHA with the NOSCRIPT fallback, and the
 // MULTI/EXEC of preheat.
 func TestRedisRunsStockScripts(t *testing.T) {
-	_, rdb := mustRedis(t)
+	_, st, _ := mustRedis(t)
 	ctx := context.Background()
-	st := stock.New(rdb, "")
 	it := stock.Item{ActivityID: 1, ItemID: 7}
-	k := stocktest.KeysOf(st, it)
 	now := time.Now()
 	ends := now.Add(time.Hour)
 	if loaded, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 3, StartsAt: now.Add(-time.Minute), EndsAt: ends, Cap: 2}); err != nil || !loaded {
@@ -83,11 +82,11 @@ func TestRedisRunsStockScripts(t *testing.T) {
 		t.Errorf("over cap: %+v", r)
 	}
 	// EXAT: the limit marker lives until a day after the sale ends.
-	ttl := rdb.TTL(ctx, k.Limit(1)).Val()
+	ttl := stocktest.MarkerTTL(t, st, it, 1)
 	if want := time.Until(ends.Add(24 * time.Hour)); ttl < want-time.Minute || ttl > want+time.Minute {
 		t.Errorf("limit marker TTL %s, want about %s", ttl, want)
 	}
-	if got := rdb.Get(ctx, k.Limit(1)).Val(); got != "r1" {
+	if got := stocktest.MarkerOwner(t, st, it, 1); got != "r1" {
 		t.Errorf("limit marker = %q, want r1", got)
 	}
 
@@ -99,7 +98,7 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	if n, err := st.Ack(ctx, it, []stock.Ref{{RequestID: "r1", OrderNo: "o1"}}); err != nil || n != 1 {
 		t.Fatalf("ack: %d %v", n, err)
 	}
-	if n := rdb.HLen(ctx, k.Journal).Val(); n != 0 {
+	if n := len(stocktest.Journal(t, st, it)); n != 0 {
 		t.Errorf("journal has %d entries after ack", n)
 	}
 
@@ -114,36 +113,34 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	if err != nil || out != stock.Released {
 		t.Fatalf("abort: %s %v", out, err)
 	}
-	if s := rdb.Get(ctx, k.Stock).Val(); s != "2" {
-		t.Errorf("stock after abort = %s, want 2", s)
+	if s := stocktest.MustStock(t, st, it); s != 2 {
+		t.Errorf("stock after abort = %d, want 2", s)
 	}
-	if n := rdb.Exists(ctx, k.Limit(2), k.Req("r2")).Val(); n != 0 {
-		t.Errorf("abort left %d of marker/dedup record", n)
+	if marker, rec := stocktest.MarkerOwner(t, st, it, 2) != "", stocktest.HasRequest(t, st, it, "r2"); marker || rec {
+		t.Errorf("abort left the marker (%t) or the dedup record (%t)", marker, rec)
 	}
 
 	// compensate handing the marker to another live order (KEEPTTL), once only.
 	if r := reserve("r4", "o4", 4, 1, "fp-r4"); r.Outcome != stock.Reserved {
 		t.Fatalf("reserve r4: %+v", r)
 	}
-	before := rdb.TTL(ctx, k.Limit(4)).Val()
+	before := stocktest.MarkerTTL(t, st, it, 4)
 	rel := stock.Release{Item: it, Ref: stock.Ref{RequestID: "r4", OrderNo: "o4"}, UserID: 4, Quantity: 1, LimitOwner: "r-live"}
 	if out, err := st.Release(ctx, stock.Compensation, rel); err != nil || out != stock.Released {
 		t.Fatalf("compensate: %s %v", out, err)
 	}
-	if got, ttl := rdb.Get(ctx, k.Limit(4)).Val(), rdb.TTL(ctx, k.Limit(4)).Val(); got != "r-live" || ttl <= 0 || ttl > before {
+	if got, ttl := stocktest.MarkerOwner(t, st, it, 4), stocktest.MarkerTTL(t, st, it, 4); got != "r-live" || ttl <= 0 || ttl > before {
 		t.Errorf("marker after compensate with owner: %q ttl %s (was %s); want r-live with the TTL kept", got, ttl, before)
 	}
 	if out, err := st.Release(ctx, stock.Compensation, rel); err != nil || out != stock.AlreadyReleased {
 		t.Errorf("second compensate: %s %v", out, err)
 	}
-	if s := rdb.Get(ctx, k.Stock).Val(); s != "2" {
-		t.Errorf("stock after compensate = %s, want 2", s)
+	if s := stocktest.MustStock(t, st, it); s != 2 {
+		t.Errorf("stock after compensate = %d, want 2", s)
 	}
 
 	// EVALSHA falls back to EVAL after SCRIPT FLUSH.
-	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	stocktest.FlushScripts(t, st)
 	if r := reserve("r5", "o5", 5, 1, "fp-r5"); r.Outcome != stock.Reserved || r.Remaining != 1 {
 		t.Errorf("reserve after SCRIPT FLUSH: %+v", r)
 	}
@@ -152,9 +149,8 @@ func TestRedisRunsStockScripts(t *testing.T) {
 // TestRedisKeysExpireOnTheWallClock: miniredis ages keys only when told;
 // the stand-in tells it, so a crashed lock holder's lock does expire.
 func TestRedisKeysExpireOnTheWallClock(t *testing.T) {
-	_, rdb := mustRedis(t)
+	_, _, lk := mustRedis(t)
 	ctx := context.Background()
-	lk := lock.New(rdb, "")
 	held, err := lk.TryAcquire(ctx, "{standin}", 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -209,9 +205,8 @@ func TestPostgresLocalBinaries(t *testing.T) {
 	if err != nil || len(applied) == 0 {
 		t.Fatalf("migrate: %v %v", applied, err)
 	}
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&n); err != nil || n != 0 {
-		t.Errorf("orders: %d %v", n, err)
+	if n := ordertest.CountOrders(t, order.NewStore(pool)); n != 0 {
+		t.Errorf("orders: %d", n)
 	}
 	pool.Close()
 
@@ -246,7 +241,7 @@ func TestEmbeddedFallbackFailsClearly(t *testing.T) {
 }
 
 func TestReachable(t *testing.T) {
-	r, _ := mustRedis(t)
+	r, _, _ := mustRedis(t)
 	ctx := context.Background()
 	if !Reachable(ctx, r.Addr, time.Second) {
 		t.Errorf("running miniredis at %s not reachable", r.Addr)
