@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
+	"orderpipe/pkg/event"
 	"orderpipe/pkg/invariant"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/order/ordertest"
@@ -26,6 +29,15 @@ func TestCheckFindsEachViolation(t *testing.T) {
 	orders := order.NewStore(db.Pool)
 	st := stock.New(rd.Client, rd.Prefix)
 	c := &invariant.Checker{Orders: orders, Stock: st}
+	// The same checker reading orders.status, for the I7 cases: a topic the
+	// staged sale's states were never published on.
+	k := testenv.MustKafka(t)
+	topic := testenv.UniqueName("orders.status.")
+	if err := event.EnsureTopics(context.Background(), k.Brokers, 1, 0, topic); err != nil {
+		t.Fatal(err)
+	}
+	withStatus := *c
+	withStatus.Status = &invariant.StatusTopic{Client: &kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second}, Topic: topic, Wait: time.Second}
 
 	type sale struct {
 		id    int64
@@ -35,58 +47,60 @@ func TestCheckFindsEachViolation(t *testing.T) {
 	tests := []struct {
 		name      string
 		dropRules bool
+		status    bool // check I7 too, on an empty orders.status
 		breakFunc func(t *testing.T, s *sale)
 		want      []string // the invariants reported
 	}{
-		{"Consistent", false, nil, nil},
-		{"Oversold", false, func(t *testing.T, s *sale) {
+		{"Consistent", false, false, nil, nil},
+		{"StatesNeverPublished", false, true, nil, []string{"I7"}},
+		{"Oversold", false, false, func(t *testing.T, s *sale) {
 			ordertest.SetStock(t, orders, s.id, 1, 0)
 			stocktest.SetStock(t, st, s.it, 0)
 		}, []string{"I1"}},
-		{"RedisBelowZero", false, func(t *testing.T, s *sale) {
+		{"RedisBelowZero", false, false, func(t *testing.T, s *sale) {
 			stocktest.SetStock(t, st, s.it, -1)
 		}, []string{"I1", "I5"}},
-		{"RedisStockDrift", false, func(t *testing.T, s *sale) {
+		{"RedisStockDrift", false, false, func(t *testing.T, s *sale) {
 			stocktest.SetStock(t, st, s.it, 2)
 		}, []string{"I5"}},
-		{"RedisStockLost", false, func(t *testing.T, s *sale) {
+		{"RedisStockLost", false, false, func(t *testing.T, s *sale) {
 			stocktest.DropSale(t, st, s.it)
 		}, []string{"I5"}},
-		{"LimitMarkerMissing", false, func(t *testing.T, s *sale) {
+		{"LimitMarkerMissing", false, false, func(t *testing.T, s *sale) {
 			stocktest.DropMarker(t, st, s.it, 2)
 		}, []string{"I5"}},
-		{"StrayLimitMarkerFoundByScan", false, func(t *testing.T, s *sale) {
+		{"StrayLimitMarkerFoundByScan", false, false, func(t *testing.T, s *sale) {
 			stocktest.SetMarker(t, st, s.it, 3, "stray")
 		}, []string{"I5"}},
-		{"StrayLimitMarkerOfAKnownUser", false, func(t *testing.T, s *sale) {
+		{"StrayLimitMarkerOfAKnownUser", false, false, func(t *testing.T, s *sale) {
 			stocktest.SetMarker(t, st, s.it, 3, "stray")
 			s.scope.Users = []int64{1, 2, 3}
 		}, []string{"I5"}},
-		{"LostOrderNo", false, func(t *testing.T, s *sale) {
+		{"LostOrderNo", false, false, func(t *testing.T, s *sale) {
 			s.scope.Observed[fmt.Sprintf("%d-1-lost", s.id)] = "r-lost"
 		}, []string{"I4"}},
-		{"OrderNoOfAnotherRequest", false, func(t *testing.T, s *sale) {
+		{"OrderNoOfAnotherRequest", false, false, func(t *testing.T, s *sale) {
 			s.scope.Observed[fmt.Sprintf("%d-1-u1", s.id)] = "r-someone-else"
 		}, []string{"I4"}},
-		{"RequestAnsweredAnotherOrderNo", false, func(t *testing.T, s *sale) {
+		{"RequestAnsweredAnotherOrderNo", false, false, func(t *testing.T, s *sale) {
 			s.scope.Observed[fmt.Sprintf("%d-1-other", s.id)] = fmt.Sprintf("a%d-u1", s.id)
 		}, []string{"I3", "I4"}},
-		{"CompensationPendingInFlight", false, func(t *testing.T, s *sale) {
+		{"CompensationPendingInFlight", false, false, func(t *testing.T, s *sale) {
 			ordertest.PutPendingCompensation(t, orders, s.id, 1, 3, fmt.Sprintf("a%d-u3", s.id), fmt.Sprintf("%d-1-u3", s.id))
 		}, nil}, // in flight, a pending compensation is no violation
-		{"CompensationPendingWhenDrained", false, func(t *testing.T, s *sale) {
+		{"CompensationPendingWhenDrained", false, false, func(t *testing.T, s *sale) {
 			ordertest.PutPendingCompensation(t, orders, s.id, 1, 3, fmt.Sprintf("a%d-u3", s.id), fmt.Sprintf("%d-1-u3", s.id))
 			s.scope.Drained = true
 		}, []string{"I5"}},
-		{"SecondLiveOrder", true, func(t *testing.T, s *sale) {
+		{"SecondLiveOrder", true, false, func(t *testing.T, s *sale) {
 			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-u1b", s.id),
 				RequestID: fmt.Sprintf("a%d-u1b", s.id), UserID: 1, ItemID: 1, Quantity: 1, Status: order.StatusUnpaid})
 		}, []string{"I1", "I2"}},
-		{"TwoOrdersOneRequest", true, func(t *testing.T, s *sale) {
+		{"TwoOrdersOneRequest", true, false, func(t *testing.T, s *sale) {
 			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-again", s.id),
 				RequestID: fmt.Sprintf("a%d-u1", s.id), UserID: 5, ItemID: 1, Quantity: 1, Status: order.StatusClosed, Closed: true})
 		}, []string{"I3"}},
-		{"PaidAndClosed", true, func(t *testing.T, s *sale) {
+		{"PaidAndClosed", true, false, func(t *testing.T, s *sale) {
 			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-pc", s.id),
 				RequestID: fmt.Sprintf("a%d-pc", s.id), UserID: 6, ItemID: 1, Quantity: 1, Status: order.StatusClosed, Paid: true, Closed: true})
 		}, []string{"I6"}},
@@ -102,7 +116,11 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			if tt.breakFunc != nil {
 				tt.breakFunc(t, s)
 			}
-			vs, err := c.Check(context.Background(), s.scope)
+			checker := c
+			if tt.status {
+				checker = &withStatus
+			}
+			vs, err := checker.Check(context.Background(), s.scope)
 			if err != nil {
 				t.Fatal(err)
 			}
