@@ -115,9 +115,6 @@ var storagePending = map[string][]string{
 	"preheat_e2e_test.go":            {"sql", "key"},
 	"reconcile_e2e_test.go":          {"sql"},
 	"reconciler/markerindex_test.go": {"redis", "key"},
-	"replicawait_e2e_test.go":        {"redis"},
-	"resilience_test.go":             {"redis", "sql"},
-	"standin_test.go":                {"redis", "sql"},
 	"worker/worker_test.go":          {"sql"},
 }
 
