@@ -90,7 +90,6 @@ func storageAllowed(kind, file string) bool {
 // behind an owner: their own SQL in the invariant checkers and end-to-end
 // tests, raw Redis reads in the bench and chaos audits. Only ever shorten it.
 var storagePending = map[string][]string{
-	"admin_read_e2e_test.go":         {"sql"},
 	"bench/chaos/chaos.go":           {"redis", "pgx", "sql"},
 	"bench/chaos/fault_fixmove.go":   {"redis"},
 	"bench/chaos/fault_preheat.go":   {"sql"},
@@ -100,20 +99,13 @@ var storagePending = map[string][]string{
 	"bench/reconcilepass/main.go":    {"redis", "key"},
 	"bench/strategies.go":            {"redis"},
 	"bench/strategies_test.go":       {"redis"},
-	"cancel_e2e_test.go":             {"sql"},
 	"pkg/relay/relay_test.go":        {"pgx"},
-	"buckets_e2e_test.go":            {"sql", "key"},
 	"closer/closer_test.go":          {"redis", "sql", "key"},
-	"closer_e2e_test.go":             {"sql"},
-	"e2e_test.go":                    {"sql", "key"},
 	"gateway/flood_bench_test.go":    {"redis", "pgx"},
 	"gateway/lostsale_test.go":       {"pgx"},
 	"gateway/readyz_test.go":         {"redis"},
 	"gateway/replay_test.go":         {"redis"},
-	"observability_e2e_test.go":      {"sql"},
 	"pkg/standin/standin_test.go":    {"redis", "sql"},
-	"preheat_e2e_test.go":            {"sql", "key"},
-	"reconcile_e2e_test.go":          {"sql"},
 	"reconciler/markerindex_test.go": {"redis", "key"},
 	"worker/worker_test.go":          {"sql"},
 }
