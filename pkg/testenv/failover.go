@@ -9,8 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// WaitSynced waits until the server, a replica, is in sync with its
-// primary.
+// WaitSynced waits until the server, a replica, is in sync with its primary.
 func (s *RedisServer) WaitSynced(tb testing.TB) {
 	tb.Helper()
 	WaitFor(tb, 15*time.Second, "the replica to sync with its primary", func() bool {
@@ -19,8 +18,7 @@ func (s *RedisServer) WaitSynced(tb testing.TB) {
 	})
 }
 
-// Promote makes the server, a replica, a primary of its own (REPLICAOF NO
-// ONE), as a failover does; it keeps the data it had replicated.
+// Promote makes the server, a replica, a primary (REPLICAOF NO ONE) with the data it had, as a failover does.
 func (s *RedisServer) Promote(tb testing.TB) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -30,9 +28,7 @@ func (s *RedisServer) Promote(tb testing.TB) {
 	}
 }
 
-// TerminateBackend ends the server process of one of the database's
-// connections (pg_terminate_backend), as a crash of that backend would:
-// its statement fails and its transaction is rolled back.
+// TerminateBackend ends a connection's server process (pg_terminate_backend), as that backend's crash would.
 func TerminateBackend(tb testing.TB, pool *pgxpool.Pool, pid int32) {
 	tb.Helper()
 	if _, err := pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid); err != nil {

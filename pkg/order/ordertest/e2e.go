@@ -10,8 +10,7 @@ import (
 	"orderpipe/pkg/order/internal/handle"
 )
 
-// Backdate moves the orders' created_at back by age, so they look that old
-// to the closer's next pass.
+// Backdate puts the orders' created_at age in the past, as the closer's next pass will see it.
 func Backdate(tb TB, st *order.Store, age time.Duration, orderNos ...string) {
 	tb.Helper()
 	_, err := handle.Pool(st).Exec(context.Background(),
@@ -27,8 +26,7 @@ type Totals struct {
 	Stock, Versions                  int64 // item_stock's stock and version, summed
 }
 
-// CountAll reads the totals of every order table (a request that must
-// change nothing leaves them as they were).
+// CountAll reads the Totals of the order tables, of every activity.
 func CountAll(tb TB, st *order.Store) Totals {
 	tb.Helper()
 	var t Totals
@@ -42,8 +40,7 @@ func CountAll(tb TB, st *order.Store) Totals {
 	return t
 }
 
-// CountSales counts the activity rows and the item_stock rows, of every
-// activity.
+// CountSales counts the activities rows and the item_stock rows, of every activity.
 func CountSales(tb TB, st *order.Store) (activities, items int64) {
 	tb.Helper()
 	err := handle.Pool(st).QueryRow(context.Background(),
@@ -54,18 +51,13 @@ func CountSales(tb TB, st *order.Store) (activities, items int64) {
 	return activities, items
 }
 
-// MarkHold makes the statement that records an item preheated (sets
-// item_stock.preheated_at) wait on an advisory lock the test holds, so a
-// test can cut the link exactly while that statement is in flight.
+// MarkHold holds the statement that marks an item preheated, so a test can cut the link while it is in flight.
 type MarkHold struct {
 	st   *order.Store
 	conn *pgxpool.Conn
 }
 
-// HoldPreheatMark puts a trigger on item_stock that makes the first mark
-// of an item preheated wait for the hold's advisory lock, and takes the
-// lock on a connection of its own. Close it (defer) to give the
-// connection back; Drop takes the trigger away.
+// HoldPreheatMark puts a trigger making item_stock's first preheated_at wait on an advisory lock it takes; defer Close.
 func HoldPreheatMark(tb TB, st *order.Store) *MarkHold {
 	tb.Helper()
 	ctx := context.Background()
@@ -88,15 +80,14 @@ func HoldPreheatMark(tb TB, st *order.Store) *MarkHold {
 	return h
 }
 
-// Waiting is the backend whose statement waits on the hold (ok false while
-// none does).
+// Waiting reads which backend's statement waits on the hold's lock (ok false: none yet).
 func (h *MarkHold) Waiting() (pid int32, ok bool) {
 	err := handle.Pool(h.st).QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&pid)
 	return pid, err == nil
 }
 
-// Release gives up the hold's lock: a statement waiting on it goes on.
+// Release gives up the hold's lock: the statement waiting on it goes on.
 func (h *MarkHold) Release(tb TB) {
 	tb.Helper()
 	if _, err := h.conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext(current_database()))`); err != nil {
@@ -104,7 +95,7 @@ func (h *MarkHold) Release(tb TB) {
 	}
 }
 
-// Drop takes the trigger away: marks no longer wait.
+// Drop takes the hold's trigger off item_stock: marks no longer wait.
 func (h *MarkHold) Drop(tb TB) {
 	tb.Helper()
 	if _, err := handle.Pool(h.st).Exec(context.Background(), `DROP TRIGGER test_hold_mark ON item_stock`); err != nil {
@@ -115,8 +106,7 @@ func (h *MarkHold) Drop(tb TB) {
 // Close gives the hold's connection back to the pool.
 func (h *MarkHold) Close() { h.conn.Release() }
 
-// CountOrdersAmong counts the order rows, whatever their status, of those
-// orderNos.
+// CountOrdersAmong counts the order rows, whatever their status, among orderNos.
 func CountOrdersAmong(tb TB, st *order.Store, orderNos []string) int {
 	tb.Helper()
 	var n int

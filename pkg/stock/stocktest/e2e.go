@@ -10,11 +10,7 @@ import (
 	"orderpipe/pkg/stock/internal/layout"
 )
 
-// Dump is every key of every item (bucket) of st with its value, one line
-// each, sorted: "key=value" for a string, "key=map[field:value …]" for a
-// hash, "key:type" for another type. The store's keys outside any item
-// (the redrive's lock and fencing counter, the wait mark) come and go on
-// their own and are left out.
+// Dump reads every item's (bucket's) keys with their values, one sorted line each ("key=value", a hash's map, or "key:type").
 func Dump(tb TB, st *stock.Store) []string {
 	tb.Helper()
 	ctx := context.Background()
@@ -34,7 +30,7 @@ func Dump(tb TB, st *stock.Store) []string {
 	return out
 }
 
-// ItemKeys lists the Redis keys of the item, every bucket of it, sorted.
+// ItemKeys lists the keys of the item, every bucket of it, sorted.
 func ItemKeys(tb TB, st *stock.Store, it stock.Item) []string {
 	tb.Helper()
 	_, prefix := layout.Open(st)
@@ -43,16 +39,14 @@ func ItemKeys(tb TB, st *stock.Store, it stock.Item) []string {
 	return keys
 }
 
-// BucketKeys lists the Redis keys of the item's buckets past the first
-// (none for an item of one bucket, which keeps the plain keys), sorted.
+// BucketKeys lists the keys of the item's buckets past the first (one bucket keeps the plain keys), sorted.
 func BucketKeys(tb TB, st *stock.Store, it stock.Item) []string {
 	tb.Helper()
 	_, prefix := layout.Open(st)
 	return scan(tb, st, prefix+"*"+strings.TrimSuffix(it.Base().Tag(), "}")+":b*")
 }
 
-// Sale is the item's (bucket's) sale hash, every field (empty when
-// missing).
+// Sale reads every field of the item's (bucket's) sale hash (empty when missing).
 func Sale(tb TB, st *stock.Store, it stock.Item) map[string]string {
 	tb.Helper()
 	v, err := Client(st).HGetAll(context.Background(), KeysOf(st, it).Sale).Result()
@@ -77,8 +71,7 @@ func scan(tb TB, st *stock.Store, pattern string) []string {
 	return keys
 }
 
-// DropItem deletes every key of the item (bucket), as a Redis that lost
-// the sale would, and says how many there were.
+// DropItem deletes every key of the item (bucket), as a Redis that lost the sale would, and counts them.
 func DropItem(tb TB, st *stock.Store, it stock.Item) int {
 	tb.Helper()
 	_, prefix := layout.Open(st)
