@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
 )
@@ -70,9 +71,7 @@ func TestAdminReadsActivity(t *testing.T) {
 	if r := p.do(t, http.MethodPost, "/v1/orders/"+paidNo+"/pay", "", nil); r.Status != http.StatusOK {
 		t.Fatalf("pay: %d %v", r.Status, r.Body)
 	}
-	if _, err := p.DB.Pool.Exec(ctx, `UPDATE orders SET created_at = now() - interval '1 hour' WHERE order_no = $1`, closedNo); err != nil {
-		t.Fatal(err)
-	}
+	ordertest.AgeOrders(t, p.Orders, time.Hour, closedNo)
 	testenv.WaitFor(t, 20*time.Second, "the aged order CLOSED and its stock back in Redis", func() bool {
 		n, err := p.Orders.CountPendingCompensations(ctx)
 		return err == nil && n == 0 && p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil).Str("status") == "CLOSED"

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
@@ -146,17 +147,15 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 			t.Errorf("bucket %d's sale holds buckets %q, want 3", b, v)
 		}
 	}
-	// Item 2 has one bucket: today's keys exactly.
+	// Item 2 has one bucket: today's keys exactly (their names are
+	// pkg/stock's TestBucketTagsAndRouting's).
 	plain := stock.Item{ActivityID: 61, ItemID: 2}
-	if stocktest.KeysOf(p.Stock, plain).Stock != p.Redis.Prefix+"stock:{a61:i2}" {
-		t.Errorf("one bucket's stock key is %q", stocktest.KeysOf(p.Stock, plain).Stock)
+	sale := stocktest.Sale(t, p.Stock, plain)
+	if _, bucketed := sale["buckets"]; p.redisStock(t, plain) != 7 || bucketed {
+		t.Errorf("item 2: stock %d, sale %v; want 7 and no buckets field", p.redisStock(t, plain), sale)
 	}
-	if p.redisStock(t, plain) != 7 || p.Redis.Client.HExists(ctx, stocktest.KeysOf(p.Stock, plain).Sale, "buckets").Val() {
-		t.Errorf("item 2: stock %d, sale %v; want 7 and no buckets field", p.redisStock(t, plain),
-			p.Redis.Client.HGetAll(ctx, stocktest.KeysOf(p.Stock, plain).Sale).Val())
-	}
-	if n := len(testenv.Keys(t, p.Redis.Client, p.Redis.Prefix+"*{a61:i2:b*")); n != 0 {
-		t.Errorf("item 2 has %d bucket keys", n)
+	if keys := stocktest.BucketKeys(t, p.Stock, plain); len(keys) != 0 {
+		t.Errorf("item 2 has %d bucket keys", len(keys))
 	}
 	// A second preheat keeps each bucket's running stock.
 	stocktest.AddStock(t, p.Stock, stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}, -2)
@@ -354,9 +353,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	})
 	t.Run("LostBucket", func(t *testing.T) {
 		b1 := stock.Item{ActivityID: 65, ItemID: 1, Bucket: 1}
-		if err := p.Redis.Client.Del(ctx, stocktest.KeysOf(p.Stock, b1).Stock, stocktest.KeysOf(p.Stock, b1).Sale).Err(); err != nil {
-			t.Fatal(err)
-		}
+		stocktest.DropSale(t, p.Stock, b1)
 		if code, _, r := p.reconcileJSON(t, it, "--once"); code != 1 || r.StockKey != "missing" || r.Sale != "missing" {
 			t.Errorf("exit %d, %+v; want drift with stock and sale missing", code, r)
 		}
@@ -433,7 +430,13 @@ func TestBucketsCloserReleasesIntoBucket(t *testing.T) {
 		t.Errorf("the same user after the close: %d %v", again.Status, again.Body)
 	}
 	testenv.WaitFor(t, 20*time.Second, "the second order CLOSED", func() bool {
-		return p.count(t, `SELECT count(*) FROM orders WHERE activity_id = 66 AND status = 'CLOSED'`) == 2
+		closed := 0
+		for _, o := range p.snapshot(t, it.ActivityID).Orders {
+			if o.Status == order.StatusClosed {
+				closed++
+			}
+		}
+		return closed == 2
 	})
 	p.waitBucketsDrained(t, it, B)
 	p.assertBucketInvariants(t, it, B)

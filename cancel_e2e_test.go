@@ -177,9 +177,16 @@ func TestStatusEventsOfARace(t *testing.T) {
 	}
 	wg.Wait()
 	testenv.WaitFor(t, 60*time.Second, "every order paid or closed", func() bool {
-		var n int
-		err := p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE status = 'UNPAID' AND activity_id = 9`).Scan(&n)
-		return err == nil && n == 0
+		snap, err := p.Orders.Snapshot(context.Background(), 9)
+		if err != nil {
+			return false
+		}
+		for _, o := range snap.Orders {
+			if o.Status == order.StatusUnpaid {
+				return false
+			}
+		}
+		return true
 	})
 	p.waitDrained(t, it)
 	p.assertInvariants(t, it)

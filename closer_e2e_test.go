@@ -1,11 +1,11 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
 )
@@ -82,7 +82,6 @@ func TestPayOrder(t *testing.T) {
 	})
 	it := stock.Item{ActivityID: 4, ItemID: 40}
 	p.mustSale(t, 4, 1, map[int64]int64{40: 10})
-	ctx := context.Background()
 
 	unpaidOrder := func(rid string, user int64) string {
 		t.Helper()
@@ -116,10 +115,7 @@ func TestPayOrder(t *testing.T) {
 	})
 	t.Run("ClosedIs409AndPaidStaysPaid", func(t *testing.T) {
 		// Both orders look an hour old; the next closer pass sees both.
-		if _, err := p.DB.Pool.Exec(ctx, `UPDATE orders SET created_at = now() - interval '1 hour'
-			WHERE order_no = ANY($1)`, []string{paidNo, closedNo}); err != nil {
-			t.Fatal(err)
-		}
+		ordertest.AgeOrders(t, p.Orders, time.Hour, paidNo, closedNo)
 		testenv.WaitFor(t, 20*time.Second, "the aged unpaid order CLOSED", func() bool {
 			return p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil).Str("status") == "CLOSED"
 		})
@@ -137,11 +133,7 @@ func TestPayOrder(t *testing.T) {
 		}
 	})
 	t.Run("RejectedIs409", func(t *testing.T) {
-		if _, err := p.DB.Pool.Exec(ctx, `INSERT INTO processed_requests
-			(request_id, outcome, reason, order_no, user_id, activity_id, item_id, quantity, reserved_at)
-			VALUES ('pay-rejected', 'REJECTED', 'DB_STOCK_MISMATCH', '44-40-rejected', 9, 44, 40, 1, now())`); err != nil {
-			t.Fatal(err)
-		}
+		ordertest.PutRejected(t, p.Orders, 44, 40, 9, "pay-rejected", "44-40-rejected", "DB_STOCK_MISMATCH")
 		if r := pay("44-40-rejected"); r.Status != http.StatusConflict || r.Code() != "ORDER_REJECTED" {
 			t.Errorf("pay of a rejected request: %d %v, want 409 ORDER_REJECTED", r.Status, r.Body)
 		}
@@ -180,8 +172,7 @@ func TestPayPendingOrder(t *testing.T) {
 	if g := p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil); g.Str("status") != "PENDING" {
 		t.Errorf("order after the pay attempts: %v, want PENDING", g.Body)
 	}
-	var n int64
-	if err := p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n); err != nil || n != 0 {
-		t.Errorf("orders in postgres: %d %v, want 0", n, err)
+	if n := ordertest.CountOrders(t, p.Orders); n != 0 {
+		t.Errorf("orders in postgres: %d, want 0", n)
 	}
 }

@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
@@ -72,33 +72,13 @@ func TestGetOrderPendingBeforePersistence(t *testing.T) {
 // order tables.
 func (p *pipeline) state(tb testing.TB) string {
 	tb.Helper()
-	ctx := context.Background()
 	// The sale's keys only: background singletons (the redrive's lock and
 	// fencing counter) come and go on their own.
-	keys := testenv.Keys(tb, p.Redis.Client, p.Redis.Prefix+"*{a")
-	sort.Strings(keys)
 	var b strings.Builder
-	for _, k := range keys {
-		typ := p.Redis.Client.Type(ctx, k).Val()
-		switch typ {
-		case "string":
-			fmt.Fprintf(&b, "%s=%s\n", k, p.Redis.Client.Get(ctx, k).Val())
-		case "hash":
-			fmt.Fprintf(&b, "%s=%v\n", k, p.Redis.Client.HGetAll(ctx, k).Val())
-		default:
-			fmt.Fprintf(&b, "%s:%s\n", k, typ)
-		}
+	for _, line := range stocktest.Dump(tb, p.Stock) {
+		fmt.Fprintln(&b, line)
 	}
-	for _, q := range []string{
-		`SELECT count(*) FROM orders`, `SELECT count(*) FROM processed_requests`, `SELECT count(*) FROM redis_compensations`,
-		`SELECT COALESCE(sum(stock), 0) FROM item_stock`, `SELECT COALESCE(sum(version), 0) FROM item_stock`,
-	} {
-		var n int64
-		if err := p.DB.Pool.QueryRow(ctx, q).Scan(&n); err != nil {
-			tb.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s: %d\n", q, n)
-	}
+	fmt.Fprintf(&b, "%+v\n", ordertest.CountAll(tb, p.Orders))
 	return b.String()
 }
 
@@ -239,9 +219,7 @@ func TestAdminAPI(t *testing.T) {
 	if r := p.do(t, "POST", "/admin/v1/activities/3/preheat", "", nil, auth...); r.Status != 404 || r.Code() != "ACTIVITY_NOT_FOUND" {
 		t.Errorf("preheat unknown: %d %v", r.Status, r.Body)
 	}
-	var activities, items int
-	p.DB.Pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM activities), (SELECT count(*) FROM item_stock)`).Scan(&activities, &items)
-	if activities != 0 || items != 0 {
+	if activities, items := ordertest.CountSales(t, p.Orders); activities != 0 || items != 0 {
 		t.Fatalf("rejected requests created %d activities and %d items", activities, items)
 	}
 	if keys := testenv.Keys(t, p.Redis.Client, p.Redis.Prefix); len(keys) != 0 {
@@ -272,8 +250,8 @@ func TestAdminAPI(t *testing.T) {
 	if r := p.do(t, "POST", "/admin/v1/activities/4/preheat", "", nil, auth...); r.Status != 409 || r.Code() != "SALE_ENDED" {
 		t.Errorf("preheat of an ended sale: %d %v", r.Status, r.Body)
 	}
-	if keys := testenv.Keys(t, p.Redis.Client, p.Redis.Prefix+"stock:{a4:"); len(keys) != 0 {
-		t.Errorf("an ended sale was loaded: %v", keys)
+	if n, ok := stocktest.Stock(t, p.Stock, stock.Item{ActivityID: 4, ItemID: 1}); ok {
+		t.Errorf("an ended sale was loaded: stock %d", n)
 	}
 	off := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.AdminToken = "" })
 	if r := off.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer "); r.Status != 404 {
@@ -314,13 +292,15 @@ func TestHotItemRace(t *testing.T) {
 		t.Fatalf("answers: %v", count)
 	}
 	p.waitDrained(t, it)
-	var orders, users int64
-	if err := p.DB.Pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT user_id) FROM orders
-		WHERE activity_id = 2 AND item_id = 1`).Scan(&orders, &users); err != nil {
-		t.Fatal(err)
+	orders, users := 0, map[int64]bool{}
+	for _, o := range p.snapshot(t, it.ActivityID).Orders {
+		if o.ItemID == it.ItemID {
+			orders++
+			users[o.UserID] = true
+		}
 	}
-	if orders != 100 || users != 100 {
-		t.Errorf("%d orders for %d users, want 100 for 100", orders, users)
+	if orders != 100 || len(users) != 100 {
+		t.Errorf("%d orders for %d users, want 100 for 100", orders, len(users))
 	}
 	if rs, ds := p.redisStock(t, it), p.dbStock(t, it).Stock; rs != 0 || ds != 0 {
 		t.Errorf("redis stock %d, db stock %d, want 0 and 0", rs, ds)
@@ -378,8 +358,12 @@ func TestIdempotency(t *testing.T) {
 		t.Errorf("accepted %d, replayed %d; want 1 and 49", accepted, replayed)
 	}
 	p.waitDrained(t, it)
-	var n int64
-	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE request_id IN ('same', 'copies')`).Scan(&n)
+	n := 0
+	for _, o := range p.snapshot(t, it.ActivityID).Orders {
+		if o.RequestID == "same" || o.RequestID == "copies" {
+			n++
+		}
+	}
 	if n != 2 {
 		t.Errorf("%d orders for two requestIds", n)
 	}
@@ -396,12 +380,13 @@ func TestKafkaUnreachable(t *testing.T) {
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.ProduceTimeout = 2 * time.Second })
 	it := stock.Item{ActivityID: 6, ItemID: 1}
 	p.mustSale(t, 6, 1, map[int64]int64{1: 10})
-	keys := stocktest.KeysOf(p.Stock, it)
 	snapshot := func() string {
-		ctx := context.Background()
-		c := p.Redis.Client
-		return fmt.Sprintf("stock=%s journal=%v limit=%d req=%d", c.Get(ctx, keys.Stock).Val(), c.HGetAll(ctx, keys.Journal).Val(),
-			c.Exists(ctx, keys.Limit(5)).Val(), c.Exists(ctx, keys.Req("down")).Val())
+		tr, err := p.Stock.Traces(context.Background(), []stock.Item{it}, "down")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("stock=%d journal=%v marker=%q dedup=%+v", p.redisStock(t, it), stocktest.Journal(t, p.Stock, it),
+			stocktest.MarkerOwner(t, p.Stock, it, 5), tr[0].Dedup)
 	}
 	before := snapshot()
 	if p.Kafka.Cluster == nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
@@ -59,7 +60,6 @@ func (p *pipeline) orderAfterOutage(tb testing.TB, b orderBody) apiResponse {
 // want, no journal entry, no marker, no sale hash.
 func (p *pipeline) assertNotOnSale(tb testing.TB, it stock.Item, buckets int, want []int64, users []int64, tag string) {
 	tb.Helper()
-	ctx := context.Background()
 	for _, u := range users {
 		r := p.orderAfterOutage(tb, orderBody{RequestID: fmt.Sprintf("%s-%d", tag, u), UserID: u, ActivityID: it.ActivityID, ItemID: it.ItemID, Quantity: 1})
 		if r.Status != http.StatusNotFound || r.Code() != "NOT_ON_SALE" {
@@ -73,14 +73,13 @@ func (p *pipeline) assertNotOnSale(tb testing.TB, it stock.Item, buckets int, wa
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		k := stocktest.KeysOf(p.Stock, bi)
 		if n := p.journalLen(tb, bi); n != 0 {
 			tb.Errorf("bucket %d: %d journal entries", b, n)
 		}
-		if n := len(testenv.Keys(tb, p.Redis.Client, k.LimitPattern())); n != 0 {
+		if n := stocktest.CountMarkers(tb, p.Stock, bi); n != 0 {
 			tb.Errorf("bucket %d: %d limit markers", b, n)
 		}
-		if v := p.Redis.Client.HGetAll(ctx, k.Sale).Val(); len(v) != 0 {
+		if v := stocktest.Sale(tb, p.Stock, bi); len(v) != 0 {
 			tb.Errorf("bucket %d has a sale %v before the preheat finished", b, v)
 		}
 	}
@@ -92,7 +91,7 @@ func (p *pipeline) assertNotOnSale(tb testing.TB, it stock.Item, buckets int, wa
 func (p *pipeline) assertLayoutRefused(tb testing.TB, it stock.Item, name string, units int64, buckets int) {
 	tb.Helper()
 	ctx := context.Background()
-	keysBefore, stocksBefore := p.itemKeys(tb, it), p.bucketStocks(tb, it, buckets+2)
+	keysBefore, stocksBefore := stocktest.ItemKeys(tb, p.Stock, it), p.bucketStocks(tb, it, buckets+2)
 	before := p.dbStock(tb, it)
 	r := p.putSale(tb, it.ActivityID, "renamed", units, buckets+2)
 	if r.Status != http.StatusConflict || r.Code() != "BUCKETS_FIXED" {
@@ -105,17 +104,9 @@ func (p *pipeline) assertLayoutRefused(tb testing.TB, it stock.Item, name string
 	if a, err := p.Orders.GetActivity(ctx, it.ActivityID); err != nil || a.Name != name {
 		tb.Errorf("a refused layout change changed the activity: %+v %v", a, err)
 	}
-	if keys, stocks := p.itemKeys(tb, it), p.bucketStocks(tb, it, buckets+2); !slices.Equal(keys, keysBefore) || !slices.Equal(stocks, stocksBefore) {
+	if keys, stocks := stocktest.ItemKeys(tb, p.Stock, it), p.bucketStocks(tb, it, buckets+2); !slices.Equal(keys, keysBefore) || !slices.Equal(stocks, stocksBefore) {
 		tb.Errorf("a refused layout change changed Redis: keys %v with stocks %v, were %v with %v", keys, stocks, keysBefore, stocksBefore)
 	}
-}
-
-// itemKeys lists the Redis keys of the item's buckets, sorted.
-func (p *pipeline) itemKeys(tb testing.TB, it stock.Item) []string {
-	tb.Helper()
-	keys := testenv.Keys(tb, p.Redis.Client, fmt.Sprintf("%s*{a%d:i%d", p.Redis.Prefix, it.ActivityID, it.ItemID))
-	slices.Sort(keys)
-	return keys
 }
 
 // assertSells orders once for each user, expects 202 each, waits for the
@@ -160,7 +151,6 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 		c.Database.URL = u.String()
 		c.BreakerOpenFor = 200 * time.Millisecond
 	})
-	ctx := context.Background()
 	const act, units, buckets = 71, 10, 2
 	it := stock.Item{ActivityID: act, ItemID: 1}
 	if r := p.putSale(t, act, "marked", units, buckets); r.Status != http.StatusOK {
@@ -170,21 +160,8 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 	// waits on an advisory lock the test holds, so the link is cut exactly
 	// while that statement is in flight, and its backend ended before it
 	// can go on.
-	if _, err := p.DB.Pool.Exec(ctx, `
-		CREATE FUNCTION test_hold_mark() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN PERFORM pg_advisory_xact_lock(hashtext(current_database())); RETURN NEW; END $$;
-		CREATE TRIGGER test_hold_mark BEFORE UPDATE OF preheated_at ON item_stock FOR EACH ROW
-			WHEN (OLD.preheated_at IS NULL AND NEW.preheated_at IS NOT NULL) EXECUTE FUNCTION test_hold_mark()`); err != nil {
-		t.Fatal(err)
-	}
-	hold, err := p.DB.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Release()
-	if _, err := hold.Exec(ctx, `SELECT pg_advisory_lock(hashtext(current_database()))`); err != nil {
-		t.Fatal(err)
-	}
+	hold := ordertest.HoldPreheatMark(t, p.Orders)
+	defer hold.Close()
 	answer := make(chan apiResponse, 1)
 	go func() { answer <- p.preheat(t, act) }()
 	var pid int32
@@ -197,18 +174,15 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 			return true
 		default:
 		}
-		return p.DB.Pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&pid) == nil
+		var waiting bool
+		pid, waiting = hold.Waiting()
+		return waiting
 	})
 	proxy.Down()
 	if pid != 0 {
-		if _, err := p.DB.Pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
-			t.Fatal(err)
-		}
+		testenv.TerminateBackend(t, p.DB.Pool, pid)
 	}
-	if _, err := hold.Exec(ctx, `SELECT pg_advisory_unlock(hashtext(current_database()))`); err != nil {
-		t.Fatal(err)
-	}
+	hold.Release(t)
 	if answered {
 		t.Log("the preheat answered before its mark was seen waiting: the mark timed out instead")
 	} else {
@@ -218,9 +192,7 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 		t.Fatalf("preheat with Postgres cut while it records the item preheated: %d %v, want 503 UNAVAILABLE", got.Status, got.Body)
 	}
 	proxy.Up(t)
-	if _, err := p.DB.Pool.Exec(ctx, `DROP TRIGGER test_hold_mark ON item_stock`); err != nil {
-		t.Fatal(err)
-	}
+	hold.Drop(t)
 	loaded := p.bucketStocks(t, it, buckets)
 	users := append(usersIn(0, buckets, 3, 1), usersIn(1, buckets, 3, 1)...)
 	p.assertNotOnSale(t, it, buckets, loaded, users, "early")

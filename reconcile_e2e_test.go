@@ -19,6 +19,7 @@ import (
 	"orderpipe/closer"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
@@ -59,13 +60,14 @@ func testLog() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(io.Discard, nil))
 }
 
-func (p *pipeline) count(tb testing.TB, sql string, args ...any) int64 {
+// snapshot is everything Postgres records of the activity.
+func (p *pipeline) snapshot(tb testing.TB, activityID int64) order.ActivitySnapshot {
 	tb.Helper()
-	var n int64
-	if err := p.DB.Pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	snap, err := p.Orders.Snapshot(context.Background(), activityID)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return n
+	return snap
 }
 
 // TestRedriveStrandedReservation: the gateway "dies" after the reserve
@@ -93,11 +95,23 @@ func TestRedriveStrandedReservation(t *testing.T) {
 		return g.Str("status") == "UNPAID"
 	})
 	p.waitDrained(t, it)
-	if n := p.count(t, `SELECT count(*) FROM orders WHERE user_id = 42`); n != 1 {
-		t.Errorf("%d orders for the stranded reservation, want 1", n)
+	snap := p.snapshot(t, it.ActivityID)
+	orders, processed := 0, 0
+	for _, o := range snap.Orders {
+		if o.UserID == 42 {
+			orders++
+		}
 	}
-	if n := p.count(t, `SELECT count(*) FROM processed_requests WHERE request_id = 'stranded-1' AND outcome = 'CREATED'`); n != 1 {
-		t.Errorf("%d processed rows, want 1", n)
+	for _, d := range snap.Decisions {
+		if d.RequestID == "stranded-1" && d.Outcome == order.Created {
+			processed++
+		}
+	}
+	if orders != 1 {
+		t.Errorf("%d orders for the stranded reservation, want 1", orders)
+	}
+	if processed != 1 {
+		t.Errorf("%d processed rows, want 1", processed)
 	}
 	if s := p.dbStock(t, it); s.Stock != 8 {
 		t.Errorf("db stock %d, want 8", s.Stock)
@@ -177,7 +191,7 @@ func TestReconcilerNudgedStock(t *testing.T) {
 			t.Fatalf("order: %d %v", r.Status, r.Body)
 		}
 	}
-	testenv.WaitFor(t, 20*time.Second, "5 orders", func() bool { return p.count(t, `SELECT count(*) FROM orders`) == 5 })
+	testenv.WaitFor(t, 20*time.Second, "5 orders", func() bool { return ordertest.CountOrders(t, p.Orders) == 5 })
 	p.waitDrained(t, it)
 	if code, out := p.reconcile(t, "--once"); code != 0 {
 		t.Fatalf("before the nudge: exit %d\n%s", code, out)
@@ -233,16 +247,8 @@ func TestReconcilerRedisLoss(t *testing.T) {
 	// Failover: every key of the sale is gone, the journal of the six
 	// reservations with it (their events are in Kafka).
 	ctx := context.Background()
-	var lost []string
-	iter := p.Redis.Client.Scan(ctx, 0, p.Redis.Prefix+"*"+it.Tag()+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		lost = append(lost, iter.Val())
-	}
-	if len(lost) == 0 {
+	if n := stocktest.DropItem(t, p.Stock, it); n == 0 {
 		t.Fatal("no keys to lose")
-	}
-	if err := p.Redis.Client.Del(ctx, lost...).Err(); err != nil {
-		t.Fatal(err)
 	}
 	// The sale is preheated and on in Postgres: the gateway fails closed
 	// (503, retry) rather than telling the client it is not on sale.
@@ -284,20 +290,30 @@ func TestReconcilerRedisLoss(t *testing.T) {
 		}
 	})
 	testenv.WaitFor(t, 30*time.Second, "all 16 requests decided", func() bool {
-		return p.count(t, `SELECT count(*) FROM processed_requests`) == 16
+		d, err := p.Orders.DrainOf(ctx, it.ActivityID)
+		return err == nil && d.Decided == 16
 	})
 	p.waitDrained(t, it)
 
 	// Postgres held: stock exactly sold out, one live order per user, the
 	// surplus rejected.
 	s := p.dbStock(t, it)
-	live := p.count(t, `SELECT count(*) FROM orders WHERE status IN ('UNPAID', 'PAID')`)
-	users := p.count(t, `SELECT count(DISTINCT user_id) FROM orders WHERE status IN ('UNPAID', 'PAID')`)
-	dup := p.count(t, `SELECT count(*) FROM processed_requests WHERE reason = 'DUPLICATE_LIVE_ORDER'`)
-	short := p.count(t, `SELECT count(*) FROM processed_requests WHERE reason = 'DB_STOCK_MISMATCH'`)
-	if s.Stock != 0 || live != 10 || users != 10 || dup != 3 || short != 3 {
+	snap := p.snapshot(t, it.ActivityID)
+	live, users := 0, map[int64]bool{}
+	for _, o := range snap.Orders {
+		if o.Status == order.StatusUnpaid || o.Status == order.StatusPaid {
+			live++
+			users[o.UserID] = true
+		}
+	}
+	reasons := map[string]int{}
+	for _, d := range snap.Decisions {
+		reasons[d.Reason]++
+	}
+	dup, short := reasons["DUPLICATE_LIVE_ORDER"], reasons["DB_STOCK_MISMATCH"]
+	if s.Stock != 0 || live != 10 || len(users) != 10 || dup != 3 || short != 3 {
 		t.Fatalf("db stock %d, %d live orders of %d users, %d duplicate and %d stock rejections; want 0, 10, 10, 3, 3",
-			s.Stock, live, users, dup, short)
+			s.Stock, live, len(users), dup, short)
 	}
 
 	code, _, r = p.reconcileJSON(t, it, "--once")
@@ -323,8 +339,13 @@ func TestReconcilerRedisLoss(t *testing.T) {
 	// The fix rebuilt the lost dedup records: a client retrying an accepted
 	// request gets its first order number back, not a new reservation.
 	var firstNo string
-	if err := p.DB.Pool.QueryRow(ctx, `SELECT order_no FROM orders WHERE request_id = 'before-4'`).Scan(&firstNo); err != nil {
-		t.Fatal(err)
+	for _, o := range p.snapshot(t, it.ActivityID).Orders {
+		if o.RequestID == "before-4" {
+			firstNo = o.OrderNo
+		}
+	}
+	if firstNo == "" {
+		t.Fatal("no order of request before-4")
 	}
 	if r := buy("before-4", 4); r.Status != http.StatusOK || r.Body["replayed"] != true || r.Str("orderNo") != firstNo {
 		t.Errorf("retry after the fix: %d %v; want a replay of %s", r.Status, r.Body, firstNo)
@@ -457,8 +478,8 @@ func TestReconcilerFixAfterRedisLostTheFence(t *testing.T) {
 			t.Fatalf("fix %d: exit %d\n%s", i+1, code, out)
 		}
 	}
-	if n := p.count(t, `SELECT token FROM lock_fences WHERE name = '`+reconciler.FixLockName+`'`); n < 2 {
-		t.Fatalf("recorded fence %d, want at least 2", n)
+	if n, err := p.Orders.RecordedFence(ctx, reconciler.FixLockName); err != nil || n < 2 {
+		t.Fatalf("recorded fence %d (%v), want at least 2", n, err)
 	}
 
 	// The restart: every key is gone, the fencing counter with them.

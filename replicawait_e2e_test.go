@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -46,11 +45,8 @@ func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
 	pair := testenv.MustRedisPair(t)
 	p := replicaWaitPipeline(t, pair.Primary.Addr, 1)
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
-	rdb := redis.NewClient(&redis.Options{Addr: pair.Primary.Addr})
-	defer rdb.Close()
-	ctx := context.Background()
+	onPrimary := stock.New(pair.Primary.Client(t), "")
 	it := stock.Item{ActivityID: 1, ItemID: 1}
-	k := stocktest.KeysOf(stock.New(rdb, ""), it)
 	body := orderBody{RequestID: "wait-1", UserID: 7, ActivityID: 1, ItemID: 1, Quantity: 1}
 
 	pair.Replica.Pause(t)
@@ -62,14 +58,14 @@ func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
 	if msg := fmt.Sprint(r.Body["error"]); !strings.Contains(msg, "nothing was reserved") {
 		t.Errorf("503 says %s, want \"nothing was reserved\"", msg)
 	}
-	if n, err := rdb.Get(ctx, k.Stock).Int64(); err != nil || n != 10 {
-		t.Errorf("stock after the 503: %d (%v), want 10", n, err)
+	if n, ok := stocktest.Stock(t, onPrimary, it); !ok || n != 10 {
+		t.Errorf("stock after the 503: %d (key present: %v), want 10", n, ok)
 	}
-	if n, err := rdb.Exists(ctx, k.Limit(body.UserID)).Result(); err != nil || n != 0 {
-		t.Errorf("limit marker after the 503: %d (%v), want none", n, err)
+	if owner := stocktest.MarkerOwner(t, onPrimary, it, body.UserID); owner != "" {
+		t.Errorf("limit marker after the 503: held by %q, want none", owner)
 	}
-	if n, err := rdb.HLen(ctx, k.Journal).Result(); err != nil || n != 0 {
-		t.Errorf("journal after the 503: %d entries (%v), want none", n, err)
+	if j := stocktest.Journal(t, onPrimary, it); len(j) != 0 {
+		t.Errorf("journal after the 503: %d entries, want none", len(j))
 	}
 
 	// Replica back: the retry reserves afresh, and its event is the first
@@ -86,8 +82,8 @@ func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
 	if ev.OrderNo != r.Str("orderNo") {
 		t.Errorf("first event on the topic is %s, want the retry's %s: the 503 produced one", ev.OrderNo, r.Str("orderNo"))
 	}
-	if n, err := rdb.Get(ctx, k.Stock).Int64(); err != nil || n != 9 {
-		t.Errorf("stock after the 202: %d (%v), want 9", n, err)
+	if n, ok := stocktest.Stock(t, onPrimary, it); !ok || n != 9 {
+		t.Errorf("stock after the 202: %d (key present: %v), want 9", n, ok)
 	}
 }
 
@@ -113,8 +109,6 @@ func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
 			p.mustSale(t, 1, 1, map[int64]int64{1: 100})
 			it := stock.Item{ActivityID: 1, ItemID: 1}
 			ctx := context.Background()
-			promoted := redis.NewClient(&redis.Options{Addr: pair.Replica.Addr})
-			defer promoted.Close()
 
 			type req struct {
 				body  orderBody
@@ -131,9 +125,7 @@ func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
 			}
 			// The promotion: the replica stops replicating; the old primary,
 			// not told yet, still answers the gateway.
-			if err := promoted.Do(ctx, "replicaof", "no", "one").Err(); err != nil {
-				t.Fatal(err)
-			}
+			pair.Replica.Promote(t)
 			for i := range 2 {
 				b := orderBody{RequestID: fmt.Sprintf("after-%d", i), UserID: int64(i + 11), ActivityID: 1, ItemID: 1, Quantity: 1}
 				r := p.order(t, b)
@@ -152,7 +144,7 @@ func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
 			proxy.Retarget(pair.Replica.Addr)
 			pair.Primary.Stop()
 
-			lookup := stock.New(promoted, "")
+			lookup := stock.New(pair.Replica.Client(t), "")
 			lost := 0
 			for _, q := range append(before, after...) {
 				accepted := q.first.Status == http.StatusAccepted
@@ -217,13 +209,8 @@ func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
 	link := testenv.MustProxy(t, primaryServer.Addr)
 	linkHost, linkPort, _ := net.SplitHostPort(link.Addr)
 	replicaServer := testenv.MustRedisServer(t, "--replicaof", linkHost, linkPort)
-	promoted := redis.NewClient(&redis.Options{Addr: replicaServer.Addr})
-	defer promoted.Close()
 	ctx := context.Background()
-	testenv.WaitFor(t, 15*time.Second, "the replica to sync", func() bool {
-		info, err := promoted.Info(ctx, "replication").Result()
-		return err == nil && strings.Contains(info, "master_link_status:up")
-	})
+	replicaServer.WaitSynced(t)
 	proxy := testenv.MustProxy(t, primaryServer.Addr)
 	var logs syncBuffer
 	p := mustPipelineLogging(t, both, func(c *config) {
@@ -237,9 +224,7 @@ func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
 	}
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
-	primary := redis.NewClient(&redis.Options{Addr: primaryServer.Addr})
-	defer primary.Close()
-	onPrimary := stock.New(primary, "")
+	onPrimary := stock.New(primaryServer.Client(t), "")
 
 	// The gateway's produce requests are held, then failed once the test
 	// says so (its producer tries three times, each bounded at 2 s, so the
@@ -308,9 +293,7 @@ func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
 	// The failover: the primary dies with the claim, the replica is
 	// promoted and the Redis address moved to it.
 	primaryServer.Stop()
-	if err := promoted.Do(ctx, "replicaof", "no", "one").Err(); err != nil {
-		t.Fatal(err)
-	}
+	replicaServer.Promote(t)
 	proxy.Retarget(replicaServer.Addr)
 	select {
 	case a := <-answer:
@@ -364,7 +347,7 @@ func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
 	if s := p.dbStock(t, it); s.Stock != 9 {
 		t.Errorf("db stock %d, want 9 (one order)", s.Stock)
 	}
-	st := stock.New(promoted, "")
+	st := stock.New(replicaServer.Client(t), "")
 	testenv.WaitFor(t, 30*time.Second, "the promoted replica's journal to drain", func() bool {
 		snap, err := st.Snapshot(ctx, it)
 		return err == nil && len(snap.Journal) == 0

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
@@ -49,9 +51,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 		c.Stock.Prefix = ""
 		c.BreakerOpenFor = 300 * time.Millisecond
 	})
-	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
-	defer rdb.Close()
-	st := stock.New(rdb, "")
+	st := stock.New(rs.Client(t), "")
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	p.mustSale(t, 1, 1, map[int64]int64{1: 100000})
 
@@ -109,27 +109,22 @@ func TestRedisDownFailsClosed(t *testing.T) {
 		t.Errorf("no 503 while redis was down: %v", downSeen)
 	}
 	// Every accepted order reaches Postgres once Redis is back.
+	ctx := context.Background()
 	testenv.WaitFor(t, 30*time.Second, "accepted orders persisted", func() bool {
-		var n int
-		p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE order_no = ANY($1)`, accepted).Scan(&n)
-		return n == len(accepted)
+		return ordertest.CountOrdersAmong(t, p.Orders, accepted) == len(accepted)
 	})
 	// A reserve whose reply was lost as Redis died may still be in the
 	// journal: it is in flight, and I5's in-flight form must hold exactly.
-	ctx := context.Background()
 	testenv.WaitFor(t, 10*time.Second, "db and redis to agree", func() bool {
 		db := p.dbStock(t, it)
-		redisStock, _ := rdb.Get(ctx, stocktest.KeysOf(st, it).Stock).Int64()
-		var inflight int64
-		for rid := range rdb.HGetAll(ctx, stocktest.KeysOf(st, it).Journal).Val() {
-			var done bool
-			p.DB.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processed_requests WHERE request_id = $1)`, rid).Scan(&done)
-			if !done {
-				inflight++
-			}
+		redisStock, _ := stocktest.Stock(t, st, it)
+		rids := slices.Collect(maps.Keys(stocktest.Journal(t, st, it)))
+		done, err := p.Orders.ProcessedAmong(ctx, rids)
+		if err != nil {
+			return false
 		}
-		var live int64
-		p.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM orders WHERE status IN ('UNPAID', 'PAID')`).Scan(&live)
+		inflight := int64(len(rids) - len(done))
+		live := ordertest.CountLive(t, p.Orders)
 		return db.InitialStock == db.Stock+live && db.Stock-redisStock == inflight
 	})
 }
@@ -195,16 +190,13 @@ func TestWorkerWaitsForPostgres(t *testing.T) {
 	if got := committedOffsets(t, p); got != 0 {
 		t.Fatalf("worker committed %d offsets while Postgres was down", got)
 	}
-	var n int
-	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n)
-	if n != 0 {
+	if n := ordertest.CountOrders(t, p.Orders); n != 0 {
 		t.Fatalf("%d orders written while Postgres was unreachable?", n)
 	}
 	proxy.Up(t)
 	p.waitDrained(t, it)
 	testenv.WaitFor(t, 20*time.Second, "offsets committed", func() bool { return committedOffsets(t, p) == orders })
-	p.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM orders`).Scan(&n)
-	if n != orders {
+	if n := ordertest.CountOrders(t, p.Orders); n != orders {
 		t.Errorf("%d orders after Postgres returned, want %d", n, orders)
 	}
 	p.assertInvariants(t, it)
@@ -312,7 +304,6 @@ func TestHungRedisAnswers503InTime(t *testing.T) {
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Redis.Addr = proxy.Addr; c.Redis.Timeout = redisTimeout })
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
 	it := stock.Item{ActivityID: 1, ItemID: 1}
-	k := stocktest.KeysOf(p.Stock, it)
 	proxy.Hang()
 
 	start := time.Now()
@@ -327,8 +318,12 @@ func TestHungRedisAnswers503InTime(t *testing.T) {
 		t.Errorf("503 after %v with REDIS_TIMEOUT=%v: the call was retried or waited beyond its bound", took, redisTimeout)
 	}
 	ctx := context.Background()
-	if left, _ := p.Redis.Client.Get(ctx, k.Stock).Int64(); left != 10 ||
-		p.Redis.Client.Exists(ctx, k.Limit(7), k.Req("hung-1")).Val() != 0 || p.Redis.Client.HLen(ctx, k.Journal).Val() != 0 {
+	tr, err := p.Stock.Traces(ctx, []stock.Item{it}, "hung-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := p.redisStock(t, it); left != 10 || stocktest.MarkerOwner(t, p.Stock, it, 7) != "" || tr[0].Dedup != nil ||
+		len(stocktest.Journal(t, p.Stock, it)) != 0 {
 		t.Errorf("a hung Redis left a reservation: stock %d", left)
 	}
 }

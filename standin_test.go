@@ -4,16 +4,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/database"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/standin"
+	"orderpipe/pkg/stock"
 	"orderpipe/pkg/target"
 )
 
@@ -41,9 +42,12 @@ func TestStandinsReplaceOnlyMissingServices(t *testing.T) {
 		if cfg.Redis.Addr == before.Redis.Addr || cfg.Database.URL == before.Database.URL {
 			t.Fatalf("stand-ins not used: %+v", cfg)
 		}
-		rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr})
+		rdb, err := cfg.Redis.New(redisconn.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer rdb.Close()
-		if err := rdb.Ping(ctx).Err(); err != nil {
+		if err := stock.New(rdb, "").Ping(ctx); err != nil {
 			t.Errorf("redis stand-in: %v", err)
 		}
 		if err := database.Prepare(ctx, log, cfg.Database.URL); err != nil {
@@ -53,10 +57,10 @@ func TestStandinsReplaceOnlyMissingServices(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var n int
-		err = pool.QueryRow(ctx, `SELECT count(*) FROM item_stock`).Scan(&n)
+		// The stock table, read by the store that will use it: empty, not missing.
+		_, err = order.NewStore(pool).ItemStockOf(ctx, 1, 1)
 		pool.Close()
-		if err != nil {
+		if !errors.Is(err, order.ErrNotFound) {
 			t.Errorf("migrated tables: %v", err)
 		}
 		stop()

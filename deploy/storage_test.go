@@ -26,27 +26,18 @@ import (
 //   - helper: imports an owner's test helper (stocktest, ordertest) or its
 //     internal package.
 //
-// Each kind is allowed in its owners' directories only. Test code that has
-// not moved onto the owners' test helpers yet is listed file by file in
-// storagePending: the list may only shrink (a listed file that no longer
-// needs its entry fails the test too), so nothing new reaches behind an owner.
+// Each kind is allowed in its owners' directories only: tests and test
+// tools reach behind an owner through its test helper package.
 func TestStorageHasOneOwner(t *testing.T) {
 	t.Parallel()
 	found := storageAccess(t)
 	for file, kinds := range found {
 		for _, kind := range kinds {
-			if storageAllowed(kind, file) || slices.Contains(storagePending[file], kind) {
+			if storageAllowed(kind, file) {
 				continue
 			}
 			t.Errorf("%s: %s outside its owner (%s); call a typed method of the owner instead (docs/architecture.md, Who owns storage)",
 				file, kind, storageOwners[kind])
-		}
-	}
-	for file, kinds := range storagePending {
-		for _, kind := range kinds {
-			if !slices.Contains(found[file], kind) {
-				t.Errorf("%s no longer has %s: drop it from storagePending", file, kind)
-			}
 		}
 	}
 	// The owners hand out neither their client nor their pool.
@@ -85,23 +76,6 @@ func storageAllowed(kind, file string) bool {
 	// An owner's test helper is for tests and the test tools (the bench's
 	// load and audit, the chaos suite).
 	return kind == "helper" && (strings.HasSuffix(file, "_test.go") || strings.HasPrefix(file, "bench/"))
-}
-
-// storagePending is the test code (and test tools) that still reaches
-// behind an owner: their own SQL in the invariant checkers and end-to-end
-// tests, raw Redis reads in the bench and chaos audits. Only ever shorten it.
-var storagePending = map[string][]string{
-	"admin_read_e2e_test.go":    {"sql"},
-	"cancel_e2e_test.go":        {"sql"},
-	"buckets_e2e_test.go":       {"sql", "key"},
-	"closer_e2e_test.go":        {"sql"},
-	"e2e_test.go":               {"sql", "key"},
-	"observability_e2e_test.go": {"sql"},
-	"preheat_e2e_test.go":       {"sql", "key"},
-	"reconcile_e2e_test.go":     {"sql"},
-	"replicawait_e2e_test.go":   {"redis"},
-	"resilience_test.go":        {"redis", "sql"},
-	"standin_test.go":           {"redis", "sql"},
 }
 
 var (

@@ -19,6 +19,10 @@ func TestBucketTagsAndRouting(t *testing.T) {
 	if it.Tag() != "{a7:i9}" || it.ForUser(42, 1).Tag() != "{a7:i9}" {
 		t.Errorf("one bucket: tag %s, want the plain {a7:i9}", it.Tag())
 	}
+	// One bucket keeps today's keys exactly.
+	if k := stocktest.KeysOf(stock.New(nil, "p:"), it.ForUser(42, 1)); k.Stock != "p:stock:{a7:i9}" || k.Sale != "p:sale:{a7:i9}" {
+		t.Errorf("one bucket's keys are %q and %q, want p:stock:{a7:i9} and p:sale:{a7:i9}", k.Stock, k.Sale)
+	}
 	b3 := stock.Item{ActivityID: 7, ItemID: 9, Bucket: 3}
 	if b3.Tag() != "{a7:i9:b3}" || b3.String() != "7:9" || b3.Base() != it {
 		t.Errorf("bucket 3: tag %s, key %s, base %v", b3.Tag(), b3.String(), b3.Base())

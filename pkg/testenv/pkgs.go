@@ -74,7 +74,7 @@ func (c *CommandCounts) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // commandstats), read on a connection of its own.
 func (s *RedisServer) CommandCalls(tb testing.TB, cmd string) int64 {
 	tb.Helper()
-	info, err := redisInfo(s.Addr, "commandstats")
+	info, err := RedisInfo(context.Background(), s.Addr, "commandstats")
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -223,7 +223,7 @@ func MustReplicaOf(tb testing.TB, primary *RedisServer) *RedisServer {
 	host, port, _ := net.SplitHostPort(primary.Addr)
 	replica := MustRedisServer(tb, "--replicaof", host, port)
 	WaitFor(tb, 15*time.Second, "the replica to sync with its primary", func() bool {
-		info, err := redisInfo(replica.Addr, "replication")
+		info, err := RedisInfo(context.Background(), replica.Addr, "replication")
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	})
 	return replica
@@ -252,15 +252,6 @@ func (s *RedisServer) Resume(tb testing.TB) {
 	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		tb.Fatalf("resuming redis-server: %v", err)
 	}
-}
-
-// redisInfo is INFO section of the server at addr.
-func redisInfo(addr, section string) (string, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	return c.Info(ctx, section).Result()
 }
 
 // Stop kills the server (its append-only file keeps every write).

@@ -1,0 +1,118 @@
+package ordertest
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/internal/handle"
+)
+
+// Totals are the order tables' totals over every activity.
+type Totals struct {
+	Orders, Decisions, Compensations int64 // rows of orders, processed_requests, redis_compensations
+	Stock, Versions                  int64 // item_stock's stock and version, summed
+}
+
+// CountAll reads the Totals of the order tables, of every activity.
+func CountAll(tb TB, st *order.Store) Totals {
+	tb.Helper()
+	var t Totals
+	err := handle.Pool(st).QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM orders), (SELECT count(*) FROM processed_requests), (SELECT count(*) FROM redis_compensations),
+		(SELECT COALESCE(sum(stock), 0) FROM item_stock), (SELECT COALESCE(sum(version), 0) FROM item_stock)`).
+		Scan(&t.Orders, &t.Decisions, &t.Compensations, &t.Stock, &t.Versions)
+	if err != nil {
+		tb.Fatalf("counting the order tables: %v", err)
+	}
+	return t
+}
+
+// CountSales counts the activities rows and the item_stock rows, of every activity.
+func CountSales(tb TB, st *order.Store) (activities, items int64) {
+	tb.Helper()
+	err := handle.Pool(st).QueryRow(context.Background(),
+		`SELECT (SELECT count(*) FROM activities), (SELECT count(*) FROM item_stock)`).Scan(&activities, &items)
+	if err != nil {
+		tb.Fatalf("counting activities and items: %v", err)
+	}
+	return activities, items
+}
+
+// MarkHold holds the statement that marks an item preheated, so a test can cut the link while it is in flight.
+type MarkHold struct {
+	st   *order.Store
+	conn *pgxpool.Conn
+}
+
+// HoldPreheatMark puts a trigger making item_stock's first preheated_at wait on an advisory lock it takes; defer Close.
+func HoldPreheatMark(tb TB, st *order.Store) *MarkHold {
+	tb.Helper()
+	ctx := context.Background()
+	if _, err := handle.Pool(st).Exec(ctx, `
+		CREATE FUNCTION test_hold_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN PERFORM pg_advisory_xact_lock(hashtext(current_database())); RETURN NEW; END $$;
+		CREATE TRIGGER test_hold_mark BEFORE UPDATE OF preheated_at ON item_stock FOR EACH ROW
+			WHEN (OLD.preheated_at IS NULL AND NEW.preheated_at IS NOT NULL) EXECUTE FUNCTION test_hold_mark()`); err != nil {
+		tb.Fatalf("putting the preheat mark's hold: %v", err)
+	}
+	conn, err := handle.Pool(st).Acquire(ctx)
+	if err != nil {
+		tb.Fatalf("acquiring the hold's connection: %v", err)
+	}
+	h := &MarkHold{st: st, conn: conn}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext(current_database()))`); err != nil {
+		h.Close()
+		tb.Fatalf("taking the hold's lock: %v", err)
+	}
+	return h
+}
+
+// Waiting reads which backend's statement waits on the hold's lock (ok false: none yet).
+func (h *MarkHold) Waiting() (pid int32, ok bool) {
+	err := handle.Pool(h.st).QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&pid)
+	return pid, err == nil
+}
+
+// Release gives up the hold's lock: the statement waiting on it goes on.
+func (h *MarkHold) Release(tb TB) {
+	tb.Helper()
+	if _, err := h.conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext(current_database()))`); err != nil {
+		tb.Fatalf("releasing the hold's lock: %v", err)
+	}
+}
+
+// Drop takes the hold's trigger off item_stock: marks no longer wait.
+func (h *MarkHold) Drop(tb TB) {
+	tb.Helper()
+	if _, err := handle.Pool(h.st).Exec(context.Background(), `DROP TRIGGER test_hold_mark ON item_stock`); err != nil {
+		tb.Fatalf("dropping the preheat mark's hold: %v", err)
+	}
+}
+
+// Close gives the hold's connection back to the pool.
+func (h *MarkHold) Close() { h.conn.Release() }
+
+// CountOrdersAmong counts the order rows, whatever their status, among orderNos.
+func CountOrdersAmong(tb TB, st *order.Store, orderNos []string) int {
+	tb.Helper()
+	var n int
+	err := handle.Pool(st).QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE order_no = ANY($1)`, orderNos).Scan(&n)
+	if err != nil {
+		tb.Fatalf("counting orders among %d: %v", len(orderNos), err)
+	}
+	return n
+}
+
+// CountLive counts the live orders (UNPAID or PAID) of every activity.
+func CountLive(tb TB, st *order.Store) int64 {
+	tb.Helper()
+	var n int64
+	err := handle.Pool(st).QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE status IN ('UNPAID', 'PAID')`).Scan(&n)
+	if err != nil {
+		tb.Fatalf("counting live orders: %v", err)
+	}
+	return n
+}
