@@ -78,12 +78,14 @@ for rate in $RATES; do
     ) &
     prof=$!
   fi
+  curl -s "http://$HTTP_ADDR/metrics" >"$OUT/latency-$run-$rate.waits0" || true
   before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   rstatus=0
   env -u GOGC -u GOMEMLIMIT "$BIN" bench -c "$C" --rate "$rate" -n "$n" --stock "$n" --retry-share 0 --repeat-share 0 --wait-ready 60s \
     --url "http://$HTTP_ADDR" --floor-url "http://127.0.0.1:$floor_port" \
     --json-out "$OUT/latency-$run-$rate.json" --html-out "$OUT/latency-$run-$rate.html" >"$txt" 2>"$txt.err" || rstatus=$?
   after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  curl -s "http://$HTTP_ADDR/metrics" >"$OUT/latency-$run-$rate.waits1" || true
   if [ -n "$prof" ]; then wait "$prof" 2>/dev/null || true; fi
   [ "$rstatus" -gt "$status" ] && status=$rstatus
   if [ "$rstatus" -ge 2 ]; then
@@ -96,6 +98,12 @@ for rate in $RATES; do
     open && /^ *gateway / && !gw { gw = $2 " / " $3 " / " $4 " / " $5 }
     open && /gateway \/ trivial handler/ { for (i = 1; i <= NF; i++) if ($i == "P99") { ratio = $(i + 1); gsub(/[×,]/, "", ratio) } }
     END { printf "%-6s  %-28s  %-36s  %-9s  %s\n", rate, tr, gw, ratio, cpu }' "$txt"
+  waits_summary "$OUT/latency-$run-$rate.waits0" "$OUT/latency-$run-$rate.waits1" >"$OUT/latency-$run-$rate.waits"
+done
+echo "the gateway's own waits (its reserve and produce histograms):"
+for rate in $RATES; do
+  echo " at $rate req/s:"
+  cat "$OUT/latency-$run-$rate.waits"
 done
 echo "the reports: $OUT/latency-$run-<rate>.txt and .html; orderpipe all's log: $log"
 if [ -n "$PROFILE" ]; then

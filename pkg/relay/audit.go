@@ -29,7 +29,7 @@ func Audit(ctx context.Context, orders *order.Store, client *kafka.Client, topic
 	}
 	// A broker just restarted may fail a read (a connection it dropped):
 	// that is not a verdict, so the read is tried again for a while.
-	var published map[string][]seen
+	var published topicRead
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if published, err = readTopic(ctx, client, topic, activityID); err == nil || time.Now().After(deadline) {
@@ -44,7 +44,7 @@ func Audit(ctx context.Context, orders *order.Store, client *kafka.Client, topic
 	if err != nil {
 		return nil, err
 	}
-	return check(hist, published), nil
+	return check(hist, published.events, published.expired), nil
 }
 
 // seen is one status event read from the topic.
@@ -54,16 +54,58 @@ type seen struct {
 	err   string // what is wrong with the message itself
 }
 
+// topicRead is what readTopic found.
+type topicRead struct {
+	events map[string][]seen // by orderNo
+	// retainedFrom is, for each partition the broker has deleted the start
+	// of (retention), when its first retained message was written; zero for
+	// a partition that still holds everything written to it.
+	retainedFrom map[int]time.Time
+	partitions   []int
+}
+
+// expiredSlack is how long after a partition's first retained message an
+// event the outbox marked published may still have been written before it:
+// the relay marks a batch once its write is acknowledged.
+const expiredSlack = 2 * time.Second
+
+// expired says whether the event of orderNo that the outbox marked
+// published at publishedAt may have been deleted by the topic's retention:
+// its partition (the relay's key hash) no longer holds its start, and the
+// event was published before the first message it still holds.
+func (t topicRead) expired(orderNo string, publishedAt time.Time) bool {
+	if len(t.partitions) == 0 {
+		return false
+	}
+	p := (&kafka.Hash{}).Balance(kafka.Message{Key: []byte(orderNo)}, t.partitions...)
+	from, truncated := t.retainedFrom[p]
+	return truncated && publishedAt.Before(from.Add(expiredSlack))
+}
+
 // readTopic reads every event of the activity on the topic, in offset
 // order per partition (one order's events are all in one partition).
-func readTopic(ctx context.Context, client *kafka.Client, topic string, activityID int64) (map[string][]seen, error) {
+func readTopic(ctx context.Context, client *kafka.Client, topic string, activityID int64) (topicRead, error) {
 	r := dlq.Reader{Client: client, Topic: topic}
 	bounds, err := r.Partitions(ctx)
 	if err != nil {
-		return nil, err
+		return topicRead{}, err
 	}
-	out := map[string][]seen{}
+	out := topicRead{events: map[string][]seen{}, retainedFrom: map[int]time.Time{}}
+	started := time.Now()
+	for _, b := range bounds {
+		out.partitions = append(out.partitions, b.Partition)
+		if b.First > 0 {
+			// A partition retention has emptied holds nothing from before now.
+			out.retainedFrom[b.Partition] = started
+		}
+	}
+	sort.Ints(out.partitions)
+	firstOf := map[int]bool{}
 	err = r.Scan(ctx, bounds, func(l dlq.Letter) error {
+		if _, truncated := out.retainedFrom[l.Partition]; truncated && !firstOf[l.Partition] {
+			firstOf[l.Partition] = true
+			out.retainedFrom[l.Partition] = l.Time
+		}
 		st, derr := event.DecodeStatus(l.Value)
 		s := seen{OrderStatus: st, where: l.Position.String()}
 		switch {
@@ -77,11 +119,11 @@ func readTopic(ctx context.Context, client *kafka.Client, topic string, activity
 		if derr == nil && st.ActivityID != activityID {
 			return nil
 		}
-		out[st.OrderNo] = append(out[st.OrderNo], s)
+		out.events[st.OrderNo] = append(out.events[st.OrderNo], s)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", topic, err)
+		return topicRead{}, fmt.Errorf("reading %s: %w", topic, err)
 	}
 	return out, nil
 }
@@ -95,8 +137,11 @@ func header(l dlq.Letter, key string) string {
 	return ""
 }
 
-// check compares the histories with what the topic holds.
-func check(hist map[string]*order.OrderHistory, published map[string][]seen) []string {
+// check compares the histories with what the topic holds. The first
+// versions of an order that the topic no longer holds are not missing when
+// expired says retention may have deleted them (a topic keeps a bounded
+// log; the outbox recorded their publication).
+func check(hist map[string]*order.OrderHistory, published map[string][]seen, expired func(orderNo string, publishedAt time.Time) bool) []string {
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, "I7: "+fmt.Sprintf(format, args...)) }
 	nos := make([]string, 0, len(hist))
@@ -129,8 +174,19 @@ func check(hist map[string]*order.OrderHistory, published map[string][]seen) []s
 		if fmt.Sprint(rows) != fmt.Sprint(h.Want) {
 			bad("%s: outbox holds %q, but the order's history is %q", no, rows, h.Want)
 		}
-		// The topic: every version of the history, in order, nothing else.
+		// The topic: every version of the history, in order, nothing else;
+		// a first few versions retention deleted count as seen.
 		max := 0
+		onTopic := map[int]bool{}
+		for _, s := range published[no] {
+			onTopic[s.Version] = true
+		}
+		for _, r := range h.Rows {
+			if onTopic[r.Version] || r.Version != max+1 || r.PublishedAt == nil || expired == nil || !expired(no, *r.PublishedAt) {
+				break
+			}
+			max = r.Version
+		}
 		for _, s := range published[no] {
 			if s.err != "" {
 				bad("%s: message at %s: %s", no, s.where, s.err)

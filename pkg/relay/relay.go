@@ -203,7 +203,7 @@ func (r *Relay) publish(ctx context.Context, evs []order.StatusEvent) (ids []int
 	spans := make([]trace.Span, 0, len(evs))
 	var undecodable []int64
 	for i, e := range evs {
-		st, derr := event.DecodeStatus(e.Payload)
+		st, derr := event.ParseStored(e.Payload)
 		if derr != nil {
 			// Only this package's own SQL writes payloads: a row that
 			// does not decode is a bug, and stopping the outbox for it
