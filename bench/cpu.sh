@@ -197,10 +197,10 @@ half=$(awk -v n="$N_OPEN" -v r="$OPEN_RATE" 'BEGIN{printf "%.1f", n / r}')
 gw=$(IDLE_S=$half per gateway open "$N_OPEN")
 fl=$(per floor open "$N_OPEN")
 rd=$(IDLE_S=$half per redis open "$N_OPEN")
-bare=$(echo "$rb" | awk '$1 == "reserve-accept" {for (i = 1; i <= NF; i++) if ($i == "us/call") print $(i - 1)}')
+bare=$(echo "$rb" | awk '$1 == "reserve-accept" {for (i = 1; i <= NF; i++) if ($i == "us/call") print $(i - 2)}')
 wk=$(IDLE_S=$half per worker open "$N_OPEN")
 pg=$(IDLE_S=$half per postgres open "$N_OPEN")
 echo "floors, at $OPEN_RATE req/s (CPU µs per request; the components' idle cost taken off):"
 printf '  gateway per accepted order %6.1f   trivial handler per request %6.1f   ×%s (goal ≤ 1.5)\n' "$gw" "$fl" "$(awk -v a="$gw" -v b="$fl" 'BEGIN{printf "%.2f", a / b}')"
 printf '  redis per accepted order   %6.1f   bare reserve script per call %5.1f   ×%s (goal ≤ 1.5)\n' "$rd" "${bare:-0}" "$(awk -v a="$rd" -v b="${bare:-0}" 'BEGIN{if (b > 0) printf "%.2f", a / b; else print "?"}')"
-printf '  worker + postgres per order %5.1f + %.1f, %s\n' "$wk" "$pg" "$(report open "$tmp/open.before" "$tmp/open.after" "$N_OPEN" | sed -n 's/^  worker transactions: //p')"
+printf '  worker + postgres per order %5.1f + %.1f (the open phase'"'"'s worker transactions above)\n' "$wk" "$pg"
