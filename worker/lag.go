@@ -23,15 +23,39 @@ const lagLogEvery = time.Minute
 // (StartOffset: FirstOffset). It asks the broker only; a worker stuck on a
 // batch, or not running at all, does not change the answer.
 func GroupLag(ctx context.Context, c *kafka.Client, topic, group string) (int64, error) {
+	offs, err := GroupOffsets(ctx, c, topic, group)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, o := range offs {
+		sum += partitionLag(o.LogStart, o.HighWatermark, o.Committed)
+	}
+	return sum, nil
+}
+
+// PartitionOffsets are one partition's offsets and the group's position.
+type PartitionOffsets struct {
+	LogStart, HighWatermark int64
+	Committed               int64 // -1: nothing committed
+}
+
+// Consumed is where the group will read next: its committed offset, or the
+// log start when it committed nothing or less.
+func (o PartitionOffsets) Consumed() int64 { return max(o.Committed, o.LogStart) }
+
+// GroupOffsets reads, for every partition of topic, its log start and high
+// watermark and the group's committed offset, from the broker.
+func GroupOffsets(ctx context.Context, c *kafka.Client, topic, group string) (map[int]PartitionOffsets, error) {
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return 0, fmt.Errorf("reading metadata of %s: %w", topic, err)
+		return nil, fmt.Errorf("reading metadata of %s: %w", topic, err)
 	}
 	if len(md.Topics) != 1 || md.Topics[0].Name != topic {
-		return 0, fmt.Errorf("topic %s missing from metadata", topic)
+		return nil, fmt.Errorf("topic %s missing from metadata", topic)
 	}
 	if err := md.Topics[0].Error; err != nil {
-		return 0, fmt.Errorf("metadata of %s: %w", topic, err)
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
 	var parts []int
 	var reqs []kafka.OffsetRequest
@@ -40,22 +64,22 @@ func GroupLag(ctx context.Context, c *kafka.Client, topic, group string) (int64,
 		reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
 	}
 	if len(parts) == 0 {
-		return 0, fmt.Errorf("topic %s has no partitions", topic)
+		return nil, fmt.Errorf("topic %s has no partitions", topic)
 	}
 	lo, err := c.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
 	if err != nil {
-		return 0, fmt.Errorf("listing offsets of %s: %w", topic, err)
+		return nil, fmt.Errorf("listing offsets of %s: %w", topic, err)
 	}
 	first, last := map[int]int64{}, map[int]int64{}
 	for _, p := range lo.Topics[topic] {
 		if p.Error != nil {
-			return 0, fmt.Errorf("listing offsets of %s/%d: %w", topic, p.Partition, p.Error)
+			return nil, fmt.Errorf("listing offsets of %s/%d: %w", topic, p.Partition, p.Error)
 		}
 		first[p.Partition], last[p.Partition] = p.FirstOffset, p.LastOffset
 	}
 	of, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
 	if err != nil {
-		return 0, fmt.Errorf("fetching offsets of group %s: %w", group, err)
+		return nil, fmt.Errorf("fetching offsets of group %s: %w", group, err)
 	}
 	committed := map[int]int64{}
 	switch {
@@ -63,29 +87,29 @@ func GroupLag(ctx context.Context, c *kafka.Client, topic, group string) (int64,
 		// A group that never joined (some brokers answer so, others with
 		// no offsets): nothing committed anywhere.
 	case of.Error != nil:
-		return 0, fmt.Errorf("fetching offsets of group %s: %w", group, of.Error)
+		return nil, fmt.Errorf("fetching offsets of group %s: %w", group, of.Error)
 	default:
 		for _, p := range of.Topics[topic] {
 			if p.Error != nil {
-				return 0, fmt.Errorf("fetching offsets of group %s on %s/%d: %w", group, topic, p.Partition, p.Error)
+				return nil, fmt.Errorf("fetching offsets of group %s on %s/%d: %w", group, topic, p.Partition, p.Error)
 			}
 			committed[p.Partition] = p.CommittedOffset
 		}
 	}
-	var sum int64
+	out := make(map[int]PartitionOffsets, len(parts))
 	for _, p := range parts {
 		f, okF := first[p]
 		l, okL := last[p]
 		if !okF || !okL || f < 0 || l < 0 {
-			return 0, fmt.Errorf("no offsets for %s/%d", topic, p)
+			return nil, fmt.Errorf("no offsets for %s/%d", topic, p)
 		}
 		c, ok := committed[p]
 		if !ok {
 			c = -1
 		}
-		sum += partitionLag(f, l, c)
+		out[p] = PartitionOffsets{LogStart: f, HighWatermark: l, Committed: c}
 	}
-	return sum, nil
+	return out, nil
 }
 
 // partitionLag is one partition's lag: from the committed offset, or from

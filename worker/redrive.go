@@ -91,6 +91,13 @@ type RedriveDeps struct {
 	// has been in the journal, the backoff between republishes (nil:
 	// time.Now, whose monotonic reading no wall-clock step moves).
 	TickFunc func() time.Time
+	// Offsets reads the orders topic's partitions and the workers' group
+	// position (GroupOffsets). An entry is republished only once the group
+	// has consumed every partition past where it ended when the entry was
+	// first seen: before that, its event may still be waiting in a backlog,
+	// and republishing it would only add a copy behind it (under a backlog
+	// of minutes, a copy of nearly every entry). Nil: not consulted.
+	Offsets func(ctx context.Context) (map[int]PartitionOffsets, error)
 }
 
 // Redriver re-publishes stranded reservations.
@@ -104,7 +111,18 @@ type Redriver struct {
 	// an entry is stranded once it is After old by the gateway's stamp or
 	// by this observation, so a gateway clock ahead of the worker's (a
 	// reservedAt in the future) delays its redrive by After at most.
-	first map[stock.Ref]time.Time
+	first map[stock.Ref]firstSeen
+	// pos and end are this pass's reading of Offsets: the group's position
+	// and where each partition ends (nil: not read, or it failed).
+	pos map[int]PartitionOffsets
+	end map[int]int64
+}
+
+// firstSeen is when this process first saw a journal entry, and where the
+// orders topic ended then (nil: not known yet).
+type firstSeen struct {
+	at  time.Time
+	end map[int]int64
 }
 
 type resent struct {
@@ -124,7 +142,7 @@ func NewRedriver(cfg RedriveConfig, deps RedriveDeps) *Redriver {
 	if deps.TickFunc == nil {
 		deps.TickFunc = time.Now
 	}
-	return &Redriver{cfg: cfg, deps: deps, sent: map[stock.Ref]resent{}, first: map[stock.Ref]time.Time{}}
+	return &Redriver{cfg: cfg, deps: deps, sent: map[stock.Ref]resent{}, first: map[stock.Ref]firstSeen{}}
 }
 
 // RedriveResult counts one pass.
@@ -135,6 +153,7 @@ type RedriveResult struct {
 	Acked       int
 	Rejected    int // decided as rejected, awaiting their compensation
 	Unreadable  int
+	Behind      int  // stranded by age, but the group has not consumed past them yet
 	Skipped     bool // another replica holds the lock
 }
 
@@ -170,7 +189,7 @@ func (r *Redriver) Run(ctx context.Context) error {
 		case err != nil:
 		case res.Republished+res.Acked > 0:
 			r.deps.Log.Info("redrive pass", "republished", res.Republished, "acked", res.Acked,
-				"rejected_waiting", res.Rejected, "entries", res.Entries)
+				"rejected_waiting", res.Rejected, "behind_the_group", res.Behind, "entries", res.Entries)
 		}
 	}
 }
@@ -184,6 +203,20 @@ func (r *Redriver) runOnce(ctx context.Context) (RedriveResult, error) {
 	}
 	seen := map[stock.Ref]bool{}
 	var errs []error
+	r.pos, r.end = nil, nil
+	if r.deps.Offsets != nil {
+		pos, err := r.deps.Offsets(ctx)
+		if err != nil {
+			// Nothing is republished this pass: where the group stands is
+			// not known. Decided entries are still acknowledged.
+			errs = append(errs, fmt.Errorf("reading the orders topic's offsets: %w", err))
+		} else {
+			r.pos, r.end = pos, make(map[int]int64, len(pos))
+			for p, o := range pos {
+				r.end[p] = o.HighWatermark
+			}
+		}
+	}
 	for _, si := range items {
 		for b := range max(si.Buckets, 1) { // each bucket has its journal
 			it := stock.Item{ActivityID: si.ActivityID, ItemID: si.ItemID, Bucket: b}
@@ -231,11 +264,14 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 		ref := stock.Ref{RequestID: rid, OrderNo: ev.OrderNo}
 		seen[ref] = true
 		first, ok := r.first[ref]
-		if !ok {
-			first = tick
-			r.first[ref] = tick
+		if !ok || first.end == nil {
+			if !ok {
+				first.at = tick
+			}
+			first.end = r.end // shared by every entry first seen in this pass
+			r.first[ref] = first
 		}
-		if now.Sub(ev.ReservedAt) < r.cfg.After && tick.Sub(first) < r.cfg.After {
+		if now.Sub(ev.ReservedAt) < r.cfg.After && tick.Sub(first.at) < r.cfg.After {
 			continue
 		}
 		old = append(old, journaled{ev: ev, raw: raw})
@@ -263,6 +299,10 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 			// Not decided, or the requestId was decided for another
 			// reservation: the worker rejects this one and gives it back.
 			if s, ok := r.sent[ref]; ok && tick.Before(s.next) {
+				continue
+			}
+			if !r.consumedPast(ref) {
+				res.Behind++
 				continue
 			}
 			msgs = append(msgs, redriven(j))
@@ -334,6 +374,26 @@ func (r *Redriver) startSends(ctx context.Context, it stock.Item, refs []stock.R
 		}
 	}
 	return ctxs, spans
+}
+
+// consumedPast says whether the group has consumed every partition of the
+// orders topic past where it ended when ref was first seen: its event, if
+// a gateway produced it, is then behind the group. Always true without
+// Offsets; false while the position or that end is not known.
+func (r *Redriver) consumedPast(ref stock.Ref) bool {
+	if r.deps.Offsets == nil {
+		return true
+	}
+	end := r.first[ref].end
+	if r.pos == nil || end == nil {
+		return false
+	}
+	for p, e := range end {
+		if o, ok := r.pos[p]; !ok || o.Consumed() < e {
+			return false
+		}
+	}
+	return true
 }
 
 // redriven is the journaled event as the gateway would have produced it,

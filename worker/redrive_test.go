@@ -259,3 +259,59 @@ func TestRedriveWaitsForReplicas(t *testing.T) {
 		return err == nil && pass.Republished == 1
 	})
 }
+
+// TestRedriveWaitsForTheGroupToPassABacklog: a stranded-looking entry is
+// not republished while the workers' group has not consumed the orders
+// topic past where it ended when the entry was first seen (its event may
+// be in that backlog: a copy would only double the backlog); once the
+// group has, it is. Without the group's position (a failed read) nothing
+// is republished either.
+func TestRedriveWaitsForTheGroupToPassABacklog(t *testing.T) {
+	t.Parallel()
+	f := newRedriveSale(t, 9, 10)
+	group := testenv.UniqueName("group.")
+	writer := event.NewWriter(event.WriterConfig{Brokers: f.k.Brokers, Topic: f.topic})
+	defer writer.Close()
+	// A backlog: three events of other reservations nobody consumed yet.
+	for i := range 3 {
+		ev := event.OrderRequested{RequestID: fmt.Sprintf("backlog-%d", i), OrderNo: fmt.Sprintf("9-10-backlog-%d", i), UserID: int64(100 + i),
+			ActivityID: 9, ItemID: 10, Quantity: 1, ReservedAt: f.now}
+		if err := writer.WriteMessages(f.ctx, kafka.Message{Key: []byte("9:10"), Value: ev.Marshal()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.reserve("stranded", 1, f.now.Add(-time.Minute)) // a minute old when first seen
+	client := &kafka.Client{Addr: kafka.TCP(f.k.Brokers...), Timeout: 10 * time.Second}
+	var failRead bool
+	rd := NewRedriver(RedriveConfig{After: 30 * time.Second}, RedriveDeps{Orders: f.orders, Stock: f.st, Events: writer,
+		Locker: lock.New(f.r.Client, f.r.Prefix), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Offsets: func(ctx context.Context) (map[int]PartitionOffsets, error) {
+			if failRead {
+				return nil, errors.New("broker unreachable")
+			}
+			return GroupOffsets(ctx, client, f.topic, group)
+		}})
+	pass := func(want, behind int, wantErr bool, what string) {
+		t.Helper()
+		res, err := rd.runOnce(f.ctx)
+		if (err != nil) != wantErr || res.Republished != want || res.Behind != behind {
+			t.Fatalf("%s: pass %+v, err %v; want %d republished, %d behind, an error: %v", what, res, err, want, behind, wantErr)
+		}
+	}
+	pass(0, 1, false, "the group has consumed nothing of the backlog")
+	commit := func(offset int64) {
+		t.Helper()
+		_, err := client.OffsetCommit(f.ctx, &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1,
+			Topics: map[string][]kafka.OffsetCommit{f.topic: {{Partition: 0, Offset: offset}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(2)
+	pass(0, 1, false, "the group two of three into the backlog")
+	commit(3)
+	failRead = true
+	pass(0, 1, true, "the group's position unreadable")
+	failRead = false
+	pass(1, 0, false, "the group past the backlog")
+}
