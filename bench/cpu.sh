@@ -55,12 +55,8 @@ REAL_KAFKA=${KAFKA_BROKERS:-}
 
 . bench/lib.sh
 
-run="$(date +%s)$$"
-db="orderpipe_cpu_$run"
-export DATABASE_URL="$PG/$db?sslmode=disable"
+fresh_run cpu
 export REDIS_ADDR="$REDIS_HOST:$REDIS_PORT"
-export REDIS_KEY_PREFIX="cpu$run:"
-export ADMIN_TOKEN="cpu-$run"
 unset PPROF_ADDR
 mkdir -p "$OUT"
 log="$OUT/cpu-$run.log"
@@ -70,8 +66,7 @@ cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  "$BIN" bench --purge-keys >/dev/null 2>&1 || true
-  psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || echo "cpu: database $db left behind" >&2
+  drop_run cpu
   if [ -n "$REAL_KAFKA" ]; then
     for t in "$KAFKA_TOPIC" "$KAFKA_DLQ_TOPIC"; do
       deploy/kafka/kafka.sh java org.apache.kafka.tools.TopicCommand --bootstrap-server "$REAL_KAFKA" \

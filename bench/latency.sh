@@ -27,11 +27,7 @@ PROFILE=${PROFILE:-}
 
 . bench/lib.sh
 
-run="$(date +%s)$$"
-db="orderpipe_lat_$run"
-export DATABASE_URL="$PG/$db?sslmode=disable"
-export REDIS_KEY_PREFIX="lat$run:"
-export ADMIN_TOKEN="lat-$run"
+fresh_run lat
 unset KAFKA_BROKERS # the embedded broker, as make run
 mkdir -p "$OUT"
 log="$OUT/latency-$run.log"
@@ -41,8 +37,7 @@ cleanup() {
     kill "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
-  "$BIN" bench --purge-keys >/dev/null 2>&1 || true
-  psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || echo "latency: database $db left behind" >&2
+  drop_run latency
 }
 trap cleanup EXIT
 

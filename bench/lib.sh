@@ -108,3 +108,18 @@ waits_summary() {
       }
     }' "$1" "$2"
 }
+
+# fresh_run NAME: a run id ($run), a database ($db) and Redis key prefix of
+# its own, exported with ADMIN_TOKEN for every orderpipe process the script
+# starts; drop_run NAME deletes what the run wrote (its keys, its database).
+fresh_run() {
+  run="$(date +%s)$$"
+  db="orderpipe_$1_$run"
+  export DATABASE_URL="$PG/$db?sslmode=disable"
+  export REDIS_KEY_PREFIX="$1$run:"
+  export ADMIN_TOKEN="$1-$run"
+}
+drop_run() {
+  "$BIN" bench --purge-keys >/dev/null 2>&1 || true
+  psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || echo "$1: database $db left behind" >&2
+}

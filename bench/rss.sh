@@ -5,7 +5,8 @@
 # by the load tool for N requests on a sale with enough stock that every one
 # is accepted, while its resident set (VmRSS in /proc/<pid>/status) is
 # sampled every second. Prints the curve (one line per 10 % of the run) and
-# the maximum, writes every sample to $OUT/rss-<run>.csv, then stops the
+# the maximum, writes every sample to $OUT/rss-<run>.csv and the load tool's
+# HTML report (RSS over time charted) to $OUT/rss-load-<run>.html, then stops the
 # process and removes what the run created.
 #   N=300000 C=100 bench/rss.sh            (bin/orderpipe-dev: make build-dev)
 #   RATE=1000 N=600000 bench/rss.sh         an open loop: N requests at RATE req/s (10 min)
@@ -24,11 +25,7 @@ PG=${PG:-postgres://postgres@127.0.0.1:5432}
 
 . bench/lib.sh
 
-run="$(date +%s)$$"
-db="orderpipe_rss_$run"
-export DATABASE_URL="$PG/$db?sslmode=disable"
-export REDIS_KEY_PREFIX="rss$run:"
-export ADMIN_TOKEN="rss-$run"
+fresh_run rss
 unset KAFKA_BROKERS # the embedded broker, as make run
 mkdir -p "$OUT"
 log="$OUT/rss-$run.log"
@@ -40,8 +37,7 @@ cleanup() {
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   fi
-  "$BIN" bench --purge-keys >/dev/null 2>&1 || true
-  psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || echo "rss: database $db left behind" >&2
+  drop_run rss
 }
 trap cleanup EXIT
 
@@ -68,7 +64,7 @@ echo "rss: orderpipe all (pid $pid) on $HTTP_ADDR, database $db; $N requests, c=
 status=0
 # GOMEMLIMIT, if given, is for orderpipe all, not for the load tool.
 GOMEMLIMIT='' "$BIN" bench -c "$C" ${RATE:+--rate "$RATE"} -n "$N" --stock "$STOCK" --retry-share 0 --repeat-share 0 --wait-ready 60s --drain-timeout 5m \
-  --url "http://$HTTP_ADDR" --json-out "$OUT/rss-load-$run.json" >"$OUT/rss-load-$run.txt" 2>"$OUT/rss-load-$run.err" || status=$?
+  --url "http://$HTTP_ADDR" --json-out "$OUT/rss-load-$run.json" --html-out "$OUT/rss-load-$run.html" >"$OUT/rss-load-$run.txt" 2>"$OUT/rss-load-$run.err" || status=$?
 sleep 5 # a few samples after the drain
 kill "$sampler" 2>/dev/null || true
 sampler=""
@@ -80,4 +76,5 @@ awk -F, -v rows="$rows" 'NR > 1 {
     i = NR - 1; if (i == 1 || i == rows || i % int(rows / 10 > 0 ? rows / 10 : 1) == 0) printf "  t=%4ss %6.1f\n", $1, $2 / 1024
     if ($2 > max) { max = $2; at = $1 }
   } END { printf "max %.1f MiB at t=%ss\n", max / 1024, at }' "$csv"
+echo "the load's report, RSS and CPU of orderpipe all charted over the run: $OUT/rss-load-$run.html"
 exit "$status"

@@ -44,18 +44,7 @@ func deleteOn(ctx context.Context, client redis.UniversalClient, pattern string,
 		if len(batch) == 0 {
 			return nil
 		}
-		var err error
-		if perKey {
-			_, err = client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, k := range batch {
-					p.Unlink(ctx, k)
-				}
-				return nil
-			})
-		} else {
-			err = client.Unlink(ctx, batch...).Err()
-		}
-		if err != nil {
+		if err := unlink(ctx, client, perKey, batch); err != nil {
 			return fmt.Errorf("deleting keys matching %s: %w", pattern, err)
 		}
 		n += len(batch)
