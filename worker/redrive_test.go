@@ -282,6 +282,11 @@ func TestRedriveWaitsForTheGroupToPassABacklog(t *testing.T) {
 	}
 	f.reserve("stranded", 1, f.now.Add(-time.Minute)) // a minute old when first seen
 	client := &kafka.Client{Addr: kafka.TCP(f.k.Brokers...), Timeout: 10 * time.Second}
+	// A real cluster's brokers may take a moment to answer for a fresh topic.
+	testenv.WaitFor(t, 30*time.Second, "the fresh topic's offsets", func() bool {
+		_, err := GroupOffsets(f.ctx, client, f.topic, group)
+		return err == nil
+	})
 	var failRead bool
 	rd := NewRedriver(RedriveConfig{After: 30 * time.Second}, RedriveDeps{Orders: f.orders, Stock: f.st, Events: writer,
 		Locker: lock.New(f.r.Client, f.r.Prefix), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -158,7 +158,7 @@ func (s Security) EnsureTopics(ctx context.Context, brokers []string, partitions
 			return fmt.Errorf("creating topic %s: %w", topic, err)
 		}
 	}
-	return waitLeaders(ctx, client, topics)
+	return s.waitLeaders(ctx, client, topics)
 }
 
 // waitLeaders waits until every broker names a leader for every partition
@@ -168,7 +168,7 @@ func (s Security) EnsureTopics(ctx context.Context, brokers []string, partitions
 // every key lands on one) or fails with LEADER_NOT_AVAILABLE, and a broker
 // whose metadata lags sends a client to no leader or an old one. Bounded by
 // ctx and 30 s.
-func waitLeaders(ctx context.Context, client *kafka.Client, topics []string) error {
+func (s Security) waitLeaders(ctx context.Context, client *kafka.Client, topics []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
@@ -176,7 +176,7 @@ func waitLeaders(ctx context.Context, client *kafka.Client, topics []string) err
 		if err == nil {
 			if !allLed(md, len(topics)) {
 				err = errors.New("a partition has no leader yet")
-			} else if err = brokersAgree(ctx, client, md, topics); err == nil {
+			} else if err = s.brokersAgree(ctx, md, topics); err == nil {
 				return nil
 			}
 		}
@@ -188,17 +188,28 @@ func waitLeaders(ctx context.Context, client *kafka.Client, topics []string) err
 	}
 }
 
-// brokersAgree asks every broker in md for the topics' metadata: each must
-// name the same leaders (a reader or writer may ask any of them).
-func brokersAgree(ctx context.Context, client *kafka.Client, md *kafka.MetadataResponse, topics []string) error {
+// brokersAgree asks every broker in md, on a connection of its own (a
+// pooled client may send a metadata request to any broker), for the
+// topics' partitions: each must know them all and name the same leaders
+// (a reader or writer may ask any of them).
+func (s Security) brokersAgree(ctx context.Context, md *kafka.MetadataResponse, topics []string) error {
 	want := leaders(md)
+	d := s.Dialer(5 * time.Second)
 	for _, b := range md.Brokers {
-		addr := kafka.TCP(net.JoinHostPort(b.Host, strconv.Itoa(b.Port)))
-		other, err := client.Metadata(ctx, &kafka.MetadataRequest{Addr: addr, Topics: topics})
+		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(b.Host, strconv.Itoa(b.Port)))
+		if err != nil {
+			return fmt.Errorf("reaching broker %d: %w", b.ID, err)
+		}
+		parts, err := conn.ReadPartitions(topics...)
+		conn.Close()
 		if err != nil {
 			return fmt.Errorf("metadata from broker %d: %w", b.ID, err)
 		}
-		if !allLed(other, len(topics)) || !maps.Equal(leaders(other), want) {
+		got := map[string]int{}
+		for _, p := range parts {
+			got[p.Topic+"/"+strconv.Itoa(p.ID)] = p.Leader.ID
+		}
+		if !maps.Equal(got, want) {
 			return fmt.Errorf("broker %d does not name the same leaders yet", b.ID)
 		}
 	}
