@@ -31,7 +31,7 @@ func TestAuditToleratesOnlyWhatRetentionDeleted(t *testing.T) {
 	// Partition 0 (of one) holds messages from t0+10s on.
 	read := topicRead{partitions: []int{0}, retainedFrom: map[int]time.Time{0: t0.Add(10 * time.Second)}}
 	hist := map[string]*order.OrderHistory{
-		old:  closed(old, at(0), at(time.Minute)),             // v1 before the retained start, v2 still there
+		old:  closed(old, at(0), at(time.Minute)),              // v1 before the retained start, v2 still there
 		late: closed(late, at(time.Minute), at(2*time.Minute)), // v1 after it: it must be there
 	}
 	problems := check(hist, map[string][]seen{old: v2(old), late: v2(late)}, read.expired)
