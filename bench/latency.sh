@@ -6,7 +6,9 @@
 # rate the load tool sends SECONDS seconds of requests, every one a new user
 # and accepted, first to the trivial handler and then to the gateway, latency
 # from each request's intended time. Prints one row per rate and the CPU
-# seconds `orderpipe all` used in each; keeps each run's report in $OUT.
+# seconds `orderpipe all` used in each, then, for the middle of each half,
+# how busy the machine was and each part's CPU per request (orderpipe all,
+# Redis, PostgreSQL, the load tool); keeps each run's report in $OUT.
 #   bench/latency.sh                              1000, 2000 and 4000 req/s, 15 s each
 #   RATES=2000 SECONDS_EACH=30 bench/latency.sh
 #   PROFILE=2000 bench/latency.sh                 also, at 2000 req/s, a 5 s CPU profile and an
@@ -31,9 +33,9 @@ fresh_run lat
 unset KAFKA_BROKERS # the embedded broker, as make run
 mkdir -p "$OUT"
 log="$OUT/latency-$run.log"
-pid="" floor_pid=""
+pid="" floor_pid="" load_pid=""
 cleanup() {
-  for p in $pid $floor_pid; do
+  for p in $load_pid $pid $floor_pid; do
     kill "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
@@ -57,6 +59,16 @@ wait_port "$http_port" "$pid" || { echo "latency: orderpipe all exited or did no
 wait_port "$floor_port" "$floor_pid" || { echo "latency: the trivial handler did not listen; see $log.floor" >&2; exit 2; }
 
 hz=$(getconf CLK_TCK)
+# part_pids NAME: the pids cpu_window counts as NAME.
+part_pids() {
+  case "$1" in
+    all) echo "$pid" ;;
+    floor) echo "$floor_pid" ;;
+    load) echo "$load_pid" ;;
+    redis) pgrep -x redis-server || true ;;
+    postgres) pgrep -x postgres || true ;;
+  esac
+}
 echo "latency: orderpipe all (pid $pid) on $HTTP_ADDR, database $db; rates $RATES req/s, ${SECONDS_EACH}s each, at most $C connections"
 printf '%-6s  %-28s  %-36s  %-9s  %s\n' "req/s" "trivial P50 / P99 / max" "gateway P50 / P99 / P99.9 / max" "P99 ×" "all CPU s"
 status=0
@@ -78,7 +90,15 @@ for rate in $RATES; do
   rstatus=0
   env -u GOGC -u GOMEMLIMIT "$BIN" bench -c "$C" --rate "$rate" -n "$n" --stock "$n" --retry-share 0 --repeat-share 0 --wait-ready 60s \
     --url "http://$HTTP_ADDR" --floor-url "http://127.0.0.1:$floor_port" \
-    --json-out "$OUT/latency-$run-$rate.json" --html-out "$OUT/latency-$run-$rate.html" >"$txt" 2>"$txt.err" || rstatus=$?
+    --json-out "$OUT/latency-$run-$rate.json" --html-out "$OUT/latency-$run-$rate.html" >"$txt" 2>"$txt.err" &
+  load_pid=$!
+  cpu_window "$txt.err" "the floor first" "$SECONDS_EACH" "$OUT/latency-$run-$rate.cpu-floor" part_pids floor load &
+  win_floor=$!
+  cpu_window "$txt.err" "then the gateway" "$SECONDS_EACH" "$OUT/latency-$run-$rate.cpu-gateway" part_pids all redis postgres load &
+  win_gateway=$!
+  wait "$load_pid" || rstatus=$?
+  kill "$win_floor" "$win_gateway" 2>/dev/null || true
+  wait "$win_floor" "$win_gateway" 2>/dev/null || true
   after=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   curl -s "http://$HTTP_ADDR/metrics" >"$OUT/latency-$run-$rate.waits1" || true
   if [ -n "$prof" ]; then wait "$prof" 2>/dev/null || true; fi
@@ -94,6 +114,19 @@ for rate in $RATES; do
     open && /gateway \/ trivial handler/ { for (i = 1; i <= NF; i++) if ($i == "P99") { ratio = $(i + 1); gsub(/[×,]/, "", ratio) } }
     END { printf "%-6s  %-28s  %-36s  %-9s  %s\n", rate, tr, gw, ratio, cpu }' "$txt"
   waits_summary "$OUT/latency-$run-$rate.waits0" "$OUT/latency-$run-$rate.waits1" >"$OUT/latency-$run-$rate.waits"
+done
+echo "CPU µs per request in the middle $((SECONDS_EACH - 4)) s of each half (the machine's busy and steal share; redis and postgres: every such process here):"
+printf '%-6s  %-34s  %s\n' "req/s" "trivial half: machine / floor / load" "gateway half: machine / all / redis / postgres / load"
+for rate in $RATES; do
+  awk -v rate="$rate" '
+    FNR == 1 { f++ }
+    $1 == "window" { w[f] = $2; next }
+    $1 == "machine" { m[f] = $2 "% (" $3 "%)"; next }
+    { c[f, $1] = $2 }
+    function us(h, n) { return (h, n) in c && w[h] > 0 ? sprintf("%.0f", 1e6 * c[h, n] / (rate * w[h])) : "-" }
+    END { printf "%-6s  %-34s  %s\n", rate, m[1] " / " us(1, "floor") " / " us(1, "load"),
+      m[2] " / " us(2, "all") " / " us(2, "redis") " / " us(2, "postgres") " / " us(2, "load") }' \
+    "$OUT/latency-$run-$rate.cpu-floor" "$OUT/latency-$run-$rate.cpu-gateway" 2>/dev/null || echo "$rate  (no CPU window: the load ended early)"
 done
 echo "the gateway's own waits (its reserve and produce histograms):"
 for rate in $RATES; do

@@ -123,3 +123,38 @@ drop_run() {
   "$BIN" bench --purge-keys >/dev/null 2>&1 || true
   psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || echo "$1: database $db left behind" >&2
 }
+
+# machine_ticks: one line "busy idle steal" (clock ticks since boot, every
+# CPU) from /proc/stat; busy is user, nice, system, irq and softirq.
+machine_ticks() {
+  awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $5 + $6, $9 }' /proc/stat
+}
+
+# cpu_window FILE PATTERN SECONDS OUT PIDS NAME...: once a line matching
+# PATTERN appears in FILE (a load run's progress), waits 2 s and then
+# records, over the SECONDS - 4 s that follow, the machine's busy and steal
+# shares and the CPU seconds of each named part, whose pids the function
+# PIDS NAME prints (asked again at each end of the window, so processes
+# started meanwhile count from their start). Writes "window <s>",
+# "machine <busy %> <steal %>" and "<name> <cpu s>" lines to OUT. Run it in
+# the background beside the load.
+cpu_window() {
+  local file=$1 pattern=$2 secs=$3 out=$4 pids=$5 name m0 m1
+  shift 5
+  for _ in $(seq 1 1200); do
+    grep -q "$pattern" "$file" 2>/dev/null && break
+    sleep 0.1
+  done
+  sleep 2
+  m0=$(machine_ticks)
+  for name in "$@"; do pid_ticks $("$pids" "$name") | sed "s/^/$name /"; done >"$out.0"
+  sleep $((secs - 4))
+  m1=$(machine_ticks)
+  for name in "$@"; do pid_ticks $("$pids" "$name") | sed "s/^/$name /"; done >"$out.1"
+  {
+    echo "window $((secs - 4))"
+    echo "$m0 $m1" | awk '{ b = $4 - $1; i = $5 - $2; s = $6 - $3; t = b + i + s; printf "machine %.0f %.0f\n", 100 * b / t, 100 * s / t }'
+    awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { b[$1 " " $2] = $3; next } { k = $1 " " $2; t[$1] += $3 - (k in b ? b[k] : 0) } END { for (n in t) printf "%s %.2f\n", n, t[n] / hz }' "$out.0" "$out.1"
+  } >"$out"
+  rm -f "$out.0" "$out.1"
+}

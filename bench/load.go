@@ -84,6 +84,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if floor, err = measureFloor(ctx, client, cfg, work); err != nil {
 			return nil, err
 		}
+		fmt.Fprintf(cfg.Progress, "bench: then the gateway: %d requests at %.0f req/s over at most %d connections at %s\n",
+			len(work), cfg.Rate, cfg.Concurrency, cfg.URL)
 	}
 	answers, loadTime, lastAccept, open, err := drive(ctx, client, cfg, work, scr)
 	if err != nil {
