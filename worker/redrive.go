@@ -243,12 +243,24 @@ type journaled struct {
 	raw string
 }
 
+// item redrives the journal of one item (one bucket of it).
 func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, seen map[stock.Ref]bool) error {
-	entries, err := r.deps.Stock.Journal(ctx, it)
-	if err != nil || len(entries) == 0 {
-		return err
-	}
-	res.Items++
+	// A page at a time: under a long backlog the journal holds hundreds of
+	// thousands of entries, and the pass keeps only what it decides on.
+	// An entry HSCAN brings twice is acked twice (a no-op) or skipped the
+	// second time (just sent: r.sent).
+	counted := false
+	return r.deps.Stock.JournalPages(ctx, it, func(entries map[string]string) error {
+		if !counted {
+			res.Items++
+			counted = true
+		}
+		return r.page(ctx, it, entries, res, seen)
+	})
+}
+
+// page is item's work on one page of the journal.
+func (r *Redriver) page(ctx context.Context, it stock.Item, entries map[string]string, res *RedriveResult, seen map[stock.Ref]bool) error {
 	res.Entries += len(entries)
 	now, tick := r.deps.NowFunc(), r.deps.TickFunc()
 	var old []journaled

@@ -104,6 +104,31 @@ func TestRedrivePass(t *testing.T) {
 	}
 }
 
+// TestRedriveLongJournal: a journal longer than one page (the pass reads
+// it a page at a time) has every old undecided entry re-published once in
+// one pass, and none again in the next.
+func TestRedriveLongJournal(t *testing.T) {
+	t.Parallel()
+	const n = 1100
+	f := newRedriveSaleOf(t, 11, 12, n)
+	old := f.now.Add(-time.Minute)
+	for i := range n {
+		f.reserve(fmt.Sprintf("s%d", i), int64(i+1), old)
+	}
+	writer := event.NewWriter(event.WriterConfig{Brokers: f.k.Brokers, Topic: f.topic})
+	defer writer.Close()
+	rd := NewRedriver(RedriveConfig{After: 30 * time.Second}, RedriveDeps{Orders: f.orders, Stock: f.st, Events: writer,
+		Locker: lock.New(f.r.Client, f.r.Prefix), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NowFunc: func() time.Time { return f.now }, TickFunc: func() time.Time { return f.now }})
+	res, err := rd.runOnce(f.ctx)
+	if err != nil || res.Republished != n || res.Entries < n || res.Items != 1 {
+		t.Fatalf("pass %+v %v; want %d re-published of the item's %d entries", res, err, n, n)
+	}
+	if res, err := rd.runOnce(f.ctx); err != nil || res.Republished != 0 {
+		t.Errorf("second pass %+v %v; want nothing re-published", res, err)
+	}
+}
+
 func contains(ss []string, s string) bool {
 	for _, x := range ss {
 		if x == s {
@@ -128,6 +153,11 @@ type redriveSale struct {
 }
 
 func newRedriveSale(t *testing.T, act, itemID int64) redriveSale {
+	return newRedriveSaleOf(t, act, itemID, 10)
+}
+
+// newRedriveSaleOf is newRedriveSale with units in stock.
+func newRedriveSaleOf(t *testing.T, act, itemID, units int64) redriveSale {
 	db, r, k := testenv.MustDatabase(t), testenv.MustRedis(t), testenv.MustKafka(t)
 	ctx := context.Background()
 	topic := testenv.UniqueName("orders.requested.")
@@ -138,11 +168,11 @@ func newRedriveSale(t *testing.T, act, itemID int64) redriveSale {
 	it := stock.Item{ActivityID: act, ItemID: itemID}
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	a := order.Activity{ID: act, Name: "redrive", StartsAt: now.Add(-time.Hour), EndsAt: now.Add(time.Hour), PerUserLimit: 1,
-		Items: []order.ItemStock{{ItemID: itemID, InitialStock: 10}}}
+		Items: []order.ItemStock{{ItemID: itemID, InitialStock: units}}}
 	if err := orders.UpsertActivity(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: 1}); err != nil {
+	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: units, StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: 1}); err != nil {
 		t.Fatal(err)
 	}
 	reserve := func(rid string, user int64, at time.Time) event.OrderRequested {

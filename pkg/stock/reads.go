@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,22 +29,43 @@ func (s *Store) JournalIDs(ctx context.Context, it Item) ([]string, error) {
 // Journal reads an item's journal, requestId → entry, a few hundred
 // entries a call (HSCAN), so a long journal never blocks Redis.
 func (s *Store) Journal(ctx context.Context, it Item) (map[string]string, error) {
-	key := s.keys(it).Journal
 	out := map[string]string{}
+	err := s.JournalPages(ctx, it, func(page map[string]string) error {
+		maps.Copy(out, page)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// JournalPages calls fn with an item's journal a page (HSCAN's, about 500
+// entries) at a time, so neither Redis nor the caller ever holds a long
+// journal at once. As with any HSCAN, an entry the journal holds from start
+// to end comes at least once and may come twice; fn's error ends the scan.
+func (s *Store) JournalPages(ctx context.Context, it Item, fn func(page map[string]string) error) error {
+	key := s.keys(it).Journal
 	var cursor uint64
 	for {
 		kv, next, err := s.rdb.HScan(ctx, key, cursor, "", 500).Result()
 		if errors.Is(err, redis.Nil) {
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading journal: %w", err)
+			return fmt.Errorf("reading journal: %w", err)
 		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			out[kv[i]] = kv[i+1]
+		if len(kv) > 0 {
+			page := make(map[string]string, len(kv)/2)
+			for i := 0; i+1 < len(kv); i += 2 {
+				page[kv[i]] = kv[i+1]
+			}
+			if err := fn(page); err != nil {
+				return err
+			}
 		}
 		if cursor = next; cursor == 0 {
-			return out, nil
+			return nil
 		}
 	}
 }

@@ -2,6 +2,8 @@ package stock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -65,5 +67,40 @@ func TestReads(t *testing.T) {
 	}
 	if err := f.s.Ping(ctx); err != nil {
 		t.Errorf("Ping: %v", err)
+	}
+}
+
+// TestJournalPages: a journal longer than a page comes in several pages
+// that together hold every entry, and fn's error ends the scan with it.
+func TestJournalPages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const n = 1200
+	f := mustFixture(t, n, 1)
+	for i := range n {
+		rid := fmt.Sprintf("r%d", i)
+		if res := f.reserve(t, rid, "1-2-"+rid, int64(i+1), 1, "fp"); res.Outcome != stock.Reserved {
+			t.Fatalf("reserve %s: %v", rid, res.Outcome)
+		}
+	}
+	got := map[string]string{}
+	pages := 0
+	err := f.s.JournalPages(ctx, f.item, func(page map[string]string) error {
+		pages++
+		maps.Copy(got, page)
+		return nil
+	})
+	if err != nil || len(got) != n || pages < 2 {
+		t.Fatalf("JournalPages: %d entries in %d pages, %v; want %d entries in more than one page", len(got), pages, err, n)
+	}
+	whole, err := f.s.Journal(ctx, f.item)
+	if err != nil || !maps.Equal(whole, got) {
+		t.Errorf("Journal holds %d entries (%v), the pages %d", len(whole), err, len(got))
+	}
+	stop := errors.New("stop")
+	pages = 0
+	err = f.s.JournalPages(ctx, f.item, func(map[string]string) error { pages++; return stop })
+	if !errors.Is(err, stop) || pages != 1 {
+		t.Errorf("JournalPages with fn failing: %d pages, %v; want 1 page and fn's error", pages, err)
 	}
 }
