@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -28,16 +29,18 @@ const (
 	maxBatch = 256
 )
 
-// batcher coalesces concurrent calls of one script into pipelines: one write
-// and one read system call for many scripts instead of one each, for the
+// batcher coalesces concurrent script calls into pipelines: one write and
+// one read system call for many scripts instead of one each, for the
 // gateway and for Redis. Each script still runs atomically on its own; a
-// pipeline is not a transaction. Nothing waits for companions: a call is
-// sent at once while fewer than maxPipelines are in flight, otherwise it
-// joins the next batch, which the first pipeline to finish sends. The
-// goroutines that send exist only while calls are queued.
+// pipeline is not a transaction. A call waits for no companion: it is sent
+// at once while fewer than maxPipelines are in flight, otherwise it joins
+// the next batch, which the first pipeline to finish sends. Only a lazy
+// call (runLazy: a call nobody is waiting on to answer a client) waits, up
+// to its linger, to ride in the pipeline of the next call. The goroutines
+// that send exist only while calls are queued.
 type batcher struct {
 	rdb    redis.UniversalClient
-	script *redis.Script
+	script *redis.Script // what run and runAcked call
 	// wait, when Replicas > 0, ends each pipeline with WAIT: on the same
 	// connection, so it covers every script of the pipeline (and anything
 	// this connection wrote before), one round trip to the replicas per
@@ -51,10 +54,11 @@ type batcher struct {
 
 // call is one queued script call.
 type call struct {
-	keys  []string
-	args  []any
-	state atomic.Int32 // queued → sent, or queued → abandoned
-	done  chan struct{}
+	script *redis.Script
+	keys   []string
+	args   []any
+	state  atomic.Int32 // queued → sent, or queued → abandoned
+	done   chan struct{}
 	// Set before done is closed.
 	cmd   *redis.Cmd
 	batch int
@@ -82,22 +86,40 @@ func (b *batcher) run(ctx context.Context, keys []string, args ...any) *redis.Cm
 // runAcked is run that also says how many replicas acknowledged the call's
 // writes (0 unless batcher.wait is on).
 func (b *batcher) runAcked(ctx context.Context, keys []string, args ...any) (*redis.Cmd, int64) {
+	return b.call(ctx, b.script, 0, keys, args)
+}
+
+// runLazy is run of script for a call whose reply no client is waiting
+// for: when no pipeline is in flight it waits up to linger for another call
+// to share one with (at a few hundred calls a second and more, the next
+// reserve), instead of a round trip of its own.
+func (b *batcher) runLazy(ctx context.Context, script *redis.Script, linger time.Duration, keys []string, args ...any) *redis.Cmd {
+	cmd, _ := b.call(ctx, script, linger, keys, args)
+	return cmd
+}
+
+func (b *batcher) call(ctx context.Context, script *redis.Script, linger time.Duration, keys []string, args []any) (*redis.Cmd, int64) {
 	if ctx.Err() != nil {
 		return notSent(ctx), 0
 	}
-	c := &call{keys: keys, args: args, done: make(chan struct{})}
+	c := &call{script: script, keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	if b.running < maxPipelines {
+	switch {
+	case b.running > 0 && (linger > 0 || b.running >= maxPipelines):
+		// A sender is running: it takes this call when its pipeline is back.
+	case linger == 0:
 		b.running++
 		go b.send()
+	default:
+		time.AfterFunc(linger, b.flushLazy)
 	}
 	b.mu.Unlock()
 
 	var span trace.Span
 	if trace.SpanFromContext(ctx).IsRecording() {
 		// What the span shows; the pipeline builds its own command.
-		shown := redis.NewCmd(ctx, append([]any{"evalsha", b.script.Hash(), len(keys)}, append(toAny(keys), args...)...)...)
+		shown := redis.NewCmd(ctx, append([]any{"evalsha", script.Hash(), len(keys)}, append(toAny(keys), args...)...)...)
 		_, span = telemetry.StartRedisSpan(ctx, b.rdb, shown)
 		defer span.End()
 	}
@@ -116,6 +138,17 @@ func (b *batcher) runAcked(ctx context.Context, keys []string, args ...any) (*re
 		}
 	}
 	return c.cmd, c.acked
+}
+
+// flushLazy sends the lazy calls no other call took along within their
+// linger.
+func (b *batcher) flushLazy() {
+	b.mu.Lock()
+	if len(b.queue) > 0 && b.running == 0 {
+		b.running++
+		go b.send()
+	}
+	b.mu.Unlock()
 }
 
 func notSent(ctx context.Context) *redis.Cmd {
@@ -157,7 +190,7 @@ func (b *batcher) send() {
 // again with EVAL.
 func (b *batcher) exec(batch []*call) {
 	ctx := context.Background()
-	err := b.pipeline(ctx, batch, b.script.EvalSha)
+	err := b.pipeline(ctx, batch, (*redis.Script).EvalSha)
 	if err != nil {
 		var again []*call
 		for _, c := range batch {
@@ -166,7 +199,7 @@ func (b *batcher) exec(batch []*call) {
 			}
 		}
 		if len(again) > 0 {
-			_ = b.pipeline(ctx, again, b.script.Eval)
+			_ = b.pipeline(ctx, again, (*redis.Script).Eval)
 		}
 	}
 	for _, c := range batch {
@@ -179,11 +212,11 @@ func (b *batcher) exec(batch []*call) {
 // followed by WAIT when the batcher waits for replicas. A pipeline on one
 // node runs on one connection, which is what WAIT's count is about.
 func (b *batcher) pipeline(ctx context.Context, calls []*call,
-	send func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) error {
+	send func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd) error {
 	var wait *redis.Cmd
 	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, c := range calls {
-			c.cmd = send(ctx, p, c.keys, c.args...)
+			c.cmd = send(c.script, ctx, p, c.keys, c.args...)
 		}
 		if b.wait.Replicas > 0 {
 			// Pipeliner has no Wait; the pipeline's read is bounded by

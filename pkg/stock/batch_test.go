@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -129,6 +130,86 @@ func TestConcurrentMarksSharePipelines(t *testing.T) {
 	if _, err := s.MarkPublished(cancelled(), it, []Ref{{RequestID: "r1", OrderNo: "o1"}}); !errors.Is(err, ErrNotSent) {
 		t.Errorf("mark with a cancelled context: %v, want ErrNotSent", err)
 	}
+}
+
+// pipelineLog records every pipeline a client sends: the scripts' SHA1s.
+type pipelineLog struct {
+	mu   sync.Mutex
+	shas [][]string
+}
+
+func (*pipelineLog) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*pipelineLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (l *pipelineLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var shas []string
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 1 {
+				shas = append(shas, fmt.Sprint(args[1]))
+			}
+		}
+		l.mu.Lock()
+		l.shas = append(l.shas, shas)
+		l.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (l *pipelineLog) sent() [][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.shas)
+}
+
+// TestMarkRidesWithTheNextReserve: a mark (a lazy call) waits, up to its
+// linger, for the next reserve and goes out in the same pipeline; a mark
+// that no reserve follows goes out alone once its linger is over.
+func TestMarkRidesWithTheNextReserve(t *testing.T) {
+	t.Parallel()
+	r := testenv.MustRedis(t)
+	log := &pipelineLog{}
+	r.Client.AddHook(log)
+	s, it := preheated(t, r.Client, r.Prefix, 10)
+	ctx := context.Background()
+	if res, err := s.Reserve(ctx, reservation(it, 1)); err != nil || res.Outcome != Reserved {
+		t.Fatalf("reserve 1: %v %v", res.Outcome, err)
+	}
+	k := s.keys(it)
+	marked := make(chan error, 1)
+	go func() {
+		// A linger no test outlasts: only the reserve below can send it.
+		marked <- s.reserves.runLazy(ctx, publishScript, time.Hour, []string{k.Req("r1")}, "o1").Err()
+	}()
+	for len(s.queued()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if res, err := s.Reserve(ctx, reservation(it, 2)); err != nil || res.Outcome != Reserved {
+		t.Fatalf("reserve 2: %v %v", res.Outcome, err)
+	}
+	if err := <-marked; err != nil {
+		t.Fatalf("mark: %v", err)
+	}
+	both := []string{publishScript.Hash(), reserveScript.Hash()}
+	if got := log.sent(); !slices.ContainsFunc(got, func(p []string) bool { return slices.Equal(p, both) }) {
+		t.Errorf("pipelines %v; want the mark and the reserve in one", got)
+	}
+
+	// Alone: sent after markLinger, within the context's time.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if n, err := s.MarkPublished(lctx, it, []Ref{{RequestID: "r2", OrderNo: "o2"}}); err != nil || n != 1 {
+		t.Fatalf("a mark alone: %d %v; want it sent once its linger is over", n, err)
+	}
+	if pub := r.Client.HGet(ctx, k.Req("r2"), "published").Val(); pub != "1" {
+		t.Errorf("r2 published=%q after its mark", pub)
+	}
+}
+
+// queued is the calls waiting for a pipeline.
+func (s *Store) queued() []*call {
+	s.reserves.mu.Lock()
+	defer s.reserves.mu.Unlock()
+	return slices.Clone(s.reserves.queue)
 }
 
 func cancelled() context.Context {

@@ -98,10 +98,11 @@ const IndexComplete = "*"
 
 // Store runs the scripts against one Redis (or cluster).
 type Store struct {
-	rdb       redis.UniversalClient
-	prefix    string
-	reserves  *batcher
-	publishes *batcher // the gateway marks every 202 published: one more call per order, so pipelined too
+	rdb    redis.UniversalClient
+	prefix string
+	// reserves pipelines the reserves, and the marks (MarkPublished) ride
+	// along: the gateway marks every 202, one more call per order.
+	reserves *batcher
 	// wait, when Replicas > 0, is asked of every write a decision rests
 	// on: the reserve (batcher.wait) and the worker's claim (ClaimEntries).
 	wait ReplicaWait
@@ -116,8 +117,7 @@ func init() {
 
 // New returns a Store; prefix is prepended to every key (tests isolate with it).
 func New(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, prefix: prefix, reserves: &batcher{rdb: rdb, script: reserveScript},
-		publishes: &batcher{rdb: rdb, script: publishScript}}
+	return &Store{rdb: rdb, prefix: prefix, reserves: &batcher{rdb: rdb, script: reserveScript}}
 }
 
 // ReplicaWait makes each reserve and each claim wait, on its connection,
@@ -455,11 +455,17 @@ func (s *Store) ClaimEntries(ctx context.Context, it Item, refs []Ref) ([]Claim,
 	return out, nil
 }
 
+// markLinger is how long a mark waits for a reserve to share a pipeline
+// with (batcher.runLazy): at 1000 orders a second one comes every
+// millisecond, and a retry waits for the mark at most this much longer.
+const markLinger = 2 * time.Millisecond
+
 // MarkPublished marks reservations of one item durable (their event is in
 // Kafka), so a retry of their request is shown the orderNo; a record that no
 // longer holds the orderNo is left alone. It returns how many it marked.
-// Concurrent calls share pipelines (see batcher); a call whose context ends
-// before it is sent fails with ErrNotSent and marks nothing.
+// The marks ride in the reserves' pipelines, waiting up to markLinger for
+// one (see batcher); a call whose context ends before it is sent fails with
+// ErrNotSent and marks nothing.
 func (s *Store) MarkPublished(ctx context.Context, it Item, refs []Ref) (int64, error) {
 	if len(refs) == 0 {
 		return 0, nil
@@ -470,7 +476,7 @@ func (s *Store) MarkPublished(ctx context.Context, it Item, refs []Ref) (int64, 
 	for i, r := range refs {
 		keys[i], args[i] = k.Req(r.RequestID), r.OrderNo
 	}
-	n, err := s.publishes.run(ctx, keys, args...).Int64()
+	n, err := s.reserves.runLazy(ctx, publishScript, markLinger, keys, args...).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("running publish script: %w", err)
 	}
