@@ -41,9 +41,15 @@ build: ## bin/orderpipe, the production binary (no embedded broker, no stand-ins
 build-dev: ## bin/orderpipe-dev: bin/orderpipe plus the embedded broker (`orderpipe kafka`) and the stand-ins, for bench and chaos
 	$(GO) build -tags dev -ldflags "$(LDFLAGS)" -o bin/orderpipe-dev .
 
-vet:
+vet: ## go vet, every analyzer, over the whole tree as both builds (production and -tags dev); test-kafka runs it first
 	$(GO) vet ./...
 	$(GO) vet -tags dev ./...
+
+# Every analyzer go vet has, for make test's go test: it then vets each
+# package it tests on the build it tests (-tags dev -race), with no second
+# compile of the tree (go vet would build it again without -race, once per
+# tag set: a minute after a change to a package most others import).
+VET_ALL := $(shell $(GO) tool vet help 2>&1 | sed -n '/Registered analyzers/,/By default/p' | awk 'NF && $$1 ~ /^[a-z]+$$/ {print $$1}' | paste -sd, -)
 
 # PostgreSQL and Redis for the tests: installed (Debian packages) and started
 # when absent, a no-op where they run or where TEST_DATABASE_URL and
@@ -94,11 +100,13 @@ E2E_RUN := $(call regexp_of,$(E2E_TESTS))
 # tests that call t.Parallel(): each has a pooled database of its own
 # (pkg/testenv/pool.go), its own Redis key prefix, topics, broker and
 # ports. Tests that change process-wide state stay serial and run first.
-# -timeout is per package. The last line is the wall time of the whole
-# `make test`, vet included.
+# -timeout is per package. Every package with tests is vetted by every
+# analyzer as go test builds it (-vet=$(VET_ALL)); `make vet` (the whole
+# tree, both builds) runs before make test-kafka. The last line is the wall
+# time of the whole `make test`.
 TEST_PARALLEL ?= 8
-test: vet services promtool kubectl-validate ## vet, then unit and integration tests in parallel with the race detector (the fast tier; prints its wall time)
-	@KUBECTL_VALIDATE=$$(deploy/k8s/kubectl-validate.sh) deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -p 2 -parallel $(TEST_PARALLEL) -skip '$(E2E_RUN)' -timeout 15m ./...; \
+test: services promtool kubectl-validate ## unit and integration tests in parallel with the race detector, each package vetted by every analyzer (the fast tier; prints its wall time)
+	@KUBECTL_VALIDATE=$$(deploy/k8s/kubectl-validate.sh) deploy/local/test-redis.sh $(GO) test -tags dev -race -vet=$(VET_ALL) -count=1 -p 2 -parallel $(TEST_PARALLEL) -skip '$(E2E_RUN)' -timeout 15m ./...; \
 	rc=$$?; t=$$(( $$(date +%s) - $(MAKE_START) )); echo "make test: $$((t / 60)) min $$((t % 60)) s wall"; exit $$rc
 
 # The slow tier: E2E_TESTS one after another (they build one production

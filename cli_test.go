@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,8 +29,11 @@ const (
 )
 
 // binDir holds the production binary (no build tags) the tests run, built
-// once by TestMain on first use.
-var binDir string
+// once, on first use, under binMu (parallel tests ask for it too).
+var (
+	binMu  sync.Mutex
+	binDir string
+)
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -43,6 +47,8 @@ func TestMain(m *testing.M) {
 // Dockerfile build: no tags) once per test run and returns its path.
 func mustBinary(t *testing.T) string {
 	t.Helper()
+	binMu.Lock()
+	defer binMu.Unlock()
 	if binDir == "" {
 		dir, err := os.MkdirTemp("", "orderpipe-bin-")
 		if err != nil {

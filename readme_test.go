@@ -124,6 +124,7 @@ func agreesWithEnv(t *testing.T, file string, rows, printed map[string]string, c
 // setting its Configuration table names is one `orderpipe env` prints,
 // with the same default.
 func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
+	t.Parallel()
 	readme := tableRows(t, "README.md", "Configuration")
 	if len(readme) < 5 {
 		t.Fatalf("README's configuration table: only %d rows found", len(readme))
@@ -135,6 +136,7 @@ func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
 // its table is every variable `orderpipe env` prints, with the same
 // default, plus the development build's own and OTEL_*.
 func TestConfigDocAgreesWithOrderpipeEnv(t *testing.T) {
+	t.Parallel()
 	doc := tableRows(t, "docs/config.md", "")
 	if len(doc) < 10 {
 		t.Fatalf("docs/config.md's table: only %d rows found", len(doc))

@@ -202,6 +202,7 @@ func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
 // retry's orderNo is the request's one order. Either way, every orderNo a
 // 2xx named must be that order.
 func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
+	t.Parallel()
 	// The replica follows the primary through a link the test can cut, as
 	// the chaos suite's redis-failover does: what the primary writes while
 	// it is cut never reaches the replica.
