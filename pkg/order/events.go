@@ -116,15 +116,27 @@ func (s *Store) RelayEvents(ctx context.Context, limit int, publish func(context
 		return 0, fmt.Errorf("beginning relay tx: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
+	// The candidates are the limit oldest unpublished rows no other relay
+	// holds (the partial index, in id order), and of those the rows whose
+	// order has no older version unpublished (one index probe each). The
+	// cost is the limit's, not the backlog's: as one anti-join over every
+	// unpublished row, a table the planner had no statistics for yet was
+	// read whole on every call, and a relay behind by 12 000 events under a
+	// load of 3000 orders a second fell further behind. A candidate held
+	// back this way is locked until the call ends, unpublished; its older
+	// version, with a lower id, is a candidate here or held by another
+	// relay, so it is published first and the row follows in a later call.
 	evs, err := queryAll[StatusEvent](ctx, tx, "reading unpublished status events", `
 		SELECT id, order_no, version, status, COALESCE(reason, ''), payload::text::bytea, COALESCE(traceparent, ''), created_at, published_at
-		FROM order_events e
-		WHERE published_at IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM order_events p
-			WHERE p.order_no = e.order_no AND p.published_at IS NULL AND p.version < e.version)
-		ORDER BY id
-		LIMIT $1
-		FOR UPDATE SKIP LOCKED`, limit)
+		FROM (SELECT id, order_no, version, status, reason, payload, traceparent, created_at, published_at
+			FROM order_events
+			WHERE published_at IS NULL
+			ORDER BY id
+			LIMIT $1
+			FOR UPDATE SKIP LOCKED) e
+		WHERE (SELECT p.id FROM order_events p
+			WHERE p.order_no = e.order_no AND p.version < e.version AND p.published_at IS NULL LIMIT 1) IS NULL
+		ORDER BY id`, limit)
 	if err != nil {
 		return 0, err
 	}
