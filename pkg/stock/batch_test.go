@@ -15,123 +15,6 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// pipelineSizes records the size of every pipeline a client sends.
-type pipelineSizes struct{ max atomic.Int64 }
-
-func (*pipelineSizes) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*pipelineSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *pipelineSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for n := int64(len(cmds)); n > h.max.Load() && !h.max.CompareAndSwap(h.max.Load(), n); {
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func preheated(t *testing.T, rdb redis.UniversalClient, prefix string, units int64) (*Store, Item) {
-	t.Helper()
-	s := New(rdb, prefix)
-	it := Item{ActivityID: 9, ItemID: 1}
-	now := time.Now()
-	if _, err := s.Preheat(context.Background(), Sale{Item: it, Stock: units, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
-		t.Fatal(err)
-	}
-	return s, it
-}
-
-func reservation(it Item, n int) Reservation {
-	id := fmt.Sprint(n)
-	return Reservation{Item: it, RequestID: "r" + id, OrderNo: "o" + id, UserID: int64(n), Quantity: 1, Fingerprint: "fp" + id,
-		Event: []byte(`{"requestId":"r` + id + `"}`)}
-}
-
-// TestConcurrentReservesShareOnePipeline: a crowd of concurrent reserves
-// goes out in shared pipelines, and each script still decides on its own:
-// exactly the stock is reserved, each once.
-func TestConcurrentReservesShareOnePipeline(t *testing.T) {
-	t.Parallel()
-	r := testenv.MustRedis(t)
-	sizes := &pipelineSizes{}
-	r.Client.AddHook(sizes)
-	s, it := preheated(t, r.Client, r.Prefix, 500)
-	var reserved, soldOut atomic.Int64
-	var wg sync.WaitGroup
-	for n := 1; n <= 2000; n++ {
-		wg.Go(func() {
-			res, err := s.Reserve(context.Background(), reservation(it, n))
-			switch {
-			case err != nil:
-				t.Errorf("reserve %d: %v", n, err)
-			case res.Outcome == Reserved:
-				reserved.Add(1)
-			case res.Outcome == SoldOut:
-				soldOut.Add(1)
-			default:
-				t.Errorf("reserve %d: %s", n, res.Outcome)
-			}
-		})
-	}
-	wg.Wait()
-	if reserved.Load() != 500 || soldOut.Load() != 1500 {
-		t.Fatalf("reserved %d, sold out %d; want 500 and 1500", reserved.Load(), soldOut.Load())
-	}
-	k := s.keys(it)
-	if left, _ := r.Client.Get(context.Background(), k.Stock).Int64(); left != 0 {
-		t.Errorf("stock left %d", left)
-	}
-	if n, _ := r.Client.HLen(context.Background(), k.Journal).Result(); n != 500 {
-		t.Errorf("journal holds %d entries, want 500", n)
-	}
-	if sizes.max.Load() < 2 {
-		t.Errorf("2000 concurrent reserves never shared a pipeline (largest %d)", sizes.max.Load())
-	}
-}
-
-// TestConcurrentMarksSharePipelines: the gateway marks every accepted
-// reservation published, one call each; concurrent calls go out in shared
-// pipelines, and each still marks only its own record, and only while it
-// holds that orderNo.
-func TestConcurrentMarksSharePipelines(t *testing.T) {
-	t.Parallel()
-	r := testenv.MustRedis(t)
-	sizes := &pipelineSizes{}
-	r.Client.AddHook(sizes)
-	s, it := preheated(t, r.Client, r.Prefix, 1000)
-	ctx := context.Background()
-	for n := 1; n <= 1000; n++ {
-		if res, err := s.Reserve(ctx, reservation(it, n)); err != nil || res.Outcome != Reserved {
-			t.Fatalf("reserve %d: %v %v", n, res.Outcome, err)
-		}
-	}
-	var wg sync.WaitGroup
-	for n := 1; n <= 1000; n++ {
-		wg.Go(func() {
-			orderNo := "o" + fmt.Sprint(n)
-			want := int64(1)
-			if n%10 == 0 {
-				orderNo, want = "another", 0 // a record that holds another orderNo is left alone
-			}
-			if got, err := s.MarkPublished(ctx, it, []Ref{{RequestID: "r" + fmt.Sprint(n), OrderNo: orderNo}}); err != nil || got != want {
-				t.Errorf("mark %d: %d %v, want %d", n, got, err, want)
-			}
-		})
-	}
-	wg.Wait()
-	k := s.keys(it)
-	for n := 1; n <= 1000; n++ {
-		pub, err := r.Client.HGet(ctx, k.Req("r"+fmt.Sprint(n)), "published").Result()
-		if want := n%10 != 0; (err == nil && pub == "1") != want {
-			t.Fatalf("record r%d published=%q (%v), want marked %v", n, pub, err, want)
-		}
-	}
-	if sizes.max.Load() < 2 {
-		t.Errorf("1000 concurrent marks never shared a pipeline (largest %d)", sizes.max.Load())
-	}
-	if _, err := s.MarkPublished(cancelled(), it, []Ref{{RequestID: "r1", OrderNo: "o1"}}); !errors.Is(err, ErrNotSent) {
-		t.Errorf("mark with a cancelled context: %v, want ErrNotSent", err)
-	}
-}
-
 // pipelineLog records every pipeline a client sends: the scripts' SHA1s.
 type pipelineLog struct {
 	mu   sync.Mutex
@@ -161,15 +44,130 @@ func (l *pipelineLog) sent() [][]string {
 	return slices.Clone(l.shas)
 }
 
+// largest is the size of the largest pipeline sent.
+func (l *pipelineLog) largest() int {
+	n := 0
+	for _, p := range l.sent() {
+		n = max(n, len(p))
+	}
+	return n
+}
+
+// logged is a Store on a Redis key prefix of its own with units of one
+// item preheated, and the log of its pipelines.
+func logged(t *testing.T, units int64) (testenv.Redis, *pipelineLog, *Store, Item) {
+	t.Helper()
+	r := testenv.MustRedis(t)
+	log := &pipelineLog{}
+	r.Client.AddHook(log)
+	s, it := preheated(t, r.Client, r.Prefix, units)
+	return r, log, s, it
+}
+
+func preheated(t *testing.T, rdb redis.UniversalClient, prefix string, units int64) (*Store, Item) {
+	t.Helper()
+	s := New(rdb, prefix)
+	it := Item{ActivityID: 9, ItemID: 1}
+	now := time.Now()
+	if _, err := s.Preheat(context.Background(), Sale{Item: it, Stock: units, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return s, it
+}
+
+func reservation(it Item, n int) Reservation {
+	id := fmt.Sprint(n)
+	return Reservation{Item: it, RequestID: "r" + id, OrderNo: "o" + id, UserID: int64(n), Quantity: 1, Fingerprint: "fp" + id,
+		Event: []byte(`{"requestId":"r` + id + `"}`)}
+}
+
+// TestConcurrentReservesShareOnePipeline: a crowd of concurrent reserves
+// goes out in shared pipelines, and each script still decides on its own:
+// exactly the stock is reserved, each once.
+func TestConcurrentReservesShareOnePipeline(t *testing.T) {
+	t.Parallel()
+	r, log, s, it := logged(t, 500)
+	var reserved, soldOut atomic.Int64
+	var wg sync.WaitGroup
+	for n := 1; n <= 2000; n++ {
+		wg.Go(func() {
+			res, err := s.Reserve(context.Background(), reservation(it, n))
+			switch {
+			case err != nil:
+				t.Errorf("reserve %d: %v", n, err)
+			case res.Outcome == Reserved:
+				reserved.Add(1)
+			case res.Outcome == SoldOut:
+				soldOut.Add(1)
+			default:
+				t.Errorf("reserve %d: %s", n, res.Outcome)
+			}
+		})
+	}
+	wg.Wait()
+	if reserved.Load() != 500 || soldOut.Load() != 1500 {
+		t.Fatalf("reserved %d, sold out %d; want 500 and 1500", reserved.Load(), soldOut.Load())
+	}
+	k := s.keys(it)
+	if left, _ := r.Client.Get(context.Background(), k.Stock).Int64(); left != 0 {
+		t.Errorf("stock left %d", left)
+	}
+	if n, _ := r.Client.HLen(context.Background(), k.Journal).Result(); n != 500 {
+		t.Errorf("journal holds %d entries, want 500", n)
+	}
+	if n := log.largest(); n < 2 {
+		t.Errorf("2000 concurrent reserves never shared a pipeline (largest %d)", n)
+	}
+}
+
+// TestConcurrentMarksSharePipelines: the gateway marks every accepted
+// reservation published, one call each; concurrent calls go out in shared
+// pipelines, and each still marks only its own record, and only while it
+// holds that orderNo.
+func TestConcurrentMarksSharePipelines(t *testing.T) {
+	t.Parallel()
+	r, log, s, it := logged(t, 1000)
+	ctx := context.Background()
+	for n := 1; n <= 1000; n++ {
+		if res, err := s.Reserve(ctx, reservation(it, n)); err != nil || res.Outcome != Reserved {
+			t.Fatalf("reserve %d: %v %v", n, res.Outcome, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for n := 1; n <= 1000; n++ {
+		wg.Go(func() {
+			orderNo := "o" + fmt.Sprint(n)
+			want := int64(1)
+			if n%10 == 0 {
+				orderNo, want = "another", 0 // a record that holds another orderNo is left alone
+			}
+			if got, err := s.MarkPublished(ctx, it, []Ref{{RequestID: "r" + fmt.Sprint(n), OrderNo: orderNo}}); err != nil || got != want {
+				t.Errorf("mark %d: %d %v, want %d", n, got, err, want)
+			}
+		})
+	}
+	wg.Wait()
+	k := s.keys(it)
+	for n := 1; n <= 1000; n++ {
+		pub, err := r.Client.HGet(ctx, k.Req("r"+fmt.Sprint(n)), "published").Result()
+		if want := n%10 != 0; (err == nil && pub == "1") != want {
+			t.Fatalf("record r%d published=%q (%v), want marked %v", n, pub, err, want)
+		}
+	}
+	if n := log.largest(); n < 2 {
+		t.Errorf("1000 concurrent marks never shared a pipeline (largest %d)", n)
+	}
+	if _, err := s.MarkPublished(cancelled(), it, []Ref{{RequestID: "r1", OrderNo: "o1"}}); !errors.Is(err, ErrNotSent) {
+		t.Errorf("mark with a cancelled context: %v, want ErrNotSent", err)
+	}
+}
+
 // TestMarkRidesWithTheNextReserve: a mark (a lazy call) waits, up to its
 // linger, for the next reserve and goes out in the same pipeline; a mark
 // that no reserve follows goes out alone once its linger is over.
 func TestMarkRidesWithTheNextReserve(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	log := &pipelineLog{}
-	r.Client.AddHook(log)
-	s, it := preheated(t, r.Client, r.Prefix, 10)
+	r, log, s, it := logged(t, 10)
 	ctx := context.Background()
 	if res, err := s.Reserve(ctx, reservation(it, 1)); err != nil || res.Outcome != Reserved {
 		t.Fatalf("reserve 1: %v %v", res.Outcome, err)
