@@ -88,7 +88,8 @@ for rate in $RATES; do
   curl -s "http://$HTTP_ADDR/metrics" >"$OUT/latency-$run-$rate.waits0" || true
   before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   rstatus=0
-  env -u GOGC -u GOMEMLIMIT "$BIN" bench -c "$C" --rate "$rate" -n "$n" --stock "$n" --retry-share 0 --repeat-share 0 --wait-ready 60s \
+  # KAFKA_BROKERS: the audit reads orders.status from the embedded broker (I7).
+  env -u GOGC -u GOMEMLIMIT KAFKA_BROKERS="127.0.0.1:$kafka_port" "$BIN" bench -c "$C" --rate "$rate" -n "$n" --stock "$n" --retry-share 0 --repeat-share 0 --wait-ready 60s \
     --url "http://$HTTP_ADDR" --floor-url "http://127.0.0.1:$floor_port" \
     --json-out "$OUT/latency-$run-$rate.json" --html-out "$OUT/latency-$run-$rate.html" >"$txt" 2>"$txt.err" &
   load_pid=$!

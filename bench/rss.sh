@@ -62,8 +62,9 @@ sampler=$!
 
 echo "rss: orderpipe all (pid $pid) on $HTTP_ADDR, database $db; $N requests, c=$C${RATE:+, at $RATE req/s}, stock $STOCK; samples in $csv"
 status=0
-# GOMEMLIMIT, if given, is for orderpipe all, not for the load tool.
-GOMEMLIMIT='' "$BIN" bench -c "$C" ${RATE:+--rate "$RATE"} -n "$N" --stock "$STOCK" --retry-share 0 --repeat-share 0 --wait-ready 60s --drain-timeout 5m \
+# GOMEMLIMIT, if given, is for orderpipe all, not for the load tool; KAFKA_BROKERS
+# lets its audit read orders.status from the embedded broker (I7).
+GOMEMLIMIT='' KAFKA_BROKERS="127.0.0.1:$kafka_port" "$BIN" bench -c "$C" ${RATE:+--rate "$RATE"} -n "$N" --stock "$STOCK" --retry-share 0 --repeat-share 0 --wait-ready 60s --drain-timeout 5m \
   --url "http://$HTTP_ADDR" --json-out "$OUT/rss-load-$run.json" --html-out "$OUT/rss-load-$run.html" >"$OUT/rss-load-$run.txt" 2>"$OUT/rss-load-$run.err" || status=$?
 sleep 5 # a few samples after the drain
 kill "$sampler" 2>/dev/null || true
