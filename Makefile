@@ -85,9 +85,10 @@ E2E_TESTS := TestHelpTouchesNothing TestBadCommandLinesExit2 TestVersion TestBui
 	TestProductionBuildHasNoTestFakes TestProductionBuildHasNoEmbeddedBroker TestProductionBuildHasNoSteppedClock \
 	TestStartRidesOutUnreachableStores TestSecretsNeverShown TestBinaryReachesRedisOverTLS \
 	TestBinaryReachesPostgresOverTLS TestKafkaOverSASLSSL TestMakeRunCtrlCEndsClean TestHealthyPipelineLogsNoWarnings
-# Those of them that run on TEST_KAFKA_BROKERS or a broker of their own:
-# `make test-kafka` runs them too (the others would only repeat `make e2e`).
-E2E_KAFKA_TESTS := TestSecretsNeverShown TestKafkaOverSASLSSL TestHealthyPipelineLogsNoWarnings
+# Those of them that run on TEST_KAFKA_BROKERS: `make test-kafka` runs them
+# too (the others would only repeat `make e2e`; TestKafkaOverSASLSSL starts
+# a SASL_SSL Kafka of its own in either tier, so make e2e's run is the one).
+E2E_KAFKA_TESTS := TestSecretsNeverShown TestHealthyPipelineLogsNoWarnings
 empty :=
 regexp_of = ^($(subst $(empty) $(empty),|,$(strip $(1))))$$
 E2E_RUN := $(call regexp_of,$(E2E_TESTS))
@@ -119,9 +120,9 @@ e2e: services ## the slow end-to-end tests make test skips: the production binar
 # The real-engine tier: the end-to-end tests (root package, gateway, worker)
 # on a real Apache Kafka — a 3-broker KRaft cluster (RF 3,
 # min.insync.replicas=2) started for the run, or TEST_KAFKA_BROKERS. Also
-# the TLS/SASL tests (pkg/event, root package), each on a SASL_SSL broker of
-# its own (testenv.MustSecureKafka): TEST_KAFKA_TLS=1 makes them fail rather
-# than skip when Java or the jars are missing. These packages' fast tier and
+# pkg/event's TLS/SASL test, on a SASL_SSL broker of its own
+# (testenv.MustSecureKafka): TEST_KAFKA_TLS=1 makes it fail rather than
+# skip when Java or the jars are missing. These packages' fast tier and
 # E2E_KAFKA_TESTS, one package and TEST_KAFKA_PARALLEL (1) test at a time:
 # beside three Kafka JVMs on a shared two-core machine, 8 and even 2
 # pipelines at once starved (the gateway's 2 s Postgres calls timed out,
