@@ -49,7 +49,7 @@ vet: ## go vet, every analyzer, over the whole tree as both builds (production a
 # package it tests on the build it tests (-tags dev -race), with no second
 # compile of the tree (go vet would build it again without -race, once per
 # tag set: a minute after a change to a package most others import).
-VET_ALL := $(shell $(GO) tool vet help 2>&1 | sed -n '/Registered analyzers/,/By default/p' | awk 'NF && $$1 ~ /^[a-z]+$$/ {print $$1}' | paste -sd, -)
+VET_ALL = $(shell $(GO) tool vet help 2>&1 | sed -n '/Registered analyzers/,/By default/p' | awk 'NF && $$1 ~ /^[a-z]+$$/ {print $$1}' | paste -sd, -)
 
 # PostgreSQL and Redis for the tests: installed (Debian packages) and started
 # when absent, a no-op where they run or where TEST_DATABASE_URL and

@@ -65,8 +65,7 @@ part_pids() {
     all) echo "$pid" ;;
     floor) echo "$floor_pid" ;;
     load) echo "$load_pid" ;;
-    redis) pgrep -x redis-server || true ;;
-    postgres) pgrep -x postgres || true ;;
+    *) procs "$1" ;; # redis, postgres (lib.sh; SHARED=1: only this run's)
   esac
 }
 echo "latency: orderpipe all (pid $pid) on $HTTP_ADDR, database $db; rates $RATES req/s, ${SECONDS_EACH}s each, at most $C connections"
@@ -116,7 +115,7 @@ for rate in $RATES; do
     END { printf "%-6s  %-28s  %-36s  %-9s  %s\n", rate, tr, gw, ratio, cpu }' "$txt"
   waits_summary "$OUT/latency-$run-$rate.waits0" "$OUT/latency-$run-$rate.waits1" >"$OUT/latency-$run-$rate.waits"
 done
-echo "CPU µs per request in the middle $((SECONDS_EACH - 4)) s of each half (the machine's busy and steal share; redis and postgres: every such process here):"
+echo "CPU µs per request in the middle $((SECONDS_EACH > 5 ? SECONDS_EACH - 4 : 1)) s of each half (the machine's busy and steal share; redis and postgres: every such process here, or with SHARED=1 only the run's):"
 printf '%-6s  %-34s  %s\n' "req/s" "trivial half: machine / floor / load" "gateway half: machine / all / redis / postgres / load"
 for rate in $RATES; do
   awk -v rate="$rate" '

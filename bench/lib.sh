@@ -132,15 +132,16 @@ machine_ticks() {
 
 # cpu_window FILE PATTERN SECONDS OUT PIDS NAME...: once a line matching
 # PATTERN appears in FILE (a load run's progress), waits 2 s and then
-# records, over the SECONDS - 4 s that follow, the machine's busy and steal
+# records, over the SECONDS - 4 s that follow (at least 1 s), the machine's busy and steal
 # shares and the CPU seconds of each named part, whose pids the function
 # PIDS NAME prints (asked again at each end of the window, so processes
 # started meanwhile count from their start). Writes "window <s>",
 # "machine <busy %> <steal %>" and "<name> <cpu s>" lines to OUT. Run it in
 # the background beside the load.
 cpu_window() {
-  local file=$1 pattern=$2 secs=$3 out=$4 pids=$5 name m0 m1
+  local file=$1 pattern=$2 secs=$3 out=$4 pids=$5 name m0 m1 w
   shift 5
+  w=$((secs > 5 ? secs - 4 : 1))
   for _ in $(seq 1 1200); do
     grep -q "$pattern" "$file" 2>/dev/null && break
     sleep 0.1
@@ -148,11 +149,11 @@ cpu_window() {
   sleep 2
   m0=$(machine_ticks)
   for name in "$@"; do pid_ticks $("$pids" "$name") | sed "s/^/$name /"; done >"$out.0"
-  sleep $((secs - 4))
+  sleep "$w"
   m1=$(machine_ticks)
   for name in "$@"; do pid_ticks $("$pids" "$name") | sed "s/^/$name /"; done >"$out.1"
   {
-    echo "window $((secs - 4))"
+    echo "window $w"
     echo "$m0 $m1" | awk '{ b = $4 - $1; i = $5 - $2; s = $6 - $3; t = b + i + s; printf "machine %.0f %.0f\n", 100 * b / t, 100 * s / t }'
     awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { b[$1 " " $2] = $3; next } { k = $1 " " $2; t[$1] += $3 - (k in b ? b[k] : 0) } END { for (n in t) printf "%s %.2f\n", n, t[n] / hz }' "$out.0" "$out.1"
   } >"$out"
