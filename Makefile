@@ -12,7 +12,7 @@ TRACE_STORE_DIR ?= $(CURDIR)/bin/traces
 export TRACE_STORE_DIR
 endif
 
-.PHONY: run services promtool kubectl-validate k8s-rules test e2e test-kafka build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
+.PHONY: deps run services promtool kubectl-validate k8s-rules test e2e test-kafka build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
 
 # When this make began: `make test` and `make e2e` print their wall time
 # (prerequisites included) from it.
@@ -27,21 +27,28 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 MODIFIED ?= $(shell git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
 LDFLAGS := -X orderpipe/pkg/version.version=$(VERSION) -X orderpipe/pkg/version.commit=$(COMMIT) -X orderpipe/pkg/version.modified=$(MODIFIED)
 
+# The modules go.sum names, fetched once into Go's module cache before
+# anything builds: `go mod download` says nothing unless it fails, where a
+# first build, vet or test on a fresh clone would print a "go: downloading"
+# line per module.
+deps: ## fetch the Go modules (quiet; a no-op once they are in the module cache)
+	@$(GO) mod download
+
 # Built, then exec'd: the binary is make's child, so Ctrl-C (SIGINT to the
 # whole foreground group) reaches it directly, it drains and exits 0, and
 # make has no failed recipe to report (`go run` answers a signalled child
 # with exit 1: "make: *** Error 1"). bin/orderpipe-dev stays for the other
 # commands (`bin/orderpipe-dev locate …`).
-run: ## the whole pipeline in the foreground (gateway + worker + closer + embedded Kafka; a -tags dev build)
+run: deps ## the whole pipeline in the foreground (gateway + worker + closer + embedded Kafka; a -tags dev build)
 	@$(GO) build -tags dev -ldflags "$(LDFLAGS)" -o bin/orderpipe-dev . && exec bin/orderpipe-dev all
 
-build: ## bin/orderpipe, the production binary (no embedded broker, no stand-ins)
+build: deps ## bin/orderpipe, the production binary (no embedded broker, no stand-ins)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/orderpipe .
 
-build-dev: ## bin/orderpipe-dev: bin/orderpipe plus the embedded broker (`orderpipe kafka`) and the stand-ins, for bench and chaos
+build-dev: deps ## bin/orderpipe-dev: bin/orderpipe plus the embedded broker (`orderpipe kafka`) and the stand-ins, for bench and chaos
 	$(GO) build -tags dev -ldflags "$(LDFLAGS)" -o bin/orderpipe-dev .
 
-vet: ## go vet, every analyzer, over the whole tree as both builds (production and -tags dev); test-kafka runs it first
+vet: deps ## go vet, every analyzer, over the whole tree as both builds (production and -tags dev); test-kafka runs it first
 	$(GO) vet ./...
 	$(GO) vet -tags dev ./...
 
@@ -106,14 +113,14 @@ E2E_RUN := $(call regexp_of,$(E2E_TESTS))
 # tree, both builds) runs before make test-kafka. The last line is the wall
 # time of the whole `make test`.
 TEST_PARALLEL ?= 8
-test: services promtool kubectl-validate ## unit and integration tests in parallel with the race detector, each package vetted by every analyzer (the fast tier; prints its wall time)
+test: deps services promtool kubectl-validate ## unit and integration tests in parallel with the race detector, each package vetted by every analyzer (the fast tier; prints its wall time)
 	@KUBECTL_VALIDATE=$$(deploy/k8s/kubectl-validate.sh) deploy/local/test-redis.sh $(GO) test -tags dev -race -vet=$(VET_ALL) -count=1 -p 2 -parallel $(TEST_PARALLEL) -skip '$(E2E_RUN)' -timeout 15m ./...; \
 	rc=$$?; t=$$(( $$(date +%s) - $(MAKE_START) )); echo "make test: $$((t / 60)) min $$((t % 60)) s wall"; exit $$rc
 
 # The slow tier: E2E_TESTS one after another (they build one production
 # binary and share it). TEST_KAFKA_TLS=1 (.ci/run sets it) makes the SASL_SSL
 # test fail rather than skip when Java or the Kafka jars are missing.
-e2e: services ## the slow end-to-end tests make test skips: the production binary, make run and Ctrl-C, Kafka over SASL_SSL, a quiet healthy log (prints its wall time)
+e2e: deps services ## the slow end-to-end tests make test skips: the production binary, make run and Ctrl-C, Kafka over SASL_SSL, a quiet healthy log (prints its wall time)
 	@deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -run '$(E2E_RUN)' -timeout 25m .; \
 	rc=$$?; t=$$(( $$(date +%s) - $(MAKE_START) )); echo "make e2e: $$((t / 60)) min $$((t % 60)) s wall"; exit $$rc
 
@@ -132,7 +139,7 @@ test-kafka: vet services ## the end-to-end tests on a real 3-broker Apache Kafka
 	TEST_KAFKA_TLS=1 deploy/local/test-redis.sh deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -parallel $(TEST_KAFKA_PARALLEL) -skip '$(call regexp_of,$(filter-out $(E2E_KAFKA_TESTS),$(E2E_TESTS)))' -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
 
 FUZZTIME ?= 30s
-fuzz: ## fuzz the order endpoint's decoding/validation and the worker's event decoding (go test runs their seed corpora too)
+fuzz: deps ## fuzz the order endpoint's decoding/validation and the worker's event decoding (go test runs their seed corpora too)
 	$(GO) test -tags dev -run '^$$' -fuzz FuzzParseOrderRequest -fuzztime $(FUZZTIME) ./gateway/
 	$(GO) test -tags dev -run '^$$' -fuzz FuzzDecodeAgreesWithSchema -fuzztime $(FUZZTIME) ./pkg/event/
 
