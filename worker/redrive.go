@@ -148,7 +148,7 @@ func NewRedriver(cfg RedriveConfig, deps RedriveDeps) *Redriver {
 // RedriveResult counts one pass.
 type RedriveResult struct {
 	Items       int // items whose journal was read
-	Entries     int // journal entries seen
+	Entries     int // journal entries seen (each once, though HSCAN may bring one twice)
 	Republished int
 	Acked       int
 	Rejected    int // decided as rejected, awaiting their compensation
@@ -261,19 +261,26 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 
 // page is item's work on one page of the journal.
 func (r *Redriver) page(ctx context.Context, it stock.Item, entries map[string]string, res *RedriveResult, seen map[stock.Ref]bool) error {
-	res.Entries += len(entries)
 	now, tick := r.deps.NowFunc(), r.deps.TickFunc()
 	var old []journaled
 	var ids []string
 	for rid, raw := range entries {
 		var ev event.OrderRequested
 		if err := json.Unmarshal([]byte(raw), &ev); err != nil || ev.OrderNo == "" || ev.ReservedAt.IsZero() {
-			res.Unreadable++
-			r.deps.Log.Warn("unreadable journal entry", "item", it.String(), "request_id", rid)
+			// Counted once, though HSCAN may bring it twice.
+			if bad := (stock.Ref{RequestID: rid}); !seen[bad] {
+				seen[bad] = true
+				res.Entries++
+				res.Unreadable++
+				r.deps.Log.Warn("unreadable journal entry", "item", it.String(), "request_id", rid)
+			}
 			continue
 		}
 		ev.RequestID = rid // the journal's key is what the scripts go by
 		ref := stock.Ref{RequestID: rid, OrderNo: ev.OrderNo}
+		if !seen[ref] {
+			res.Entries++
+		}
 		seen[ref] = true
 		first, ok := r.first[ref]
 		if !ok || first.end == nil {

@@ -76,9 +76,10 @@ func DecodeStatus(value []byte) (OrderStatus, error) {
 
 // ParseStored decodes a status event's payload as package order stored it
 // (its own SQL writes them, and its tests hold every payload to the
-// schema): plain JSON decoding and a check of the fields the message's key,
-// headers and ordering rest on, without DecodeStatus's schema validation,
-// which cost the relay more than publishing the event did.
+// schema): plain JSON decoding and a check of every field's range the
+// schema names (ids, quantity, status and its reason, version, time), without
+// DecodeStatus's full validation, which cost the relay more than publishing
+// the event did.
 func ParseStored(value []byte) (OrderStatus, error) {
 	var s OrderStatus
 	if err := json.Unmarshal(value, &s); err != nil {
@@ -91,6 +92,15 @@ func ParseStored(value []byte) (OrderStatus, error) {
 		return OrderStatus{}, fmt.Errorf("status event of %s: version %d, want 1 or more", s.OrderNo, s.Version)
 	case s.Status != "UNPAID" && s.Status != "PAID" && s.Status != "CLOSED" && s.Status != "REJECTED":
 		return OrderStatus{}, fmt.Errorf("status event of %s: status %q", s.OrderNo, s.Status)
+	case (s.Status == "CLOSED" || s.Status == "REJECTED") && s.Reason == "":
+		return OrderStatus{}, fmt.Errorf("status event of %s: %s without a reason", s.OrderNo, s.Status)
+	case s.UserID < 1 || s.ActivityID < 1 || s.ItemID < 1:
+		return OrderStatus{}, fmt.Errorf("status event of %s: userId %d, activityId %d, itemId %d, want each 1 or more",
+			s.OrderNo, s.UserID, s.ActivityID, s.ItemID)
+	case s.Quantity < 1 || s.Quantity > 100:
+		return OrderStatus{}, fmt.Errorf("status event of %s: quantity %d, want 1 to 100", s.OrderNo, s.Quantity)
+	case s.At.IsZero():
+		return OrderStatus{}, fmt.Errorf("status event of %s: no time", s.OrderNo)
 	}
 	return s, nil
 }

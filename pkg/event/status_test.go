@@ -26,15 +26,28 @@ func TestParseStoredAgreesWithDecodeStatus(t *testing.T) {
 	if !got.At.Equal(time.Date(2026, 12, 3, 10, 0, 0, 123456000, time.UTC)) || got.Version != 2 || got.Reason != "CANCELLED" {
 		t.Errorf("parsed %+v", got)
 	}
+	// Each case breaks one field of an otherwise valid payload; the schema
+	// refuses each too.
+	const ok = `"orderNo": "5-1-abc", "requestId": "r-1", "at": "2026-12-03T10:00:00Z"`
 	for name, bad := range map[string]string{
-		"not JSON":     `{"orderNo": "5-1-abc"`,
-		"no orderNo":   `{"requestId": "r-1", "status": "UNPAID", "version": 1}`,
-		"no requestId": `{"orderNo": "5-1-abc", "status": "UNPAID", "version": 1}`,
-		"version 0":    `{"orderNo": "5-1-abc", "requestId": "r-1", "status": "UNPAID", "version": 0}`,
-		"PENDING":      `{"orderNo": "5-1-abc", "requestId": "r-1", "status": "PENDING", "version": 1}`,
+		"not JSON":          `{"orderNo": "5-1-abc"`,
+		"no orderNo":        `{"requestId": "r-1", "userId": 7, "activityId": 5, "itemId": 1, "quantity": 1, "status": "UNPAID", "version": 1, "at": "2026-12-03T10:00:00Z"}`,
+		"no requestId":      `{"orderNo": "5-1-abc", "userId": 7, "activityId": 5, "itemId": 1, "quantity": 1, "status": "UNPAID", "version": 1, "at": "2026-12-03T10:00:00Z"}`,
+		"version 0":         `{` + ok + `, "userId": 7, "activityId": 5, "itemId": 1, "quantity": 1, "status": "UNPAID", "version": 0}`,
+		"PENDING":           `{` + ok + `, "userId": 7, "activityId": 5, "itemId": 1, "quantity": 1, "status": "PENDING", "version": 1}`,
+		"userId 0":          `{` + ok + `, "userId": 0, "activityId": 5, "itemId": 1, "quantity": 1, "status": "UNPAID", "version": 1}`,
+		"activityId -1":     `{` + ok + `, "userId": 7, "activityId": -1, "itemId": 1, "quantity": 1, "status": "UNPAID", "version": 1}`,
+		"no itemId":         `{` + ok + `, "userId": 7, "activityId": 5, "quantity": 1, "status": "UNPAID", "version": 1}`,
+		"quantity 0":        `{` + ok + `, "userId": 7, "activityId": 5, "itemId": 1, "quantity": 0, "status": "UNPAID", "version": 1}`,
+		"quantity 101":      `{` + ok + `, "userId": 7, "activityId": 5, "itemId": 1, "quantity": 101, "status": "UNPAID", "version": 1}`,
+		"CLOSED, no reason": `{` + ok + `, "userId": 7, "activityId": 5, "itemId": 1, "quantity": 1, "status": "CLOSED", "version": 2}`,
+		"no time":           `{"orderNo": "5-1-abc", "requestId": "r-1", "userId": 7, "activityId": 5, "itemId": 1, "quantity": 1, "status": "UNPAID", "version": 1}`,
 	} {
 		if _, err := ParseStored([]byte(bad)); err == nil {
 			t.Errorf("%s: %s parsed", name, bad)
+		}
+		if _, err := DecodeStatus([]byte(bad)); err == nil {
+			t.Errorf("%s: the schema accepts %s", name, bad)
 		}
 	}
 }
