@@ -93,5 +93,7 @@ func loadConfig() (config, error) {
 	secret.Register(c.Redis.Passwords()...)
 	secret.Register(getenv("KAFKA_SASL_PASSWORD"))
 	secret.Register(secret.URLPassword(c.TraceQueryURL)...)
+	secret.Register(c.Kafka.SigningKey)
+	event.SetSigningKey(c.Kafka.SigningKey)
 	return c, nil
 }

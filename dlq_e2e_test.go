@@ -222,6 +222,7 @@ func TestDLQListShowReplay(t *testing.T) {
 			{Key: event.HeaderError, Value: []byte("schema: reservedAt: a decoder bug")},
 			{Key: event.HeaderSourcePartition, Value: []byte("1")}, {Key: event.HeaderSourceOffset, Value: []byte(fmt.Sprint(12345 + user))},
 			{Key: event.HeaderOriginalSize, Value: []byte(fmt.Sprint(len(value)))},
+			{Key: event.HeaderSignature, Value: []byte(event.Signature(value))}, // the gateway's, kept
 		}})
 		p.mu.Lock()
 		p.accepted[ev.OrderNo] = ev.RequestID // checked by assertInvariants (I4)

@@ -276,7 +276,8 @@ func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
 	w := event.NewWriter(event.WriterConfig{Brokers: p.Kafka.Brokers, Topic: p.Cfg.Kafka.Topic})
 	defer w.Close()
 	mode.Store(passOne)
-	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(it.String()), Value: entry}); err != nil {
+	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(it.String()), Value: entry,
+		Headers: []kafka.Header{{Key: event.HeaderSignature, Value: []byte(event.Signature(entry))}}}); err != nil {
 		t.Fatal(err)
 	}
 	// The worker claims it on the primary and acts on the answer: it makes

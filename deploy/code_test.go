@@ -312,8 +312,8 @@ func (c code) defaultOf(t *testing.T, name string) string {
 // Giving NAME_FILE counts as giving NAME.
 var needs = map[string][]string{
 	"migrate":    {"DATABASE_URL"},
-	"gateway":    {"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS", "ADMIN_TOKEN"},
-	"worker":     {"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS"},
+	"gateway":    {"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS", "ADMIN_TOKEN", "EVENT_SIGNING_KEY"},
+	"worker":     {"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS", "EVENT_SIGNING_KEY"},
 	"closer":     {"DATABASE_URL", "REDIS_ADDR"},
 	"reconciler": {"DATABASE_URL", "REDIS_ADDR"},
 }

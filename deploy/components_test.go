@@ -26,8 +26,8 @@ type process struct {
 
 var processes = []process{
 	{name: "migrate", args: []string{"migrate"}},
-	{name: "gateway", args: []string{"gateway"}, serves: []string{"HTTP_ADDR"}, env: []string{"ADMIN_TOKEN_FILE"}},
-	{name: "worker", args: []string{"worker"}, serves: []string{"METRICS_ADDR"}},
+	{name: "gateway", args: []string{"gateway"}, serves: []string{"HTTP_ADDR"}, env: []string{"ADMIN_TOKEN_FILE", "EVENT_SIGNING_KEY_FILE"}},
+	{name: "worker", args: []string{"worker"}, serves: []string{"METRICS_ADDR"}, env: []string{"EVENT_SIGNING_KEY_FILE"}},
 	{name: "closer", args: []string{"closer"}, serves: []string{"METRICS_ADDR"}},
 	{name: "relay", args: []string{"relay"}, serves: []string{"METRICS_ADDR"}},
 	{name: "reconciler", args: []string{"reconciler", "--fix"}, serves: []string{"METRICS_ADDR"}},
@@ -292,7 +292,7 @@ func TestDeclarationCheckCatchesDrift(t *testing.T) {
 	t.Parallel()
 	c := mustCode(t)
 	gw := processes[1]
-	ok := instance{args: []string{"gateway"}, env: map[string]string{"OTEL_SERVICE_NAME": "orderpipe-gateway", "ADMIN_TOKEN_FILE": "/x"}, ports: []int{8080}}
+	ok := instance{args: []string{"gateway"}, env: map[string]string{"OTEL_SERVICE_NAME": "orderpipe-gateway", "ADMIN_TOKEN_FILE": "/x", "EVENT_SIGNING_KEY_FILE": "/y"}, ports: []int{8080}}
 	for k, v := range settings {
 		ok.env[k] = v
 	}

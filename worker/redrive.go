@@ -415,8 +415,8 @@ func (r *Redriver) consumedPast(ref stock.Ref) bool {
 	return true
 }
 
-// redriven is the journaled event as the gateway would have produced it,
-// marked as re-published.
+// redriven is the journaled event as the gateway would have produced it
+// (signed: the journal is the gateway's), marked as re-published.
 func redriven(j journaled) kafka.Message {
 	return kafka.Message{
 		Key:   []byte(j.ev.Key()),
@@ -424,6 +424,7 @@ func redriven(j journaled) kafka.Message {
 		Headers: []kafka.Header{
 			{Key: event.HeaderSchema, Value: []byte(event.SchemaV1)},
 			{Key: event.HeaderRequestID, Value: []byte(j.ev.RequestID)},
+			{Key: event.HeaderSignature, Value: []byte(event.Signature([]byte(j.raw)))},
 			{Key: HeaderRedriven, Value: []byte("1")},
 		},
 	}

@@ -16,8 +16,10 @@ import (
 // copyMutations turn an event the gateway really wrote into what a
 // misbehaving producer, a newer gateway or a broken disk might put beside
 // it: a field added, a value of the wrong type, the value cut short, another
-// user and quantity. A message is only a pointer: none of them may create,
-// release or alter an order (the history checker and the audit judge it).
+// user and quantity, the same reservation under another requestId or
+// another orderNo (all unsigned: produced raw). A message is only a pointer:
+// none of them may create, release or alter an order (the history checker
+// and the audit judge it).
 var copyMutations = []struct {
 	name string
 	fn   func(v []byte) []byte
@@ -28,6 +30,9 @@ var copyMutations = []struct {
 	{"altered", func(v []byte) []byte {
 		return bytes.Replace(bytes.Replace(v, []byte(`"userId":`), []byte(`"userId":9`), 1), []byte(`"quantity":`), []byte(`"quantity":2`), 1)
 	}},
+	{"requestId-changed", func(v []byte) []byte { return bytes.Replace(v, []byte(`"requestId":"`), []byte(`"requestId":"x`), 1) }},
+	// orderNo comes just before userId in the gateway's encoding.
+	{"orderNo-changed", func(v []byte) []byte { return bytes.Replace(v, []byte(`","userId":`), []byte(`x","userId":`), 1) }},
 }
 
 // poisonCopies produces mutated copies of up to four reservations still in

@@ -25,8 +25,12 @@ if [ ! -f admin_token ]; then
   random > admin_token
   echo "created admin_token (the admin API's bearer token: cat deploy/secrets/admin_token)"
 fi
+if [ ! -f event_signing_key ]; then
+  random > event_signing_key
+  echo "created event_signing_key (signs each orders.requested event; the same for every gateway and worker)"
+fi
 if [ ! -f grafana_admin_password ]; then
   random > grafana_admin_password
   echo "created grafana_admin_password (Grafana's admin login at http://localhost:3000)"
 fi
-chmod 644 postgres_password database_url admin_token grafana_admin_password
+chmod 644 postgres_password database_url admin_token event_signing_key grafana_admin_password

@@ -138,14 +138,23 @@ func letterOf(pos Position, t time.Time, key, value []byte, headers []kafka.Head
 	return l
 }
 
-// Event decodes the dead letter with the event schema, as the worker would
-// now. A truncated dead letter is never valid: it is not the event that
-// was sent.
+// Event decodes the dead letter with the event schema and checks its
+// signature, as the worker would now. A truncated dead letter is never
+// valid: it is not the event that was sent.
 func (l Letter) Event() (event.OrderRequested, error) {
 	if l.Truncated {
 		return event.OrderRequested{}, errors.New("truncated: the dead letter holds only the first bytes of the message")
 	}
-	return event.Decode(l.Value)
+	e, err := event.Decode(l.Value)
+	if err != nil {
+		return event.OrderRequested{}, err
+	}
+	// A replay re-signs the value: only a value the gateway signed may be
+	// replayed, or a replay would make a foreign message the gateway's.
+	if sig, _ := l.header(event.HeaderSignature); !event.SignatureValid(l.Value, sig) {
+		return event.OrderRequested{}, errors.New("not signed with this deployment's EVENT_SIGNING_KEY: not the gateway's event")
+	}
+	return e, nil
 }
 
 // ValueText is the value as text when it is UTF-8.

@@ -42,6 +42,12 @@ func TestParsePosition(t *testing.T) {
 	}
 }
 
+// signedBy is the signature header the gateway's message of value carries,
+// which the worker keeps in the dead letter.
+func signedBy(value []byte) kafka.Header {
+	return kafka.Header{Key: event.HeaderSignature, Value: []byte(event.Signature(value))}
+}
+
 func validEvent(rid string) (event.OrderRequested, []byte) {
 	ev := event.OrderRequested{RequestID: rid, OrderNo: "1-2-abc", UserID: 9, ActivityID: 1, ItemID: 2, Quantity: 1,
 		ReservedAt: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
@@ -55,10 +61,20 @@ func TestLetterOf(t *testing.T) {
 	l := letterOf(Position{2, 7}, time.Now(), []byte("1:2"), valid, []kafka.Header{
 		{Key: "error", Value: []byte("a decoder bug")}, {Key: event.HeaderSourcePartition, Value: []byte("3")},
 		{Key: event.HeaderSourceOffset, Value: []byte("42")}, {Key: event.HeaderOriginalSize, Value: []byte("151")},
+		signedBy(valid),
 	})
 	if l.Error != "a decoder bug" || l.SourcePartition != 3 || l.SourceOffset != 42 || l.OriginalSize != 151 || l.Truncated ||
 		l.RequestID != "r-1" || l.OrderNo != "1-2-abc" || l.Invalid != "" {
 		t.Errorf("valid letter: %+v", l)
+	}
+	// A valid event the gateway did not sign is not its event: replaying it
+	// would make it one.
+	l = letterOf(Position{2, 8}, time.Now(), []byte("1:2"), valid, []kafka.Header{{Key: "error", Value: []byte("not signed")}})
+	if !strings.Contains(l.Invalid, "EVENT_SIGNING_KEY") {
+		t.Errorf("unsigned letter: %+v", l)
+	}
+	if _, err := l.Event(); err == nil {
+		t.Error("an unsigned letter decoded")
 	}
 	// A valid prefix is still not the event sent: a truncated letter is never replayable.
 	l = letterOf(Position{0, 1}, time.Now(), nil, valid, []kafka.Header{{Key: event.HeaderTruncated, Value: []byte("true")},
@@ -122,7 +138,7 @@ func TestReplayPublishesOnce(t *testing.T) {
 	db, k, topic := mustReplayEnv(t)
 	ctx := context.Background()
 	_, value := validEvent("r-once")
-	l := letterOf(Position{1, 5}, time.Now(), nil, value, nil)
+	l := letterOf(Position{1, 5}, time.Now(), nil, value, []kafka.Header{signedBy(value)})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -160,7 +176,7 @@ func TestReplayPublishesOnce(t *testing.T) {
 	}
 
 	// Eight at once: one publishes.
-	l2 := letterOf(Position{0, 9}, time.Now(), nil, value, nil)
+	l2 := letterOf(Position{0, 9}, time.Now(), nil, value, []kafka.Header{signedBy(value)})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	outcomes := map[Outcome]int{}
@@ -186,10 +202,15 @@ func TestReplayPublishesOnce(t *testing.T) {
 		t.Errorf("published %d times by concurrent replays, want once", n)
 	}
 
-	// Invalid: refused, nothing recorded.
+	// Invalid, or valid but not signed by the gateway: refused, nothing recorded.
 	bad := letterOf(Position{0, 10}, time.Now(), nil, []byte(`{"requestId":"x"}`), nil)
 	if res, err := rp.Replay(ctx, bad); err != nil || res.Outcome != StillInvalid || res.Reason == "" {
 		t.Errorf("invalid letter: %+v %v", res, err)
+	}
+	_, foreign := validEvent("r-foreign")
+	if res, err := rp.Replay(ctx, letterOf(Position{0, 11}, time.Now(), nil, foreign, nil)); err != nil || res.Outcome != StillInvalid ||
+		!strings.Contains(res.Reason, "EVENT_SIGNING_KEY") {
+		t.Errorf("unsigned letter: %+v %v", res, err)
 	}
 	if got, _ := Replays(ctx, order.NewStore(db.Pool), topic+".dlq"); len(got) != 2 {
 		t.Errorf("%d replays recorded, want 2", len(got))

@@ -11,11 +11,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -65,6 +67,21 @@ type OrderRequested struct {
 
 // MaxBuckets bounds the bucket field (pkg/stock.MaxBuckets buckets: 0..63).
 const MaxBuckets = 64
+
+// ValidOrderNo reports whether s can be an order number: 1 to 96 bytes of
+// UTF-8 without control characters (Postgres's text refuses NUL, and a
+// message whose number it refuses must not hold its partition up).
+func ValidOrderNo(s string) bool {
+	if len(s) < 1 || len(s) > 96 || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidRequestID is the contract's rule: 1–64 characters of [A-Za-z0-9._:-].
 func ValidRequestID(id string) bool {
@@ -197,6 +214,12 @@ func Decode(value []byte) (OrderRequested, error) {
 	if err := Validate(value); err != nil {
 		return OrderRequested{}, err
 	}
+	var on struct {
+		OrderNo string `json:"orderNo"`
+	}
+	if json.Unmarshal(value, &on) != nil || !ValidOrderNo(on.OrderNo) {
+		return OrderRequested{}, errors.New("orderNo holds a control character")
+	}
 	var props map[string]json.RawMessage
 	if err := json.Unmarshal(value, &props); err != nil {
 		return OrderRequested{}, fmt.Errorf("decoding event: %w", err)
@@ -222,7 +245,7 @@ func decodeCanonical(value []byte) (OrderRequested, bool) {
 	if json.Unmarshal(value, &e) != nil {
 		return OrderRequested{}, false
 	}
-	if !ValidRequestID(e.RequestID) || len(e.OrderNo) < 1 || len(e.OrderNo) > 96 || !utf8.ValidString(e.OrderNo) ||
+	if !ValidRequestID(e.RequestID) || !ValidOrderNo(e.OrderNo) ||
 		e.UserID < 1 || e.ActivityID < 1 || e.ItemID < 1 || e.Quantity < 1 || e.Quantity > 100 || e.ReservedAt.IsZero() ||
 		e.Bucket < 0 || e.Bucket >= MaxBuckets {
 		return OrderRequested{}, false
@@ -253,7 +276,8 @@ func DecodeRef(value []byte) (e OrderRequested, ok bool) {
 		return OrderRequested{}, false
 	}
 	e = OrderRequested{RequestID: ref.RequestID, OrderNo: ref.OrderNo, ActivityID: ref.ActivityID, ItemID: ref.ItemID, Bucket: ref.Bucket}
-	return e, e.RequestID != "" && e.OrderNo != "" && e.ActivityID > 0 && e.ItemID > 0
+	// No reservation has an id the gateway would refuse.
+	return e, ValidRequestID(e.RequestID) && ValidOrderNo(e.OrderNo) && e.ActivityID > 0 && e.ItemID > 0
 }
 
 // Message builds the Kafka message for an event, with the trace context of
@@ -268,15 +292,17 @@ func Message(ctx context.Context, e OrderRequested) kafka.Message {
 // StartSend injects the context of the send span.
 func NewMessage(e OrderRequested) kafka.Message { return MessageOf(e, e.Marshal()) }
 
-// MessageOf is NewMessage for an event already encoded (value = e.Marshal()).
+// MessageOf is NewMessage for an event already encoded (value = e.Marshal()),
+// signed (Sign).
 func MessageOf(e OrderRequested, value []byte) kafka.Message {
 	return kafka.Message{
 		Key:   []byte(e.Key()),
 		Value: value,
 		// Room for traceparent, tracestate and baggage.
-		Headers: append(make([]kafka.Header, 0, 5),
+		Headers: append(make([]kafka.Header, 0, 6),
 			kafka.Header{Key: HeaderSchema, Value: []byte(SchemaV1)},
 			kafka.Header{Key: HeaderRequestID, Value: []byte(e.RequestID)},
+			kafka.Header{Key: HeaderSignature, Value: []byte(Signature(value))},
 		),
 	}
 }

@@ -28,6 +28,7 @@ var Settings = []setting.Var{
 	{Name: "KAFKA_SASL_MECHANISM", Default: "", Help: "SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with KAFKA_TLS=true: SASL_SSL); empty ⇒ no SASL"},
 	{Name: "KAFKA_SASL_USERNAME", Default: "", Help: "SASL user"},
 	{Name: "KAFKA_SASL_PASSWORD", Default: "", Help: "SASL password (usually KAFKA_SASL_PASSWORD_FILE)"},
+	{Name: "EVENT_SIGNING_KEY", Default: "", Help: "secret key of the HMAC-SHA256 each orders.requested event carries (header signature), set by the gateway and the redrive and checked by the worker and dlq replay; the same on all of them (usually EVENT_SIGNING_KEY_FILE). A message without a valid signature is not the gateway's: dead-lettered, it changes nothing. Empty ⇒ a public development key"},
 }
 
 // ReadSecurity is the TLS and SASL the settings describe, loaded (a
@@ -52,13 +53,14 @@ type Config struct {
 	Partitions, ReplicationFactor int
 	BatchTimeout                  time.Duration // KAFKA_BATCH_TIMEOUT, the linger of a Writer
 	Security                      Security      // KAFKA_TLS*, KAFKA_SASL_*
+	SigningKey                    string        // EVENT_SIGNING_KEY ("": DevelopmentSigningKey); SetSigningKey applies it
 }
 
 // Read is the Config the settings describe.
 func Read(r *setting.Reader) Config {
 	c := Config{Brokers: r.List("KAFKA_BROKERS"), Topic: r.String("KAFKA_TOPIC"), DLQTopic: r.String("KAFKA_DLQ_TOPIC"),
 		StatusTopic: r.String("KAFKA_STATUS_TOPIC"), Partitions: r.Int("KAFKA_PARTITIONS"), ReplicationFactor: r.Int("KAFKA_REPLICATION_FACTOR"),
-		BatchTimeout: r.Duration("KAFKA_BATCH_TIMEOUT"), Security: ReadSecurity(r)}
+		BatchTimeout: r.Duration("KAFKA_BATCH_TIMEOUT"), Security: ReadSecurity(r), SigningKey: r.String("EVENT_SIGNING_KEY")}
 	if c.Partitions == 0 {
 		r.Fail("KAFKA_PARTITIONS: want at least 1")
 	}

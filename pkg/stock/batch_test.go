@@ -173,14 +173,19 @@ func TestMarkRidesWithTheNextReserve(t *testing.T) {
 		t.Fatalf("reserve 1: %v %v", res.Outcome, err)
 	}
 	k := s.keys(it)
+	// The first reserve's sender may still be finishing after its answer:
+	// a call queued then leaves with it at once. Wait until it is gone.
+	testenv.WaitFor(t, 10*time.Second, "the first reserve's sender to finish", func() bool {
+		s.reserves.mu.Lock()
+		defer s.reserves.mu.Unlock()
+		return s.reserves.running == 0
+	})
 	marked := make(chan error, 1)
 	go func() {
 		// A linger no test outlasts: only the reserve below can send it.
 		marked <- s.reserves.runLazy(ctx, publishScript, time.Hour, []string{k.Req("r1")}, "o1").Err()
 	}()
-	for len(s.queued()) == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.WaitFor(t, 10*time.Second, "the mark to be queued", func() bool { return len(s.queued()) > 0 })
 	if res, err := s.Reserve(ctx, reservation(it, 2)); err != nil || res.Outcome != Reserved {
 		t.Fatalf("reserve 2: %v %v", res.Outcome, err)
 	}
