@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,12 +175,29 @@ func New(cfg Config, deps Deps) *Server {
 	s.salesCB = breaker.New("gateway-postgres-sales", bs, deps.Metrics.BreakerState)
 	s.sales = newSaleMemo()
 	s.routes()
-	s.handler = traced(s.mux)
+	s.handler = traced(cleanPaths(s.mux))
 	s.adminHandler = s.handler
 	if s.adminMux != s.mux {
-		s.adminHandler = traced(s.adminMux)
+		s.adminHandler = traced(cleanPaths(s.adminMux))
 	}
 	return s
+}
+
+// cleanPaths answers a request whose path is not clean (path.Clean would
+// change it: "//v1/orders", "/v1/./orders", "/v1/orders/../orders", a
+// trailing slash) 404 NOT_FOUND, as a path the gateway does not have: no
+// route has such a path, and the mux would answer it with a redirect (a
+// text body, and a client sending a POST's body again elsewhere). It reads
+// the decoded path, so "%2e%2e" and "%2F" segments are refused too: the mux
+// cleans only the escaped path, and would hand a handler an orderNo of "..".
+func cleanPaths(mux http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; path.Clean(p) != p {
+			notFound(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // traced wraps a mux in OpenTelemetry HTTP server spans named by the matched
@@ -188,7 +206,7 @@ func New(cfg Config, deps Deps) *Server {
 // exporter, or sampled always off) the middleware, which costs several
 // microseconds per request even when nothing records, is left out: the
 // caller's trace context is only passed along (to the Kafka message).
-func traced(mux *http.ServeMux) http.Handler {
+func traced(mux http.Handler) http.Handler {
 	if !telemetry.TracingOn() {
 		return propagated(mux)
 	}
@@ -268,13 +286,18 @@ func noRoute(mux *http.ServeMux) http.Handler {
 			}
 		}
 		if len(allow) == 0 {
-			writeError(w, http.StatusNotFound, "NOT_FOUND", "no such route: "+r.Method+" "+r.URL.Path)
+			notFound(w, r)
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
 			r.URL.Path+" is served with "+strings.Join(allow, ", ")+", not "+r.Method)
 	})
+}
+
+// notFound is the answer to a path the gateway does not have.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotFound, "NOT_FOUND", "no such route: "+r.Method+" "+r.URL.Path)
 }
 
 // handle registers a route and counts its outcomes by route pattern.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -159,5 +160,91 @@ func TestHeadServedWithGet(t *testing.T) {
 			t.Errorf("HEAD %s: %d %q, %d bytes (length %d); GET: %d %q, %d bytes", path, head.StatusCode, head.Header.Get("Content-Type"),
 				len(headBody), head.ContentLength, get.StatusCode, get.Header.Get("Content-Type"), len(getBody))
 		}
+	}
+}
+
+// TestUncleanPathNotFound: a path that is not in its clean form (path.Clean
+// would change it) is answered as a path the gateway does not have, 404
+// NOT_FOUND in the error body, on every listener: never the mux's redirect
+// (307, a text body, and a client re-sending a POST's body elsewhere). Clean
+// paths still route, with any characters an orderNo may hold.
+func TestUncleanPathNotFound(t *testing.T) {
+	t.Parallel()
+	newServer := func(cfg Config) *Server {
+		return New(cfg, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+	}
+	split := newServer(Config{AdminToken: "t", AdminAddr: "127.0.0.1:0"})
+	handlers := map[string]http.Handler{"Public": split.Handler(), "Admin": split.AdminHandler(),
+		"Shared": newServer(Config{AdminToken: "t"}).Handler()}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	type answer struct {
+		status    int
+		code, msg string
+	}
+	ask := func(t *testing.T, base, method, path, body string) answer {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer t")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		var e errorBody
+		if err := json.Unmarshal(raw, &e); err != nil || res.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s: %d %q %q (Location %q), want a JSON body", method, path, res.StatusCode,
+				res.Header.Get("Content-Type"), raw, res.Header.Get("Location"))
+		}
+		return answer{res.StatusCode, e.Error.Code, e.Error.Message}
+	}
+	const orderNo = "1-10086-mx1ir84j7901087d0b53"
+	unclean := []struct{ method, path string }{
+		{"POST", "//v1/orders"}, {"POST", "/v1/./orders"}, {"POST", "/v1/orders/../orders"}, {"POST", "/v1//orders"},
+		{"POST", "/v1/orders/"}, {"POST", "/v1/orders/."}, {"GET", "/v1/orders/" + orderNo + "/"},
+		{"GET", "/v1/orders/x/../" + orderNo}, {"POST", "/v1/orders/" + orderNo + "//cancel"},
+		{"POST", "/v1/orders/" + orderNo + "/./pay"}, {"GET", "/healthz/"}, {"GET", "/./healthz"}, {"GET", "//healthz"},
+		{"GET", "/healthz/.."}, {"PUT", "/admin/v1/activities/1/."}, {"PUT", "/admin//v1/activities/1"},
+		{"POST", "/v1/orders/%2e%2e/orders"}, {"POST", "/v1/orders/" + orderNo + "%2F%2E%2E/pay"}, {"DELETE", "//v1/orders"},
+	}
+	for name, h := range handlers {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			for _, u := range unclean {
+				got := ask(t, srv.URL, u.method, u.path, `{"userId":0}`)
+				if want := (answer{http.StatusNotFound, "NOT_FOUND", "no such route: " + u.method + " "}); got.status != want.status ||
+					got.code != want.code || !strings.HasPrefix(got.msg, want.msg) {
+					t.Errorf("%s %s: %+v, want %+v", u.method, u.path, got, want)
+				}
+			}
+			// Clean paths route: the cancel handler reads the body first.
+			clean := []struct {
+				method, path string
+				want         answer
+			}{
+				{"GET", "/healthz", answer{http.StatusOK, "", ""}},
+				{"GET", "/healthz?next=//x/../y", answer{http.StatusOK, "", ""}},
+				{"POST", "/v1/orders/" + orderNo + "/cancel", answer{http.StatusBadRequest, "INVALID_REQUEST", "userId must be a positive integer"}},
+				{"POST", "/v1/orders/" + orderNo + "-b3/cancel", answer{http.StatusBadRequest, "INVALID_REQUEST", "userId must be a positive integer"}},
+				{"POST", "/v1/orders/1-2-a.b..c_d:e~f/cancel", answer{http.StatusBadRequest, "INVALID_REQUEST", "userId must be a positive integer"}},
+				{"POST", "/v1/orders/1-2-%41%2e%2e/cancel", answer{http.StatusBadRequest, "INVALID_REQUEST", "userId must be a positive integer"}},
+				{"GET", "/v1/nothing", answer{http.StatusNotFound, "NOT_FOUND", "no such route: GET /v1/nothing"}},
+				{"GET", "/", answer{http.StatusNotFound, "NOT_FOUND", "no such route: GET /"}},
+			}
+			for _, cp := range clean {
+				if name == "Admin" && cp.want.code != "NOT_FOUND" { // the admin listener has none of them
+					p, _ := url.PathUnescape(strings.Split(cp.path, "?")[0])
+					cp.want = answer{http.StatusNotFound, "NOT_FOUND", "no such route: " + cp.method + " " + p}
+				}
+				if got := ask(t, srv.URL, cp.method, cp.path, `{"userId":0}`); got != cp.want {
+					t.Errorf("%s %s: %+v, want %+v", cp.method, cp.path, got, cp.want)
+				}
+			}
+		})
 	}
 }

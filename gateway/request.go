@@ -79,8 +79,10 @@ func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiEr
 		Quantity: int(b.Quantity)}, nil
 }
 
-// decodeJSON reads one JSON object of at most limit bytes into v, unknown
-// fields refused. Every failure is a 4xx naming what is wrong.
+// decodeJSON reads one JSON object of at most limit bytes into v (a pointer
+// to a struct), its keys and its objects' keys (checkKeys) each exactly one
+// of their struct's names and none twice. Every failure is a 4xx naming
+// what is wrong.
 func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError {
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil || mt != "application/json" {
@@ -96,12 +98,14 @@ func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError 
 	if err != nil {
 		return invalid("reading body: %v", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	end, apiErr := checkKeys(raw, shapeOf(v))
+	if apiErr != nil {
+		return apiErr
+	}
+	if err := json.Unmarshal(raw[:end], v); err != nil {
 		return jsonError(err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if len(bytes.TrimLeft(raw[end:], " \t\r\n")) > 0 {
 		return invalid("body must hold exactly one JSON object")
 	}
 	return nil
@@ -109,9 +113,7 @@ func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError 
 
 func jsonError(err error) *apiError {
 	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
+	if errors.As(err, &typeErr) {
 		if typeErr.Field == "" {
 			return invalid("body must be a JSON object")
 		}
@@ -129,14 +131,9 @@ func jsonError(err error) *apiError {
 			return invalid("%s is out of range", field)
 		}
 		return invalid("%s has the wrong type or is out of range", field)
-	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return invalid("malformed JSON")
 	}
-	// encoding/json reports unknown fields as `json: unknown field "x"`;
-	// anything else is not worth showing a client.
-	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
-		return invalid("%s", strings.TrimPrefix(msg, "json: "))
-	}
+	// checkKeys has refused malformed JSON and unknown fields; anything
+	// else is not worth showing a client.
 	return invalid("malformed JSON")
 }
 
