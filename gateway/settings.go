@@ -26,9 +26,10 @@ var Settings = []setting.Var{
 const Usage = `usage: orderpipe gateway
 
 The HTTP service: POST /v1/orders (one reserve script in Redis, one produce
-to Kafka), order lookups and pay, the admin API (with ADMIN_TOKEN), /healthz,
-/readyz and /metrics on HTTP_ADDR. Needs KAFKA_BROKERS and Redis; starts
-without Postgres (lookups answer 503 until it returns).
+to Kafka), order lookup, pay and cancel, /healthz, /readyz, /metrics and
+/openapi.json on HTTP_ADDR; the admin API (with ADMIN_TOKEN) there too, or
+on ADMIN_ADDR. Needs KAFKA_BROKERS and Redis; starts without Postgres
+(lookup, pay, cancel and the admin API answer 503 until it returns).
 `
 
 // Read is the gateway's Config as its settings describe it; what it shares

@@ -28,10 +28,13 @@ func Start(p *target.Process, cfg Config) (stop func(), err error) {
 }
 
 // readyChecks are what /readyz asks: the dependencies of taking an order
-// (the reserve script in Redis, the produce to Kafka). Not Postgres: POST
-// /v1/orders never touches it, and during a Postgres outage the queue holds
+// (the reserve script in Redis, the produce to Kafka). Not Postgres:
+// accepting an order never touches it (only a NOT_ON_SALE answer is checked
+// against it, since Redis may have lost the sale's keys, and is 503 while
+// Postgres cannot confirm it), and during a Postgres outage the queue holds
 // the accepted orders until the workers catch up, so the gateways must stay
-// in service (order lookups, pay and the admin API answer 503 meanwhile).
+// in service (order lookups, pay, cancel and the admin API answer 503
+// meanwhile).
 // The other components serve no traffic and have no readiness beyond
 // /healthz: each waits for its own dependencies.
 func readyChecks(st *stock.Store, k event.Config) map[string]PingFunc {
