@@ -378,8 +378,17 @@ func TestLocate(t *testing.T) {
 
 	pending := mustLocate(t, p, "loc-pending")
 	if pending.Status != "PENDING" || pending.OrderNo != ev.OrderNo || len(pending.Redis) != 1 || pending.Redis[0].Journal == nil ||
-		pending.Redis[0].Dedup == nil || !pending.Redis[0].LimitHeld || pending.Processed != nil || pending.Timeline.ReservedAt == nil {
-		t.Errorf("pending: %+v", pending)
+		pending.Redis[0].Dedup == nil || !pending.Redis[0].LimitHeld || pending.Processed != nil || pending.Timeline.ReservedAt == nil ||
+		pending.Redis[0].Dedup.Published || pending.Redis[0].Dedup.Claimed || !strings.Contains(pending.Where, "being produced") {
+		t.Errorf("pending, never produced: %+v", pending)
+	}
+	// Once Kafka acknowledged its event (the gateway's mark), locate says so.
+	if n, err := p.Stock.MarkPublished(ctx, stock.Item{ActivityID: 4, ItemID: 40}, []stock.Ref{{RequestID: ev.RequestID, OrderNo: ev.OrderNo}}); err != nil || n != 1 {
+		t.Fatalf("marking loc-pending published: %d %v", n, err)
+	}
+	if got := mustLocate(t, p, "loc-pending"); len(got.Redis) != 1 || got.Redis[0].Dedup == nil || !got.Redis[0].Dedup.Published ||
+		!strings.Contains(got.Where, "in Kafka (acknowledged)") {
+		t.Errorf("pending, in Kafka: %+v", got)
 	}
 	// Narrowed to the item, and to another item (where it is not).
 	if got := mustLocate(t, p, "loc-pending", "--activity", "4", "--item", "40"); got.Status != "PENDING" || got.ItemsSearched != 1 {
@@ -397,7 +406,8 @@ func TestLocate(t *testing.T) {
 	created := mustLocate(t, p, "loc-created")
 	if created.Status != "UNPAID" || created.OrderNo != r.Str("orderNo") || created.Quantity != 2 || created.Order == nil ||
 		created.Processed == nil || created.Processed.Outcome != "CREATED" || created.Timeline.CreatedAt == nil ||
-		len(created.Redis) != 1 || created.Redis[0].Journal != nil || !created.Redis[0].LimitHeld || len(created.TraceID) != 32 {
+		len(created.Redis) != 1 || created.Redis[0].Journal != nil || !created.Redis[0].LimitHeld || len(created.TraceID) != 32 ||
+		created.Redis[0].Dedup == nil || !created.Redis[0].Dedup.Published || !created.Redis[0].Dedup.Claimed {
 		t.Errorf("created: %+v", created)
 	}
 

@@ -129,6 +129,9 @@ type Dedup struct {
 	Remaining   string          `json:"remaining"`
 	TraceParent string          `json:"traceParent,omitempty"`
 	Event       json.RawMessage `json:"event,omitempty"`
+	// Published: Kafka acknowledged its event. Claimed: a worker took it.
+	Published bool `json:"published"`
+	Claimed   bool `json:"claimed"`
 }
 
 // Processed is the worker's decision (processed_requests).
@@ -301,7 +304,7 @@ func (f *Finder) redis(ctx context.Context, rep *Report, items []stock.Item) err
 		st := RedisState{ActivityID: it.ActivityID, ItemID: it.ItemID, Bucket: it.Bucket}
 		if d := tr.Dedup; d != nil {
 			st.Dedup = &Dedup{Key: d.Key, OrderNo: d.OrderNo, Remaining: d.Remaining,
-				TraceParent: d.TraceParent, Event: rawJSON(d.Event)}
+				TraceParent: d.TraceParent, Event: rawJSON(d.Event), Published: d.Published, Claimed: d.Claimed}
 		}
 		if tr.Journaled {
 			st.Journal = rawJSON(tr.Journal)
@@ -442,9 +445,12 @@ func (r *Report) settle() {
 		r.Status = order.StatusPending
 		if strings.HasPrefix(st.Fate, "claimed:") {
 			r.Where = "reserved in Redis and claimed by a worker: its Postgres decision is in flight"
-		} else {
-			r.Where = "reserved in Redis (journal entry); its event is in Kafka or being produced, no worker has claimed it yet " +
+		} else if st.Dedup != nil && st.Dedup.Published {
+			r.Where = "reserved in Redis (journal entry); its event is in Kafka (acknowledged), no worker has claimed it yet " +
 				"(the redrive re-publishes it after REDRIVE_AFTER)"
+		} else {
+			r.Where = "reserved in Redis (journal entry); its event is being produced, or Kafka has not acknowledged it, " +
+				"and no worker has claimed it yet (the redrive re-publishes it after REDRIVE_AFTER)"
 		}
 	case st != nil && strings.HasPrefix(st.Fate, "released:"):
 		r.Status = StatusReleased
@@ -524,7 +530,8 @@ func (r Report) Text() string {
 		}
 		line(label, "item %d:%d", st.ActivityID, st.ItemID)
 		if st.Dedup != nil {
-			line("", "  dedup record %s: orderNo %s, remaining %s", st.Dedup.Key, st.Dedup.OrderNo, st.Dedup.Remaining)
+			line("", "  dedup record %s: orderNo %s, remaining %s, event in Kafka: %s, claimed by a worker: %s", st.Dedup.Key,
+				st.Dedup.OrderNo, st.Dedup.Remaining, yesNo(st.Dedup.Published), yesNo(st.Dedup.Claimed))
 		} else {
 			line("", "  dedup record: none")
 		}
@@ -570,4 +577,11 @@ func (r Report) Text() string {
 		line(label, "%s", detail)
 	}
 	return b.String()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

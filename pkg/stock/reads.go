@@ -77,6 +77,9 @@ type DedupRecord struct {
 	Remaining   string
 	TraceParent string
 	Event       string
+	// Published: Kafka acknowledged the reservation's event (the
+	// gateway's mark, or the redrive's); Claimed: a worker claimed it.
+	Published, Claimed bool
 }
 
 // Traces is what one item's (bucket's) keys hold about a request.
@@ -117,7 +120,7 @@ func (s *Store) Traces(ctx context.Context, items []Item, requestID string) ([]T
 		out[i].Item = it
 		if d := got[i].dedup.Val(); len(d) > 0 {
 			out[i].Dedup = &DedupRecord{Key: s.keys(it).Req(requestID), OrderNo: d["orderNo"], Remaining: d["remaining"],
-				TraceParent: d["tp"], Event: d["event"]}
+				TraceParent: d["tp"], Event: d["event"], Published: d["published"] == "1", Claimed: d["claimed"] != ""}
 		}
 		if j, err := got[i].journal.Result(); err == nil {
 			out[i].Journal, out[i].Journaled = j, true
