@@ -225,16 +225,20 @@ func (s *Store) ListActivities(ctx context.Context, limit int, after *ActivityCu
 }
 
 // EndActivity is the kill switch's record: the activity's window ends at
-// the earliest of its own end and at (a sale not yet started ends a
-// millisecond before at, its start moved there too, as stock.End does), and
-// the activity with its new window is returned. Only ever moves the end
-// earlier, so a repeat answers the first end. at is truncated to the
-// millisecond, the resolution of the sale window in Redis, so the two agree.
+// the earliest of its own end, at and the database's now (a sale not yet
+// started ends a millisecond before that, its start moved there too, as
+// stock.End does), and the activity with its new window is returned. Only
+// ever moves the end earlier, so a repeat answers the first end. The end is
+// truncated to the millisecond, the resolution of the sale window in Redis,
+// so the two agree; and it is never after the database's now, so
+// OnSaleNow, which reads that clock, says the sale is off at once however
+// the caller's clock runs.
 func (s *Store) EndActivity(ctx context.Context, id int64, at time.Time) (Activity, error) {
 	at = at.Truncate(time.Millisecond)
 	_, err := s.pool.Exec(ctx, `UPDATE activities
-		SET ends_at = LEAST(ends_at, $2), starts_at = LEAST(starts_at, LEAST(ends_at, $2) - interval '1 millisecond'), updated_at = now()
-		WHERE id = $1 AND (ends_at > $2 OR starts_at > LEAST(ends_at, $2) - interval '1 millisecond')`, id, at)
+		SET ends_at = LEAST(ends_at, e.at), starts_at = LEAST(starts_at, LEAST(ends_at, e.at) - interval '1 millisecond'), updated_at = now()
+		FROM (SELECT LEAST($2::timestamptz, date_trunc('milliseconds', now())) AS at) e
+		WHERE id = $1 AND (ends_at > e.at OR starts_at > LEAST(ends_at, e.at) - interval '1 millisecond')`, id, at)
 	if err != nil {
 		return Activity{}, fmt.Errorf("ending activity %d: %w", id, err)
 	}
