@@ -139,10 +139,12 @@ test-kafka: vet services ## the end-to-end tests on a real 3-broker Apache Kafka
 	TEST_KAFKA_TLS=1 deploy/local/test-redis.sh deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -parallel $(TEST_KAFKA_PARALLEL) -skip '$(call regexp_of,$(filter-out $(E2E_KAFKA_TESTS),$(E2E_TESTS)))' -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
 
 FUZZTIME ?= 30s
+# How long one input found is minimized (Go's default, 60 s, spent on a deep-nesting input stalls a short run).
+FUZZMINIMIZETIME ?= 5s
 fuzz: deps ## fuzz the order endpoint's decoding/validation (and its key check) and the worker's event decoding (go test runs their seed corpora too)
-	$(GO) test -tags dev -run '^$$' -fuzz FuzzParseOrderRequest -fuzztime $(FUZZTIME) ./gateway/
-	$(GO) test -tags dev -run '^$$' -fuzz FuzzKeyScanAgreesWithEncodingJSON -fuzztime $(FUZZTIME) ./gateway/
-	$(GO) test -tags dev -run '^$$' -fuzz FuzzDecodeAgreesWithSchema -fuzztime $(FUZZTIME) ./pkg/event/
+	$(GO) test -tags dev -run '^$$' -fuzz FuzzParseOrderRequest -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./gateway/
+	$(GO) test -tags dev -run '^$$' -fuzz FuzzKeyScanAgreesWithEncodingJSON -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./gateway/
+	$(GO) test -tags dev -run '^$$' -fuzz FuzzDecodeAgreesWithSchema -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) ./pkg/event/
 
 # The OpenAPI-driven property-based tier: schemathesis (pinned, into a venv
 # under ~/.cache/orderpipe) against a real `all` on free ports, its own
