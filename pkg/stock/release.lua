@@ -14,6 +14,13 @@
 -- mode "compensate": the worker or closer decided in Postgres; always applies.
 -- limit owner: when not empty, the marker is handed to that request (the user
 --   still holds that live order) instead of being deleted.
+-- Whether a journal entry is this orderNo's: an entry that is not a JSON
+-- object is still its request's reservation (claim.lua).
+local function holds(entry)
+  if not entry then return false end
+  local ok, e = pcall(cjson.decode, entry)
+  return not ok or type(e) ~= 'table' or e['orderNo'] == ARGV[2]
+end
 local fate = redis.call('GET', KEYS[4])
 if fate == 'released:' .. ARGV[2] then return 'ALREADY_RELEASED' end
 if ARGV[4] == 'abort' then
@@ -26,8 +33,7 @@ if ARGV[4] == 'abort' then
   end
   -- An abort may follow a reserve whose reply was lost: give back only what
   -- this orderNo actually reserved.
-  local e = redis.call('HGET', KEYS[3], ARGV[1])
-  if redis.call('HGET', KEYS[5], 'orderNo') ~= ARGV[2] and not (e and cjson.decode(e)['orderNo'] == ARGV[2]) then
+  if redis.call('HGET', KEYS[5], 'orderNo') ~= ARGV[2] and not holds(redis.call('HGET', KEYS[3], ARGV[1])) then
     -- Remembered all the same: a reserve of this orderNo still on its way
     -- (sent before the abort, run after it) must not take stock.
     redis.call('SET', KEYS[4], 'released:' .. ARGV[2], 'EX', ARGV[6])
@@ -46,8 +52,7 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
     redis.call('SREM', KEYS[7], ARGV[7])
   end
 end
-local entry = redis.call('HGET', KEYS[3], ARGV[1])
-if entry and cjson.decode(entry)['orderNo'] == ARGV[2] then redis.call('HDEL', KEYS[3], ARGV[1]) end
+if holds(redis.call('HGET', KEYS[3], ARGV[1])) then redis.call('HDEL', KEYS[3], ARGV[1]) end
 -- An abort forgets the dedup record too, so a retry starts afresh. A
 -- compensation keeps it: that orderNo was shown and is decided in Postgres
 -- (an order, or a REJECTED record), so a replay names it again (I3).

@@ -20,7 +20,14 @@ if rec[1] then
   local durable = rec[4] ~= false or rec[5] == rec[2]
   if not durable then
     local e = redis.call('HGET', KEYS[5], ARGV[1])
-    durable = not (e and cjson.decode(e)['orderNo'] == rec[2])
+    if e then
+      -- An entry that is not a JSON object is still this request's
+      -- reservation (claim.lua): not decided, so not durable.
+      local ok, d = pcall(cjson.decode, e)
+      durable = ok and type(d) == 'table' and d['orderNo'] ~= rec[2]
+    else
+      durable = true
+    end
   end
   if not durable then return {'IN_PROGRESS', '', 0} end
   -- From now on it must resolve, so the first attempt's abort, should its
