@@ -53,3 +53,21 @@ func TestSignedTellsTheGatewaysEventsApart(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSignature: what signing costs the gateway (and checking, the
+// worker) per event.
+func BenchmarkSignature(b *testing.B) {
+	msg := NewMessage(sample())
+	b.Run("Sign", func(b *testing.B) {
+		for b.Loop() {
+			_ = Signature(msg.Value)
+		}
+	})
+	b.Run("Check", func(b *testing.B) {
+		for b.Loop() {
+			if !Signed(msg) {
+				b.Fatal("not signed")
+			}
+		}
+	})
+}
