@@ -259,6 +259,16 @@ func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
 			v = bytes.Replace(v, []byte(`"userId":21`), []byte(`"userId":22`), 1)
 			return bytes.Replace(v, []byte(`"quantity":1`), []byte(`"quantity":1000`), 1)
 		}},
+		// Valid values the gateway did not sign: the same reservation under
+		// another requestId or another orderNo, and one made up.
+		{"OtherRequestID", func(v []byte) []byte {
+			return bytes.Replace(v, []byte(`"requestId":"poisoned"`), []byte(`"requestId":"poisoned-2"`), 1)
+		}},
+		{"OtherOrderNo", func(v []byte) []byte { return bytes.Replace(v, []byte(`","userId":21`), []byte(`-2","userId":21`), 1) }},
+		{"MadeUp", func([]byte) []byte {
+			return event.OrderRequested{RequestID: "made-up", OrderNo: "9-1-madeup", UserID: 23, ActivityID: 9, ItemID: 1, Quantity: 1,
+				ReservedAt: time.Now().UTC()}.Marshal()
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := mustPipeline(t, components{"gateway"}, nil)

@@ -84,8 +84,8 @@ func TestForeignEventsChangeNothing(t *testing.T) {
 				t.Errorf("%d dead letters, want %d", len(f.dlq.msgs), tc.dead)
 			}
 			for _, m := range f.dlq.msgs {
-				if e := event.Header(m, event.HeaderError); e != errNotSigned.Error() {
-					t.Errorf("dead letter's error %q, want %q", e, errNotSigned)
+				if e := event.Header(m, event.HeaderError); e != event.ErrNotSigned.Error() {
+					t.Errorf("dead letter's error %q, want %q", e, event.ErrNotSigned)
 				}
 			}
 			snap := f.snapshot(t)

@@ -418,14 +418,7 @@ func (r *Redriver) consumedPast(ref stock.Ref) bool {
 // redriven is the journaled event as the gateway would have produced it
 // (signed: the journal is the gateway's), marked as re-published.
 func redriven(j journaled) kafka.Message {
-	return kafka.Message{
-		Key:   []byte(j.ev.Key()),
-		Value: []byte(j.raw),
-		Headers: []kafka.Header{
-			{Key: event.HeaderSchema, Value: []byte(event.SchemaV1)},
-			{Key: event.HeaderRequestID, Value: []byte(j.ev.RequestID)},
-			{Key: event.HeaderSignature, Value: []byte(event.Signature([]byte(j.raw)))},
-			{Key: HeaderRedriven, Value: []byte("1")},
-		},
-	}
+	msg := event.MessageOf(j.ev, []byte(j.raw))
+	msg.Headers = append(msg.Headers, kafka.Header{Key: HeaderRedriven, Value: []byte("1")})
+	return msg
 }

@@ -79,10 +79,6 @@ func (c *Config) defaults() {
 // transaction, acks and compensations).
 const batchTimeout = 30 * time.Second
 
-// errNotSigned is the dead letter's error for a valid event that does not
-// carry the signature of this deployment's EVENT_SIGNING_KEY.
-var errNotSigned = errors.New("event not signed with this deployment's EVENT_SIGNING_KEY: not the gateway's")
-
 // Producer sends dead letters; *kafka.Writer is one.
 type Producer interface {
 	WriteMessages(ctx context.Context, msgs ...kafka.Message) error
@@ -277,7 +273,7 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 		if err == nil && !event.Signed(m) {
 			// Valid, but not the gateway's (foreign, or a copy whose value
 			// was changed): only a pointer, like any invalid message.
-			err = errNotSigned
+			err = event.ErrNotSigned
 		}
 		valid := err == nil
 		if !valid {

@@ -151,8 +151,14 @@ func (l Letter) Event() (event.OrderRequested, error) {
 	}
 	// A replay re-signs the value: only a value the gateway signed may be
 	// replayed, or a replay would make a foreign message the gateway's.
-	if sig, _ := l.header(event.HeaderSignature); !event.SignatureValid(l.Value, sig) {
-		return event.OrderRequested{}, errors.New("not signed with this deployment's EVENT_SIGNING_KEY: not the gateway's event")
+	var sigs []string
+	for _, h := range l.Headers {
+		if h.Key == event.HeaderSignature {
+			sigs = append(sigs, h.Value)
+		}
+	}
+	if !event.SignedBy(l.Value, sigs) {
+		return event.OrderRequested{}, event.ErrNotSigned
 	}
 	return e, nil
 }

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -213,12 +212,6 @@ func Decode(value []byte) (OrderRequested, error) {
 	}
 	if err := Validate(value); err != nil {
 		return OrderRequested{}, err
-	}
-	var on struct {
-		OrderNo string `json:"orderNo"`
-	}
-	if json.Unmarshal(value, &on) != nil || !ValidOrderNo(on.OrderNo) {
-		return OrderRequested{}, errors.New("orderNo holds a control character")
 	}
 	var props map[string]json.RawMessage
 	if err := json.Unmarshal(value, &props); err != nil {

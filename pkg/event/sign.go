@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"sync/atomic"
 
 	"github.com/segmentio/kafka-go"
@@ -70,21 +71,23 @@ func Sign(msg *kafka.Message) {
 	msg.Headers = append(msg.Headers, kafka.Header{Key: HeaderSignature, Value: sig})
 }
 
+// ErrNotSigned is why a valid event is not the gateway's: it does not carry
+// exactly one signature header, of its value under this deployment's key.
+var ErrNotSigned = errors.New("event not signed with this deployment's EVENT_SIGNING_KEY: not the gateway's")
+
 // Signed reports whether msg carries exactly one signature header and it is
 // this process's key's signature of msg's value.
 func Signed(msg kafka.Message) bool {
-	var got []byte
-	n := 0
+	var sigs []string
 	for _, h := range msg.Headers {
 		if h.Key == HeaderSignature {
-			got = h.Value
-			n++
+			sigs = append(sigs, string(h.Value))
 		}
 	}
-	return n == 1 && SignatureValid(msg.Value, string(got))
+	return SignedBy(msg.Value, sigs)
 }
 
-// SignatureValid reports whether sig is the signature of value.
-func SignatureValid(value []byte, sig string) bool {
-	return hmac.Equal([]byte(sig), []byte(Signature(value)))
+// SignedBy is Signed for a value and the values of its signature headers.
+func SignedBy(value []byte, sigs []string) bool {
+	return len(sigs) == 1 && hmac.Equal([]byte(sigs[0]), []byte(Signature(value)))
 }
