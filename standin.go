@@ -32,11 +32,16 @@ func readDev(r *setting.Reader) devConfig {
 // kafkaMain is `orderpipe kafka`.
 var kafkaMain = standin.KafkaMain
 
-// startBroker starts the embedded broker of `all` (standin.Embedded).
-func startBroker(cfg config) (brokers []string, stop func(), err error) {
+// startBroker starts the embedded broker of `all` (standin.Embedded); dial
+// reaches it through memory.
+func startBroker(cfg config) (brokers []string, dial dialFunc, stop func(), err error) {
 	e, k := cfg.dev.embedded, cfg.Kafka
 	e.Partitions, e.Topic, e.DLQTopic, e.StatusTopic, e.Group = k.Partitions, k.Topic, k.DLQTopic, k.StatusTopic, cfg.Worker.Group
-	return e.Start()
+	b, err := e.Start()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return b.Brokers, b.Dial, b.Close, nil
 }
 
 // limitMemory gives `all` its soft memory limit when it embeds the broker

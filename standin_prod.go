@@ -33,8 +33,8 @@ func startStandins(context.Context, *slog.Logger, *config) (stop func(), err err
 // GOMEMLIMIT is the only limit.
 func limitMemory(string, config) {}
 
-func startBroker(config) (brokers []string, stop func(), err error) {
-	return nil, nil, errNoEmbedded
+func startBroker(config) (brokers []string, dial dialFunc, stop func(), err error) {
+	return nil, nil, nil, errNoEmbedded
 }
 
 func kafkaMain(context.Context, []string, setting.Env, io.Writer, io.Writer) int {

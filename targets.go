@@ -49,6 +49,9 @@ func runComponents(ctx context.Context, log *slog.Logger, cfg config, names comp
 
 // errNoEmbedded is what `all` without KAFKA_BROKERS and `kafka` answer in
 // the production build, which links no test fake (standin_prod.go).
+// dialFunc connects to a broker (event.Security.Dial).
+type dialFunc = func(ctx context.Context, network, address string) (net.Conn, error)
+
 var errNoEmbedded = errors.New("the embedded broker is not in this build: set KAFKA_BROKERS, or build with -tags dev (make run does)")
 
 // localSetup is what makes `all` the local default: the database is created
@@ -67,7 +70,7 @@ func localSetup(ctx context.Context, log *slog.Logger, cfg *config) (stop func()
 	kafkaDesc := strings.Join(cfg.Kafka.Brokers, ",")
 	embedded := len(cfg.Kafka.Brokers) == 0
 	if embedded {
-		brokers, stopBroker, err := startBroker(*cfg)
+		brokers, dial, stopBroker, err := startBroker(*cfg)
 		if errors.Is(err, errNoEmbedded) {
 			return nil, err
 		}
@@ -76,7 +79,7 @@ func localSetup(ctx context.Context, log *slog.Logger, cfg *config) (stop func()
 		}
 		stops = append(stops, stopBroker)
 		cfg.Kafka.Brokers = brokers
-		cfg.Kafka.Security = event.Security{} // the embedded broker speaks plaintext
+		cfg.Kafka.Security = event.Security{Dial: dial} // plaintext, through memory
 		kafkaDesc = "embedded kfake at " + strings.Join(brokers, ",")
 	}
 	stopStandins, err := startStandins(ctx, log, cfg)

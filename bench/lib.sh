@@ -75,21 +75,25 @@ procs() {
   esac
 }
 
-# waits_summary BEFORE AFTER: the gateway's reserve and produce histograms
-# (orderpipe_reserve_seconds, orderpipe_produce_seconds, as scraped from its
+# waits_summary BEFORE AFTER: the gateway's intake, reserve and produce histograms
+# (orderpipe_http_request_duration_seconds of POST /v1/orders, from routing to
+# the answer; orderpipe_reserve_seconds, orderpipe_produce_seconds, as scraped from its
 # /metrics into the two files) over the interval between them: the count,
 # the mean and the share at or under a few bounds; and the produce requests
 # and their mean size (orderpipe_produce_batch_messages, GATEWAY_PRODUCER=group).
 waits_summary() {
   awk '
     FNR == 1 { f++ }
-    /^orderpipe_((reserve|produce)_seconds_(sum|count|bucket)|produce_batch_messages_(sum|count))/ {
-      v = $NF; k = $1
+    /^orderpipe_((reserve|produce)_seconds_(sum|count|bucket)|produce_batch_messages_(sum|count))/ ||
+    /^orderpipe_http_request_duration_seconds_(sum|count|bucket)\{route="POST \/v1\/orders"/ {
+      v = $NF; k = substr($0, 1, length($0) - length($NF) - 1)
+      sub(/\{route="POST \/v1\/orders",?/, "{", k); sub(/\{\}$/, "", k)
+      sub(/^orderpipe_http_request_duration/, "orderpipe_intake", k)
       if (f == 1) { before[k] = v } else { after[k] = v }
     }
     END {
-      split("reserve produce", names, " ")
-      for (i = 1; i <= 2; i++) {
+      split("intake reserve produce", names, " ")
+      for (i = 1; i <= 3; i++) {
         n = names[i]; p = "orderpipe_" n "_seconds"
         cnt = after[p "_count"] - before[p "_count"]
         if (cnt <= 0) { continue }

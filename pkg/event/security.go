@@ -43,6 +43,9 @@ var Mechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 type Security struct {
 	TLS  *tls.Config
 	SASL sasl.Mechanism
+	// Dial, when set, makes every connection (`orderpipe all` sets the
+	// embedded broker's, which reaches it through memory); nil ⇒ TCP.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Load checks the configuration and reads the certificate files. Errors
@@ -121,13 +124,13 @@ func (s Security) String() string {
 
 // Dialer is a connection dialer (the consumer group reader, Ping).
 func (s Security) Dialer(timeout time.Duration) *kafka.Dialer {
-	return &kafka.Dialer{Timeout: timeout, DualStack: true, TLS: s.TLS, SASLMechanism: s.SASL}
+	return &kafka.Dialer{Timeout: timeout, DualStack: true, TLS: s.TLS, SASLMechanism: s.SASL, DialFunc: s.Dial}
 }
 
 // Transport is a pooled transport (writers, clients); the TLS handshake
 // and SASL authentication follow each TCP dial.
 func (s Security) Transport(dialTimeout time.Duration) *kafka.Transport {
-	return &kafka.Transport{DialTimeout: dialTimeout, TLS: s.TLS, SASL: s.SASL}
+	return &kafka.Transport{DialTimeout: dialTimeout, TLS: s.TLS, SASL: s.SASL, Dial: s.Dial}
 }
 
 // EnsureTopics creates the topics that do not exist yet, with partitions

@@ -52,7 +52,8 @@ type Kafka struct {
 
 	retention Retention
 	stale     *staleWatch
-	own       string // the broker's own listening address
+	own       string       // the broker's own listening address
+	mem       *memListener // its listener, which also takes in-memory connections
 	stop      context.CancelFunc
 	stopped   chan struct{}
 }
@@ -77,23 +78,25 @@ func StartKafka(o KafkaOptions) (*Kafka, error) {
 		where = "in " + o.Dir
 	}
 	var own string
+	var mem *memListener
 	opts = append(opts, kfake.ListenFn(func(network, address string) (net.Listener, error) {
 		ln, err := net.Listen(network, address)
 		if err != nil {
 			return nil, err
 		}
 		own = ln.Addr().String()
+		mem = newMemListener(ln)
 		if o.AdvertisedPort > 0 {
 			adv := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: o.AdvertisedPort}
-			return advertised{Listener: ln, addr: adv}, nil
+			return advertised{Listener: mem, addr: adv}, nil
 		}
-		return ln, nil
+		return mem, nil
 	}))
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded kafka %s: %w", where, err)
 	}
-	k := &Kafka{Cluster: c, Brokers: c.ListenAddrs(), retention: o.Retention, stale: newStaleWatch(), own: own, stopped: make(chan struct{})}
+	k := &Kafka{Cluster: c, Brokers: c.ListenAddrs(), retention: o.Retention, stale: newStaleWatch(), own: own, mem: mem, stopped: make(chan struct{})}
 	k.stale.watch(k)
 	ctx, cancel := context.WithCancel(context.Background())
 	k.stop = cancel
@@ -117,6 +120,18 @@ type advertised struct {
 }
 
 func (a advertised) Addr() net.Addr { return a.addr }
+
+// Dial connects to the broker as a kafka-go Dialer's DialFunc or a
+// Transport's Dial would: through memory when address is the broker's own
+// listening address (a client in its process, see memconn.go), otherwise
+// over the network (an advertised proxy in front of it, another broker).
+func (k *Kafka) Dial(ctx context.Context, network, address string) (net.Conn, error) {
+	if address == k.own && k.mem != nil {
+		return k.mem.dial(ctx)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, address)
+}
 
 // Close stops the retention and the broker; without Dir its data is gone.
 func (k *Kafka) Close() {

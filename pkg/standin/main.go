@@ -73,11 +73,12 @@ func runKafka(ctx context.Context, log *slog.Logger, env setting.Env) error {
 		return err
 	}
 	cfg.LimitMemory()
-	brokers, stop, err := cfg.Start()
+	k, err := cfg.Start()
 	if err != nil {
 		return fmt.Errorf("%w (set KAFKA_EMBEDDED_PORT to another port)", err)
 	}
-	defer stop()
+	defer k.Close()
+	brokers := k.Brokers
 	// A data dir from an earlier run is reloaded as it was: topics it lacks
 	// (another KAFKA_TOPIC) are created here, not by the seed.
 	if err := event.EnsureTopics(ctx, brokers, cfg.Partitions, 1, cfg.Topic, cfg.DLQTopic, cfg.StatusTopic); err != nil {
@@ -106,7 +107,7 @@ const retentionInterval = time.Second
 // KAFKA_EMBEDDED_RETENTION_MB of the order topic and as much of
 // orders.status, and KAFKA_EMBEDDED_DLQ_RETENTION_MB of dead letters
 // (Retention), so a long `make run` stays bounded.
-func (cfg Embedded) Start() (brokers []string, stop func(), err error) {
+func (cfg Embedded) Start() (*Kafka, error) {
 	k, err := StartKafka(KafkaOptions{Port: cfg.Port, Partitions: cfg.Partitions,
 		Topics: []string{cfg.Topic, cfg.DLQTopic, cfg.StatusTopic}, Dir: cfg.Dir, AdvertisedPort: cfg.AdvertisedPort,
 		Retention: Retention{Interval: retentionInterval,
@@ -126,7 +127,7 @@ func (cfg Embedded) Start() (brokers []string, stop func(), err error) {
 			}
 		}})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return k.Brokers, k.Close, nil
+	return k, nil
 }

@@ -27,7 +27,7 @@ func TestEmbeddedBrokerDataDirSurvivesRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	brokers, stop, err := cfg.Start()
+	brokers, stop, err := startBroker(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestEmbeddedBrokerDataDirSurvivesRestart(t *testing.T) {
 	consume(ctx, t, brokers, cfg.Topic, 4, seen)
 	stop()
 
-	brokers, stop, err = cfg.Start() // same dir, another port
+	brokers, stop, err = startBroker(cfg) // same dir, another port
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func testRetention(t *testing.T, onDisk bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	brokers, stop, err := cfg.Start()
+	brokers, stop, err := startBroker(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func testRetention(t *testing.T, onDisk bool) {
 	}
 
 	stop()
-	brokers, stop, err = cfg.Start() // same dir, another port
+	brokers, stop, err = startBroker(cfg) // same dir, another port
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,4 +238,13 @@ func TestNegativeMemoryLimitIsRefused(t *testing.T) {
 			t.Errorf("limit %s: %v, refused should be %v", limit, err, refused)
 		}
 	}
+}
+
+// startBroker starts cfg's broker for a test: its bootstrap list and stop.
+func startBroker(cfg Embedded) (brokers []string, stop func(), err error) {
+	k, err := cfg.Start()
+	if err != nil {
+		return nil, nil, err
+	}
+	return k.Brokers, k.Close, nil
 }
