@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -55,10 +56,34 @@ func (b *syncBuffer) warnings(t *testing.T) []string {
 // TestHealthyPipelineLogsNoWarnings: with every part healthy, an idle
 // pipeline and one under a burst on one hot item — the other partitions
 // carrying nothing, as in a flash sale — write no WARN or ERROR line. A
-// warning is for an operator to act on; idle partitions are normal.
+// warning is for an operator to act on; idle partitions are normal. Both
+// shapes: the parts on the tests' broker (a real cluster in make
+// test-kafka), and `orderpipe all` as make run starts it, its clients
+// reaching its embedded broker through memory.
 func TestHealthyPipelineLogsNoWarnings(t *testing.T) {
-	var logs syncBuffer
-	p := mustPipelineLogging(t, components{"gateway", "worker", "closer"}, func(c *config) { c.Kafka.Partitions = 8 }, &logs)
+	t.Run("Parts", func(t *testing.T) {
+		var logs syncBuffer
+		p := mustPipelineLogging(t, components{"gateway", "worker", "closer"}, func(c *config) { c.Kafka.Partitions = 8 }, &logs)
+		quietThroughABurst(t, p, &logs, nil)
+	})
+	t.Run("MakeRun", func(t *testing.T) {
+		if os.Getenv("TEST_KAFKA_BROKERS") != "" {
+			t.Skip("the embedded broker: make test and make e2e")
+		}
+		var logs syncBuffer
+		embed, addr := withEmbeddedBroker(t)
+		p := mustPipelineLogging(t, components{"all"}, func(c *config) {
+			embed(c)
+			c.Kafka.Partitions = 8
+		}, &logs)
+		quietThroughABurst(t, p, &logs, func() { p.Cfg.Kafka.Brokers = []string{addr} })
+	})
+}
+
+// quietThroughABurst sells to 3000 buyers on p, idle before and after, and
+// fails on any WARN or ERROR line in logs; readTopics, when set, lets the
+// invariant check reach the topics.
+func quietThroughABurst(t *testing.T, p *pipeline, logs *syncBuffer, readTopics func()) {
 	p.mustSale(t, 1, 1, map[int64]int64{10: 100000})
 	time.Sleep(3 * time.Second) // idle: every partition's fetch waits out the broker's wait
 
@@ -92,6 +117,9 @@ func TestHealthyPipelineLogsNoWarnings(t *testing.T) {
 		t.Fatalf("a healthy pipeline answered other than 202: %v", bad)
 	}
 	it := stock.Item{ActivityID: 1, ItemID: 10}
+	if readTopics != nil {
+		readTopics()
+	}
 	p.waitDrained(t, it)
 	time.Sleep(3 * time.Second) // idle again after the burst
 	if w := logs.warnings(t); len(w) > 0 {

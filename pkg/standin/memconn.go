@@ -22,6 +22,11 @@ import (
 // before a write waits for its reader, as a socket's buffers do.
 const pipeMax = 4 << 20
 
+// pipeKeep is the most buffer a drained pipe keeps for the next write: a
+// fetch answer of megabytes is let go once read, so an idle connection holds
+// no more than this (a socket's would be the kernel's, not the heap's).
+const pipeKeep = 64 << 10
+
 // pipe is one direction of an in-memory connection.
 type pipe struct {
 	mu       sync.Mutex
@@ -136,7 +141,7 @@ func (c *memConn) Read(p []byte) (int, error) {
 			in.off += n
 			more := len(in.buf) > in.off
 			if !more {
-				if cap(in.buf) > pipeMax {
+				if cap(in.buf) > pipeKeep {
 					in.buf = nil // let a large answer's buffer go
 				} else {
 					in.buf = in.buf[:0]
