@@ -130,7 +130,9 @@ func TestRedisDownFailsClosed(t *testing.T) {
 }
 
 // TestKafkaDownOpensBreaker: failed produces answer 503 with nothing
-// reserved, trip the breaker, and then fail fast without touching Redis.
+// reserved and trip the breaker; then a new request is answered 503 and
+// changes nothing, while a retry of a request accepted before is still
+// answered its first answer (200 replayed) and a reused requestId 422.
 func TestKafkaDownOpensBreaker(t *testing.T) {
 	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.ProduceTimeout = time.Second; c.BreakerOpenFor = time.Minute })
@@ -139,6 +141,15 @@ func TestKafkaDownOpensBreaker(t *testing.T) {
 	}
 	it := stock.Item{ActivityID: 2, ItemID: 1}
 	p.mustSale(t, 2, 1, map[int64]int64{1: 10})
+	// Accepted while the broker is up, and replayed once (so its event is durable).
+	accepted := orderBody{RequestID: "before-down", UserID: 500, ActivityID: 2, ItemID: 1, Quantity: 1}
+	first := p.order(t, accepted)
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("order before the broker went away: %d %v", first.Status, first.Body)
+	}
+	if r := p.order(t, accepted); r.Status != http.StatusOK || r.Str("orderNo") != first.Str("orderNo") {
+		t.Fatalf("retry with the broker up: %d %v, want 200 replayed %s", r.Status, r.Body, first.Str("orderNo"))
+	}
 	p.Kafka.Cluster.Close()
 	for i := 0; p.metric(t, `orderpipe_breaker_state{name="gateway-kafka"}`) != "2"; i++ {
 		if i == 20 {
@@ -154,11 +165,23 @@ func TestKafkaDownOpensBreaker(t *testing.T) {
 	if r.Status != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("open breaker answered %d %v", r.Status, r.Body)
 	}
-	if after := p.state(t); after != before {
-		t.Errorf("request with the breaker open changed state:\n%s\n%s", before, after)
+	if r := p.order(t, accepted); r.Status != http.StatusOK || r.Str("orderNo") != first.Str("orderNo") || r.Body["replayed"] != true {
+		t.Errorf("retry of an accepted request with the breaker open: %d %v, want 200 replayed %s", r.Status, r.Body, first.Str("orderNo"))
 	}
-	if got := p.redisStock(t, it); got != 10 {
-		t.Errorf("redis stock %d, want 10 (nothing reserved)", got)
+	reused := accepted
+	reused.UserID = 501
+	if r := p.order(t, reused); r.Status != http.StatusUnprocessableEntity || r.Code() != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("reused requestId with the breaker open: %d %v, want 422 IDEMPOTENCY_KEY_REUSED", r.Status, r.Body)
+	}
+	// k-0's reservation was given back when its produce failed: nothing to replay.
+	if r := p.order(t, orderBody{RequestID: "k-0", UserID: 1, ActivityID: 2, ItemID: 1, Quantity: 1}); r.Status != http.StatusServiceUnavailable {
+		t.Errorf("retry of a request answered 503, with the breaker open: %d %v, want 503", r.Status, r.Body)
+	}
+	if after := p.state(t); after != before {
+		t.Errorf("requests with the breaker open changed state:\n%s\n%s", before, after)
+	}
+	if got := p.redisStock(t, it); got != 9 {
+		t.Errorf("redis stock %d, want 9 (the accepted order's reservation, nothing more)", got)
 	}
 }
 

@@ -48,11 +48,9 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusTooManyRequests, "RATE_LIMITED", "too many requests ("+scope+" limit); retry later with the same requestId")
 		return
 	}
-	// With the queue known to be down, reserving would only be undone.
-	if s.kafkaCB.Open() {
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order queue unavailable, nothing was reserved; retry with the same requestId")
-		return
-	}
+	// With the queue known to be down, reserving would only be undone: the
+	// script answers a retry from its record and reserves nothing else.
+	queueDown := s.kafkaCB.Open()
 	item, ok := s.route(ctx, w, req)
 	if !ok {
 		return
@@ -83,7 +81,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 			var err error
 			res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
 				Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
-				Fingerprint: fingerprint, Event: value, TraceParent: traceParent,
+				Fingerprint: fingerprint, Event: value, TraceParent: traceParent, ReplayOnly: queueDown,
 			})
 			return err
 		})
@@ -91,6 +89,10 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := reserve()
 	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
+	if queueDown {
+		s.answerWhileQueueDown(ctx, w, req.RequestID, res, err)
+		return
+	}
 	if err == nil && res.Outcome == stock.InProgress {
 		// A retry while the first attempt's event is not yet durable: its
 		// orderNo may be shown only once Kafka has it (I4), so wait a little
@@ -213,6 +215,30 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		s.replays.settled(req.RequestID, fingerprint)
 	}()
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
+}
+
+// answerWhileQueueDown answers an order request that arrived with the
+// Kafka breaker open, from a replay-only reserve (res, err): a retry of an
+// accepted request is shown its first answer again, 200 replayed, as any
+// replay (its event is durable, or the script would not show it); a
+// reused requestId is 422; anything else is 503, and nothing was reserved.
+func (s *Server) answerWhileQueueDown(ctx context.Context, w http.ResponseWriter, requestID string, res stock.ReserveResult, err error) {
+	switch {
+	case err != nil:
+		s.deps.Log.ErrorContext(ctx, "replay lookup failed with the order queue down", "request_id", requestID, "err", err)
+	case res.Outcome == stock.Replayed && !res.Unreplicated:
+		writeJSON(w, http.StatusOK, orderAccepted{RequestID: requestID, OrderNo: res.OrderNo, Status: order.StatusPending,
+			Remaining: res.Remaining, Replayed: true})
+		return
+	case res.Outcome == stock.IdempotencyKeyReused:
+		writeError(w, http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED", "requestId was already used with a different payload")
+		return
+	case res.Outcome == stock.InProgress:
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
+			"order queue unavailable and the first attempt of this requestId still in progress; retry with the same requestId")
+		return
+	}
+	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order queue unavailable, nothing was reserved; retry with the same requestId")
 }
 
 // errUnreplicated is why a reservation is given back when no replica

@@ -2,7 +2,9 @@
 -- KEYS: 1 stock, 2 sale, 3 limit marker, 4 dedup record, 5 journal, 6 order index,
 --       7 this attempt's orderNo's fate key, 8 the item's marker index
 -- ARGV: 1 requestId, 2 fingerprint, 3 orderNo, 4 quantity, 5 event JSON,
---       6 minimum dedup lifetime (s), 7 traceparent ('' if none), 8 user id
+--       6 minimum dedup lifetime (s), 7 traceparent ('' if none), 8 user id,
+--       9 '1': replay only (the order queue is down: a retry is answered from
+--         its record, a new request reserves nothing and gets NO_RECORD)
 -- Order matters: dedup first (a retry never reserves twice), then the sale,
 -- then stock, and only then the user's limit, so a sold-out answer never
 -- consumes the user's chance.
@@ -36,6 +38,7 @@ if rec[1] then
   redis.call('HSET', KEYS[4], 'shown', '1')
   return {'REPLAYED', rec[2], tonumber(rec[3])}
 end
+if ARGV[9] == '1' then return {'NO_RECORD', '', 0} end
 -- This orderNo was already given back (the gateway aborted it): a late copy
 -- of its reserve changes nothing.
 if redis.call('EXISTS', KEYS[7]) == 1 then return {'ABORTED', '', 0} end

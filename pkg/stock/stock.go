@@ -237,6 +237,9 @@ const (
 	// durable yet (not acked by Kafka, not claimed, not in Postgres); its
 	// orderNo must not be shown. Nothing changed.
 	InProgress Outcome = "IN_PROGRESS"
+	// NoRecord: a replay-only call (Reservation.ReplayOnly) found no
+	// record of the requestId; nothing was reserved.
+	NoRecord Outcome = "NO_RECORD"
 )
 
 // Fingerprint identifies an order request's payload, so the reserve script
@@ -269,6 +272,11 @@ type Reservation struct {
 	// the order's trace can be found from its requestId (orderpipe locate)
 	// and linked from its release.
 	TraceParent string
+	// ReplayOnly answers a retry from its dedup record as usual (Replayed,
+	// InProgress, IdempotencyKeyReused) and reserves nothing for a request
+	// without one (NoRecord): the gateway's answer while the order queue is
+	// known to be down.
+	ReplayOnly bool
 }
 
 // ReserveResult is the script's answer. For Replayed it carries the first
@@ -297,7 +305,7 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo), k.Fate(r.OrderNo),
 			k.MarkerIndex()},
 		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, int64(DedupLifetime/time.Second),
-		r.TraceParent, r.UserID,
+		r.TraceParent, r.UserID, replayOnlyArg(r.ReplayOnly),
 	)
 	res, err := cmd.Slice()
 	if err != nil {
@@ -316,6 +324,14 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 		out.Remaining = n
 	}
 	return out, nil
+}
+
+// replayOnlyArg is the reserve script's ARGV[9].
+func replayOnlyArg(on bool) string {
+	if on {
+		return "1"
+	}
+	return ""
 }
 
 // Ref names one reservation.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -530,4 +531,51 @@ func TestReplayShowsOnlyADurableOrderNo(t *testing.T) {
 			t.Errorf("stock %d, want %d (one reservation)", f.stock(t), before)
 		}
 	})
+}
+
+// A replay-only reserve (the gateway's, with the order queue down) answers
+// a retry from its record as a reserve would, and reserves nothing for a
+// request without one.
+func TestReplayOnlyReservesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := mustFixture(t, 10, 1)
+	replayOnly := func(rid, orderNo string, user int64, fp string) stock.ReserveResult {
+		t.Helper()
+		res, err := f.s.Reserve(ctx, stock.Reservation{Item: f.item, RequestID: rid, OrderNo: orderNo, UserID: user,
+			Quantity: 1, Fingerprint: fp, Event: []byte(`{}`), ReplayOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	f.reserve(t, "done", "o-done", 1, 1, "fp")
+	f.markPublished(t, "done", "o-done")
+	f.reserve(t, "flight", "o-flight", 2, 1, "fp")
+	dump := func() []string { return stocktest.Dump(t, f.s) }
+	before := dump()
+	for _, c := range []struct {
+		rid  string
+		user int64
+		fp   string
+		want stock.Outcome
+		no   string
+	}{
+		{"new", 3, "fp", stock.NoRecord, ""},
+		{"flight", 2, "fp", stock.InProgress, ""},
+		{"done", 1, "fp-other", stock.IdempotencyKeyReused, "o-done"},
+	} {
+		if r := replayOnly(c.rid, "o-"+c.rid+"-2", c.user, c.fp); r.Outcome != c.want || r.OrderNo != c.no {
+			t.Errorf("replay-only %s: %+v, want %s %q", c.rid, r, c.want, c.no)
+		}
+	}
+	if after := dump(); !slices.Equal(after, before) {
+		t.Errorf("replay-only calls changed Redis:\n%v\n%v", before, after)
+	}
+	if r := replayOnly("done", "o-done-2", 1, "fp"); r.Outcome != stock.Replayed || r.OrderNo != "o-done" || r.Remaining != 9 {
+		t.Errorf("replay-only retry of an accepted request: %+v, want a replay of o-done, remaining 9", r)
+	}
+	if f.stock(t) != 8 {
+		t.Errorf("stock %d, want 8 (the two reservations)", f.stock(t))
+	}
 }
