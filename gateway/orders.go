@@ -89,8 +89,16 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := reserve()
 	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
-	if queueDown {
-		s.answerWhileQueueDown(ctx, w, req.RequestID, res, err)
+	if queueDown && (err != nil || res.Outcome != stock.Replayed && res.Outcome != stock.IdempotencyKeyReused) {
+		// No first answer to give again (a replay or a 422 is answered
+		// below, as any other): the replay-only script reserved nothing.
+		msg := "order queue unavailable, nothing was reserved; retry with the same requestId"
+		if err != nil {
+			s.deps.Log.ErrorContext(ctx, "replay lookup failed with the order queue down", "request_id", req.RequestID, "err", err)
+		} else if res.Outcome == stock.InProgress {
+			msg = "order queue unavailable and the first attempt of this requestId is still in progress; retry with the same requestId"
+		}
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", msg)
 		return
 	}
 	if err == nil && res.Outcome == stock.InProgress {
@@ -215,30 +223,6 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		s.replays.settled(req.RequestID, fingerprint)
 	}()
 	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
-}
-
-// answerWhileQueueDown answers an order request that arrived with the
-// Kafka breaker open, from a replay-only reserve (res, err): a retry of an
-// accepted request is shown its first answer again, 200 replayed, as any
-// replay (its event is durable, or the script would not show it); a
-// reused requestId is 422; anything else is 503, and nothing was reserved.
-func (s *Server) answerWhileQueueDown(ctx context.Context, w http.ResponseWriter, requestID string, res stock.ReserveResult, err error) {
-	switch {
-	case err != nil:
-		s.deps.Log.ErrorContext(ctx, "replay lookup failed with the order queue down", "request_id", requestID, "err", err)
-	case res.Outcome == stock.Replayed && !res.Unreplicated:
-		writeJSON(w, http.StatusOK, orderAccepted{RequestID: requestID, OrderNo: res.OrderNo, Status: order.StatusPending,
-			Remaining: res.Remaining, Replayed: true})
-		return
-	case res.Outcome == stock.IdempotencyKeyReused:
-		writeError(w, http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED", "requestId was already used with a different payload")
-		return
-	case res.Outcome == stock.InProgress:
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
-			"order queue unavailable and the first attempt of this requestId still in progress; retry with the same requestId")
-		return
-	}
-	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order queue unavailable, nothing was reserved; retry with the same requestId")
 }
 
 // errUnreplicated is why a reservation is given back when no replica
