@@ -11,8 +11,9 @@
 # Redis, PostgreSQL, the load tool); keeps each run's report in $OUT.
 #   bench/latency.sh                              1000, 2000 and 4000 req/s, 15 s each
 #   RATES=2000 SECONDS_EACH=30 bench/latency.sh
-#   PROFILE=2000 bench/latency.sh                 also, at 2000 req/s, a 5 s CPU profile and an
-#                                                 execution trace of orderpipe all ($OUT/latency-<run>-*.pprof/.trace)
+#   PROFILE=2000 bench/latency.sh                 also, at 2000 req/s, a 5 s CPU profile and a 2 s
+#                                                 execution trace of orderpipe all ($OUT/latency-<run>-*.pprof/.trace),
+#                                                 and the trace's requests split by what they waited in (bench/tracesplit)
 #   GOGC=400 bench/latency.sh                     any variable of docs/config.md (and Go's GOGC,
 #                                                 GOMEMLIMIT) passes through to orderpipe all
 # Exit status: 0 every run's invariants held, 1 one failed, 2 could not run.
@@ -115,17 +116,22 @@ for rate in $RATES; do
     END { printf "%-6s  %-28s  %-36s  %-9s  %s\n", rate, tr, gw, ratio, cpu }' "$txt"
   waits_summary "$OUT/latency-$run-$rate.waits0" "$OUT/latency-$run-$rate.waits1" >"$OUT/latency-$run-$rate.waits"
 done
-echo "CPU µs per request in the middle $((SECONDS_EACH > 5 ? SECONDS_EACH - 4 : 1)) s of each half (the machine's busy and steal share; redis and postgres: every such process here, or with SHARED=1 only the run's):"
+echo "CPU µs per request in the middle $((SECONDS_EACH > 5 ? SECONDS_EACH - 4 : 1)) s of each half (the machine's busy and steal share; redis and postgres: every such process here, or with SHARED=1 only the run's),"
+echo "then µs per request each part's threads waited for a core (runnable, not running: /proc/PID/task/*/schedstat):"
 printf '%-6s  %-34s  %s\n' "req/s" "trivial half: machine / floor / load" "gateway half: machine / all / redis / postgres / load"
 for rate in $RATES; do
   awk -v rate="$rate" '
     FNR == 1 { f++ }
     $1 == "window" { w[f] = $2; next }
     $1 == "machine" { m[f] = $2 "% (" $3 "%)"; next }
+    $1 == "wait" { q[f, $2] = $3; next }
     { c[f, $1] = $2 }
-    function us(h, n) { return (h, n) in c && w[h] > 0 ? sprintf("%.0f", 1e6 * c[h, n] / (rate * w[h])) : "-" }
-    END { printf "%-6s  %-34s  %s\n", rate, m[1] " / " us(1, "floor") " / " us(1, "load"),
-      m[2] " / " us(2, "all") " / " us(2, "redis") " / " us(2, "postgres") " / " us(2, "load") }' \
+    function us(a, h, n) { return (h, n) in a && w[h] > 0 ? sprintf("%.0f", 1e6 * a[h, n] / (rate * w[h])) : "-" }
+    END {
+      printf "%-6s  %-34s  %s\n", rate, m[1] " / " us(c, 1, "floor") " / " us(c, 1, "load"),
+        m[2] " / " us(c, 2, "all") " / " us(c, 2, "redis") " / " us(c, 2, "postgres") " / " us(c, 2, "load")
+      printf "%-6s  %-34s  %s\n", " wait", "      " us(q, 1, "floor") " / " us(q, 1, "load"),
+        "      " us(q, 2, "all") " / " us(q, 2, "redis") " / " us(q, 2, "postgres") " / " us(q, 2, "load") }' \
     "$OUT/latency-$run-$rate.cpu-floor" "$OUT/latency-$run-$rate.cpu-gateway" 2>/dev/null || echo "$rate  (no CPU window: the load ended early)"
 done
 echo "the gateway's own waits (its reserve and produce histograms):"
@@ -134,6 +140,10 @@ for rate in $RATES; do
   cat "$OUT/latency-$run-$rate.waits"
 done
 echo "the reports: $OUT/latency-$run-<rate>.txt and .html; orderpipe all's log: $log"
+if [ -n "$PROFILE" ] && [ -s "$OUT/latency-$run-$PROFILE.trace" ]; then
+  echo "the gateway's requests in the trace at $PROFILE req/s, by where their time on the server went (ms; the tracer slows them):"
+  go run ./bench/tracesplit "$OUT/latency-$run-$PROFILE.trace" || echo "latency: bench/tracesplit failed" >&2
+fi
 if [ -n "$PROFILE" ]; then
   echo "profiles at $PROFILE req/s: go tool pprof -top $BIN $OUT/latency-$run-$PROFILE.cpu.pprof; go tool trace $OUT/latency-$run-$PROFILE.trace"
 fi

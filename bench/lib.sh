@@ -44,6 +44,15 @@ pid_ticks() {
   done
 }
 
+# pid_waits PID...: per process, "pid nanoseconds" its threads have spent
+# runnable but not running (the second field of each task's schedstat).
+pid_waits() {
+  local p
+  for p in "$@"; do
+    cat /proc/"$p"/task/*/schedstat 2>/dev/null | awk -v p="$p" '{ w += $2 } END { if (NR) print p, w }' || true
+  done
+}
+
 # ticks_between BEFORE AFTER: the CPU seconds the processes listed in the
 # file AFTER used since the file BEFORE (pid_ticks output) was written; a
 # process absent from BEFORE counts from its start, one that exited
@@ -153,13 +162,18 @@ cpu_window() {
   sleep 2
   m0=$(machine_ticks)
   for name in "$@"; do pid_ticks $("$pids" "$name") | sed "s/^/$name /"; done >"$out.0"
+  for name in "$@"; do pid_waits $("$pids" "$name") | sed "s/^/$name /"; done >"$out.w0"
   sleep "$w"
   m1=$(machine_ticks)
   for name in "$@"; do pid_ticks $("$pids" "$name") | sed "s/^/$name /"; done >"$out.1"
+  for name in "$@"; do pid_waits $("$pids" "$name") | sed "s/^/$name /"; done >"$out.w1"
   {
     echo "window $w"
     echo "$m0 $m1" | awk '{ b = $4 - $1; i = $5 - $2; s = $6 - $3; t = b + i + s; printf "machine %.0f %.0f\n", 100 * b / t, 100 * s / t }'
     awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { b[$1 " " $2] = $3; next } { k = $1 " " $2; t[$1] += $3 - (k in b ? b[k] : 0) } END { for (n in t) printf "%s %.2f\n", n, t[n] / hz }' "$out.0" "$out.1"
+    # Seconds each part's threads waited for a core (a process that started
+    # meanwhile counts from its start).
+    awk 'NR == FNR { b[$1 " " $2] = $3; next } { k = $1 " " $2; t[$1] += $3 - (k in b ? b[k] : 0) } END { for (n in t) printf "wait %s %.3f\n", n, t[n] / 1e9 }' "$out.w0" "$out.w1"
   } >"$out"
-  rm -f "$out.0" "$out.1"
+  rm -f "$out.0" "$out.1" "$out.w0" "$out.w1"
 }
