@@ -93,10 +93,14 @@ type RedriveDeps struct {
 	TickFunc func() time.Time
 	// Offsets reads the orders topic's partitions and the workers' group
 	// position (GroupOffsets). An entry is republished only once the group
-	// has consumed every partition past where it ended when the entry was
-	// first seen: before that, its event may still be waiting in a backlog,
-	// and republishing it would only add a copy behind it (under a backlog
-	// of minutes, a copy of nearly every entry). Nil: not consulted.
+	// has consumed every partition past where it ended at the start of a
+	// pass that found the entry already After old and seen by an earlier
+	// pass: its gateway's produce, if any, had ended by then, so its event
+	// is behind that end. Before that, its event may still be waiting in a
+	// backlog, and republishing it would only add a copy behind it (under a
+	// backlog of minutes, a copy of nearly every entry). An end read before
+	// the entry was seen proves nothing: the produce may land after it.
+	// Nil: not consulted.
 	Offsets func(ctx context.Context) (map[int]PartitionOffsets, error)
 }
 
@@ -113,13 +117,16 @@ type Redriver struct {
 	// reservedAt in the future) delays its redrive by After at most.
 	first map[stock.Ref]firstSeen
 	// pos and end are this pass's reading of Offsets: the group's position
-	// and where each partition ends (nil: not read, or it failed).
-	pos map[int]PartitionOffsets
-	end map[int]int64
+	// and where each partition ends (nil: not read, or it failed), read
+	// after the pass's start, passNow and passTick (NowFunc, TickFunc).
+	pos               map[int]PartitionOffsets
+	end               map[int]int64
+	passNow, passTick time.Time
 }
 
 // firstSeen is when this process first saw a journal entry, and where the
-// orders topic ended then (nil: not known yet).
+// orders topic ended once the entry was old (nil: not known yet; see
+// RedriveDeps.Offsets).
 type firstSeen struct {
 	at  time.Time
 	end map[int]int64
@@ -204,6 +211,7 @@ func (r *Redriver) runOnce(ctx context.Context) (RedriveResult, error) {
 	seen := map[stock.Ref]bool{}
 	var errs []error
 	r.pos, r.end = nil, nil
+	r.passNow, r.passTick = r.deps.NowFunc(), r.deps.TickFunc()
 	if r.deps.Offsets != nil {
 		pos, err := r.deps.Offsets(ctx)
 		if err != nil {
@@ -283,15 +291,17 @@ func (r *Redriver) page(ctx context.Context, it stock.Item, entries map[string]s
 		}
 		seen[ref] = true
 		first, ok := r.first[ref]
-		if !ok || first.end == nil {
-			if !ok {
-				first.at = tick
-			}
-			first.end = r.end // shared by every entry first seen in this pass
+		if !ok {
+			first.at = tick
 			r.first[ref] = first
 		}
 		if now.Sub(ev.ReservedAt) < r.cfg.After && tick.Sub(first.at) < r.cfg.After {
 			continue
+		}
+		if first.end == nil && first.at.Before(r.passTick) &&
+			(r.passNow.Sub(ev.ReservedAt) >= r.cfg.After || r.passTick.Sub(first.at) >= r.cfg.After) {
+			first.end = r.end // shared by every entry it applies to in this pass
+			r.first[ref] = first
 		}
 		old = append(old, journaled{ev: ev, raw: raw})
 		ids = append(ids, rid)

@@ -128,17 +128,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		Topic:       w.cfg.Topic,
 		MinBytes:    1,
 		MaxBytes:    10 << 20,
-		// How long a fetch of a partition with nothing new waits; one with
-		// data returns at once (MinBytes 1), so this is not a latency.
+		// Bounds how long a fetch of a partition with nothing new waits; one
+		// with data returns at once (MinBytes 1), so this is not a latency.
 		// kafka-go sets the read deadline to MaxWait and asks the broker to
-		// wait MaxWait minus a quarter of it (under 1 s): the quarter is all
-		// the time the answer has to arrive. At 50 ms that was 12.5 ms, which
-		// a busy process misses — an i/o timeout, a WARN and a reconnect per
-		// idle partition, a flood of them beside one hot partition. 800 ms
-		// leaves 200 ms; a stopping or rebalancing reader may wait that long
-		// for its fetch. (At 1 s or more the broker would be asked for a 0 or
-		// 1 s-shorter wait.)
-		MaxWait:          800 * time.Millisecond,
+		// wait MaxWait minus 1 s (minus a quarter of it under 1 s): that
+		// difference is all the time the answer has to arrive. At 50 ms it
+		// was 12.5 ms, which a busy process misses — an i/o timeout, a WARN
+		// and a reconnect per idle partition, a flood of them beside one hot
+		// partition; at 800 ms, 200 ms, which `make run` under a closed loop
+		// at c=500 still missed now and then. 1.5 s leaves 1 s, and the
+		// broker waits 0.5 s: what a stopping or rebalancing reader may wait
+		// for its fetch.
+		MaxWait:          1500 * time.Millisecond,
 		ReadBatchTimeout: 2 * time.Second,
 		QueueCapacity:    w.cfg.BatchSize,
 		CommitInterval:   0, // synchronous: an offset is committed only when we say so
