@@ -292,14 +292,13 @@ func TestRedriveWaitsForReplicas(t *testing.T) {
 
 // TestRedriveWaitsForTheGroupToPassABacklog: a stranded-looking entry is
 // not republished while the workers' group has not consumed the orders
-// topic past where it ended when the entry was first seen (its event may
-// be in that backlog: a copy would only double the backlog); once the
-// group has, it is. Without the group's position (a failed read) nothing
+// topic past where it ended once the entry was old (its event may be in
+// that backlog: a copy would only double the backlog); once the group has,
+// it is. Without the group's position (a failed read) nothing
 // is republished either.
 func TestRedriveWaitsForTheGroupToPassABacklog(t *testing.T) {
 	t.Parallel()
 	f := newRedriveSale(t, 9, 10)
-	group := testenv.UniqueName("group.")
 	writer := event.NewWriter(event.WriterConfig{Brokers: f.k.Brokers, Topic: f.topic})
 	defer writer.Close()
 	// A backlog: three events of other reservations nobody consumed yet.
@@ -311,12 +310,7 @@ func TestRedriveWaitsForTheGroupToPassABacklog(t *testing.T) {
 		}
 	}
 	f.reserve("stranded", 1, f.now.Add(-time.Minute)) // a minute old when first seen
-	client := &kafka.Client{Addr: kafka.TCP(f.k.Brokers...), Timeout: 10 * time.Second}
-	// A real cluster's brokers may take a moment to answer for a fresh topic.
-	testenv.WaitFor(t, 30*time.Second, "the fresh topic's offsets", func() bool {
-		_, err := GroupOffsets(f.ctx, client, f.topic, group)
-		return err == nil
-	})
+	g := newRedriveGroup(t, f)
 	var failRead bool
 	rd := NewRedriver(RedriveConfig{After: 30 * time.Second}, RedriveDeps{Orders: f.orders, Stock: f.st, Events: writer,
 		Locker: lock.New(f.r.Client, f.r.Prefix), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -324,7 +318,7 @@ func TestRedriveWaitsForTheGroupToPassABacklog(t *testing.T) {
 			if failRead {
 				return nil, errors.New("broker unreachable")
 			}
-			return GroupOffsets(ctx, client, f.topic, group)
+			return g.offsets(ctx)
 		}})
 	pass := func(want, behind int, wantErr bool, what string) {
 		t.Helper()
@@ -334,17 +328,9 @@ func TestRedriveWaitsForTheGroupToPassABacklog(t *testing.T) {
 		}
 	}
 	pass(0, 1, false, "the group has consumed nothing of the backlog")
-	commit := func(offset int64) {
-		t.Helper()
-		_, err := client.OffsetCommit(f.ctx, &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1,
-			Topics: map[string][]kafka.OffsetCommit{f.topic: {{Partition: 0, Offset: offset}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	commit(2)
+	g.commit(t, 2)
 	pass(0, 1, false, "the group two of three into the backlog")
-	commit(3)
+	g.commit(t, 3)
 	failRead = true
 	pass(0, 1, true, "the group's position unreadable")
 	failRead = false
@@ -362,22 +348,9 @@ func TestRedriveWaitsForTheGroupToPassABacklog(t *testing.T) {
 func TestRedriveIgnoresTheEndReadBeforeTheEntry(t *testing.T) {
 	t.Parallel()
 	f := newRedriveSale(t, 13, 14)
-	group := testenv.UniqueName("group.")
 	writer := event.NewWriter(event.WriterConfig{Brokers: f.k.Brokers, Topic: f.topic})
 	defer writer.Close()
-	client := &kafka.Client{Addr: kafka.TCP(f.k.Brokers...), Timeout: 10 * time.Second}
-	testenv.WaitFor(t, 30*time.Second, "the fresh topic's offsets", func() bool {
-		_, err := GroupOffsets(f.ctx, client, f.topic, group)
-		return err == nil
-	})
-	commit := func(offset int64) {
-		t.Helper()
-		_, err := client.OffsetCommit(f.ctx, &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1,
-			Topics: map[string][]kafka.OffsetCommit{f.topic: {{Partition: 0, Offset: offset}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	g := newRedriveGroup(t, f)
 	produce := func(ev event.OrderRequested) {
 		t.Helper()
 		if err := writer.WriteMessages(f.ctx, kafka.Message{Key: []byte("13:14"), Value: ev.Marshal()}); err != nil {
@@ -390,9 +363,7 @@ func TestRedriveIgnoresTheEndReadBeforeTheEntry(t *testing.T) {
 	rd := NewRedriver(RedriveConfig{After: 30 * time.Second}, RedriveDeps{Orders: f.orders, Stock: f.st, Events: writer,
 		Locker: lock.New(f.r.Client, f.r.Prefix), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		NowFunc: func() time.Time { return clock }, TickFunc: func() time.Time { return clock },
-		Offsets: func(ctx context.Context) (map[int]PartitionOffsets, error) {
-			return GroupOffsets(ctx, client, f.topic, group)
-		}})
+		Offsets: g.offsets})
 	pass := func(want, behind int, what string) {
 		t.Helper()
 		res, err := rd.runOnce(f.ctx)
@@ -405,11 +376,43 @@ func TestRedriveIgnoresTheEndReadBeforeTheEntry(t *testing.T) {
 	ev := f.reserve("late", 1, clock)
 	pass(0, 0, "the entry first seen, young")
 	produce(ev)
-	commit(1) // the group past the end the first pass read, not past the event
+	g.commit(t, 1) // the group past the end the first pass read, not past the event
 	clock = clock.Add(31 * time.Second)
 	pass(0, 1, "After later, the group past the old end but not the entry's event")
 	clock = clock.Add(5 * time.Second)
 	pass(0, 1, "the next pass, the group where it was")
-	commit(2)
+	g.commit(t, 2)
 	pass(1, 0, "the group past the entry's event, and nobody decided it")
+}
+
+// redriveGroup is a workers' group on a redrive sale's topic that a test
+// moves by hand (partition 0).
+type redriveGroup struct {
+	name, topic string
+	client      *kafka.Client
+}
+
+func newRedriveGroup(t *testing.T, f redriveSale) redriveGroup {
+	t.Helper()
+	g := redriveGroup{name: testenv.UniqueName("group."), topic: f.topic,
+		client: &kafka.Client{Addr: kafka.TCP(f.k.Brokers...), Timeout: 10 * time.Second}}
+	// A real cluster's brokers may take a moment to answer for a fresh topic.
+	testenv.WaitFor(t, 30*time.Second, "the fresh topic's offsets", func() bool {
+		_, err := g.offsets(f.ctx)
+		return err == nil
+	})
+	return g
+}
+
+func (g redriveGroup) offsets(ctx context.Context) (map[int]PartitionOffsets, error) {
+	return GroupOffsets(ctx, g.client, g.topic, g.name)
+}
+
+func (g redriveGroup) commit(t *testing.T, offset int64) {
+	t.Helper()
+	_, err := g.client.OffsetCommit(context.Background(), &kafka.OffsetCommitRequest{GroupID: g.name, GenerationID: -1,
+		Topics: map[string][]kafka.OffsetCommit{g.topic: {{Partition: 0, Offset: offset}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
