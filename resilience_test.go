@@ -143,6 +143,7 @@ func TestKafkaDownOpensBreaker(t *testing.T) {
 	proxy := kafkaBehindProxy(t)
 	p := mustPipeline(t, both, func(c *config) {
 		c.Kafka.Brokers = []string{proxy.Addr}
+		c.Kafka.ReplicationFactor = 1 // one broker, whatever the real-engine tier sets
 		c.Gateway.ProduceTimeout = time.Second
 		// Long enough for the checks below, short enough to see it close.
 		c.BreakerOpenFor = 10 * time.Second
