@@ -270,3 +270,82 @@ func TestPayCancelCloseRace(t *testing.T) {
 	}
 	t.Logf("winners over %d rounds: %v", rounds, wins)
 }
+
+// TestRelayReadCostsTheLimitNotTheBacklog: the relay's read examines about
+// the rows it hands, however many wait behind them, even when the
+// planner's statistics were taken while the outbox was drained (its
+// earlier form walked the whole partial index per candidate then: a relay
+// behind by tens of thousands of events took seconds per call and timed
+// out). It still holds back an order's version while the previous one is
+// unpublished.
+func TestRelayReadCostsTheLimitNotTheBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mustStore(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A drained outbox, analyzed: the planner believes nothing is unpublished.
+	exec(`INSERT INTO order_events (order_no, version, status, payload, published_at)
+		SELECT 'p' || g, 1, 'UNPAID', '{}', now() FROM generate_series(1, 3000) g`)
+	exec(`ANALYZE order_events`)
+	// Then a backlog: an order with two versions, 300 second versions of
+	// published orders, 2000 new orders.
+	exec(`INSERT INTO order_events (order_no, version, status, payload) VALUES ('q', 1, 'UNPAID', '{}')`)
+	exec(`INSERT INTO order_events (order_no, version, status, payload)
+		SELECT 'p' || g, 2, 'PAID', '{}' FROM generate_series(1, 300) g`)
+	exec(`INSERT INTO order_events (order_no, version, status, payload) VALUES ('q', 2, 'PAID', '{}')`)
+	exec(`INSERT INTO order_events (order_no, version, status, payload)
+		SELECT 'n' || g, 1, 'UNPAID', '{}' FROM generate_series(1, 2000) g`)
+	const limit = 500
+
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []struct{ Plan map[string]any }
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+order.RelayQuery, limit).Scan(&plan)
+	tx.Rollback(ctx) //nolint:errcheck
+	if err != nil || len(plan) != 1 {
+		t.Fatalf("explaining the relay's read: %v (%d plans)", err, len(plan))
+	}
+	var removed float64
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if r, ok := n["Rows Removed by Filter"].(float64); ok {
+			loops, _ := n["Actual Loops"].(float64)
+			removed += r * max(loops, 1)
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				walk(m)
+			}
+		}
+	}
+	walk(plan[0].Plan)
+	if removed > limit {
+		t.Errorf("the read of %d candidates examined and dropped %.0f rows, want at most %d; plan: %v", limit, removed, limit, plan[0].Plan)
+	}
+
+	var handed []string
+	if _, err := s.RelayEvents(ctx, limit, func(_ context.Context, evs []order.StatusEvent) ([]int64, error) {
+		for _, e := range evs {
+			handed = append(handed, fmt.Sprintf("%s v%d", e.OrderNo, e.Version))
+		}
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(handed) != limit-1 || handed[0] != "q v1" || handed[1] != "p1 v2" || handed[301] != "n1 v1" {
+		t.Fatalf("handed %d: %q…, want q v1, the 300 second versions, then new orders (not q v2)", len(handed), handed[:min(len(handed), 5)])
+	}
+	for _, h := range handed {
+		if h == "q v2" {
+			t.Fatal("q v2 handed while q v1 is unpublished")
+		}
+	}
+}
