@@ -542,10 +542,14 @@ func (s *Store) CompensationBacklog(ctx context.Context) (n int64, oldest time.D
 	return n, time.Duration(max(secs, 0) * float64(time.Second)), nil
 }
 
+// markAppliedSQL marks a pending compensation applied, found by its key
+// alone (IS TRUE: see the package doc).
+const markAppliedSQL = `UPDATE redis_compensations SET applied_at = now(), attempts = attempts + 1, last_error = NULL
+		WHERE id = $1 AND (applied_at IS NULL) IS TRUE`
+
 // MarkCompensationApplied records that Redis has the rollback.
 func (s *Store) MarkCompensationApplied(ctx context.Context, id int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE redis_compensations SET applied_at = now(), attempts = attempts + 1, last_error = NULL
-		WHERE id = $1 AND applied_at IS NULL`, id)
+	_, err := s.pool.Exec(ctx, markAppliedSQL, id)
 	if err != nil {
 		return fmt.Errorf("marking compensation %d applied: %w", id, err)
 	}

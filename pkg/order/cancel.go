@@ -69,6 +69,13 @@ func (s *Store) cancel(ctx context.Context, orderNo string, userID int64) (Order
 	return Order{}, nil, fmt.Errorf("cancelling order %s: %w", orderNo, errRaced)
 }
 
+// cancelOrderSQL closes userID's UNPAID order, found by its key alone (IS
+// TRUE: see the package doc).
+const cancelOrderSQL = `
+		UPDATE orders SET status = 'CLOSED', closed_at = now(), close_reason = $3, event_version = event_version + 1
+		WHERE order_no = $1 AND user_id = $2 AND (status = 'UNPAID') IS TRUE
+		RETURNING request_id, user_id, activity_id, item_id, quantity, status, close_reason, created_at, paid_at, closed_at, event_version`
+
 // cancelRow closes the order if it is userID's and UNPAID, with everything
 // that goes with it; a nil compensation means no such row matched.
 func (s *Store) cancelRow(ctx context.Context, orderNo string, userID int64) (Order, *Compensation, error) {
@@ -79,11 +86,7 @@ func (s *Store) cancelRow(ctx context.Context, orderNo string, userID int64) (Or
 	defer tx.Rollback(ctx) //nolint:errcheck
 	o := Order{OrderNo: orderNo}
 	var version int
-	err = tx.QueryRow(ctx, `
-		UPDATE orders SET status = 'CLOSED', closed_at = now(), close_reason = $3, event_version = event_version + 1
-		WHERE order_no = $1 AND user_id = $2 AND status = 'UNPAID'
-		RETURNING request_id, user_id, activity_id, item_id, quantity, status, close_reason, created_at, paid_at, closed_at, event_version`,
-		orderNo, userID, ReasonCancelled).
+	err = tx.QueryRow(ctx, cancelOrderSQL, orderNo, userID, ReasonCancelled).
 		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.Reason, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, nil, nil

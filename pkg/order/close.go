@@ -63,7 +63,12 @@ func (s *Store) CloseExpired(ctx context.Context, olderThan time.Duration, limit
 // closeDue locks the oldest due orders other transactions are not holding and
 // closes them.
 func closeDue(ctx context.Context, tx pgx.Tx, olderThan time.Duration, limit int) ([]closedOrder, error) {
-	return queryAll[closedOrder](ctx, tx, "closing expired orders", `
+	return queryAll[closedOrder](ctx, tx, "closing expired orders", closeDueSQL, olderThan, limit, ReasonPaymentTimeout)
+}
+
+// closeDueSQL takes the due orders by the closer's partial index and closes
+// each one found by its key (IS TRUE: see the package doc).
+const closeDueSQL = `
 		WITH due AS (
 			SELECT order_no FROM orders
 			WHERE status = 'UNPAID' AND created_at < now() - $1::interval
@@ -73,10 +78,8 @@ func closeDue(ctx context.Context, tx pgx.Tx, olderThan time.Duration, limit int
 		)
 		UPDATE orders o SET status = 'CLOSED', closed_at = now(), close_reason = $3, event_version = o.event_version + 1
 		FROM due
-		WHERE o.order_no = due.order_no AND o.status = 'UNPAID'
-		RETURNING o.request_id, o.order_no, o.activity_id, o.item_id, o.user_id, o.quantity, o.event_version`,
-		olderThan, limit, ReasonPaymentTimeout)
-}
+		WHERE o.order_no = due.order_no AND (o.status = 'UNPAID') IS TRUE
+		RETURNING o.request_id, o.order_no, o.activity_id, o.item_id, o.user_id, o.quantity, o.event_version`
 
 // restoreStock gives the closed units back, one update per item, in item
 // order so concurrent closers lock item rows in the same order (no deadlock).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -346,6 +347,70 @@ func TestRelayReadCostsTheLimitNotTheBacklog(t *testing.T) {
 	for _, h := range handed {
 		if h == "q v2" {
 			t.Fatal("q v2 handed while q v1 is unpublished")
+		}
+	}
+}
+
+// TestStatementsByKeyFindTheirRowByTheKey: a statement that changes one
+// order or compensation by its key reaches the row through the key's index,
+// even when the planner's statistics were taken while no order was UNPAID
+// and no compensation pending. Written as status = 'UNPAID', the condition
+// matched the partial index's predicate and such statistics made the
+// planner walk that whole index instead (every unpaid order per payment).
+func TestStatementsByKeyFindTheirRowByTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mustStore(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Analyzed while every order is paid and every compensation applied.
+	exec(`INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, status, reserved_at, created_at, paid_at)
+		SELECT 'p' || g, 'rp' || g, g, 1, 10, 1, 'PAID', now(), now() - interval '2 hours', now() FROM generate_series(1, 20000) g`)
+	exec(`INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason, applied_at)
+		SELECT 'rp' || g, 'p' || g, 1, 10, g, 1, 'X', now() FROM generate_series(1, 20000) g`)
+	exec(`ANALYZE orders`)
+	exec(`ANALYZE redis_compensations`)
+	// Then a flood: unpaid orders, pending compensations.
+	exec(`INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, reserved_at, created_at)
+		SELECT 'n' || g, 'rn' || g, 100000 + g, 1, 10, 1, now(), now() - interval '2 hours' FROM generate_series(1, 5000) g`)
+	exec(`INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason)
+		SELECT 'rn' || g, 'n' || g, 1, 10, 100000 + g, 1, 'X' FROM generate_series(1, 5000) g`)
+
+	for _, c := range []struct {
+		name, sql, table, index string
+		args                    []any
+	}{
+		{"pay", order.PayOrderSQL, "orders", "orders_order_no_key", []any{"n42"}},
+		{"cancel", order.CancelOrderSQL, "orders", "orders_order_no_key", []any{"n42", int64(100042), order.ReasonCancelled}},
+		{"close", order.CloseDueSQL, "o", "orders_order_no_key", []any{time.Hour, 100, order.ReasonPaymentTimeout}},
+		{"mark applied", order.MarkAppliedSQL, "redis_compensations", "redis_compensations_pkey", []any{int64(20042)}},
+	} {
+		var plan []struct{ Plan map[string]any }
+		if err := s.Pool().QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+c.sql, c.args...).Scan(&plan); err != nil || len(plan) != 1 {
+			t.Fatalf("%s: explaining: %v (%d plans)", c.name, err, len(plan))
+		}
+		var got []string
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			if typ, _ := n["Node Type"].(string); n["Alias"] == c.table && strings.HasSuffix(typ, "Scan") {
+				name, _ := n["Index Name"].(string)
+				got = append(got, fmt.Sprintf("%s %s", n["Node Type"], name))
+			}
+			kids, _ := n["Plans"].([]any)
+			for _, k := range kids {
+				if m, ok := k.(map[string]any); ok {
+					walk(m)
+				}
+			}
+		}
+		walk(plan[0].Plan)
+		want := []string{"Index Scan " + c.index}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s reaches %s by %q, want %q", c.name, c.table, got, want)
 		}
 	}
 }

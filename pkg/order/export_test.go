@@ -8,3 +8,12 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // RelayQuery is the relay's read, for the test that explains it.
 const RelayQuery = relayQuery
+
+// The statements that change one row by its key, for the test that
+// explains them.
+const (
+	PayOrderSQL    = payOrderSQL
+	CancelOrderSQL = cancelOrderSQL
+	CloseDueSQL    = closeDueSQL
+	MarkAppliedSQL = markAppliedSQL
+)

@@ -8,6 +8,13 @@
 // hands out no pool.
 // One place decides what a batch of reservations does (DecideBatch). It
 // never talks to Redis or Kafka.
+//
+// A statement that changes one row found by its key writes the condition
+// a partial index is built on as (…) IS TRUE, e.g. order_no = $1 AND
+// (status = 'UNPAID') IS TRUE: the planner then cannot match that index,
+// and statistics taken while no row met its condition (no order unpaid, no
+// compensation pending) cannot make it walk the whole index instead of the
+// key's.
 package order
 
 import (

@@ -64,6 +64,13 @@ func (s *Store) pay(ctx context.Context, orderNo string) (Order, error) {
 	return Order{}, fmt.Errorf("paying order %s: %w", orderNo, errRaced)
 }
 
+// payOrderSQL pays an UNPAID order, found by its key alone (IS TRUE: see
+// the package doc).
+const payOrderSQL = `
+		UPDATE orders SET status = 'PAID', paid_at = now(), event_version = event_version + 1
+		WHERE order_no = $1 AND (status = 'UNPAID') IS TRUE
+		RETURNING request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at, event_version`
+
 // payRow sets the order PAID where it is UNPAID and writes its PAID event in
 // the same transaction; paid is false when no UNPAID row matched.
 func (s *Store) payRow(ctx context.Context, orderNo string) (o Order, paid bool, err error) {
@@ -74,10 +81,7 @@ func (s *Store) payRow(ctx context.Context, orderNo string) (o Order, paid bool,
 	defer tx.Rollback(ctx) //nolint:errcheck
 	o = Order{OrderNo: orderNo}
 	var version int
-	err = tx.QueryRow(ctx, `
-		UPDATE orders SET status = 'PAID', paid_at = now(), event_version = event_version + 1
-		WHERE order_no = $1 AND status = 'UNPAID'
-		RETURNING request_id, user_id, activity_id, item_id, quantity, status, created_at, paid_at, closed_at, event_version`, orderNo).
+	err = tx.QueryRow(ctx, payOrderSQL, orderNo).
 		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.CreatedAt, &o.PaidAt, &o.ClosedAt, &version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, false, nil
