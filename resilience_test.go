@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -18,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/order/ordertest"
@@ -415,35 +419,114 @@ func TestStartRidesOutUnreachableStores(t *testing.T) {
 	pgProxy.Down()
 	redisProxy.Down()
 	pgURL.Host = pgProxy.Addr
-	metrics := freeAddr(t)
 
-	var out bytes.Buffer
-	cmd := exec.Command(mustBinary(t), "closer")
-	cmd.Env = cleanEnv("DATABASE_URL="+pgURL.String(), "REDIS_ADDR="+redisProxy.Addr, "REDIS_KEY_PREFIX="+rd.Prefix,
-		"METRICS_ADDR="+metrics)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
+	c := startCloser(t, "DATABASE_URL="+pgURL.String(), "REDIS_ADDR="+redisProxy.Addr, "REDIS_KEY_PREFIX="+rd.Prefix)
+	c.mustStayUp(t, 1500*time.Millisecond, "while Postgres and Redis were unreachable")
+	pgProxy.Up(t)
+	c.mustStayUp(t, 1500*time.Millisecond, "while Redis was unreachable")
+	redisProxy.Up(t)
+	c.mustServeAndStop(t, "postgres unreachable at start: retrying", "redis unreachable at start: retrying")
+}
+
+// TestStartWaitsForRedisToLoad: a closer started while a restarted Redis is
+// still loading its append-only file (it answers every command with
+// LOADING) waits for the load to end instead of exiting, as it waits for a
+// Redis that refuses connections.
+func TestStartWaitsForRedisToLoad(t *testing.T) {
+	db := testenv.MustDatabase(t)
+	// 20 000 keys at 100 µs each: about 2 s of loading, during which the
+	// server answers (a check every KiB read) with LOADING.
+	rs := testenv.MustRedisServer(t, "--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024")
+	ctx := context.Background()
+	pipe := rs.Client(t).Pipeline()
+	for i := range 20_000 {
+		pipe.Set(ctx, fmt.Sprintf("filler:%d", i), "x", 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck // gone already unless the test failed
+	rs.Stop()
+	rs.Start(t)
+	if err := rs.Client(t).Ping(ctx).Err(); !redis.IsLoadingError(err) {
+		t.Fatalf("the restarted Redis answered PING with %v, want LOADING: the test needs it still loading", err)
+	}
 
-	select {
-	case err := <-done:
-		t.Fatalf("closer exited while Postgres and Redis were unreachable: %v\n%s", err, out.String())
-	case <-time.After(1500 * time.Millisecond):
+	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=loading:")
+	c.mustServeAndStop(t, "redis unreachable at start: retrying")
+	if !strings.Contains(c.out.String(), "LOADING") {
+		t.Errorf("log does not name the LOADING answer it waited out:\n%s", c.out.String())
 	}
-	pgProxy.Up(t)
-	select {
-	case err := <-done:
-		t.Fatalf("closer exited while Redis was unreachable: %v\n%s", err, out.String())
-	case <-time.After(1500 * time.Millisecond):
+}
+
+// TestStartWaitsForPostgresToRecover: a closer started while PostgreSQL is
+// still in recovery (every connection refused with SQLSTATE 57P03, as while
+// a restarted server replays its WAL) waits for it instead of exiting.
+func TestStartWaitsForPostgresToRecover(t *testing.T) {
+	rd := testenv.MustRedis(t)
+	pg := testenv.MustPostgresStandby(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.URL)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "57P03" {
+		if conn != nil {
+			conn.Close(ctx)
+		}
+		t.Fatalf("connecting to the server in recovery: %v, want SQLSTATE 57P03", err)
 	}
-	redisProxy.Up(t)
+
+	c := startCloser(t, "DATABASE_URL="+pg.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+rd.Prefix)
+	c.mustStayUp(t, 1500*time.Millisecond, "while Postgres was in recovery")
+	pg.Promote(t)
+	c.mustServeAndStop(t, "postgres unreachable at start: retrying", "57P03")
+}
+
+// closerProcess is the production binary's closer, run by a test.
+type closerProcess struct {
+	cmd     *exec.Cmd
+	out     *bytes.Buffer
+	done    chan error
+	metrics string
+}
+
+// startCloser starts the closer with env (and a free METRICS_ADDR); killed
+// at cleanup unless it stopped.
+func startCloser(t *testing.T, env ...string) *closerProcess {
+	t.Helper()
+	c := &closerProcess{out: new(bytes.Buffer), done: make(chan error, 1), metrics: freeAddr(t)}
+	c.cmd = exec.Command(mustBinary(t), "closer")
+	c.cmd.Env = cleanEnv(append(env, "METRICS_ADDR="+c.metrics)...)
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.done <- c.cmd.Wait() }()
+	t.Cleanup(func() { c.cmd.Process.Kill() }) //nolint:errcheck // gone already unless the test failed
+	return c
+}
+
+// mustStayUp fails the test if the closer exits within d.
+func (c *closerProcess) mustStayUp(t *testing.T, d time.Duration, while string) {
+	t.Helper()
+	select {
+	case err := <-c.done:
+		t.Fatalf("closer exited %s: %v\n%s", while, err, c.out.String())
+	case <-time.After(d):
+	}
+}
+
+// mustServeAndStop waits (20 s at most) for the closer's /healthz to answer
+// 200, stops it with SIGTERM, and checks it exited cleanly and logged each
+// of logged.
+func (c *closerProcess) mustServeAndStop(t *testing.T, logged ...string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		res, err := http.Get("http://" + metrics + "/healthz")
+		select {
+		case err := <-c.done:
+			t.Fatalf("closer exited before serving: %v\n%s", err, c.out.String())
+		default:
+		}
+		res, err := http.Get("http://" + c.metrics + "/healthz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
@@ -451,17 +534,17 @@ func TestStartRidesOutUnreachableStores(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("closer not serving 20 s after its stores came back: %v\n%s", err, out.String())
+			t.Fatalf("closer not serving 20 s after its stores came back: %v\n%s", err, c.out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
-	if err := <-done; err != nil {
-		t.Errorf("closer after SIGTERM: %v\n%s", err, out.String())
+	c.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	if err := <-c.done; err != nil {
+		t.Errorf("closer after SIGTERM: %v\n%s", err, c.out.String())
 	}
-	for _, what := range []string{"postgres unreachable at start: retrying", "redis unreachable at start: retrying"} {
-		if !strings.Contains(out.String(), what) {
-			t.Errorf("log does not say %q:\n%s", what, out.String())
+	for _, what := range logged {
+		if !strings.Contains(c.out.String(), what) {
+			t.Errorf("log does not say %q:\n%s", what, c.out.String())
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -285,12 +286,19 @@ func waitReachable(ctx context.Context, log *slog.Logger, what string, ping func
 	}
 }
 
-// transient reports whether err is a network failure that may pass: the
-// connection refused, reset or cut, or no answer in time. A TLS alert, a
-// certificate or a name that does not resolve is not.
+// transient reports whether err may pass: a network failure (the
+// connection refused, reset or cut, or no answer in time), or a server that
+// answers but is not serving yet — Redis loading its dataset after a
+// restart (LOADING), a replica without its primary (MASTERDOWN), a cluster
+// moving slots (TRYAGAIN, CLUSTERDOWN), PostgreSQL starting up, in recovery
+// or shutting down (SQLSTATE 57P03). A TLS alert, a certificate, a refused
+// password or a name that does not resolve is not.
 func transient(err error) bool {
 	var ne net.Error
+	var pgErr *pgconn.PgError
 	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, context.DeadlineExceeded)
+		errors.Is(err, context.DeadlineExceeded) ||
+		redis.IsLoadingError(err) || redis.IsMasterDownError(err) || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) ||
+		errors.As(err, &pgErr) && pgErr.Code == "57P03" // cannot_connect_now
 }

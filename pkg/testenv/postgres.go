@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -79,10 +80,37 @@ func MustPostgresTLS(tb testing.TB, certs TLSFiles, password string) PostgresTLS
 	}
 	chown(tb, data, cred)
 	port := mustFreePort(tb, 0)
-	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
+	exited := startPostgres(tb, bin, dir, cred, "-D", data, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1,127.0.0.2", "-c", "unix_socket_directories="+dir,
 		"-c", "ssl=on", "-c", "ssl_cert_file="+certs.ServerCert, "-c", "ssl_key_file="+key, "-c", "ssl_ca_file="+certs.CA,
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	p := PostgresTLS{Port: port, Password: password}
+	dsn := p.URL("127.0.0.1", "postgres", "sslmode=verify-full&sslrootcert="+url.QueryEscape(certs.CA))
+	WaitFor(tb, time.Minute, "the TLS postgres to accept connections", func() bool {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+			tb.Fatalf("postgres exited:\n%s", log)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return false
+		}
+		conn.Close(ctx)
+		return true
+	})
+	return p
+}
+
+// startPostgres runs the postgres server with args as cred, its output in
+// dir/postgres.log, and stops it (fast shutdown) at cleanup; the channel
+// closes when it exits.
+func startPostgres(tb testing.TB, bin, dir string, cred *syscall.Credential, args ...string) <-chan struct{} {
+	tb.Helper()
+	srv := exec.Command(filepath.Join(bin, "postgres"), args...)
 	srv.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err != nil {
@@ -103,25 +131,78 @@ func MustPostgresTLS(tb testing.TB, certs TLSFiles, password string) PostgresTLS
 			<-exited
 		}
 	})
-	p := PostgresTLS{Port: port, Password: password}
-	dsn := p.URL("127.0.0.1", "postgres", "sslmode=verify-full&sslrootcert="+url.QueryEscape(certs.CA))
-	WaitFor(tb, time.Minute, "the TLS postgres to accept connections", func() bool {
+	return exited
+}
+
+// PostgresStandby is a private PostgreSQL server held in recovery: a
+// standby with no primary to follow and hot_standby off, so every
+// connection is refused with SQLSTATE 57P03 ("the database system is not
+// accepting connections"), as while a restarted server replays its WAL,
+// until Promote. Trust authentication for user postgres on 127.0.0.1.
+type PostgresStandby struct {
+	URL  string // database postgres
+	bin  string
+	data string
+	cred *syscall.Credential
+}
+
+// MustPostgresStandby initdb's one from the machine's PostgreSQL binaries
+// and starts it in recovery; stopped and removed at cleanup. Skips when
+// there are no binaries.
+func MustPostgresStandby(tb testing.TB) *PostgresStandby {
+	tb.Helper()
+	bin := postgresBinaries()
+	if bin == "" {
+		tb.Skip("no PostgreSQL binaries (initdb, postgres)")
+	}
+	dir, err := os.MkdirTemp("", "orderpipe-pgstandby-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	s := &PostgresStandby{bin: bin, data: filepath.Join(dir, "data"), cred: postgresCredential(tb)}
+	chown(tb, dir, s.cred)
+	s.run(tb, "initdb", "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
+	if err := os.WriteFile(filepath.Join(s.data, "standby.signal"), nil, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	chown(tb, s.data, s.cred)
+	port := mustFreePort(tb, 0)
+	exited := startPostgres(tb, bin, dir, s.cred, "-D", s.data, "-p", strconv.Itoa(port),
+		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir, "-c", "hot_standby=off",
+		"-c", "fsync=off")
+	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	WaitFor(tb, time.Minute, "the standby postgres to listen", func() bool {
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
 			tb.Fatalf("postgres exited:\n%s", log)
 		default:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err != nil {
 			return false
 		}
-		conn.Close(ctx)
+		c.Close()
 		return true
 	})
-	return p
+	return s
+}
+
+// Promote ends the recovery (pg_ctl promote): from then on the server
+// takes connections.
+func (s *PostgresStandby) Promote(tb testing.TB) {
+	tb.Helper()
+	s.run(tb, "pg_ctl", "promote", "-w", "-D", s.data)
+}
+
+func (s *PostgresStandby) run(tb testing.TB, name string, args ...string) {
+	tb.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("%s: %v\n%s", name, err, out)
+	}
 }
 
 // postgresBinaries is a directory with initdb and postgres: PATH, else the
