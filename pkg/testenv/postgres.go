@@ -40,15 +40,7 @@ func (p PostgresTLS) URL(host, db, query string) string {
 // refuses root); skips when there are none.
 func MustPostgresTLS(tb testing.TB, certs TLSFiles, password string) PostgresTLS {
 	tb.Helper()
-	bin := postgresBinaries()
-	if bin == "" {
-		tb.Skip("no PostgreSQL binaries (initdb, postgres)")
-	}
-	dir, err := os.MkdirTemp("", "orderpipe-pgtls-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
+	bin, dir := postgresPlace(tb, "tls")
 	cred := postgresCredential(tb)
 	data := filepath.Join(dir, "data")
 	pwFile := filepath.Join(dir, "pw")
@@ -86,13 +78,7 @@ func MustPostgresTLS(tb testing.TB, certs TLSFiles, password string) PostgresTLS
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	p := PostgresTLS{Port: port, Password: password}
 	dsn := p.URL("127.0.0.1", "postgres", "sslmode=verify-full&sslrootcert="+url.QueryEscape(certs.CA))
-	WaitFor(tb, time.Minute, "the TLS postgres to accept connections", func() bool {
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			tb.Fatalf("postgres exited:\n%s", log)
-		default:
-		}
+	waitPostgres(tb, "the TLS postgres to accept connections", dir, exited, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, dsn)
@@ -103,6 +89,23 @@ func MustPostgresTLS(tb testing.TB, certs TLSFiles, password string) PostgresTLS
 		return true
 	})
 	return p
+}
+
+// postgresPlace is the machine's PostgreSQL binaries and a new directory
+// for a private server, removed at cleanup; skips when there are no
+// binaries.
+func postgresPlace(tb testing.TB, kind string) (bin, dir string) {
+	tb.Helper()
+	bin = postgresBinaries()
+	if bin == "" {
+		tb.Skip("no PostgreSQL binaries (initdb, postgres)")
+	}
+	dir, err := os.MkdirTemp("", "orderpipe-pg"+kind+"-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return bin, dir
 }
 
 // startPostgres runs the postgres server with args as cred, its output in
@@ -134,6 +137,21 @@ func startPostgres(tb testing.TB, bin, dir string, cred *syscall.Credential, arg
 	return exited
 }
 
+// waitPostgres waits (a minute at most) until up, failing the test with
+// the server's log if it exits first.
+func waitPostgres(tb testing.TB, what, dir string, exited <-chan struct{}, up func() bool) {
+	tb.Helper()
+	WaitFor(tb, time.Minute, what, func() bool {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+			tb.Fatalf("postgres exited:\n%s", log)
+		default:
+		}
+		return up()
+	})
+}
+
 // PostgresStandby is a private PostgreSQL server held in recovery: a
 // standby with no primary to follow and hot_standby off, so every
 // connection is refused with SQLSTATE 57P03 ("the database system is not
@@ -151,15 +169,7 @@ type PostgresStandby struct {
 // there are no binaries.
 func MustPostgresStandby(tb testing.TB) *PostgresStandby {
 	tb.Helper()
-	bin := postgresBinaries()
-	if bin == "" {
-		tb.Skip("no PostgreSQL binaries (initdb, postgres)")
-	}
-	dir, err := os.MkdirTemp("", "orderpipe-pgstandby-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
+	bin, dir := postgresPlace(tb, "standby")
 	s := &PostgresStandby{bin: bin, data: filepath.Join(dir, "data"), cred: postgresCredential(tb)}
 	chown(tb, dir, s.cred)
 	s.run(tb, "initdb", "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
@@ -172,13 +182,7 @@ func MustPostgresStandby(tb testing.TB) *PostgresStandby {
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+dir, "-c", "hot_standby=off",
 		"-c", "fsync=off")
 	s.URL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	WaitFor(tb, time.Minute, "the standby postgres to listen", func() bool {
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			tb.Fatalf("postgres exited:\n%s", log)
-		default:
-		}
+	waitPostgres(tb, "the standby postgres to listen", dir, exited, func() bool {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err != nil {
 			return false
