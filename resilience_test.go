@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -19,9 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/order/ordertest"
@@ -434,23 +430,7 @@ func TestStartRidesOutUnreachableStores(t *testing.T) {
 // Redis that refuses connections.
 func TestStartWaitsForRedisToLoad(t *testing.T) {
 	db := testenv.MustDatabase(t)
-	// 20 000 keys at 100 µs each: about 2 s of loading, during which the
-	// server answers (a check every KiB read) with LOADING.
-	rs := testenv.MustRedisServer(t, "--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024")
-	ctx := context.Background()
-	pipe := rs.Client(t).Pipeline()
-	for i := range 20_000 {
-		pipe.Set(ctx, fmt.Sprintf("filler:%d", i), "x", 0)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rs.Stop()
-	rs.Start(t)
-	if err := rs.Client(t).Ping(ctx).Err(); !redis.IsLoadingError(err) {
-		t.Fatalf("the restarted Redis answered PING with %v, want LOADING: the test needs it still loading", err)
-	}
-
+	rs := testenv.MustLoadingRedis(t)
 	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=loading:")
 	c.mustServeAndStop(t, "redis unreachable at start: retrying")
 	if !strings.Contains(c.out.String(), "LOADING") {
@@ -464,16 +444,6 @@ func TestStartWaitsForRedisToLoad(t *testing.T) {
 func TestStartWaitsForPostgresToRecover(t *testing.T) {
 	rd := testenv.MustRedis(t)
 	pg := testenv.MustPostgresStandby(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pg.URL)
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "57P03" {
-		if conn != nil {
-			conn.Close(ctx)
-		}
-		t.Fatalf("connecting to the server in recovery: %v, want SQLSTATE 57P03", err)
-	}
-
 	c := startCloser(t, "DATABASE_URL="+pg.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+rd.Prefix)
 	c.mustStayUp(t, 1500*time.Millisecond, "while Postgres was in recovery")
 	pg.Promote(t)

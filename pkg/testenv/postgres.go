@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // PostgresTLS is a private PostgreSQL server that takes only TLS
@@ -164,9 +166,9 @@ type PostgresStandby struct {
 	cred *syscall.Credential
 }
 
-// MustPostgresStandby initdb's one from the machine's PostgreSQL binaries
-// and starts it in recovery; stopped and removed at cleanup. Skips when
-// there are no binaries.
+// MustPostgresStandby initdb's one from the machine's PostgreSQL binaries,
+// starts it in recovery and checks that a connection is refused with 57P03;
+// stopped and removed at cleanup. Skips when there are no binaries.
 func MustPostgresStandby(tb testing.TB) *PostgresStandby {
 	tb.Helper()
 	bin, dir := postgresPlace(tb, "standby")
@@ -190,6 +192,16 @@ func MustPostgresStandby(tb testing.TB) *PostgresStandby {
 		c.Close()
 		return true
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.URL)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "57P03" {
+		if conn != nil {
+			conn.Close(ctx)
+		}
+		tb.Fatalf("connecting to the server in recovery: %v, want SQLSTATE 57P03", err)
+	}
 	return s
 }
 

@@ -202,6 +202,29 @@ func (s *RedisServer) Start(tb testing.TB) {
 	}
 }
 
+// MustLoadingRedis is a private redis-server restarted on an append-only
+// file it takes about 2 s to load (20 000 keys at a key-load-delay of 100
+// µs, events served every KiB read), checked to answer LOADING: a Redis
+// still replaying its file after a restart.
+func MustLoadingRedis(tb testing.TB) *RedisServer {
+	tb.Helper()
+	s := MustRedisServer(tb, "--key-load-delay", "100", "--loading-process-events-interval-bytes", "1024")
+	ctx := context.Background()
+	pipe := s.Client(tb).Pipeline()
+	for i := range 20_000 {
+		pipe.Set(ctx, "filler:"+strconv.Itoa(i), "x", 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	s.Stop()
+	s.Start(tb)
+	if err := s.Client(tb).Ping(ctx).Err(); !redis.IsLoadingError(err) {
+		tb.Fatalf("the restarted Redis answered PING with %v, want LOADING", err)
+	}
+	return s
+}
+
 // RedisPair is a primary and its replica, two redis-server processes.
 type RedisPair struct {
 	Primary, Replica *RedisServer
