@@ -90,8 +90,8 @@ kubectl-validate: ## fetch kubectl-validate (go install, into ~/.cache/orderpipe
 # each name here is a test of the root package.
 E2E_TESTS := TestHelpTouchesNothing TestBadCommandLinesExit2 TestVersion TestBuildInfoMetric \
 	TestProductionBuildHasNoTestFakes TestProductionBuildHasNoEmbeddedBroker TestProductionBuildHasNoSteppedClock \
-	TestStartRidesOutUnreachableStores TestStartWaitsForRedisToLoad TestStartWaitsForPostgresToRecover \
-	TestSecretsNeverShown TestBinaryReachesRedisOverTLS \
+	TestStartRidesOutUnreachableStores TestStartWaitsForRedisToLoad TestStartWaitsForRedisFailover \
+	TestStartWaitsForPostgresToRecover TestSecretsNeverShown TestBinaryReachesRedisOverTLS \
 	TestBinaryReachesPostgresOverTLS TestKafkaOverSASLSSL TestMakeRunCtrlCEndsClean TestHealthyPipelineLogsNoWarnings
 # Those of them that run on TEST_KAFKA_BROKERS: `make test-kafka` runs them
 # too (the others would only repeat `make e2e`; TestKafkaOverSASLSSL starts

@@ -430,12 +430,25 @@ func TestStartRidesOutUnreachableStores(t *testing.T) {
 // Redis that refuses connections.
 func TestStartWaitsForRedisToLoad(t *testing.T) {
 	db := testenv.MustDatabase(t)
+	mustBinary(t) // built before the load starts: it lasts about 2 s
 	rs := testenv.MustLoadingRedis(t)
 	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=loading:")
 	c.mustServeAndStop(t, "redis unreachable at start: retrying")
 	if !strings.Contains(c.out.String(), "LOADING") {
 		t.Errorf("log does not name the LOADING answer it waited out:\n%s", c.out.String())
 	}
+}
+
+// TestStartWaitsForRedisFailover: a closer started on a Redis address whose
+// server is a replica cut from its primary (it answers MASTERDOWN while a
+// failover is under way) waits, and serves once the replica is promoted.
+func TestStartWaitsForRedisFailover(t *testing.T) {
+	db := testenv.MustDatabase(t)
+	rs := testenv.MustCutReplica(t)
+	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=failover:")
+	c.mustStayUp(t, 1500*time.Millisecond, "while its Redis was a replica cut from its primary")
+	rs.Promote(t)
+	c.mustServeAndStop(t, "redis unreachable at start: retrying", "MASTERDOWN")
 }
 
 // TestStartWaitsForPostgresToRecover: a closer started while PostgreSQL is

@@ -289,16 +289,16 @@ func waitReachable(ctx context.Context, log *slog.Logger, what string, ping func
 // transient reports whether err may pass: a network failure (the
 // connection refused, reset or cut, or no answer in time), or a server that
 // answers but is not serving yet — Redis loading its dataset after a
-// restart (LOADING), a replica without its primary (MASTERDOWN), a cluster
-// moving slots (TRYAGAIN, CLUSTERDOWN), PostgreSQL starting up, in recovery
-// or shutting down (SQLSTATE 57P03). A TLS alert, a certificate, a refused
-// password or a name that does not resolve is not.
+// restart (LOADING), a replica cut from its primary while a failover is
+// under way behind its address (MASTERDOWN), PostgreSQL starting up, in
+// recovery or shutting down (SQLSTATE 57P03). A TLS alert, a certificate, a
+// refused password or a name that does not resolve is not.
 func transient(err error) bool {
 	var ne net.Error
 	var pgErr *pgconn.PgError
 	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, context.DeadlineExceeded) ||
-		redis.IsLoadingError(err) || redis.IsMasterDownError(err) || redis.IsTryAgainError(err) || redis.IsClusterDownError(err) ||
+		redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
 		errors.As(err, &pgErr) && pgErr.Code == "57P03" // cannot_connect_now
 }

@@ -50,14 +50,7 @@ func MustPostgresTLS(tb testing.TB, certs TLSFiles, password string) PostgresTLS
 		tb.Fatal(err)
 	}
 	chown(tb, dir, cred)
-	run := func(name string, args ...string) {
-		cmd := exec.Command(filepath.Join(bin, name), args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			tb.Fatalf("%s: %v\n%s", name, err, out)
-		}
-	}
-	run("initdb", "-D", data, "-U", "postgres", "--pwfile", pwFile, "-A", "scram-sha-256", "-E", "UTF8", "--no-locale", "--no-sync")
+	runPostgresTool(tb, bin, cred, "initdb", "-D", data, "-U", "postgres", "--pwfile", pwFile, "-A", "scram-sha-256", "-E", "UTF8", "--no-locale", "--no-sync")
 	// The server's key must be private to the server's account.
 	key := filepath.Join(data, "server.key")
 	b, err := os.ReadFile(certs.ServerKey)
@@ -174,7 +167,7 @@ func MustPostgresStandby(tb testing.TB) *PostgresStandby {
 	bin, dir := postgresPlace(tb, "standby")
 	s := &PostgresStandby{bin: bin, data: filepath.Join(dir, "data"), cred: postgresCredential(tb)}
 	chown(tb, dir, s.cred)
-	s.run(tb, "initdb", "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
+	runPostgresTool(tb, bin, s.cred, "initdb", "-D", s.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync")
 	if err := os.WriteFile(filepath.Join(s.data, "standby.signal"), nil, 0o600); err != nil {
 		tb.Fatal(err)
 	}
@@ -209,13 +202,15 @@ func MustPostgresStandby(tb testing.TB) *PostgresStandby {
 // takes connections.
 func (s *PostgresStandby) Promote(tb testing.TB) {
 	tb.Helper()
-	s.run(tb, "pg_ctl", "promote", "-w", "-D", s.data)
+	runPostgresTool(tb, s.bin, s.cred, "pg_ctl", "promote", "-w", "-D", s.data)
 }
 
-func (s *PostgresStandby) run(tb testing.TB, name string, args ...string) {
+// runPostgresTool runs one of PostgreSQL's programs (initdb, pg_ctl) in bin
+// as cred, failing the test with its output if it fails.
+func runPostgresTool(tb testing.TB, bin string, cred *syscall.Credential, name string, args ...string) {
 	tb.Helper()
-	cmd := exec.Command(filepath.Join(s.bin, name), args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	cmd := exec.Command(filepath.Join(bin, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("%s: %v\n%s", name, err, out)
 	}

@@ -225,6 +225,19 @@ func MustLoadingRedis(tb testing.TB) *RedisServer {
 	return s
 }
 
+// MustCutReplica is a private redis-server that is the replica of a
+// primary it cannot reach, with replica-serve-stale-data off, checked to
+// answer MASTERDOWN: the address a failover is under way behind, until
+// Promote.
+func MustCutReplica(tb testing.TB) *RedisServer {
+	tb.Helper()
+	s := MustRedisServer(tb, "--replicaof", "127.0.0.1", strconv.Itoa(mustFreePort(tb, 0)), "--replica-serve-stale-data", "no")
+	if err := s.Client(tb).Ping(context.Background()).Err(); !redis.IsMasterDownError(err) {
+		tb.Fatalf("the cut replica answered PING with %v, want MASTERDOWN", err)
+	}
+	return s
+}
+
 // RedisPair is a primary and its replica, two redis-server processes.
 type RedisPair struct {
 	Primary, Replica *RedisServer
