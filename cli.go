@@ -86,7 +86,7 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 	{name: "migrate", summary: "create the database if missing and apply the migrations",
 		usage: database.MigrateUsage + configHint, check: noArgs,
 		run: func(ctx context.Context, log *slog.Logger, cfg config) error {
-			return database.Prepare(ctx, log, cfg.Database.URL)
+			return prepareDatabase(ctx, log, cfg.Database.URL)
 		}},
 	{name: "kafka", summary: "the embedded Kafka-protocol broker alone on KAFKA_EMBEDDED_PORT (dev builds; on disk with KAFKA_EMBEDDED_DIR)",
 		usage: `usage: orderpipe kafka

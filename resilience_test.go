@@ -463,6 +463,47 @@ func TestStartWaitsForPostgresToRecover(t *testing.T) {
 	c.mustServeAndStop(t, "postgres unreachable at start: retrying", "57P03")
 }
 
+// TestMigrateWaitsForPostgresToRecover: `orderpipe migrate` (and make run's
+// own database creation, which shares prepareDatabase) started while
+// PostgreSQL is still in recovery waits for it, then creates and migrates
+// the database, instead of failing at once on 57P03.
+func TestMigrateWaitsForPostgresToRecover(t *testing.T) {
+	pg := testenv.MustPostgresStandby(t)
+	url := strings.Replace(pg.URL, "/postgres?", "/orderpipe_migrate?", 1)
+	if url == pg.URL {
+		t.Fatalf("cannot name another database in %s", pg.URL)
+	}
+	out := new(bytes.Buffer)
+	cmd := exec.Command(mustBinary(t), "migrate")
+	cmd.Env = cleanEnv("DATABASE_URL=" + url)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck // exited already unless the test failed
+	select {
+	case err := <-done:
+		t.Fatalf("migrate exited while Postgres was in recovery: %v\n%s", err, out.String())
+	case <-time.After(1500 * time.Millisecond):
+	}
+	pg.Promote(t)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("migrate after the promotion: %v\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("migrate still running 30 s after the promotion:\n%s", out.String())
+	}
+	for _, what := range []string{"postgres unreachable at start: retrying", "57P03", "migrated"} {
+		if !strings.Contains(out.String(), what) {
+			t.Errorf("log does not say %q:\n%s", what, out.String())
+		}
+	}
+}
+
 // closerProcess is the production binary's closer, run by a test.
 type closerProcess struct {
 	cmd     *exec.Cmd

@@ -88,7 +88,7 @@ func localSetup(ctx context.Context, log *slog.Logger, cfg *config) (stop func()
 		return nil, err
 	}
 	stops = append(stops, stopStandins)
-	if err := database.Prepare(ctx, log, cfg.Database.URL); err != nil {
+	if err := prepareDatabase(ctx, log, cfg.Database.URL); err != nil {
 		stop()
 		return nil, err
 	}
@@ -110,4 +110,16 @@ func localSetup(ctx context.Context, log *slog.Logger, cfg *config) (stop func()
 		"http", cfg.Gateway.Addr, "postgres", database.Redact(cfg.Database.URL), "redis", cfg.Redis.String(), "kafka", kafkaDesc,
 		"try", try)
 	return stop, nil
+}
+
+// prepareDatabase creates the database if missing and migrates it, first
+// waiting, like every long-running target (pkg/target), up to 30 s for a
+// server that is starting up, in recovery or briefly unreachable.
+func prepareDatabase(ctx context.Context, log *slog.Logger, url string) error {
+	if err := target.WaitReachable(ctx, log, "postgres", func(ctx context.Context) error {
+		return database.EnsureDatabase(ctx, url)
+	}); err != nil {
+		return err
+	}
+	return database.Prepare(ctx, log, url)
 }

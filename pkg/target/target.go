@@ -220,7 +220,7 @@ func openRedis(ctx context.Context, log *slog.Logger, c redisconn.Config) (redis
 		return nil, err
 	}
 	telemetry.InstrumentRedis(rdb)
-	if err := waitReachable(ctx, log, "redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
+	if err := WaitReachable(ctx, log, "redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("reaching redis at %s: %w", c, err)
 	}
@@ -239,7 +239,7 @@ func openPool(ctx context.Context, log *slog.Logger, c database.Config, needed b
 		return nil, err
 	}
 	if needed {
-		if err := waitReachable(ctx, log, "postgres", pool.Ping); err != nil {
+		if err := WaitReachable(ctx, log, "postgres", pool.Ping); err != nil {
 			pool.Close()
 			return nil, fmt.Errorf("pinging database %s: %w", database.Redact(c.URL), err)
 		}
@@ -261,9 +261,9 @@ func openPool(ctx context.Context, log *slog.Logger, c database.Config, needed b
 // bad certificate) ends the start at once.
 const startupWait = 30 * time.Second
 
-// waitReachable pings until it answers, retrying transient errors for up to
+// WaitReachable pings until it answers, retrying transient errors for up to
 // startupWait (each ping bounded by 5 s).
-func waitReachable(ctx context.Context, log *slog.Logger, what string, ping func(context.Context) error) error {
+func WaitReachable(ctx context.Context, log *slog.Logger, what string, ping func(context.Context) error) error {
 	deadline := time.Now().Add(startupWait)
 	backoff := 100 * time.Millisecond
 	for warned := false; ; {

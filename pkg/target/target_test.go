@@ -47,7 +47,7 @@ func TestWaitReachable(t *testing.T) {
 		t.Fatalf("a refused connection is not transient: %v", err)
 	}
 	calls := 0
-	err = waitReachable(context.Background(), log, "x", func(ctx context.Context) error {
+	err = WaitReachable(context.Background(), log, "x", func(ctx context.Context) error {
 		if calls++; calls < 3 {
 			return refused(ctx)
 		}
@@ -58,7 +58,7 @@ func TestWaitReachable(t *testing.T) {
 	}
 	bad := x509.UnknownAuthorityError{}
 	start, calls := time.Now(), 0
-	err = waitReachable(context.Background(), log, "x", func(context.Context) error { calls++; return bad })
+	err = WaitReachable(context.Background(), log, "x", func(context.Context) error { calls++; return bad })
 	if !errors.As(err, &x509.UnknownAuthorityError{}) || calls != 1 || time.Since(start) > time.Second {
 		t.Errorf("certificate error: err %v after %d pings, %s", err, calls, time.Since(start))
 	}
