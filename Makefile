@@ -173,14 +173,14 @@ bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), then
 # CHAOS_SEED=n repeats one seed.
 NEMESIS_SEEDS ?= 1,2,4,20
 chaos: build-dev ## scripted faults, then a seeded random nemesis (processes, its own Redis and Postgres, links) judged by a history checker (~4 min); see docs/testing.md
-	CHAOS_BIN=$(CURDIR)/bin/orderpipe-dev CHAOS_OUT=$(CURDIR)/bin/chaos CHAOS_NEMESIS_SEEDS=$(NEMESIS_SEEDS) $(GO) test -tags chaos -run 'TestChaos|TestNemesis' -count=1 -v -timeout 20m ./bench/chaos/
+	CHAOS_BIN=$(CURDIR)/bin/orderpipe-dev CHAOS_OUT=$(CURDIR)/bin/chaos CHAOS_NEMESIS_SEEDS='$(NEMESIS_SEEDS)' $(GO) test -tags chaos -run 'TestChaos|TestNemesis' -count=1 -v -timeout 20m ./bench/chaos/
 
 # The nemesis on bucketed stock: each item's stock split over CHAOS_BUCKETS
 # Redis buckets (users routed by id, the mover refilling empty buckets),
 # judged by the same history checker.
 BUCKET_SEEDS ?= 3
 chaos-buckets: build-dev ## the nemesis with each item's stock over 4 Redis buckets (bucketed stock), seeds BUCKET_SEEDS (~40 s each); see docs/testing.md
-	CHAOS_BIN=$(CURDIR)/bin/orderpipe-dev CHAOS_OUT=$(CURDIR)/bin/chaos CHAOS_BUCKETS=4 CHAOS_NEMESIS_SEEDS=$(BUCKET_SEEDS) $(GO) test -tags chaos -run TestNemesis -count=1 -v -timeout 20m ./bench/chaos/
+	CHAOS_BIN=$(CURDIR)/bin/orderpipe-dev CHAOS_OUT=$(CURDIR)/bin/chaos CHAOS_BUCKETS=4 CHAOS_NEMESIS_SEEDS='$(BUCKET_SEEDS)' $(GO) test -tags chaos -run TestNemesis -count=1 -v -timeout 20m ./bench/chaos/
 
 # The nemesis for DURATION: seeds SEED, SEED+1, ... one after another (each
 # a fresh sale, CHAOS_NEMESIS_LOAD of load) until DURATION has passed.
@@ -202,7 +202,7 @@ soak: build-dev ## the nemesis for DURATION (make soak DURATION=1h SEED=42); see
 NEMESIS_KAFKA_SEEDS ?= 3,14,29
 chaos-kafka: build-dev ## the chaos suite on a real 3-broker Apache Kafka it starts itself, plus partition-leader, two-brokers-down, controller and rebalance faults, then the nemesis on it (~5 min); see docs/testing.md
 	deploy/kafka/kafka.sh fetch
-	CHAOS_KAFKA_NODES=3 CHAOS_KAFKA_SCRIPT=$(CURDIR)/deploy/kafka/kafka.sh CHAOS_BIN=$(CURDIR)/bin/orderpipe-dev CHAOS_OUT=$(CURDIR)/bin/chaos CHAOS_NEMESIS_SEEDS=$(NEMESIS_KAFKA_SEEDS) $(GO) test -tags chaos -run 'TestChaos|TestNemesis' -count=1 -v -timeout 30m ./bench/chaos/
+	CHAOS_KAFKA_NODES=3 CHAOS_KAFKA_SCRIPT=$(CURDIR)/deploy/kafka/kafka.sh CHAOS_BIN=$(CURDIR)/bin/orderpipe-dev CHAOS_OUT=$(CURDIR)/bin/chaos CHAOS_NEMESIS_SEEDS='$(NEMESIS_KAFKA_SEEDS)' $(GO) test -tags chaos -run 'TestChaos|TestNemesis' -count=1 -v -timeout 30m ./bench/chaos/
 
 kafka: ## a real Apache Kafka 4.1 in the foreground, jars fetched by Maven (KAFKA_NODES=3 for 3 brokers on 9092-9094); see deploy/kafka/kafka.sh
 	deploy/kafka/kafka.sh run

@@ -142,8 +142,8 @@ func chaosConfig(t *testing.T) Config {
 // gateways and two workers (plus the broker(s) and the closer), once per
 // seed, each on a sale of its own, and fails if the history checker finds
 // a violation. Knobs besides TestChaos's: CHAOS_SEED runs that one seed
-// (repeating a failure), else CHAOS_NEMESIS_SEEDS (comma-separated;
-// default 1,2,3); CHAOS_NEMESIS_LOAD (Go duration of each seed's load,
+// (repeating a failure), else CHAOS_NEMESIS_SEEDS (separated by commas or
+// spaces; default 1,2,3); CHAOS_NEMESIS_LOAD (Go duration of each seed's load,
 // default 12s); CHAOS_REDIS_WAIT_REPLICAS (the gateways' REDIS_WAIT_REPLICAS,
 // default 1; 0 shows what a failover costs without it); CHAOS_SOAK (a Go duration: seeds CHAOS_SEED, +1, +2, ...
 // until it has passed — `make soak`).
@@ -191,12 +191,15 @@ func TestNemesis(t *testing.T) {
 	case os.Getenv("CHAOS_SEED") != "":
 		seeds = []uint64{cfg.Seed}
 	case v != "":
-		for _, f := range strings.Split(v, ",") {
-			seed, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+		for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
+			seed, err := strconv.ParseUint(f, 10, 64)
 			if err != nil {
 				t.Fatalf("CHAOS_NEMESIS_SEEDS: %v", err)
 			}
 			seeds = append(seeds, seed)
+		}
+		if len(seeds) == 0 {
+			t.Fatalf("CHAOS_NEMESIS_SEEDS: no seed in %q", v)
 		}
 	default:
 		seeds = []uint64{1, 2, 3}
