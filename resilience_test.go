@@ -433,10 +433,7 @@ func TestStartWaitsForRedisToLoad(t *testing.T) {
 	mustBinary(t) // built before the load starts: it lasts about 2 s
 	rs := testenv.MustLoadingRedis(t)
 	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=loading:")
-	c.mustServeAndStop(t, "redis unreachable at start: retrying")
-	if !strings.Contains(c.out.String(), "LOADING") {
-		t.Errorf("log does not name the LOADING answer it waited out:\n%s", c.out.String())
-	}
+	c.mustServeAndStop(t, "redis unreachable at start: retrying", "LOADING")
 }
 
 // TestStartWaitsForRedisFailover: a closer started on a Redis address whose
@@ -473,39 +470,23 @@ func TestMigrateWaitsForPostgresToRecover(t *testing.T) {
 	if url == pg.URL {
 		t.Fatalf("cannot name another database in %s", pg.URL)
 	}
-	out := new(bytes.Buffer)
-	cmd := exec.Command(mustBinary(t), "migrate")
-	cmd.Env = cleanEnv("DATABASE_URL=" + url)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() }) //nolint:errcheck // exited already unless the test failed
-	select {
-	case err := <-done:
-		t.Fatalf("migrate exited while Postgres was in recovery: %v\n%s", err, out.String())
-	case <-time.After(1500 * time.Millisecond):
-	}
+	m := startBinary(t, "migrate", "DATABASE_URL="+url)
+	m.mustStayUp(t, 1500*time.Millisecond, "while Postgres was in recovery")
 	pg.Promote(t)
 	select {
-	case err := <-done:
+	case err := <-m.done:
 		if err != nil {
-			t.Fatalf("migrate after the promotion: %v\n%s", err, out.String())
+			t.Fatalf("migrate after the promotion: %v\n%s", err, m.out.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("migrate still running 30 s after the promotion:\n%s", out.String())
+		t.Fatalf("migrate still running 30 s after the promotion:\n%s", m.out.String())
 	}
-	for _, what := range []string{"postgres unreachable at start: retrying", "57P03", "migrated"} {
-		if !strings.Contains(out.String(), what) {
-			t.Errorf("log does not say %q:\n%s", what, out.String())
-		}
-	}
+	m.mustHaveLogged(t, "postgres unreachable at start: retrying", "57P03", "migrated")
 }
 
-// closerProcess is the production binary's closer, run by a test.
-type closerProcess struct {
+// binaryProcess is one command of the production binary, run by a test.
+type binaryProcess struct {
+	name    string
 	cmd     *exec.Cmd
 	out     *bytes.Buffer
 	done    chan error
@@ -514,34 +495,54 @@ type closerProcess struct {
 
 // startCloser starts the closer with env (and a free METRICS_ADDR); killed
 // at cleanup unless it stopped.
-func startCloser(t *testing.T, env ...string) *closerProcess {
+func startCloser(t *testing.T, env ...string) *binaryProcess {
 	t.Helper()
-	c := &closerProcess{out: new(bytes.Buffer), done: make(chan error, 1), metrics: freeAddr(t)}
-	c.cmd = exec.Command(mustBinary(t), "closer")
-	c.cmd.Env = cleanEnv(append(env, "METRICS_ADDR="+c.metrics)...)
-	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { c.done <- c.cmd.Wait() }()
-	t.Cleanup(func() { c.cmd.Process.Kill() }) //nolint:errcheck // gone already unless the test failed
+	metrics := freeAddr(t)
+	c := startBinary(t, "closer", append(env, "METRICS_ADDR="+metrics)...)
+	c.metrics = metrics
 	return c
 }
 
-// mustStayUp fails the test if the closer exits within d.
-func (c *closerProcess) mustStayUp(t *testing.T, d time.Duration, while string) {
+// startBinary starts `orderpipe <command>` with env; killed at cleanup
+// unless it exited.
+func startBinary(t *testing.T, command string, env ...string) *binaryProcess {
+	t.Helper()
+	p := &binaryProcess{name: command, out: new(bytes.Buffer), done: make(chan error, 1)}
+	p.cmd = exec.Command(mustBinary(t), command)
+	p.cmd.Env = cleanEnv(env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() { p.cmd.Process.Kill() }) //nolint:errcheck // gone already unless the test failed
+	return p
+}
+
+// mustStayUp fails the test if the process exits within d.
+func (p *binaryProcess) mustStayUp(t *testing.T, d time.Duration, while string) {
 	t.Helper()
 	select {
-	case err := <-c.done:
-		t.Fatalf("closer exited %s: %v\n%s", while, err, c.out.String())
+	case err := <-p.done:
+		t.Fatalf("%s exited %s: %v\n%s", p.name, while, err, p.out.String())
 	case <-time.After(d):
+	}
+}
+
+// mustHaveLogged fails the test for each of logged its output lacks.
+func (p *binaryProcess) mustHaveLogged(t *testing.T, logged ...string) {
+	t.Helper()
+	for _, what := range logged {
+		if !strings.Contains(p.out.String(), what) {
+			t.Errorf("log does not say %q:\n%s", what, p.out.String())
+		}
 	}
 }
 
 // mustServeAndStop waits (20 s at most) for the closer's /healthz to answer
 // 200, stops it with SIGTERM, and checks it exited cleanly and logged each
 // of logged.
-func (c *closerProcess) mustServeAndStop(t *testing.T, logged ...string) {
+func (c *binaryProcess) mustServeAndStop(t *testing.T, logged ...string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -566,9 +567,5 @@ func (c *closerProcess) mustServeAndStop(t *testing.T, logged ...string) {
 	if err := <-c.done; err != nil {
 		t.Errorf("closer after SIGTERM: %v\n%s", err, c.out.String())
 	}
-	for _, what := range logged {
-		if !strings.Contains(c.out.String(), what) {
-			t.Errorf("log does not say %q:\n%s", what, c.out.String())
-		}
-	}
+	c.mustHaveLogged(t, logged...)
 }

@@ -114,10 +114,12 @@ func localSetup(ctx context.Context, log *slog.Logger, cfg *config) (stop func()
 
 // prepareDatabase creates the database if missing and migrates it, first
 // waiting, like every long-running target (pkg/target), up to 30 s for a
-// server that is starting up, in recovery or briefly unreachable.
+// server that is starting up, in recovery or briefly unreachable. The wait
+// only connects; the creation and the migrations run after it, outside
+// its 5 s bound per attempt.
 func prepareDatabase(ctx context.Context, log *slog.Logger, url string) error {
 	if err := target.WaitReachable(ctx, log, "postgres", func(ctx context.Context) error {
-		return database.EnsureDatabase(ctx, url)
+		return database.PingServer(ctx, url)
 	}); err != nil {
 		return err
 	}

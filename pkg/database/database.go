@@ -61,24 +61,45 @@ func OpenLazy(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, e
 	return pool, nil
 }
 
-// EnsureDatabase creates the database named in dsn if it does not exist, by
-// connecting to the server's maintenance database.
-func EnsureDatabase(ctx context.Context, dsn string) error {
+// connectMaintenance connects to the server's maintenance database with
+// every other setting of dsn, and returns the database dsn names.
+func connectMaintenance(ctx context.Context, dsn string) (conn *pgx.Conn, name string, err error) {
 	// Parsed by pgx, so the maintenance connection keeps every setting of
 	// the URL (TLS: sslmode, sslrootcert, client certificates; passwords
 	// from the URL, PGPASSWORD or a passfile) and only the database differs.
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return parseError(dsn, err)
+		return nil, "", parseError(dsn, err)
 	}
-	name := cfg.Database
+	name = cfg.Database
 	if name == "" {
-		return errors.New("database url names no database")
+		return nil, "", errors.New("database url names no database")
 	}
 	cfg.Database = "postgres"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err = pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connecting to maintenance database: %w", err)
+		return nil, "", fmt.Errorf("connecting to maintenance database: %w", err)
+	}
+	return conn, name, nil
+}
+
+// PingServer connects to the server dsn names, through its maintenance
+// database (dsn's own database may not exist yet), and disconnects: a
+// start-up check that creates nothing.
+func PingServer(ctx context.Context, dsn string) error {
+	conn, _, err := connectMaintenance(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+// EnsureDatabase creates the database named in dsn if it does not exist, by
+// connecting to the server's maintenance database.
+func EnsureDatabase(ctx context.Context, dsn string) error {
+	conn, name, err := connectMaintenance(ctx, dsn)
+	if err != nil {
+		return err
 	}
 	defer conn.Close(ctx)
 	var exists bool

@@ -37,11 +37,13 @@ func TestParseErrorsHideThePassword(t *testing.T) {
 		} else if strings.Contains(err.Error(), "s3cretPw") {
 			t.Errorf("OpenLazy error shows the password: %v", err)
 		}
-		err = EnsureDatabase(ctx, dsn)
-		if err == nil {
-			t.Errorf("EnsureDatabase(%q): no error", dsn)
-		} else if strings.Contains(err.Error(), "s3cretPw") {
-			t.Errorf("EnsureDatabase error shows the password: %v", err)
+		for name, f := range map[string]func(context.Context, string) error{"EnsureDatabase": EnsureDatabase, "PingServer": PingServer} {
+			err = f(ctx, dsn)
+			if err == nil {
+				t.Errorf("%s(%q): no error", name, dsn)
+			} else if strings.Contains(err.Error(), "s3cretPw") {
+				t.Errorf("%s error shows the password: %v", name, err)
+			}
 		}
 	}
 }
