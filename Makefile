@@ -91,7 +91,7 @@ kubectl-validate: ## fetch kubectl-validate (go install, into ~/.cache/orderpipe
 E2E_TESTS := TestHelpTouchesNothing TestBadCommandLinesExit2 TestVersion TestBuildInfoMetric \
 	TestProductionBuildHasNoTestFakes TestProductionBuildHasNoEmbeddedBroker TestProductionBuildHasNoSteppedClock \
 	TestStartRidesOutUnreachableStores TestStartWaitsForRedisToLoad TestStartWaitsForRedisFailover \
-	TestStartWaitsForPostgresToRecover TestMigrateWaitsForPostgresToRecover TestSecretsNeverShown TestBinaryReachesRedisOverTLS \
+	TestStartWaitsForPostgresToRecover TestMigrateWaitsForPostgresToRecover TestTopicsWaitsForAStartingBroker TestSecretsNeverShown TestBinaryReachesRedisOverTLS \
 	TestBinaryReachesPostgresOverTLS TestKafkaOverSASLSSL TestMakeRunCtrlCEndsClean TestHealthyPipelineLogsNoWarnings
 # Those of them that run on TEST_KAFKA_BROKERS: `make test-kafka` runs them
 # too (the others would only repeat `make e2e`; TestKafkaOverSASLSSL starts

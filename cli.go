@@ -103,7 +103,12 @@ embedded broker.
 ` + configHint, check: noArgs, main: kafkaMain},
 	{name: "topics", summary: "create the order, dead-letter and status topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
 		usage: event.TopicsUsage + configHint, check: noArgs,
-		run: func(ctx context.Context, log *slog.Logger, cfg config) error { return cfg.Kafka.CreateTopics(ctx, log) }},
+		run: func(ctx context.Context, log *slog.Logger, cfg config) error {
+			if err := waitKafka(ctx, log, cfg.Kafka); err != nil {
+				return err
+			}
+			return cfg.Kafka.CreateTopics(ctx, log)
+		}},
 	{name: "bench", summary: "load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)",
 		check: bench.CheckArgs, usageFunc: bench.Usage, main: bench.Main},
 	{name: "env", summary: "print every environment variable with its default",

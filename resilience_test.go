@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/standin"
@@ -421,7 +422,7 @@ func TestStartRidesOutUnreachableStores(t *testing.T) {
 	pgProxy.Up(t)
 	c.mustStayUp(t, 1500*time.Millisecond, "while Redis was unreachable")
 	redisProxy.Up(t)
-	c.mustServeAndStop(t, "postgres unreachable at start: retrying", "redis unreachable at start: retrying")
+	c.mustServeAndStop(t, "postgres not ready at start: retrying", "redis not ready at start: retrying")
 }
 
 // TestStartWaitsForRedisToLoad: a closer started while a restarted Redis is
@@ -433,7 +434,7 @@ func TestStartWaitsForRedisToLoad(t *testing.T) {
 	mustBinary(t) // built before the load starts: it lasts about 2 s
 	rs := testenv.MustLoadingRedis(t)
 	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=loading:")
-	c.mustServeAndStop(t, "redis unreachable at start: retrying", "LOADING")
+	c.mustServeAndStop(t, "redis not ready at start: retrying", "LOADING")
 }
 
 // TestStartWaitsForRedisFailover: a closer started on a Redis address whose
@@ -445,7 +446,7 @@ func TestStartWaitsForRedisFailover(t *testing.T) {
 	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=failover:")
 	c.mustStayUp(t, 1500*time.Millisecond, "while its Redis was a replica cut from its primary")
 	rs.Promote(t)
-	c.mustServeAndStop(t, "redis unreachable at start: retrying", "MASTERDOWN")
+	c.mustServeAndStop(t, "redis not ready at start: retrying", "MASTERDOWN")
 }
 
 // TestStartWaitsForPostgresToRecover: a closer started while PostgreSQL is
@@ -457,7 +458,7 @@ func TestStartWaitsForPostgresToRecover(t *testing.T) {
 	c := startCloser(t, "DATABASE_URL="+pg.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+rd.Prefix)
 	c.mustStayUp(t, 1500*time.Millisecond, "while Postgres was in recovery")
 	pg.Promote(t)
-	c.mustServeAndStop(t, "postgres unreachable at start: retrying", "57P03")
+	c.mustServeAndStop(t, "postgres not ready at start: retrying", "57P03")
 }
 
 // TestMigrateWaitsForPostgresToRecover: `orderpipe migrate` (and make run's
@@ -481,7 +482,47 @@ func TestMigrateWaitsForPostgresToRecover(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("migrate still running 30 s after the promotion:\n%s", m.out.String())
 	}
-	m.mustHaveLogged(t, "postgres unreachable at start: retrying", "57P03", "migrated")
+	m.mustHaveLogged(t, "postgres not ready at start: retrying", "57P03", "migrated")
+}
+
+// TestTopicsWaitsForAStartingBroker runs the production binary's `topics`
+// against an address where no broker listens yet, starts one there 1.5 s
+// later, and checks the command waited (one warning) and then created the
+// three topics with the partitions asked for.
+func TestTopicsWaitsForAStartingBroker(t *testing.T) {
+	addr := freeAddr(t)
+	_, portText, _ := net.SplitHostPort(addr)
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, "topics", "KAFKA_BROKERS="+addr, "KAFKA_PARTITIONS=3", "KAFKA_REPLICATION_FACTOR=1")
+	p.mustStayUp(t, 1500*time.Millisecond, "while no broker listened")
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port))
+	if err != nil {
+		t.Fatalf("starting the broker on %s: %v", addr, err)
+	}
+	t.Cleanup(broker.Close)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("topics once the broker was up: %v\n%s", err, p.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("topics still running 30 s after the broker started:\n%s", p.out.String())
+	}
+	p.mustHaveLogged(t, "kafka not ready at start: retrying", "connection refused", "topics ready")
+	conn, err := kafka.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, topic := range []string{"orders.requested", "orders.requested.dlq", "orders.status"} {
+		parts, err := conn.ReadPartitions(topic)
+		if err != nil || len(parts) != 3 {
+			t.Errorf("topic %s: %d partitions (%v), want 3", topic, len(parts), err)
+		}
+	}
 }
 
 // binaryProcess is one command of the production binary, run by a test.

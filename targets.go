@@ -93,6 +93,10 @@ func localSetup(ctx context.Context, log *slog.Logger, cfg *config) (stop func()
 		return nil, err
 	}
 	if !embedded {
+		if err := waitKafka(ctx, log, cfg.Kafka); err != nil {
+			stop()
+			return nil, err
+		}
 		if err := cfg.Kafka.EnsureTopics(ctx); err != nil {
 			stop()
 			return nil, err
@@ -124,4 +128,15 @@ func prepareDatabase(ctx context.Context, log *slog.Logger, url string) error {
 		return err
 	}
 	return database.Prepare(ctx, log, url)
+}
+
+// waitKafka waits, like prepareDatabase, up to 30 s for a broker of
+// KAFKA_BROKERS that is starting or briefly unreachable, before the topics
+// are created there; a refused login or certificate ends it at once. No
+// brokers: nothing to wait for (the caller says what is missing).
+func waitKafka(ctx context.Context, log *slog.Logger, c event.Config) error {
+	if len(c.Brokers) == 0 {
+		return nil
+	}
+	return target.WaitReachable(ctx, log, "kafka", func(ctx context.Context) error { return c.Security.Ping(ctx, c.Brokers) })
 }

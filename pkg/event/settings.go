@@ -98,5 +98,7 @@ const TopicsUsage = `usage: orderpipe topics
 
 Creates KAFKA_TOPIC, KAFKA_DLQ_TOPIC and KAFKA_STATUS_TOPIC on KAFKA_BROKERS if they are missing,
 with KAFKA_PARTITIONS partitions and KAFKA_REPLICATION_FACTOR replicas each;
-existing topics are left as they are.
+existing topics are left as they are. A broker that does not answer yet
+(starting, or briefly unreachable) is waited for up to 30 s; a refused login
+or certificate ends it at once.
 `

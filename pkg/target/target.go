@@ -248,7 +248,7 @@ func openPool(ctx context.Context, log *slog.Logger, c database.Config, needed b
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
-		log.Warn("postgres unreachable at start: taking orders; order lookups, pay and the admin API answer 503 until it answers",
+		log.Warn("postgres not ready at start: taking orders; order lookups, pay and the admin API answer 503 until it answers",
 			"database", database.Redact(c.URL), "err", err)
 	}
 	return pool, nil
@@ -274,7 +274,7 @@ func WaitReachable(ctx context.Context, log *slog.Logger, what string, ping func
 			return err
 		}
 		if !warned {
-			log.Warn(what+" unreachable at start: retrying", "for", startupWait, "err", err)
+			log.Warn(what+" not ready at start: retrying", "for", startupWait, "err", err)
 			warned = true
 		}
 		select {
