@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -109,4 +110,53 @@ func errorCode(body string) string {
 	}
 	code, _, _ := strings.Cut(rest, `"`)
 	return code
+}
+
+// TestMalformedOrderNumbersAreNotFound: GET, pay and cancel of order numbers
+// no order can hold (a NUL, bytes that are not UTF-8), sent to a real
+// server many times over, are each answered 404 ORDER_NOT_FOUND without a
+// Postgres query, and the breaker GET and pay share stays closed. Before,
+// Postgres refused such a number (SQLSTATE 22021), the gateway answered 503,
+// and five requests opened the breaker for every buyer.
+func TestMalformedOrderNumbersAreNotFound(t *testing.T) {
+	t.Parallel()
+	orders, queries := mustCountedStore(t)
+	r := testenv.MustRedis(t)
+	s := New(Config{}, Deps{Stock: stock.New(r.Client, r.Prefix), Orders: orders, Metrics: telemetry.NewMetrics(),
+		Log: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	before := queries.Load()
+	for _, no := range []string{"1-10-abc%00", "1-10-abc%FF", "1-10-%C3%28", "1-10-abc%0A"} {
+		for _, c := range []struct{ method, path, body string }{
+			{http.MethodGet, "/v1/orders/" + no, ""},
+			{http.MethodPost, "/v1/orders/" + no + "/pay", ""},
+			{http.MethodPost, "/v1/orders/" + no + "/cancel", `{"userId":42}`},
+		} {
+			for range 6 {
+				req, err := http.NewRequest(c.method, srv.URL+c.path, strings.NewReader(c.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
+				res, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != http.StatusNotFound || errorCode(string(body)) != "ORDER_NOT_FOUND" {
+					t.Fatalf("%s %s: %d %s, want 404 ORDER_NOT_FOUND", c.method, c.path, res.StatusCode, body)
+				}
+			}
+		}
+	}
+	if got := queries.Load() - before; got != 0 {
+		t.Errorf("malformed order numbers cost %d Postgres queries, want none", got)
+	}
+	if st := s.pgCB.State(); st != "closed" {
+		t.Errorf("the breaker GET and pay share is %s, want closed", st)
+	}
 }

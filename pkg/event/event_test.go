@@ -171,6 +171,12 @@ func TestParseOrderNo(t *testing.T) {
 		{"1-2-x-b0", 0, 0, 0, false},
 		{"0-2-x", 0, 0, 0, false},
 		{"o1", 0, 0, 0, false},
+		{"1-10-abc\x00", 0, 0, 0, false},
+		{"1-10-abc\xff", 0, 0, 0, false},
+		{"1-10-\xc3\x28", 0, 0, 0, false},
+		{"1-10-abc\n", 0, 0, 0, false},
+		{"1-2-" + strings.Repeat("x", 93), 0, 0, 0, false},
+		{"1-2-" + strings.Repeat("x", 92), 1, 2, 0, true},
 	} {
 		a, i, b, ok := ParseOrderNo(tc.in)
 		if a != tc.a || i != tc.i || b != tc.b || ok != tc.ok {

@@ -11,12 +11,18 @@ import (
 // bucket above 0, so a lookup finds a pending reservation's Redis keys from
 // the number alone — and an event whose number names another item than the
 // event's own is not one the gateway wrote.
+//
+// A number that is not even a valid one (ValidOrderNo: a control character,
+// a byte that is not UTF-8) names nothing: no order can hold it.
 func ParseOrderNo(s string) (activityID, itemID int64, bucket int, ok bool) {
+	if !ValidOrderNo(s) {
+		return 0, 0, 0, false
+	}
 	var rest string
 	if n, err := fmt.Sscanf(s, "%d-%d-%s", &activityID, &itemID, &rest); err != nil || n != 3 {
 		return 0, 0, 0, false
 	}
-	if activityID <= 0 || itemID <= 0 || len(s) > 96 {
+	if activityID <= 0 || itemID <= 0 {
 		return 0, 0, 0, false
 	}
 	i := strings.LastIndex(rest, "-b")
