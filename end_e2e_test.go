@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
@@ -96,5 +98,49 @@ func TestKillSwitchBeforeTheStart(t *testing.T) {
 	}
 	if code, out := p.reconcile(t, "--once"); code != 0 {
 		t.Errorf("reconciler after the end: exit %d, want 0\n%s", code, out)
+	}
+}
+
+// TestReopenedSaleIsNotOnSaleUntilPreheated: after the kill switch, a PUT
+// with a later endsAt re-opens the sale in Postgres only; until a preheat
+// writes the new window into Redis an order is 404 NOT_ON_SALE (Redis's
+// window is the one that sells), nothing reserved, with one warning that
+// says so — not the 503 and the clock error a real disagreement of the
+// clocks gets. After the preheat the sale sells again.
+func TestReopenedSaleIsNotOnSaleUntilPreheated(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	p := mustPipelineLogging(t, components{"gateway", "worker"}, nil, &logs)
+	starts := time.Now().Add(-time.Minute)
+	p.mustSaleWindow(t, 1, starts, time.Now().Add(time.Hour), map[int64]int64{10: 100})
+	auth := []string{"Authorization", "Bearer " + p.Admin}
+	if r := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil, auth...); r.Status != http.StatusOK {
+		t.Fatalf("end: %d %v", r.Status, r.Body)
+	}
+	it := stock.Item{ActivityID: 1, ItemID: 10}
+	stockBefore := p.redisStock(t, it)
+	reopened := client.ActivityUpsert{Name: "sale 1", StartsAt: starts.UTC(), EndsAt: time.Now().Add(2 * time.Hour).UTC(), PerUserLimit: 1,
+		Items: []client.ItemUpsert{{ItemID: 10, Stock: 100}}}
+	if _, err := p.api().PutActivity(contractCtx(t, "admin"), 1, reopened); err != nil {
+		t.Fatalf("PUT with a later endsAt: %v", err)
+	}
+	for u := int64(1); u <= 3; u++ {
+		r := p.order(t, orderBody{RequestID: fmt.Sprintf("before-preheat-%d", u), UserID: u, ActivityID: 1, ItemID: 10, Quantity: 1})
+		if r.Status != http.StatusNotFound || r.Code() != "NOT_ON_SALE" {
+			t.Fatalf("order between the PUT and the preheat: %d %v, want 404 NOT_ON_SALE", r.Status, r.Body)
+		}
+	}
+	if got := p.redisStock(t, it); got != stockBefore {
+		t.Errorf("Redis stock %d after the refused orders, want %d (nothing reserved)", got, stockBefore)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "sale window in Redis is not the activity's") || strings.Contains(out, "check the clocks") {
+		t.Errorf("the gateway's log, want the window warning and no clock error:\n%s", out)
+	}
+	if r := p.preheat(t, 1); r.Status != http.StatusOK {
+		t.Fatalf("preheat: %d %v", r.Status, r.Body)
+	}
+	if r := p.order(t, orderBody{RequestID: "after-preheat", UserID: 9, ActivityID: 1, ItemID: 10, Quantity: 1}); r.Status != http.StatusAccepted {
+		t.Fatalf("order after the preheat: %d %v, want 202", r.Status, r.Body)
 	}
 }

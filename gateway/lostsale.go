@@ -20,7 +20,10 @@ import (
 // the sale: the answer is 503 with nothing reserved, so the client retries
 // with the same requestId once `orderpipe reconciler --fix` (or a new
 // preheat) has put the sale back, instead of being told for good that the
-// sale it bought from a moment ago does not exist.
+// sale it bought from a moment ago does not exist. One exception: when
+// Redis's window is not the activity's (edited since its preheat, as a
+// re-opened sale is until its new preheat), Redis's window is the one that
+// sells, so the answer is NOT_ON_SALE with a warning, not a clock error.
 
 // The check is reached by any unauthenticated POST naming an item Redis
 // has no sale of, and rotating userId gets past the per-user limiter: a
@@ -133,16 +136,40 @@ func (s *Server) checkSale(ctx context.Context, item stock.Item, outsideWindow b
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgTimeout)
 	defer cancel()
 	var a saleAnswer
+	var starts, ends time.Time
 	select {
 	case s.sales.slots <- struct{}{}:
 		defer func() { <-s.sales.slots }()
 		a.err = guarded(ctx, s.salesCB.Do, pgTimeout, func(ctx context.Context) error {
 			var err error
-			a.onSale, err = s.deps.Orders.OnSaleNow(ctx, item.ActivityID, item.ItemID)
+			a.onSale, starts, ends, err = s.deps.Orders.SaleNow(ctx, item.ActivityID, item.ItemID)
 			return err
 		})
 	case <-ctx.Done():
 		a.err = fmt.Errorf("waiting for a lost-sale check slot: %w", ctx.Err())
+	}
+	if a.err == nil && a.onSale && outsideWindow {
+		// Redis's window is not the activity's: the activity was edited (a
+		// PUT re-opening an ended sale, a start moved) and not preheated
+		// since. Redis's window is the one that sells until a preheat or a
+		// reconciler fix writes the new one, and no clock is to blame.
+		var rStarts, rEnds time.Time
+		var ok bool
+		err := s.inRedis(ctx, func(ctx context.Context) error {
+			var err error
+			rStarts, rEnds, ok, err = s.deps.Stock.SaleWindow(ctx, item)
+			return err
+		})
+		switch {
+		case err != nil:
+			a.err = err
+		case ok && (rStarts.UnixMilli() != starts.UnixMilli() || rEnds.UnixMilli() != ends.UnixMilli()):
+			s.deps.Log.WarnContext(ctx, "sale window in Redis is not the activity's (edited since its preheat): answering 404 NOT_ON_SALE by Redis's window until a preheat or `orderpipe reconciler --once --fix` writes the activity's",
+				"activity_id", item.ActivityID, "item_id", item.ItemID, "redis_starts", rStarts, "redis_ends", rEnds,
+				"starts", starts.UTC(), "ends", ends.UTC())
+			a.onSale = false
+			return a
+		}
 	}
 	switch {
 	case a.err != nil:

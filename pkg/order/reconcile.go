@@ -85,14 +85,23 @@ func (s *Store) PreheatedItems(ctx context.Context, grace time.Duration) ([]Sale
 // window holds now (by the database clock): its Redis keys must exist, so a
 // reserve that finds none means Redis lost them.
 func (s *Store) OnSaleNow(ctx context.Context, activityID, itemID int64) (bool, error) {
-	var on bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM item_stock s JOIN activities a ON a.id = s.activity_id
-		WHERE s.activity_id = $1 AND s.item_id = $2 AND s.preheated_at IS NOT NULL
-		AND a.starts_at <= now() AND a.ends_at > now())`, activityID, itemID).Scan(&on)
-	if err != nil {
-		return false, fmt.Errorf("reading whether item %d:%d is on sale: %w", activityID, itemID, err)
+	on, _, _, err := s.SaleNow(ctx, activityID, itemID)
+	return on, err
+}
+
+// SaleNow is OnSaleNow with the activity's window as Postgres holds it, the
+// one a preheat writes into Redis (zero times when the item does not exist).
+func (s *Store) SaleNow(ctx context.Context, activityID, itemID int64) (on bool, starts, ends time.Time, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT s.preheated_at IS NOT NULL AND a.starts_at <= now() AND a.ends_at > now(),
+		a.starts_at, a.ends_at FROM item_stock s JOIN activities a ON a.id = s.activity_id
+		WHERE s.activity_id = $1 AND s.item_id = $2`, activityID, itemID).Scan(&on, &starts, &ends)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, time.Time{}, time.Time{}, nil
 	}
-	return on, nil
+	if err != nil {
+		return false, time.Time{}, time.Time{}, fmt.Errorf("reading whether item %d:%d is on sale: %w", activityID, itemID, err)
+	}
+	return on, starts, ends, nil
 }
 
 // RecordedFence is the newest fencing token Postgres has seen for lock

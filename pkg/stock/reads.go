@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -147,6 +148,26 @@ func (s *Store) MarkerOwner(ctx context.Context, it Item, userID int64) (string,
 		return "", fmt.Errorf("reading limit marker: %w", err)
 	}
 	return owner, nil
+}
+
+// SaleWindow is the window the item's (bucket's) sale hash holds, the one
+// the reserve script sells by; ok is false when there is none.
+func (s *Store) SaleWindow(ctx context.Context, it Item) (starts, ends time.Time, ok bool, err error) {
+	v, err := s.rdb.HMGet(ctx, s.keys(it).Sale, "starts", "ends").Result()
+	if err != nil {
+		return time.Time{}, time.Time{}, false, fmt.Errorf("reading the sale of %s: %w", it, err)
+	}
+	a, aok := v[0].(string)
+	b, bok := v[1].(string)
+	if !aok || !bok {
+		return time.Time{}, time.Time{}, false, nil
+	}
+	from, err1 := strconv.ParseInt(a, 10, 64)
+	to, err2 := strconv.ParseInt(b, 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return time.Time{}, time.Time{}, false, fmt.Errorf("reading the sale of %s: %w", it, err)
+	}
+	return time.UnixMilli(from).UTC(), time.UnixMilli(to).UTC(), true, nil
 }
 
 // Ping checks that Redis answers.

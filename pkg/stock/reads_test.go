@@ -7,8 +7,10 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
 )
 
 // TestReads: what redrive, the reconciler, locate and the bench audit read
@@ -102,5 +104,32 @@ func TestJournalPages(t *testing.T) {
 	err = f.s.JournalPages(ctx, f.item, func(map[string]string) error { pages++; return stop })
 	if !errors.Is(err, stop) || pages != 1 {
 		t.Errorf("JournalPages with fn failing: %d pages, %v; want 1 page and fn's error", pages, err)
+	}
+}
+
+// TestSaleWindow reads back the window a preheat wrote, to the millisecond,
+// and the one the kill switch left; an item without a sale has none.
+func TestSaleWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := testenv.MustRedis(t)
+	s := stock.New(r.Client, r.Prefix)
+	it := stock.Item{ActivityID: 4, ItemID: 2}
+	starts, ends := time.UnixMilli(1_800_000_000_123).UTC(), time.UnixMilli(1_800_003_600_456).UTC()
+	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 5, StartsAt: starts.Add(789 * time.Microsecond), EndsAt: ends, Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if a, b, ok, err := s.SaleWindow(ctx, it); err != nil || !ok || !a.Equal(starts) || !b.Equal(ends) {
+		t.Errorf("SaleWindow = %v %v %v %v, want %v %v true", a, b, ok, err, starts, ends)
+	}
+	at := starts.Add(time.Minute)
+	if _, _, _, err := s.End(ctx, it, 1, at); err != nil {
+		t.Fatal(err)
+	}
+	if _, b, ok, err := s.SaleWindow(ctx, it); err != nil || !ok || b.After(at) {
+		t.Errorf("SaleWindow after the end: ends %v ok %v %v, want at most %v", b, ok, err, at)
+	}
+	if _, _, ok, err := s.SaleWindow(ctx, stock.Item{ActivityID: 4, ItemID: 3}); err != nil || ok {
+		t.Errorf("SaleWindow of an item without a sale: ok %v %v, want false", ok, err)
 	}
 }
