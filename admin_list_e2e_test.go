@@ -68,7 +68,7 @@ func TestListActivitiesPagesNewestFirst(t *testing.T) {
 	if r := p.do(t, http.MethodGet, "/admin/v1/activities", "", nil, auth...); r.Status != http.StatusOK || len(r.Body["activities"].([]any)) != 5 || r.Str("nextCursor") != "" {
 		t.Errorf("the default page: %d %v, want all 5 and no nextCursor", r.Status, r.Body)
 	}
-	for _, bad := range []string{"limit=0", "limit=101", "limit=x", "cursor=nope", "cursor=", "page=2"} {
+	for _, bad := range []string{"limit=0", "limit=101", "limit=x", "limit=%2B5", "limit=05", "limit=1&limit=2", "cursor=nope", "cursor=", "page=2"} {
 		if r := p.do(t, http.MethodGet, "/admin/v1/activities?"+bad, "", nil, auth...); r.Status != http.StatusBadRequest || r.Code() != "INVALID_REQUEST" {
 			t.Errorf("list with %s: %d %v, want 400 INVALID_REQUEST", bad, r.Status, r.Body)
 		}

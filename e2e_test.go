@@ -125,6 +125,8 @@ func TestOrderRejections(t *testing.T) {
 		{"TooLarge", "application/json", `{"requestId":"r-x","userId":9,"activityId":5,"itemId":50,"quantity":1,"pad":"` + strings.Repeat("x", 5000) + `"}`, 413, "PAYLOAD_TOO_LARGE", ""},
 		{"NotJSON", "text/plain", valid, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
 		{"NoContentType", "", valid, 415, "UNSUPPORTED_MEDIA_TYPE", ""},
+		{"CharsetNotUTF8", "application/json; charset=latin1", valid, 415, "UNSUPPORTED_MEDIA_TYPE", "UTF-8"},
+		{"NotUTF8", "application/json", `{"requestId":"r-` + "\xff" + `","userId":9,"activityId":5,"itemId":50,"quantity":1}`, 400, "INVALID_REQUEST", "UTF-8"},
 		{"KeyReused", "application/json", `{"requestId":"taken","userId":1,"activityId":5,"itemId":50,"quantity":2}`, 422, "IDEMPOTENCY_KEY_REUSED", ""},
 	}
 	// Sold out: 2 units left; ask for 2 twice from other users so the second finds 1... simpler: drain to 1 first.
@@ -192,6 +194,8 @@ func TestAdminAPI(t *testing.T) {
 		{"BadDate", "application/json", `{"name":"x","startsAt":"yesterday","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "startsAt", ""},
 		{"DateNotString", "application/json", `{"name":"x","startsAt":5,"endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "startsAt", ""},
 		{"ControlCharInName", "application/json", `{"name":"a\u0000b","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "name", ""},
+		{"NameNotUTF8", "application/json", "{\"name\":\"bad\xff\xfename\",\"startsAt\":\"2020-01-01T00:00:00Z\",\"endsAt\":\"2030-01-01T00:00:00Z\",\"items\":[{\"itemId\":1,\"stock\":5}]}", 400, "UTF-8", ""},
+		{"LoneSurrogateInName", "application/json", `{"name":"a\ud800b","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]}`, 400, "name", ""},
 		{"UnknownField", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[],"price":1}`, 400, "price", ""},
 		{"TrailingData", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5}]} junk`, 400, "one JSON object", ""},
 		{"NoItems", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[]}`, 400, "items", ""},
@@ -203,6 +207,8 @@ func TestAdminAPI(t *testing.T) {
 		{"DuplicateItem", "application/json", `{"name":"x","startsAt":"2020-01-01T00:00:00Z","endsAt":"2030-01-01T00:00:00Z","items":[{"itemId":1,"stock":5},{"itemId":1,"stock":6}]}`, 400, "twice", ""},
 		{"ZeroActivityID", "application/json", `{}`, 400, "activityId", "/admin/v1/activities/0"},
 		{"TextActivityID", "application/json", `{}`, 400, "activityId", "/admin/v1/activities/abc"},
+		{"SignedActivityID", "application/json", `{}`, 400, "activityId", "/admin/v1/activities/+3"},
+		{"LeadingZeroActivityID", "application/json", `{}`, 400, "activityId", "/admin/v1/activities/03"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := cmp.Or(tc.path, "/admin/v1/activities/3")

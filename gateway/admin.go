@@ -44,11 +44,26 @@ type itemBody struct {
 }
 
 func pathID(r *http.Request, name string) (int64, *apiError) {
-	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
-	if err != nil || id <= 0 {
+	id, ok := positiveDecimal(r.PathValue(name))
+	if !ok {
 		return 0, invalid("%s must be a positive integer", name)
 	}
 	return id, nil
+}
+
+// positiveDecimal reads a positive int64 written as plain decimal digits, as
+// this API writes ids: no sign, no leading zero, so one id has one spelling.
+func positiveDecimal(s string) (int64, bool) {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return 0, false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +123,8 @@ func validActivity(id int64, b activityBody) (order.Activity, *apiError) {
 		return a, invalid("name must be 1-200 characters")
 	case strings.TrimSpace(b.Name) == "":
 		return a, invalid("name must not be blank")
-	case strings.IndexFunc(b.Name, unicode.IsControl) >= 0 || !utf8.ValidString(b.Name):
+	// U+FFFD: what encoding/json makes of an escaped lone surrogate (\ud800).
+	case strings.IndexFunc(b.Name, unicode.IsControl) >= 0 || !utf8.ValidString(b.Name) || strings.ContainsRune(b.Name, utf8.RuneError):
 		return a, invalid("name must be printable text")
 	case !a.EndsAt.After(a.StartsAt):
 		return a, invalid("endsAt must be after startsAt")

@@ -133,26 +133,30 @@ const (
 // one while activities are added.
 func (s *Server) listActivities(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	for k := range q {
+	for k, v := range q {
 		if k != "limit" && k != "cursor" {
 			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "unknown query parameter "+strconv.Quote(k)+" (limit, cursor)")
+			return
+		}
+		if len(v) > 1 {
+			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "query parameter "+strconv.Quote(k)+" given more than once")
 			return
 		}
 	}
 	limit := defaultActivityPage
 	if q.Has("limit") {
-		n, err := strconv.Atoi(q.Get("limit"))
-		if err != nil || n < 1 || n > maxActivityPage {
+		n, ok := positiveDecimal(q.Get("limit"))
+		if !ok || n > maxActivityPage {
 			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "limit must be an integer from 1 to 100")
 			return
 		}
-		limit = n
+		limit = int(n)
 	}
 	var after *order.ActivityCursor
 	if q.Has("cursor") {
 		c, ok := parseActivityCursor(q.Get("cursor"))
 		if !ok {
-			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "cursor is not a nextCursor this API answered")
+			writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "cursor is malformed: pass the nextCursor of the page before")
 			return
 		}
 		after = &c

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
@@ -84,10 +85,16 @@ func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiEr
 // of their struct's names and none twice. Every failure is a 4xx naming
 // what is wrong.
 func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError {
-	mt, _, err := mime.ParseMediaType(contentType)
+	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil || mt != "application/json" {
 		return &apiError{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
 			Message: "Content-Type must be application/json"}
+	}
+	// JSON is UTF-8 (RFC 8259); a body declared in another charset would be
+	// read as something its sender did not mean.
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return &apiError{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
+			Message: "Content-Type must be application/json in UTF-8 (charset " + strconv.Quote(cs) + ")"}
 	}
 	raw, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
 	var mbe *http.MaxBytesError
@@ -97,6 +104,11 @@ func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError 
 	}
 	if err != nil {
 		return invalid("reading body: %v", err)
+	}
+	// encoding/json would read a byte that is not UTF-8 as U+FFFD: refused
+	// instead, so no text is changed behind its sender's back.
+	if !utf8.Valid(raw) {
+		return invalid("body is not valid UTF-8")
 	}
 	end, apiErr := checkKeys(raw, shapeOf(v))
 	if apiErr != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzParseOrderRequest: whatever the body and content type, decoding never
@@ -42,7 +43,7 @@ func FuzzParseOrderRequest(f *testing.F) {
 		problem, isObject := firstKeyProblem(body, orderNames)
 		if apiErr == nil {
 			if validRequestID(req.RequestID) != nil || req.UserID <= 0 || req.ActivityID <= 0 || req.ItemID <= 0 ||
-				req.Quantity < 1 || req.Quantity > 100 || len(body) > MaxBodyBytes {
+				req.Quantity < 1 || req.Quantity > 100 || len(body) > MaxBodyBytes || !utf8.Valid(body) {
 				t.Fatalf("accepted an invalid request %+v from %q", req, body)
 			}
 			if !isObject || problem != "" {
@@ -55,6 +56,12 @@ func FuzzParseOrderRequest(f *testing.F) {
 		}
 		if apiErr.Status != 400 {
 			return // content type or size: the body was not read as JSON
+		}
+		if !utf8.Valid(body) {
+			if apiErr.Message != "body is not valid UTF-8" {
+				t.Fatalf("%q, not UTF-8, refused with %q", body, apiErr.Message)
+			}
+			return
 		}
 		keyRefusal := strings.HasPrefix(apiErr.Message, "unknown field ") || strings.HasPrefix(apiErr.Message, "duplicate field ")
 		switch {
