@@ -259,6 +259,28 @@ func TestAdminAPI(t *testing.T) {
 	if n, ok := stocktest.Stock(t, p.Stock, stock.Item{ActivityID: 4, ItemID: 1}); ok {
 		t.Errorf("an ended sale was loaded: stock %d", n)
 	}
+	// PUT replaces the items: one left out goes while no preheat of it began,
+	// and once one did the PUT is refused and changes nothing.
+	twoItems := map[string]any{"name": "two", "startsAt": time.Now().UTC(), "endsAt": time.Now().Add(time.Hour).UTC(),
+		"items": []map[string]any{{"itemId": 1, "stock": 5}, {"itemId": 2, "stock": 6}}}
+	if r := p.do(t, "PUT", "/admin/v1/activities/5", "application/json", twoItems, auth...); r.Status != 200 {
+		t.Fatalf("upsert of two items: %d %v", r.Status, r.Body)
+	}
+	twoItems["items"] = []map[string]any{{"itemId": 2, "stock": 6}}
+	if r := p.do(t, "PUT", "/admin/v1/activities/5", "application/json", twoItems, auth...); r.Status != 200 || len(r.Body["items"].([]any)) != 1 {
+		t.Fatalf("upsert leaving item 1 out before a preheat: %d %v, want 200 with item 2 alone", r.Status, r.Body)
+	}
+	if r := p.do(t, "POST", "/admin/v1/activities/5/preheat", "", nil, auth...); r.Status != 200 {
+		t.Fatalf("preheat: %d %v", r.Status, r.Body)
+	}
+	twoItems["items"] = []map[string]any{{"itemId": 3, "stock": 7}}
+	if r := p.do(t, "PUT", "/admin/v1/activities/5", "application/json", twoItems, auth...); r.Status != 409 || r.Code() != "ITEM_PREHEATED" {
+		t.Errorf("upsert leaving the preheated item 2 out: %d %v, want 409 ITEM_PREHEATED", r.Status, r.Body)
+	}
+	if r := p.do(t, "GET", "/admin/v1/activities/5", "", nil, auth...); len(r.Body["items"].([]any)) != 1 ||
+		r.Body["items"].([]any)[0].(map[string]any)["itemId"] != float64(2) {
+		t.Errorf("a refused upsert changed the items: %v", r.Body)
+	}
 	off := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.AdminToken = "" })
 	if r := off.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer "); r.Status != 404 {
 		t.Errorf("admin API without ADMIN_TOKEN: %d %v", r.Status, r.Body)

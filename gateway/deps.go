@@ -16,7 +16,7 @@ const pgTimeout = 2 * time.Second
 // store's domain errors are answers, not failures: they never trip it.
 func (s *Server) inPostgres(ctx context.Context, fn func(ctx context.Context) error) error {
 	return guarded(ctx, s.pgCB.Do, pgTimeout, fn, order.ErrNotFound, order.ErrOrderClosed, order.ErrOrderRejected, order.ErrOrderPaid, order.ErrStockBelowSold,
-		order.ErrBucketsFixed)
+		order.ErrBucketsFixed, order.ErrItemPreheated)
 }
 
 // inRedis runs fn through the Redis breaker, bounded by REDIS_TIMEOUT.

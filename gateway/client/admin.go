@@ -84,7 +84,7 @@ type ActivityPage struct {
 func activityPath(id int64) string { return "/admin/v1/activities/" + strconv.FormatInt(id, 10) }
 
 // PutActivity creates or updates an activity (ErrStockBelowSold,
-// ErrBucketsFixed, ErrSaleEnded, ErrInvalidRequest).
+// ErrBucketsFixed, ErrItemPreheated, ErrSaleEnded, ErrInvalidRequest).
 func (c *Client) PutActivity(ctx context.Context, id int64, a ActivityUpsert) (Activity, error) {
 	var out Activity
 	_, err := c.call(ctx, http.MethodPut, activityPath(id), c.AdminToken, a, &out)

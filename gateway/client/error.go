@@ -30,6 +30,7 @@ const (
 	CodeOrderRejected        Code = "ORDER_REJECTED"
 	CodeStockBelowSold       Code = "STOCK_BELOW_SOLD"
 	CodeBucketsFixed         Code = "BUCKETS_FIXED"
+	CodeItemPreheated        Code = "ITEM_PREHEATED"
 	CodeSaleEnded            Code = "SALE_ENDED"
 	CodePayloadTooLarge      Code = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
@@ -46,7 +47,7 @@ const CodeUndecodable Code = "UNDECODABLE"
 // Codes lists every code of the API, in openapi.json's order.
 var Codes = []Code{CodeInvalidRequest, CodeUnauthorized, CodeNotFound, CodeMethodNotAllowed, CodeNotOnSale,
 	CodeOrderNotFound, CodeActivityNotFound, CodeSoldOut, CodeAlreadyPurchased, CodeOrderClosed, CodeOrderPaid,
-	CodeOrderPending, CodeOrderRejected, CodeStockBelowSold, CodeBucketsFixed, CodeSaleEnded, CodePayloadTooLarge,
+	CodeOrderPending, CodeOrderRejected, CodeStockBelowSold, CodeBucketsFixed, CodeItemPreheated, CodeSaleEnded, CodePayloadTooLarge,
 	CodeUnsupportedMediaType, CodeKeyReused, CodeRateLimited, CodeInternal, CodeUnavailable}
 
 // Sentinels, one per code: errors.Is(err, ErrSoldOut) holds for any *Error
@@ -67,6 +68,7 @@ var (
 	ErrOrderRejected        = &Error{Code: CodeOrderRejected}
 	ErrStockBelowSold       = &Error{Code: CodeStockBelowSold}
 	ErrBucketsFixed         = &Error{Code: CodeBucketsFixed}
+	ErrItemPreheated        = &Error{Code: CodeItemPreheated}
 	ErrSaleEnded            = &Error{Code: CodeSaleEnded}
 	ErrPayloadTooLarge      = &Error{Code: CodePayloadTooLarge}
 	ErrUnsupportedMediaType = &Error{Code: CodeUnsupportedMediaType}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -313,4 +314,53 @@ func TestPayWhileTheWorkerInserts(t *testing.T) {
 			t.Fatalf("paying %s while it is inserted: %v", r.OrderNo, err)
 		}
 	}
+}
+
+// TestUpsertRemovesOnlyItemsNeverPreheated: an update that leaves an item
+// out removes it while no preheat of it began; once one began, the update
+// is refused with ErrItemPreheated and changes nothing, not even the items
+// it lists.
+func TestUpsertRemovesOnlyItemsNeverPreheated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mustStore(t)
+	a := order.Activity{ID: 7, Name: "sale", StartsAt: time.Now().Add(-time.Hour), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1,
+		Items: []order.ItemStock{{ItemID: 1, InitialStock: 10}, {ItemID: 2, InitialStock: 20}, {ItemID: 3, InitialStock: 30}}}
+	if err := s.UpsertActivity(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	a.Items = a.Items[:2]
+	if err := s.UpsertActivity(ctx, a); err != nil {
+		t.Fatalf("leaving out item 3, never preheated: %v", err)
+	}
+	if got := itemIDs(t, s, 7); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("items after leaving out item 3: %v, want [1 2]", got)
+	}
+	if _, err := s.BeginPreheat(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	a.Items = []order.ItemStock{{ItemID: 1, InitialStock: 11}, {ItemID: 4, InitialStock: 40}}
+	if err := s.UpsertActivity(ctx, a); !errors.Is(err, order.ErrItemPreheated) {
+		t.Fatalf("leaving out item 2 after a preheat began: %v, want ErrItemPreheated", err)
+	}
+	got, err := s.GetActivity(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Items) != 2 || got.Items[0].ItemID != 1 || got.Items[0].InitialStock != 10 || got.Items[1].ItemID != 2 {
+		t.Fatalf("a refused update changed the items: %+v", got.Items)
+	}
+}
+
+func itemIDs(t *testing.T, s *order.Store, activityID int64) []int64 {
+	t.Helper()
+	a, err := s.GetActivity(context.Background(), activityID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, it := range a.Items {
+		ids = append(ids, it.ItemID)
+	}
+	return ids
 }

@@ -57,6 +57,10 @@ var (
 	// first preheat began (finished or not).
 	ErrBucketsFixed = errors.New("buckets cannot change once a preheat of the item began: " +
 		"its Redis keys, reservations and orders are laid out by that count, and gateways keep it")
+	// ErrItemPreheated: an update leaves out an item whose first preheat
+	// began (finished or not).
+	ErrItemPreheated = errors.New("a preheat of the item began, so it stays and the update must list it: " +
+		"its Redis keys, reservations and orders rest on it (end the sale to stop it selling)")
 )
 
 // Store is the Postgres store.
@@ -93,7 +97,10 @@ type ItemStock struct {
 
 // UpsertActivity creates or updates an activity and its items. Changing an
 // item's initial stock moves its remaining stock by the same amount; it is
-// refused if that would go below zero (units already sold).
+// refused if that would go below zero (units already sold). An item the
+// update leaves out is removed if no preheat of it began (nothing can have
+// been reserved or ordered of it), else the update is refused
+// (ErrItemPreheated); either refusal changes nothing.
 func (s *Store) UpsertActivity(ctx context.Context, a Activity) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -130,7 +137,38 @@ func (s *Store) UpsertActivity(ctx context.Context, a Activity) error {
 			return fmt.Errorf("item %d: %w", it.ItemID, ErrStockBelowSold)
 		}
 	}
+	if err := dropItemsLeftOut(ctx, tx, a); err != nil {
+		return err
+	}
 	return tx.Commit(ctx)
+}
+
+// dropItemsLeftOut removes the activity's items a is without, none if a
+// preheat of one of them began. The row locks order it with BeginPreheat.
+func dropItemsLeftOut(ctx context.Context, tx pgx.Tx, a Activity) error {
+	listed := make([]int64, len(a.Items))
+	for i, it := range a.Items {
+		listed[i] = it.ItemID
+	}
+	left, err := queryAll[struct {
+		ItemID    int64
+		Preheated bool
+	}](ctx, tx, "reading the items left out", `SELECT item_id, preheat_started_at IS NOT NULL FROM item_stock
+		WHERE activity_id = $1 AND item_id <> ALL($2) ORDER BY item_id FOR UPDATE`, a.ID, listed)
+	if err != nil {
+		return err
+	}
+	for _, it := range left {
+		if it.Preheated {
+			return fmt.Errorf("item %d: %w", it.ItemID, ErrItemPreheated)
+		}
+	}
+	if len(left) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM item_stock WHERE activity_id = $1 AND item_id <> ALL($2)`, a.ID, listed); err != nil {
+			return fmt.Errorf("removing the items left out: %w", err)
+		}
+	}
+	return nil
 }
 
 // checkBuckets refuses to change the buckets of an item once a preheat of
