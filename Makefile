@@ -88,7 +88,7 @@ kubectl-validate: ## fetch kubectl-validate (go install, into ~/.cache/orderpipe
 # logs no warning. `make test` skips them (-skip), `make e2e` runs only
 # them (-run); every other test is in `make test`. TestTiers checks that
 # each name here is a test of the root package.
-E2E_TESTS := TestHelpTouchesNothing TestBadCommandLinesExit2 TestVersion TestBuildInfoMetric \
+E2E_TESTS := TestHelpTouchesNothing TestBadCommandLinesExit2 TestLogLinesAreJSON TestVersion TestBuildInfoMetric \
 	TestProductionBuildHasNoTestFakes TestProductionBuildHasNoEmbeddedBroker TestProductionBuildHasNoSteppedClock \
 	TestStartRidesOutUnreachableStores TestStartWaitsForRedisToLoad TestStartWaitsForRedisFailover \
 	TestStartWaitsForPostgresToRecover TestMigrateWaitsForPostgresToRecover TestTopicsWaitsForAStartingBroker TestSecretsNeverShown TestBinaryReachesRedisOverTLS \

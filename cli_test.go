@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -248,6 +249,30 @@ func TestBadCommandLinesExit2(t *testing.T) {
 		res := runBinary(t, env, tc.args...)
 		if res.code != 2 || !strings.Contains(res.stderr, tc.want) || !strings.Contains(res.stderr, "usage: orderpipe") {
 			t.Errorf("orderpipe %s: want exit 2 and %q, then the usage: %s", strings.Join(tc.args, " "), tc.want, res)
+		}
+	}
+	// A bad setting is a run that never started, also for the commands
+	// whose exit 1 means something (drift, an unknown requestId).
+	for _, args := range [][]string{{"reconciler", "--once"}, {"locate", "r-1"}, {"dlq", "list"}, {"events"}, {"topics"}} {
+		res := runBinary(t, append(env, "RECONCILE_INTERVAL=abc", "KAFKA_BROKERS=127.0.0.1:1"), args...)
+		if res.code != 2 || !strings.Contains(res.stderr, "bad configuration") || !strings.Contains(res.stderr, "RECONCILE_INTERVAL") {
+			t.Errorf("orderpipe %s with RECONCILE_INTERVAL=abc: want exit 2 naming the setting: %s", strings.Join(args, " "), res)
+		}
+	}
+}
+
+// TestLogLinesAreJSON: with Redis down, every line the reconciler (a
+// scheduled job: its stderr is its log) writes to stderr is a JSON record,
+// go-redis's own lines included (its default is plain text).
+func TestLogLinesAreJSON(t *testing.T) {
+	env := append(deadEnds(t), "DATABASE_URL="+testenv.MustDatabase(t).URL) // Redis is the one down
+	res := runBinary(t, env, "reconciler", "--once")
+	if res.code != 2 || res.stderr == "" {
+		t.Fatalf("orderpipe reconciler --once with Redis down: %s, want exit 2", res)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(res.stderr), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("orderpipe reconciler --once wrote a line that is not a JSON record: %q", line)
 		}
 	}
 }

@@ -39,6 +39,7 @@ import (
 func main() {
 	log := telemetry.NewLogger()
 	slog.SetDefault(log)
+	telemetry.RedisLogsTo(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log, os.Args[1:]); err != nil {
@@ -68,7 +69,11 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	cfg, err := loadConfig()
 	if err != nil {
-		return err
+		// Exit 2 like a bad command line: what a command answers with 1
+		// (drift, an unknown requestId, nothing matched) must not be read
+		// into a run that never started.
+		log.Error("orderpipe failed", "err", err)
+		return setting.ExitCode(2)
 	}
 	// Every order request allocates; collecting half as often buys 10–20 %
 	// more throughput for ≈15 MiB (docs/benchmarks.md). A GOGC in the

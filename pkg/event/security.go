@@ -249,7 +249,9 @@ func allLed(md *kafka.MetadataResponse, topics int) bool {
 
 // Ping checks that some broker accepts a fresh connection (TLS handshake
 // and SASL authentication included) and answers a metadata request (a
-// cached client would hide a dead cluster).
+// cached client would hide a dead cluster). ctx bounds the answer as well as
+// the dial (at most 10 s a broker): a broker that accepts and never answers
+// costs a ping its time, never the caller's.
 func (s Security) Ping(ctx context.Context, brokers []string) error {
 	d := s.Dialer(10 * time.Second)
 	var errs []error
@@ -259,7 +261,14 @@ func (s Security) Ping(ctx context.Context, brokers []string) error {
 			errs = append(errs, err)
 			continue
 		}
+		deadline := time.Now().Add(10 * time.Second)
+		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+			deadline = dl
+		}
+		conn.SetDeadline(deadline) //nolint:errcheck // a closed conn fails the read below
+		stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }) //nolint:errcheck // as above
 		_, err = conn.Brokers()
+		stop()
 		conn.Close()
 		if err == nil {
 			return nil

@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 
@@ -123,4 +125,19 @@ func statement(cmd redis.Cmder) string {
 		b.WriteString(s)
 	}
 	return b.String()
+}
+
+// RedisLogsTo sends go-redis's own log lines (a pool that could not dial, a
+// Sentinel's news) to log, as JSON records at info level like every other
+// line of the process, instead of go-redis's plain-text default on stderr.
+// They are at info: each component reports the failure that matters to it
+// itself, at warn or error.
+func RedisLogsTo(log *slog.Logger) {
+	redis.SetLogger(redisLog{log})
+}
+
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.InfoContext(ctx, "redis client", "detail", strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
