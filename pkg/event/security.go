@@ -265,7 +265,7 @@ func (s Security) Ping(ctx context.Context, brokers []string) error {
 		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 			deadline = dl
 		}
-		conn.SetDeadline(deadline) //nolint:errcheck // a closed conn fails the read below
+		conn.SetDeadline(deadline)                                              //nolint:errcheck // a closed conn fails the read below
 		stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }) //nolint:errcheck // as above
 		_, err = conn.Brokers()
 		stop()
