@@ -265,8 +265,9 @@ func (s Security) Ping(ctx context.Context, brokers []string) error {
 		if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 			deadline = dl
 		}
-		conn.SetDeadline(deadline)                                              //nolint:errcheck // a closed conn fails the read below
-		stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }) //nolint:errcheck // as above
+		// A closed conn fails the read below, so the errors can be dropped.
+		_ = conn.SetDeadline(deadline)
+		stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })
 		_, err = conn.Brokers()
 		stop()
 		conn.Close()
