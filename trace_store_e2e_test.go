@@ -58,13 +58,27 @@ func TestLocatePrintsSpanTree(t *testing.T) {
 	p := mustPipeline(t, both, func(c *config) { c.Telemetry.TraceStoreDir = dir; c.Worker.RedriveAfter = time.Hour })
 	p.mustSale(t, 6, 1, map[int64]int64{60: 5})
 	const rid = "tree-1"
-	r := p.order(t, orderBody{RequestID: rid, UserID: 1, ActivityID: 6, ItemID: 60, Quantity: 1})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
+	// Other orders beside it may share its worker batch, whose span links
+	// every one of them: none of theirs is in its tree.
+	for i, id := range []string{rid, "tree-2", "tree-3"} {
+		r := p.order(t, orderBody{RequestID: id, UserID: int64(i + 1), ActivityID: 6, ItemID: 60, Quantity: 1})
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("order: %d %v", r.Status, r.Body)
+		}
 	}
-	testenv.WaitFor(t, 20*time.Second, "the order UNPAID and its journal entry acked", func() bool {
-		return mustLocate(t, p, rid).Status == "UNPAID" && p.journalLen(t, stockItem(6, 60)) == 0
+	testenv.WaitFor(t, 20*time.Second, "the orders UNPAID and their journal entries acked", func() bool {
+		return mustLocate(t, p, rid).Status == "UNPAID" && mustLocate(t, p, "tree-3").Status == "UNPAID" &&
+			p.journalLen(t, stockItem(6, 60)) == 0
 	})
+	spans, err := telemetry.ReadTrace(dir, mustLocate(t, p, rid).TraceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range spans {
+		if id := s.Attrs["order.request_id"]; id != "" && id != rid {
+			t.Errorf("the trace of %s holds span %q of request %s", rid, s.Name, id)
+		}
+	}
 	var out bytes.Buffer
 	if err := runLocate(context.Background(), p.Cfg, []string{rid}, &out); err != nil {
 		t.Fatalf("locate: %v", err)

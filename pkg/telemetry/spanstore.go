@@ -129,52 +129,53 @@ func storedOf(sp sdktrace.ReadOnlySpan) StoredSpan {
 
 // ReadTrace returns the spans of one trace found in the store's files
 // (none: the trace was not sampled, not exported yet, or the files are gone),
-// plus the traces linked with it: the worker's batch span and the Postgres
-// and Redis spans under it live in a trace of their own that links the
-// message.
+// plus, one level, the traces its own spans link to, as QueryTrace reads
+// Jaeger: the worker's batch span, with the Postgres and Redis spans under
+// it, lives in a trace of its own, which each message's process span links.
+// A span of another trace that links this one (a batch span links each of
+// its messages, the relay's span each order it publishes) does not bring
+// its links in: they are other requests'.
 func ReadTrace(dir, traceID string) ([]StoredSpan, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "spans-*.jsonl"))
 	if err != nil {
 		return nil, err
 	}
-	// Every line that names the trace: its spans, and spans linking to it.
-	var first []StoredSpan
-	for _, name := range files {
-		if err := scanFile(name, traceID, &first); err != nil {
-			return first, err
-		}
+	var out []StoredSpan
+	if err := scanTrace(files, traceID, &out); err != nil {
+		return out, err
 	}
-	linked := map[string]bool{}
-	for _, s := range first {
-		if s.TraceID != traceID {
-			linked[s.TraceID] = true
-		}
+	var linked []string
+	seen := map[string]bool{traceID: true}
+	for _, s := range out {
 		for _, l := range s.Links {
-			if t, _, _ := strings.Cut(l, "-"); t != traceID {
-				linked[t] = true
+			if t, _, _ := strings.Cut(l, "-"); !seen[t] {
+				seen[t] = true
+				linked = append(linked, t)
 			}
 		}
 	}
-	out := make([]StoredSpan, 0, len(first))
-	for _, s := range first {
-		if s.TraceID == traceID {
-			out = append(out, s)
-		}
-	}
-	for t := range linked {
-		var more []StoredSpan
-		for _, name := range files {
-			if err := scanFile(name, t, &more); err != nil {
-				return out, err
-			}
-		}
-		for _, s := range more {
-			if s.TraceID == t {
-				out = append(out, s)
-			}
+	for _, t := range linked {
+		if err := scanTrace(files, t, &out); err != nil {
+			return out, err
 		}
 	}
 	return out, nil
+}
+
+// scanTrace appends the spans of trace traceID the files hold.
+func scanTrace(files []string, traceID string, out *[]StoredSpan) error {
+	var lines []StoredSpan
+	for _, name := range files {
+		if err := scanFile(name, traceID, &lines); err != nil {
+			return err
+		}
+	}
+	for _, s := range lines {
+		if s.TraceID == traceID {
+			*out = append(*out, s)
+		}
+	}
+	return nil
 }
 
 func scanFile(name, needle string, out *[]StoredSpan) error {
