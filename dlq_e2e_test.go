@@ -187,8 +187,10 @@ func TestDLQListShowReplay(t *testing.T) {
 		shown.SourceOffset != zero.SourceOffset {
 		t.Errorf("dlq show --json: exit %d\n%s", code, out)
 	}
-	if code, _, errOut := dlqRun(t, p.Cfg, "show", "0:999999"); code != 1 || !strings.Contains(errOut, "no dead letter") {
-		t.Errorf("dlq show of an empty position: exit %d, %s", code, errOut)
+	for _, at := range []string{"0:999999", "99:0"} { // past the log's end; a partition the topic lacks
+		if code, _, errOut := dlqRun(t, p.Cfg, "show", at); code != 1 || !strings.Contains(errOut, "no dead letter") {
+			t.Errorf("dlq show %s: exit %d, %s, want 1 and no dead letter", at, code, errOut)
+		}
 	}
 
 	// Refused: the schema still refuses them; nothing is published.
@@ -363,6 +365,11 @@ func TestDLQListShowReplay(t *testing.T) {
 		if code, _, errOut := dlqRun(t, down, args...); code != 2 || !strings.Contains(errOut, "could not run") {
 			t.Errorf("dlq %v with Postgres unreachable: exit %d, %s", args, code, errOut)
 		}
+	}
+	kafkaDown := p.Cfg
+	kafkaDown.Kafka.Brokers = []string{closed}
+	if code, _, errOut := dlqRun(t, kafkaDown, "show", "0:0"); code != 2 || !strings.Contains(errOut, "connection refused") {
+		t.Errorf("dlq show with Kafka down: exit %d, %s, want 2 naming the refused connection", code, errOut)
 	}
 	noKafka := p.Cfg
 	noKafka.Kafka.Brokers = nil

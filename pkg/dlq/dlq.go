@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,12 +44,12 @@ func (p Position) String() string { return fmt.Sprintf("%d:%d", p.Partition, p.O
 // ParsePosition reads "<partition>:<offset>".
 func ParsePosition(s string) (Position, error) {
 	ps, offs, ok := strings.Cut(s, ":")
-	p, err1 := strconv.Atoi(ps)
+	p, err1 := strconv.ParseInt(ps, 10, 32) // Kafka's partitions are int32
 	o, err2 := strconv.ParseInt(offs, 10, 64)
 	if !ok || err1 != nil || err2 != nil || p < 0 || o < 0 {
 		return Position{}, fmt.Errorf("position %q: want <partition>:<offset>, e.g. 0:42", s)
 	}
-	return Position{Partition: p, Offset: o}, nil
+	return Position{Partition: int(p), Offset: o}, nil
 }
 
 // Header is one Kafka header, as text.
@@ -221,10 +222,21 @@ func (r Reader) Partitions(ctx context.Context) ([]Bounds, error) {
 	return out, nil
 }
 
-// Read returns the dead letter at pos (ErrNotFound outside the log).
+// Read returns the dead letter at pos (ErrNotFound outside the log, or on a
+// partition the topic does not have). It reads the topic's partitions first:
+// a broker that is down says so, not "topic not found".
 func (r Reader) Read(ctx context.Context, pos Position) (Letter, error) {
+	parts, err := r.Partitions(ctx)
+	if err != nil {
+		return Letter{}, err
+	}
+	if !slices.ContainsFunc(parts, func(b Bounds) bool {
+		return b.Partition == pos.Partition && b.First <= pos.Offset && pos.Offset < b.Next
+	}) {
+		return Letter{}, fmt.Errorf("%s %s: %w", r.Topic, pos, ErrNotFound)
+	}
 	var found *Letter
-	err := r.scan(ctx, Bounds{Partition: pos.Partition, First: pos.Offset, Next: pos.Offset + 1}, func(l Letter) error {
+	err = r.scan(ctx, Bounds{Partition: pos.Partition, First: pos.Offset, Next: pos.Offset + 1}, func(l Letter) error {
 		found = &l
 		return nil
 	})

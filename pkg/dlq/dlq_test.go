@@ -31,6 +31,8 @@ func TestParsePosition(t *testing.T) {
 		{"1:-3", Position{}, false},
 		{"a:b", Position{}, false},
 		{"1:2:3", Position{}, false},
+		{"2147483647:0", Position{2147483647, 0}, true},
+		{"2147483648:0", Position{}, false},
 	} {
 		got, err := ParsePosition(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
