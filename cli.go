@@ -104,6 +104,10 @@ embedded broker.
 	{name: "topics", summary: "create the order, dead-letter and status topics on KAFKA_BROKERS if missing (KAFKA_PARTITIONS, KAFKA_REPLICATION_FACTOR)",
 		usage: event.TopicsUsage + configHint, check: noArgs,
 		run: func(ctx context.Context, log *slog.Logger, cfg config) error {
+			if len(cfg.Kafka.Brokers) == 0 { // could not run, as dlq and events say it
+				log.Error("orderpipe failed", "err", "KAFKA_BROKERS is empty: topics are created on a real cluster (the embedded broker creates its own)")
+				return setting.ExitCode(2)
+			}
 			if err := waitKafka(ctx, log, cfg.Kafka); err != nil {
 				return err
 			}

@@ -251,6 +251,9 @@ func TestBadCommandLinesExit2(t *testing.T) {
 			t.Errorf("orderpipe %s: want exit 2 and %q, then the usage: %s", strings.Join(tc.args, " "), tc.want, res)
 		}
 	}
+	if res := runBinary(t, append(env, "KAFKA_BROKERS="), "topics"); res.code != 2 || !strings.Contains(res.stderr, "KAFKA_BROKERS is empty") {
+		t.Errorf("orderpipe topics without KAFKA_BROKERS: want exit 2 naming it: %s", res)
+	}
 	// A bad setting is a run that never started, also for the commands
 	// whose exit 1 means something (drift, an unknown requestId).
 	for _, args := range [][]string{{"reconciler", "--once"}, {"locate", "r-1"}, {"dlq", "list"}, {"events"}, {"topics"}} {

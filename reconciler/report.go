@@ -98,7 +98,7 @@ func explain(it ItemReport) string {
 		}
 	}
 	if it.Sale != "ok" {
-		parts = append(parts, "sale window "+it.Sale)
+		parts = append(parts, "sale (window, cap) "+it.Sale)
 	}
 	if len(it.MissingMarkers) > 0 {
 		parts = append(parts, "no marker for live order of users "+users(it.MissingMarkers))
@@ -122,7 +122,7 @@ func repairs(it ItemReport) string {
 		parts = append(parts, fmt.Sprintf("stock %s -> %d", from, it.ExpectedRedisStock))
 	}
 	if it.Sale != "ok" {
-		parts = append(parts, "sale window rewritten")
+		parts = append(parts, "sale (window, cap) rewritten")
 	}
 	if n := len(it.MissingMarkers); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d marker(s) added", n))

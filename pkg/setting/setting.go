@@ -105,8 +105,12 @@ func fromFile(name string) (string, bool, error) {
 
 // Write prints vars as `orderpipe env` does: name, quoted default, meaning.
 func Write(w io.Writer, vars []Var) {
+	name, def := 0, 0
 	for _, v := range vars {
-		fmt.Fprintf(w, "%-22s %-60q %s\n", v.Name, v.Default, v.Help)
+		name, def = max(name, len(v.Name)), max(def, len(strconv.Quote(v.Default)))
+	}
+	for _, v := range vars {
+		fmt.Fprintf(w, "%-*s %-*q %s\n", name, v.Name, def, v.Default, v.Help)
 	}
 }
 

@@ -274,7 +274,7 @@ func WaitReachable(ctx context.Context, log *slog.Logger, what string, ping func
 			return err
 		}
 		if !warned {
-			log.Warn(what+" not ready at start: retrying", "for", startupWait, "err", err)
+			log.Warn(what+" not ready at start: retrying", "for", startupWait.String(), "err", err)
 			warned = true
 		}
 		select {
