@@ -139,14 +139,15 @@ func Run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 func tail(ctx context.Context, r dlq.Reader, o options, w io.Writer) (int, error) {
 	printed := 0
 	next := map[int]int64{} // partition → the offset to read from
-	if !o.json {
-		fmt.Fprintf(w, "%-27s %-3s %-9s %-22s %-32s %-20s %-8s %-12s %-3s %s\n",
-			"AT", "V", "STATUS", "REASON", "ORDER", "REQUEST", "USER", "ITEM", "QTY", "WHERE")
-	}
-	for {
+	for headed := o.json; ; {
 		bounds, err := r.Partitions(ctx)
 		if err != nil {
 			return printed, err
+		}
+		if !headed { // once the broker answered: a failure prints no table
+			fmt.Fprintf(w, "%-27s %-3s %-9s %-22s %-32s %-20s %-8s %-12s %-3s %s\n",
+				"AT", "V", "STATUS", "REASON", "ORDER", "REQUEST", "USER", "ITEM", "QTY", "WHERE")
+			headed = true
 		}
 		for i, b := range bounds {
 			if from, ok := next[b.Partition]; ok && from > b.First {
