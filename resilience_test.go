@@ -474,14 +474,7 @@ func TestMigrateWaitsForPostgresToRecover(t *testing.T) {
 	m := startBinary(t, "migrate", "DATABASE_URL="+url)
 	m.mustStayUp(t, 1500*time.Millisecond, "while Postgres was in recovery")
 	pg.Promote(t)
-	select {
-	case err := <-m.done:
-		if err != nil {
-			t.Fatalf("migrate after the promotion: %v\n%s", err, m.out.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("migrate still running 30 s after the promotion:\n%s", m.out.String())
-	}
+	m.mustSucceedWithin(t, 30*time.Second, "after the promotion")
 	m.mustHaveLogged(t, "postgres not ready at start: retrying", "57P03", "migrated")
 }
 
@@ -503,14 +496,7 @@ func TestTopicsWaitsForAStartingBroker(t *testing.T) {
 		t.Fatalf("starting the broker on %s: %v", addr, err)
 	}
 	t.Cleanup(broker.Close)
-	select {
-	case err := <-p.done:
-		if err != nil {
-			t.Fatalf("topics once the broker was up: %v\n%s", err, p.out.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("topics still running 30 s after the broker started:\n%s", p.out.String())
-	}
+	p.mustSucceedWithin(t, 30*time.Second, "after the broker started")
 	p.mustHaveLogged(t, "kafka not ready at start: retrying", "connection refused", "topics ready")
 	conn, err := kafka.Dial("tcp", addr)
 	if err != nil {
@@ -558,6 +544,20 @@ func startBinary(t *testing.T, command string, env ...string) *binaryProcess {
 	go func() { p.done <- p.cmd.Wait() }()
 	t.Cleanup(func() { p.cmd.Process.Kill() }) //nolint:errcheck // gone already unless the test failed
 	return p
+}
+
+// mustSucceedWithin fails the test unless the process exits 0 within d
+// (of the moment named by after).
+func (p *binaryProcess) mustSucceedWithin(t *testing.T, d time.Duration, after string) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", p.name, after, err, p.out.String())
+		}
+	case <-time.After(d):
+		t.Fatalf("%s still running %s %s:\n%s", p.name, d, after, p.out.String())
+	}
 }
 
 // mustStayUp fails the test if the process exits within d.

@@ -3,11 +3,11 @@ package bench
 import (
 	"bufio"
 	"context"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"orderpipe/pkg/testenv"
 )
 
 func TestReadResponse(t *testing.T) {
@@ -47,21 +47,7 @@ func TestReadResponse(t *testing.T) {
 // not after the per-request timeout.
 func TestSenderStopsWhenTheRunIsCancelled(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c) }() // reads, never answers
-		}
-	}()
-	s, err := newSender(nil, "http://"+ln.Addr().String(), time.Hour)
+	s, err := newSender(nil, "http://"+testenv.SilentServer(t), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

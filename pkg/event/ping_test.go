@@ -2,11 +2,11 @@ package event_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/testenv"
 )
 
 // TestPingBoundedByItsContext: a "broker" that accepts connections and never
@@ -14,21 +14,7 @@ import (
 // is cancelled, never a hang.
 func TestPingBoundedByItsContext(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-		}
-	}()
-	brokers := []string{ln.Addr().String()}
+	brokers := []string{testenv.SilentServer(t)}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()

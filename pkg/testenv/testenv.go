@@ -11,6 +11,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -132,4 +134,26 @@ func WaitFor(tb testing.TB, within time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// SilentServer is the address of a TCP server that accepts connections,
+// reads what is sent and never answers (a peer that hangs); closed at
+// cleanup.
+func SilentServer(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }() // until the client hangs up
+		}
+	}()
+	return ln.Addr().String()
 }
