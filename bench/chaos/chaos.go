@@ -573,12 +573,38 @@ func healthz(u string) func(context.Context) error {
 	}
 }
 
-// freeAddr is a 127.0.0.1 address nothing listens on right now.
+// Ports of the suite's own servers and processes, kept for the whole run
+// (a process restarts on its address): below Linux's ephemeral range
+// (32768+) and the real cluster's ports (clusterPortFrom and up), as the
+// cluster's are. A port the kernel hands out (:0) is an ephemeral one: once
+// its process is killed, any outgoing connection may take it as its source
+// port, and a pooled connection then holds it for good — a restarted
+// worker found its metrics port "already in use" four times in a row.
+const (
+	suitePortFrom = 22000
+	suitePortTo   = 27000
+)
+
+var (
+	portMu   sync.Mutex
+	nextPort = suitePortFrom + int(time.Now().UnixNano()%1000) // apart from a run just before
+)
+
+// freeAddr is a 127.0.0.1 address in the suite's range nothing listens on
+// right now.
 func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range suitePortTo - suitePortFrom {
+		port := nextPort
+		if nextPort++; nextPort >= suitePortTo {
+			nextPort = suitePortFrom
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			ln.Close()
+			return addr, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	return "", fmt.Errorf("no free port in %d-%d", suitePortFrom, suitePortTo)
 }
