@@ -54,13 +54,8 @@ func pathID(r *http.Request, name string) (int64, *apiError) {
 // positiveDecimal reads a positive int64 written as plain decimal digits, as
 // this API writes ids: no sign, no leading zero, so one id has one spelling.
 func positiveDecimal(s string) (int64, bool) {
-	if s == "" || s[0] < '1' || s[0] > '9' {
+	if s == "" || s[0] == '0' || !allDigits([]byte(s)) {
 		return 0, false
-	}
-	for i := 1; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	return n, err == nil

@@ -7,7 +7,7 @@ import (
 )
 
 // TestEndActivityIsOffByTheDatabasesClock: the kill switch's end is never
-// after the database's now, so OnSaleNow (which reads that clock) says the
+// after the database's now, so SaleNow (which reads that clock) says the
 // sale is off at once, even when the caller's clock runs ahead of it; and a
 // repeat never moves the end later.
 func TestEndActivityIsOffByTheDatabasesClock(t *testing.T) {
@@ -17,7 +17,7 @@ func TestEndActivityIsOffByTheDatabasesClock(t *testing.T) {
 	if err := s.MarkPreheated(ctx, 1, 10); err != nil {
 		t.Fatal(err)
 	}
-	if on, err := s.OnSaleNow(ctx, 1, 10); err != nil || !on {
+	if on, _, _, err := s.SaleNow(ctx, 1, 10); err != nil || !on {
 		t.Fatalf("before the kill switch: on sale %v, %v", on, err)
 	}
 	ahead := time.Now().Add(10 * time.Minute) // a gateway whose clock runs ahead
@@ -28,7 +28,7 @@ func TestEndActivityIsOffByTheDatabasesClock(t *testing.T) {
 	if !a.EndsAt.Before(ahead) || a.EndsAt.After(time.Now().Add(time.Second)) {
 		t.Errorf("ends at %v; want the database's now, not the caller's %v", a.EndsAt, ahead)
 	}
-	if on, err := s.OnSaleNow(ctx, 1, 10); err != nil || on {
+	if on, _, _, err := s.SaleNow(ctx, 1, 10); err != nil || on {
 		t.Errorf("after the kill switch: on sale %v, %v", on, err)
 	}
 	again, err := s.EndActivity(ctx, 1, ahead.Add(time.Hour))

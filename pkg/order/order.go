@@ -276,7 +276,7 @@ func (s *Store) ListActivities(ctx context.Context, limit int, after *ActivityCu
 // ever moves the end earlier, so a repeat answers the first end. The end is
 // truncated to the millisecond, the resolution of the sale window in Redis,
 // so the two agree; and it is never after the database's now, so
-// OnSaleNow, which reads that clock, says the sale is off at once however
+// SaleNow, which reads that clock, says the sale is off at once however
 // the caller's clock runs.
 func (s *Store) EndActivity(ctx context.Context, id int64, at time.Time) (Activity, error) {
 	at = at.Truncate(time.Millisecond)

@@ -81,16 +81,11 @@ func (s *Store) PreheatedItems(ctx context.Context, grace time.Duration) ([]Sale
 	return s.saleItems(ctx, `s.preheated_at IS NOT NULL AND a.ends_at > now() - $1::interval`, grace)
 }
 
-// OnSaleNow reports whether an item was preheated and its activity's sale
+// SaleNow reports whether an item was preheated and its activity's sale
 // window holds now (by the database clock): its Redis keys must exist, so a
-// reserve that finds none means Redis lost them.
-func (s *Store) OnSaleNow(ctx context.Context, activityID, itemID int64) (bool, error) {
-	on, _, _, err := s.SaleNow(ctx, activityID, itemID)
-	return on, err
-}
-
-// SaleNow is OnSaleNow with the activity's window as Postgres holds it, the
-// one a preheat writes into Redis (zero times when the item does not exist).
+// reserve that finds none means Redis lost them. With it, the activity's
+// window as Postgres holds it, the one a preheat writes into Redis (zero
+// times when the item does not exist).
 func (s *Store) SaleNow(ctx context.Context, activityID, itemID int64) (on bool, starts, ends time.Time, err error) {
 	err = s.pool.QueryRow(ctx, `SELECT s.preheated_at IS NOT NULL AND a.starts_at <= now() AND a.ends_at > now(),
 		a.starts_at, a.ends_at FROM item_stock s JOIN activities a ON a.id = s.activity_id
