@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -261,6 +262,51 @@ func TestBadCommandLinesExit2(t *testing.T) {
 		if res.code != 2 || !strings.Contains(res.stderr, "bad configuration") || !strings.Contains(res.stderr, "RECONCILE_INTERVAL") {
 			t.Errorf("orderpipe %s with RECONCILE_INTERVAL=abc: want exit 2 naming the setting: %s", strings.Join(args, " "), res)
 		}
+	}
+}
+
+// TestBadSettingsStopBeforeAnything: a listen address, a Redis address or a
+// database url that cannot work is a bad setting like any other — exit 2
+// naming it, before `all` has created or migrated its database — and so is
+// a component that needs a broker started without KAFKA_BROKERS.
+func TestBadSettingsStopBeforeAnything(t *testing.T) {
+	name := testenv.UniqueName("never")
+	u, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	env := append(deadEnds(t), "DATABASE_URL="+u.String())
+	for _, tc := range []struct {
+		cmd, setting, value string
+	}{
+		{"all", "HTTP_ADDR", "nonsense"},
+		{"all", "HTTP_ADDR", "127.0.0.1:99999"},
+		{"all", "ADMIN_ADDR", "nonsense"},
+		{"all", "PPROF_ADDR", "localhost"},
+		{"closer", "METRICS_ADDR", "nonsense"},
+		{"closer", "METRICS_ADDR", ""},
+		{"migrate", "REDIS_ADDR", "nonsense"},
+		{"migrate", "REDIS_ADDR", "127.0.0.1:6379,redis"},
+		{"all", "DATABASE_URL", "garbage"},
+		{"migrate", "DATABASE_URL", "postgres://postgres@127.0.0.1:notaport/x"},
+		{"gateway", "KAFKA_BROKERS", ""},
+		{"worker", "KAFKA_BROKERS", ""},
+		{"relay", "KAFKA_BROKERS", ""},
+	} {
+		res := runBinary(t, append(env, tc.setting+"="+tc.value), tc.cmd)
+		if res.code != 2 || !strings.Contains(res.stderr, "bad configuration") || !strings.Contains(res.stderr, tc.setting) {
+			t.Errorf("orderpipe %s with %s=%q: want exit 2, bad configuration naming it: %s", tc.cmd, tc.setting, tc.value, res)
+		}
+		if strings.Contains(res.stderr, `"msg":"starting"`) {
+			t.Errorf("orderpipe %s with %s=%q started before it stopped: %s", tc.cmd, tc.setting, tc.value, res)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t.Cleanup(func() { _ = testenv.DropDatabase(context.Background(), testenv.DatabaseURL(), name) })
+	if err := testenv.PingPostgres(ctx, u.String()); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("database %s after the bad starts: want it never created, ping said %v", name, err)
 	}
 }
 

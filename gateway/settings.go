@@ -35,7 +35,7 @@ on ADMIN_ADDR. Needs KAFKA_BROKERS and Redis; starts without Postgres
 // Read is the gateway's Config as its settings describe it; what it shares
 // with the process (the Redis bound, the breaker, the topic) Start adds.
 func Read(r *setting.Reader) Config {
-	c := Config{Addr: r.String("HTTP_ADDR"), AdminToken: r.String("ADMIN_TOKEN"), AdminAddr: r.String("ADMIN_ADDR"),
+	c := Config{Addr: r.Addr("HTTP_ADDR", true), AdminToken: r.String("ADMIN_TOKEN"), AdminAddr: r.Addr("ADMIN_ADDR", true),
 		APITokens: r.List("API_TOKENS"), Producer: r.String("GATEWAY_PRODUCER"), UserRPS: r.Float("RATE_LIMIT_USER_RPS"),
 		UserBurst: r.Int("RATE_LIMIT_USER_BURST"), GlobalRPS: r.Float("RATE_LIMIT_GLOBAL_RPS"),
 		ProduceTimeout: r.Duration("PRODUCE_TIMEOUT"), ReplayWait: r.Duration("REPLAY_WAIT")}

@@ -71,7 +71,7 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 		DatabaseURL, RedisPrefix, MetricsAddr string
 		ReconcileInterval                     time.Duration
 		redis                                 redisconn.Config
-	}{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.String("METRICS_ADDR"), r.Duration("RECONCILE_INTERVAL"), redisconn.Read(r)}
+	}{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.Addr("METRICS_ADDR", false), r.Duration("RECONCILE_INTERVAL"), redisconn.Read(r)}
 	if err := r.Err(); err != nil {
 		log.Error("reconciler cannot run", "err", err)
 		return ExitError

@@ -557,8 +557,20 @@ func (r *Reconciler) observe(res Result) {
 		result = "drift"
 	case final.Errors() > 0 || res.FixError != "":
 		result = "error"
+	case res.Found.Drifted() > 0:
+		// The gauges show what is left after the pass (nothing); that
+		// there was drift to repair stays visible here and in repairs.
+		result = "repaired"
 	}
 	r.count(result)
+	if m := r.deps.Metrics; m != nil {
+		for _, it := range res.Fixed {
+			if !it.Drifted() {
+				continue
+			}
+			m.ReconcilerRepairs.WithLabelValues(strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)).Inc()
+		}
+	}
 	if m := r.deps.Metrics; m != nil && result != "error" {
 		m.ReconcilerLastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
 	}
@@ -584,6 +596,9 @@ func (r *Reconciler) observe(res Result) {
 		a, i := strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)
 		m.ReconcilerDrift.WithLabelValues(a, i).Set(float64(it.Drift))
 		m.ReconcilerMarkerDrift.WithLabelValues(a, i).Set(float64(len(it.MissingMarkers) + len(it.ExtraMarkers) + len(it.WrongMarkers)))
+		// Exported at 0 from the first pass on, so increase() sees the
+		// first repair of the item.
+		m.ReconcilerRepairs.WithLabelValues(a, i)
 		seen[it.Item()] = true
 	}
 	for it := range r.gauged {
@@ -591,6 +606,7 @@ func (r *Reconciler) observe(res Result) {
 			a, i := strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)
 			m.ReconcilerDrift.DeleteLabelValues(a, i)
 			m.ReconcilerMarkerDrift.DeleteLabelValues(a, i)
+			m.ReconcilerRepairs.DeleteLabelValues(a, i)
 		}
 	}
 	r.gauged = seen

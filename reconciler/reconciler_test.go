@@ -327,6 +327,18 @@ func TestFixKeepsInFlight(t *testing.T) {
 	if got := e.redisStock(t, e.it); got != 7 {
 		t.Errorf("redis stock after fix %d, want 7", got)
 	}
+	// The gauges show what is left (nothing); that a repair was needed
+	// stays in the metrics, or a --fix loop would hide every drift.
+	repaired := func() (passes, item float64) {
+		return testutil.ToFloat64(e.metrics.ReconcilerPasses.WithLabelValues("repaired")),
+			testutil.ToFloat64(e.metrics.ReconcilerRepairs.WithLabelValues("7", "1"))
+	}
+	if p, n := repaired(); p != 1 || n != 1 {
+		t.Errorf("after the repair: passes repaired %v, repairs of 7:1 %v; want 1, 1", p, n)
+	}
+	if got := testutil.ToFloat64(e.metrics.ReconcilerDrift.WithLabelValues("7", "1")); got != 0 {
+		t.Errorf("drift gauge after the repair %v, want 0", got)
+	}
 	if ttl := e.rdb.Client.TTL(ctx, k.Stock).Val(); ttl <= 0 {
 		t.Errorf("restored stock key has TTL %s, want the sale end + 1h", ttl)
 	}
@@ -340,6 +352,9 @@ func TestFixKeepsInFlight(t *testing.T) {
 	res, err = e.fixer.RunOnce(ctx)
 	if err != nil || res.ExitCode() != reconciler.ExitClean || res.After != nil {
 		t.Errorf("fix of a clean sale: exit %d, after %v, err %v", res.ExitCode(), res.After, err)
+	}
+	if p, n := repaired(); p != 1 || n != 1 {
+		t.Errorf("after a clean pass: passes repaired %v, repairs of 7:1 %v; want them unchanged, 1, 1", p, n)
 	}
 }
 

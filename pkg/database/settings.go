@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"orderpipe/pkg/setting"
 )
 
@@ -21,7 +23,13 @@ type Config struct {
 
 // Read is the Config the settings describe.
 func Read(r *setting.Reader) Config {
-	return Config{URL: r.String("DATABASE_URL"), MaxConns: r.Int("DB_MAX_CONNS")}
+	c := Config{URL: r.String("DATABASE_URL"), MaxConns: r.Int("DB_MAX_CONNS")}
+	// Parsed here, so a url that never could connect stops the command
+	// before anything starts (`all` would migrate first), as a bad setting.
+	if _, err := pgconn.ParseConfig(c.URL); err != nil {
+		r.Fail("DATABASE_URL: %v", parseError(c.URL, err))
+	}
+	return c
 }
 
 // MigrateUsage is `orderpipe migrate --help`.

@@ -60,6 +60,9 @@ func (c Config) resolve() (target, error) {
 	} else {
 		for _, a := range strings.Split(c.Addr, ",") {
 			if a = strings.TrimSpace(a); a != "" {
+				if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) {
+					return t, fmt.Errorf("REDIS_ADDR: want host:port (comma-separated for a Cluster), got %q", a)
+				}
 				t.addrs = append(t.addrs, a)
 			}
 		}
@@ -276,4 +279,10 @@ func (c Config) Passwords() []string {
 		}
 	}
 	return out
+}
+
+// validPort is a TCP port number a client can dial: 1-65535.
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -169,6 +170,25 @@ func (r *Reader) Bool(name string) bool {
 		r.Fail("%s: want true or false, got %q", name, r.Env(name))
 	}
 	return b
+}
+
+// Addr is a listen address, host:port with a port number (0 picks a free
+// one) or a service name; empty only where off is allowed, which the caller
+// decides. What does not parse fails here, before anything has started, not
+// when the listener opens after the process has migrated and connected.
+func (r *Reader) Addr(name string, emptyOK bool) string {
+	v := r.Env(name)
+	if v == "" && emptyOK {
+		return v
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil || port == "" {
+		r.Fail("%s: want a listen address host:port such as 127.0.0.1:8080 or :8080, got %q", name, v)
+	}
+	return v
 }
 
 // Fail records what is wrong with a setting.

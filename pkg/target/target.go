@@ -31,6 +31,7 @@ import (
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 )
@@ -112,13 +113,22 @@ func (p *Process) Locker() *lock.Locker { return lock.New(p.rdb, p.Cfg.Stock.Pre
 // have drained. shared is read once every Setup has run.
 func Run(ctx context.Context, log *slog.Logger, table Table, names []string, shared *Shared, ln net.Listener) error {
 	named := table.Resolve(names)
-	var needKafka, needPostgres bool
+	var needKafka, needPostgres, embeds bool
 	for _, n := range named {
 		t, ok := table[n]
 		if !ok {
 			return fmt.Errorf("unknown target %q", n)
 		}
-		needKafka, needPostgres = needKafka || t.Kafka, needPostgres || t.Postgres
+		needKafka, needPostgres, embeds = needKafka || t.Kafka, needPostgres || t.Postgres, embeds || t.Setup != nil
+	}
+	// A broker the run needs and nobody named (and no Setup, such as `all`'s
+	// embedded one, provides) is a bad setting: exit 2 before anything starts.
+	if needKafka && !embeds && len(shared.Kafka.Brokers) == 0 {
+		log.Error("orderpipe failed", "err", "bad configuration: KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
+		return setting.ExitCode(2)
+	}
+	for _, n := range named {
+		t := table[n]
 		if t.Setup != nil {
 			stop, err := t.Setup(ctx, log)
 			if err != nil {

@@ -59,6 +59,7 @@ type Metrics struct {
 	ReconcilerDrift       *prometheus.GaugeVec   // activity, item
 	ReconcilerMarkerDrift *prometheus.GaugeVec   // activity, item
 	ReconcilerPasses      *prometheus.CounterVec // result
+	ReconcilerRepairs     *prometheus.CounterVec // activity, item
 	// ReconcilerLastSuccess is when a pass last checked every item (clean
 	// or drift found, and a fix that did not fail); ReconcilerInterval is
 	// the loop's RECONCILE_INTERVAL. Together they say a scheduled
@@ -153,7 +154,9 @@ func NewMetrics() *Metrics {
 		SaleChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_gateway_sale_checks_total",
 			Help: "Postgres checks of an item Redis has no sale of, by result: queried, remembered (an answer reused or shared), refused (over the check's budget: answered 503)."}, []string{"result"}),
 		ReconcilerPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_reconciler_passes_total",
-			Help: "Reconciler passes by result: clean, drift, error."}, []string{"result"}),
+			Help: "Reconciler passes by result: clean, drift (left after the pass), repaired (found and all repaired by --fix), error."}, []string{"result"}),
+		ReconcilerRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_reconciler_repairs_total",
+			Help: "Items whose drift the reconciler's --fix repaired (stock, markers or sale window), per item."}, []string{"activity", "item"}),
 		ReconcilerLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_reconciler_last_success_timestamp_seconds",
 			Help: "Unix time of the last reconciler pass that checked every item (clean or drift; with --fix, a fix that did not fail); 0 before the first."}),
 		ReconcilerInterval: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_reconciler_interval_seconds",
@@ -175,7 +178,7 @@ func NewMetrics() *Metrics {
 	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ReserveUnreplicated, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
 		m.ConsumerLag, m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied,
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
-		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
+		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.ReconcilerRepairs, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
 		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
 		m.SaleChecks, m.ReconcilerLastSuccess, m.ReconcilerInterval,
 		m.StatusPublished, m.StatusFailed, m.StatusPending, m.StatusOldest, m.StatusPruned, m.RelayPasses)
@@ -194,7 +197,7 @@ func NewMetrics() *Metrics {
 		m.SaleChecks.WithLabelValues(r)
 	}
 	m.RedrivePasses.WithLabelValues("skipped")
-	for _, r := range []string{"clean", "drift", "error"} {
+	for _, r := range []string{"clean", "drift", "repaired", "error"} {
 		m.ReconcilerPasses.WithLabelValues(r)
 	}
 	m.RateLimited.WithLabelValues("user")

@@ -21,5 +21,5 @@ type Config struct {
 
 // Read is the Config the settings describe.
 func Read(r *setting.Reader) Config {
-	return Config{MetricsAddr: r.String("METRICS_ADDR"), PprofAddr: r.String("PPROF_ADDR"), TraceStoreDir: r.String("TRACE_STORE_DIR")}
+	return Config{MetricsAddr: r.Addr("METRICS_ADDR", false), PprofAddr: r.Addr("PPROF_ADDR", true), TraceStoreDir: r.String("TRACE_STORE_DIR")}
 }
