@@ -144,3 +144,50 @@ func TestReopenedSaleIsNotOnSaleUntilPreheated(t *testing.T) {
 		t.Fatalf("order after the preheat: %d %v, want 202", r.Status, r.Body)
 	}
 }
+
+// TestKillSwitchDuringAPreheat: an end that answers 200 while a preheat of
+// the same sale is still putting its items on sale ends them all — the
+// preheat cannot arm a window the end has closed. (It did: the end found no
+// sale in Redis yet, and the preheat then armed the window it had read
+// before the end, so orders after the 200 were accepted.) Each round starts
+// the end a little later into the preheat.
+func TestKillSwitchDuringAPreheat(t *testing.T) {
+	t.Parallel()
+	p := mustPipeline(t, components{"gateway"}, nil)
+	ctx := contractCtx(t, "admin")
+	const items = 200
+	for round, delay := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 8 * time.Millisecond,
+		15 * time.Millisecond, 30 * time.Millisecond} {
+		id := int64(700 + round)
+		a := client.ActivityUpsert{Name: fmt.Sprintf("race %d", round), StartsAt: time.Now().Add(-time.Minute).UTC(),
+			EndsAt: time.Now().Add(2 * time.Hour).UTC(), PerUserLimit: 1}
+		for i := int64(1); i <= items; i++ {
+			a.Items = append(a.Items, client.ItemUpsert{ItemID: i, Stock: 10})
+		}
+		if err := retrying(func() error { _, err := p.api().PutActivity(ctx, id, a); return err }); err != nil {
+			t.Fatalf("creating activity %d: %v", id, err)
+		}
+		preheated := make(chan error, 1)
+		go func() { _, err := p.api().Preheat(ctx, id); preheated <- err }()
+		time.Sleep(delay)
+		_, endErr := p.api().EndActivity(ctx, id)
+		preErr := <-preheated
+		if endErr != nil {
+			// A 503 (the preheat held the row past the end's Postgres
+			// timeout on a busy machine) promises nothing; try again.
+			if !client.IsRetriable(endErr) {
+				t.Fatalf("round %d: end: %v", round, endErr)
+			}
+			if err := retrying(func() error { _, err := p.api().EndActivity(ctx, id); return err }); err != nil {
+				t.Fatalf("round %d: end retried: %v", round, err)
+			}
+		}
+		for _, item := range []int64{1, items / 2, items} {
+			r := p.order(t, orderBody{RequestID: fmt.Sprintf("race-%d-%d", round, item), UserID: int64(round*1000) + item, ActivityID: id, ItemID: item, Quantity: 1})
+			if r.Status != http.StatusNotFound || r.Code() != "NOT_ON_SALE" {
+				t.Errorf("round %d (end %s into the preheat, preheat err %v): order for item %d after the end answered 200: %d %v, want 404 NOT_ON_SALE",
+					round, delay, preErr, item, r.Status, r.Body)
+			}
+		}
+	}
+}

@@ -291,13 +291,36 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable; nothing was put on sale: retry (preheat is idempotent)")
 		return
 	}
-	for _, sale := range sales {
-		if err := s.inRedis(r.Context(), func(ctx context.Context) error { return s.deps.Stock.Arm(ctx, sale) }); err != nil {
-			s.deps.Log.Error("putting an item on sale", "activity_id", id, "item_id", sale.ItemID, "err", err)
-			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
-				"stock service unavailable; items may be partly on sale (the others are answered 503 until then): retry (preheat is idempotent)")
-			return
-		}
+	// The window armed is the one Postgres holds while it is armed, under a
+	// share lock on the activity's row: a kill switch that ended the sale
+	// since BeginPreheat read it is armed as ended, and one that comes now
+	// waits, then ends the sale this arms.
+	var redisDown bool
+	// Bounded as the arms alone were: each by REDIS_TIMEOUT.
+	within := pgTimeout + time.Duration(len(sales))*s.cfg.ReserveTimeout
+	err = s.inPostgresWithin(r.Context(), within, func(ctx context.Context) error {
+		return s.deps.Orders.WithSaleWindow(ctx, id, func(ctx context.Context, now order.Activity) error {
+			for _, sale := range sales {
+				sale.StartsAt, sale.EndsAt, sale.Cap = now.StartsAt, now.EndsAt, now.PerUserLimit
+				if err := s.inRedis(ctx, func(ctx context.Context) error { return s.deps.Stock.Arm(ctx, sale) }); err != nil {
+					s.deps.Log.Error("putting an item on sale", "activity_id", id, "item_id", sale.ItemID, "err", err)
+					redisDown = true
+					return nil // not Postgres's failure: the window read stands
+				}
+			}
+			return nil
+		})
+	})
+	if redisDown {
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
+			"stock service unavailable; items may be partly on sale (the others are answered 503 until then): retry (preheat is idempotent)")
+		return
+	}
+	if err != nil {
+		s.deps.Log.Error("putting items on sale: reading the sale window", "activity_id", id, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
+			"order store unavailable; items may be partly on sale (the others are answered 503 until then): retry (preheat is idempotent)")
+		return
 	}
 	writeJSON(w, http.StatusOK, v)
 }

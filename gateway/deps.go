@@ -15,7 +15,13 @@ const pgTimeout = 2 * time.Second
 // inPostgres runs fn through the Postgres breaker, bounded in time. The
 // store's domain errors are answers, not failures: they never trip it.
 func (s *Server) inPostgres(ctx context.Context, fn func(ctx context.Context) error) error {
-	return guarded(ctx, s.pgCB.Do, pgTimeout, fn, order.ErrNotFound, order.ErrOrderClosed, order.ErrOrderRejected, order.ErrOrderPaid, order.ErrStockBelowSold,
+	return s.inPostgresWithin(ctx, pgTimeout, fn)
+}
+
+// inPostgresWithin is inPostgres bounded by timeout instead: for a
+// transaction that waits on other work while it holds a lock.
+func (s *Server) inPostgresWithin(ctx context.Context, timeout time.Duration, fn func(ctx context.Context) error) error {
+	return guarded(ctx, s.pgCB.Do, timeout, fn, order.ErrNotFound, order.ErrOrderClosed, order.ErrOrderRejected, order.ErrOrderPaid, order.ErrStockBelowSold,
 		order.ErrBucketsFixed, order.ErrItemPreheated)
 }
 

@@ -18,7 +18,10 @@ import (
 // from Postgres) and a later preheat all see the sale as over before Redis
 // stops selling it; then Redis, whose clock decides a reserve: where it is
 // behind Postgres's end, the earlier end is recorded in Postgres too and
-// every bucket gets it, so the two agree to the millisecond. Every step only
+// every bucket gets it, so the two agree to the millisecond. The update of
+// the activity's row waits while a preheat arms its items (it holds the row
+// FOR SHARE, order.Store.WithSaleWindow), so this ends what that armed; a
+// preheat after it arms the ended window. Every step only
 // moves the end earlier: a repeat, or a retry after a failure, finishes the
 // job and answers the first end.
 func (s *Server) endSale(w http.ResponseWriter, r *http.Request) {

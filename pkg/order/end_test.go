@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"orderpipe/pkg/order"
 )
 
 // TestEndActivityIsOffByTheDatabasesClock: the kill switch's end is never
@@ -34,5 +36,62 @@ func TestEndActivityIsOffByTheDatabasesClock(t *testing.T) {
 	again, err := s.EndActivity(ctx, 1, ahead.Add(time.Hour))
 	if err != nil || !again.EndsAt.Equal(a.EndsAt) {
 		t.Errorf("a repeat ends at %v (%v); want the first end %v", again.EndsAt, err, a.EndsAt)
+	}
+}
+
+// TestEndWaitsWhileAWindowIsWritten: while a preheat arms the window it
+// read (WithSaleWindow) or the reconciler writes an item's (WithItemLocked),
+// the kill switch's end in Postgres waits, so it is ordered wholly after
+// that write into Redis (and its own Redis step then ends what was
+// written); once it has committed, the next read is the ended window.
+func TestEndWaitsWhileAWindowIsWritten(t *testing.T) {
+	t.Parallel()
+	s := mustStore(t)
+	ctx := context.Background()
+	for id, name := range map[int64]string{2: "WithItemLocked", 3: "WithSaleWindow"} {
+		err := s.UpsertActivity(ctx, order.Activity{ID: id, Name: name, StartsAt: time.Now().Add(-time.Hour),
+			EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1, Items: []order.ItemStock{{ItemID: 10, InitialStock: 5}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold := func(fn func(ends time.Time)) error {
+			if name == "WithSaleWindow" {
+				return s.WithSaleWindow(ctx, id, func(_ context.Context, a order.Activity) error { fn(a.EndsAt); return nil })
+			}
+			return s.WithItemLocked(ctx, id, 10, order.LockOptions{}, func(_ context.Context, li *order.LockedItem) error {
+				fn(li.EndsAt)
+				return nil
+			})
+		}
+		in, release, held := make(chan time.Time), make(chan struct{}), make(chan error, 1)
+		go func() { held <- hold(func(ends time.Time) { in <- ends; <-release }) }()
+		readEnds := <-in
+		ended := make(chan error, 1)
+		go func() { _, err := s.EndActivity(ctx, id, time.Now()); ended <- err }()
+		var endErr error
+		endDone := false
+		select {
+		case endErr = <-ended:
+			endDone = true
+			t.Errorf("%s: the end committed (%v) while the window %v read under it was being written", name, endErr, readEnds)
+		case <-time.After(300 * time.Millisecond):
+		}
+		close(release)
+		if err := <-held; err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !endDone {
+			endErr = <-ended
+		}
+		if endErr != nil {
+			t.Fatalf("%s: end: %v", name, endErr)
+		}
+		if err := hold(func(ends time.Time) {
+			if ends.After(time.Now()) {
+				t.Errorf("%s after the end: the window ends %v, want the end", name, ends)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

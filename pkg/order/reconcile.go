@@ -52,6 +52,36 @@ func (s *Store) BeginPreheat(ctx context.Context, id int64) (Activity, error) {
 	return a, nil
 }
 
+// WithSaleWindow runs fn with the activity's sale window as Postgres holds
+// it, read under a share lock on the activity's row that lasts until fn has
+// returned: whatever fn writes into Redis is that window, and the kill
+// switch's end (EndActivity, an update of the row) is ordered wholly before
+// the read or wholly after fn, never between — a preheat cannot arm a window
+// an end has already closed. The Activity has no Items.
+func (s *Store) WithSaleWindow(ctx context.Context, id int64, fn func(ctx context.Context, a Activity) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning tx: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	a := Activity{ID: id}
+	err = tx.QueryRow(ctx, `SELECT name, starts_at, ends_at, per_user_limit FROM activities WHERE id = $1 FOR SHARE`, id).
+		Scan(&a.Name, &a.StartsAt, &a.EndsAt, &a.PerUserLimit)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("activity %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("reading activity %d: %w", id, err)
+	}
+	if err := fn(ctx, a); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing: %w", err)
+	}
+	return nil
+}
+
 // MarkPreheated records that the items' stock is loaded into Redis: from
 // now on the reconciler, the mover and the gateway's lost-sale check watch
 // them. The first time is kept: nothing of the item sold before it, and a
@@ -223,7 +253,9 @@ var ErrItemNotFound = errors.New("item not found")
 
 // WithItemLocked runs fn while holding the item's stock row FOR UPDATE and
 // commits when fn returns nil. Workers and the closer wait for it to commit
-// before changing this item, so keep fn short.
+// before changing this item, so keep fn short. The activity's row is held
+// FOR SHARE too: the window fn is given is the one Postgres holds until fn
+// has written it into Redis (see WithSaleWindow; the kill switch waits).
 func (s *Store) WithItemLocked(ctx context.Context, activityID, itemID int64, opts LockOptions,
 	fn func(ctx context.Context, it *LockedItem) error) error {
 	if opts.LockTimeout <= 0 {
@@ -260,6 +292,11 @@ func (s *Store) WithItemLocked(ctx context.Context, activityID, itemID int64, op
 
 func lockItem(ctx context.Context, tx pgx.Tx, activityID, itemID int64) (*LockedItem, error) {
 	it := &LockedItem{tx: tx, ItemState: ItemState{Live: map[int64]string{}}}
+	// The activity's row first, as an activity's PUT takes them (the row,
+	// then its items): the other order could deadlock with it.
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM activities WHERE id = $1 FOR SHARE`, activityID); err != nil {
+		return nil, fmt.Errorf("locking activity %d: %w", activityID, err)
+	}
 	err := tx.QueryRow(ctx, `SELECT s.activity_id, s.item_id, a.starts_at, a.ends_at, a.per_user_limit, s.stock
 		FROM item_stock s JOIN activities a ON a.id = s.activity_id
 		WHERE s.activity_id = $1 AND s.item_id = $2 FOR UPDATE OF s`, activityID, itemID).
