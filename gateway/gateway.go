@@ -143,6 +143,8 @@ type Server struct {
 	// replays are the shared waits of retries whose first attempt is in
 	// progress (replay.go).
 	replays replayWaits
+	// later holds the releases to retry once Redis answers (releaselater.go).
+	later releasesLater
 	// ready is the last /readyz answer (readyz.go).
 	ready readiness
 	// monoNow reads the monotonic clock the gateway's caches age by (tests

@@ -256,8 +256,9 @@ func (s *Server) seeStock(it stock.Item, n int64) {
 // 200 replayed with this orderNo meanwhile, it is not given back either (an
 // orderNo seen in a 2xx must resolve): the journal entry stays, the redrive
 // publishes it, and the answer is 202. If Redis cannot be reached, the outcome is
-// unknown: a journal entry, if any, is published later by the redrive, and
-// the client's retry with the same requestId replays it.
+// unknown: the release is retried in the background until Redis answers
+// (releaselater.go); if the process stops first, a journal entry is
+// published later by the redrive, and the client's retry replays it.
 //
 // remaining is the stock the reserve script reported, -1 when its reply was
 // lost; a 202 then says 0, as nothing better is known.
@@ -265,10 +266,11 @@ func (s *Server) releaseUnproduced(ctx context.Context, ev event.OrderRequested,
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ReserveTimeout)
 	defer cancel()
 	// Not through the Redis breaker: giving a reservation back is always worth a try.
-	out, err := s.deps.Stock.Release(actx, stock.Unproduced, stock.Release{
+	rel := stock.Release{
 		Item: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket},
 		Ref:  stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}, UserID: ev.UserID, Quantity: ev.Quantity,
-	})
+	}
+	out, err := s.deps.Stock.Release(actx, stock.Unproduced, rel)
 
 	if err == nil && (out == stock.Claimed || out == stock.Shown) {
 		if out == stock.Shown {
@@ -282,8 +284,9 @@ func (s *Server) releaseUnproduced(ctx context.Context, ev event.OrderRequested,
 		return
 	}
 	if err != nil {
-		s.deps.Log.ErrorContext(ctx, "release after a failure failed: outcome unknown", "request_id", ev.RequestID,
+		s.deps.Log.ErrorContext(ctx, "release after a failure failed: outcome unknown; retried in the background", "request_id", ev.RequestID,
 			"order_no", ev.OrderNo, "err", produceErr, "release_err", err)
+		s.releaseLater(rel)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "service unavailable; the outcome is unknown: retry with the same requestId")
 		return
 	}

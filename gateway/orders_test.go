@@ -91,3 +91,70 @@ func TestFailedProduce(t *testing.T) {
 		})
 	}
 }
+
+// cuttingProducer fails every produce after cutting the proxy to Redis, so
+// the release that follows cannot reach Redis either.
+type cuttingProducer struct{ proxy *testenv.Proxy }
+
+func (p cuttingProducer) WriteMessages(context.Context, ...kafka.Message) error {
+	p.proxy.Down()
+	return errors.New("produce: i/o timeout")
+}
+
+// TestUnknownOutcomeIsReleasedOnceRedisAnswers: a failed produce whose
+// release cannot reach Redis is answered 503 "outcome unknown", and the
+// reservation is given back in the background as soon as Redis answers
+// again — not left for the redrive to make an order of that its client,
+// told 503, never learns of.
+func TestUnknownOutcomeIsReleasedOnceRedisAnswers(t *testing.T) {
+	t.Parallel()
+	r := testenv.MustRedis(t)
+	proxy := testenv.MustProxy(t, testenv.RedisAddr())
+	st := stock.New(testenv.RedisClient(t, proxy.Addr, 300*time.Millisecond), r.Prefix)
+	it := stock.Item{ActivityID: 1, ItemID: 1}
+	ctx := context.Background()
+	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
+		EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{ReserveTimeout: 300 * time.Millisecond}, Deps{Stock: st, Producer: cuttingProducer{proxy}, Metrics: telemetry.NewMetrics(),
+		Log: slog.New(slog.DiscardHandler)})
+	req := httptest.NewRequest(http.MethodPost, "/v1/orders",
+		strings.NewReader(`{"requestId":"r1","userId":7,"activityId":1,"itemId":1,"quantity":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "outcome is unknown") {
+		t.Fatalf("answer %d %s, want 503 outcome unknown", w.Code, w.Body)
+	}
+	k := stocktest.KeysOf(st, it)
+	state := func() (left, journal, marker int64) {
+		left, _ = r.Client.Get(ctx, k.Stock).Int64()
+		journal, _ = r.Client.HLen(ctx, k.Journal).Result()
+		marker, _ = r.Client.Exists(ctx, k.Limit(7)).Result()
+		return
+	}
+	if left, journal, marker := state(); left != 9 || journal != 1 || marker != 1 {
+		t.Fatalf("with Redis cut: stock %d, journal %d, marker %d; want the reservation standing (9, 1, 1)", left, journal, marker)
+	}
+	time.Sleep(time.Second) // a few failed retries
+	proxy.Up(t)
+	testenv.WaitFor(t, 15*time.Second, "the reservation given back", func() bool {
+		left, journal, marker := state()
+		return left == 10 && journal == 0 && marker == 0
+	})
+	// And a retry of the request starts afresh: a new reservation.
+	req = httptest.NewRequest(http.MethodPost, "/v1/orders",
+		strings.NewReader(`{"requestId":"r1","userId":7,"activityId":1,"itemId":1,"quantity":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	s.deps.Producer = okProducer{}
+	w = httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	if w.Code != http.StatusAccepted {
+		t.Errorf("retry after the release: %d %s, want 202", w.Code, w.Body)
+	}
+}
+
+type okProducer struct{}
+
+func (okProducer) WriteMessages(context.Context, ...kafka.Message) error { return nil }
