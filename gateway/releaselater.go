@@ -29,6 +29,7 @@ const (
 type releasesLater struct {
 	mu      sync.Mutex
 	queue   []laterRelease
+	full    bool // the queue was found full since it last had room
 	running atomic.Bool
 }
 
@@ -43,10 +44,17 @@ func (s *Server) releaseLater(rel stock.Release) {
 	l := &s.later
 	l.mu.Lock()
 	if len(l.queue) >= releaseLaterQueue {
+		// Logged once per filling, not once per request of an outage.
+		first := !l.full
+		l.full = true
 		l.mu.Unlock()
-		s.deps.Log.Warn("release queue full: left to the redrive", "request_id", rel.RequestID, "order_no", rel.OrderNo)
+		if first {
+			s.deps.Log.Warn("release queue full: further reservations whose release failed are left to the redrive",
+				"request_id", rel.RequestID, "order_no", rel.OrderNo, "queue", releaseLaterQueue)
+		}
 		return
 	}
+	l.full = false
 	l.queue = append(l.queue, laterRelease{rel: rel, until: time.Now().Add(releaseLaterFor)})
 	l.mu.Unlock()
 	if l.running.CompareAndSwap(false, true) {
