@@ -53,17 +53,10 @@ func TestFailedProduce(t *testing.T) {
 			st := stock.New(r.Client, r.Prefix)
 			it := stock.Item{ActivityID: 1, ItemID: 1}
 			ctx := context.Background()
-			if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
-				EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
-				t.Fatal(err)
-			}
+			preheatTen(t, st, it)
 			s := New(Config{}, Deps{Stock: st, Producer: failingProducer{st: st, claim: landed}, Metrics: telemetry.NewMetrics(),
 				Log: slog.New(slog.DiscardHandler)})
-			req := httptest.NewRequest(http.MethodPost, "/v1/orders",
-				strings.NewReader(`{"requestId":"r1","userId":7,"activityId":1,"itemId":1,"quantity":1}`))
-			req.Header.Set("Content-Type", "application/json")
-			w := httptest.NewRecorder()
-			s.Handler().ServeHTTP(w, req)
+			w := placeR1(s)
 
 			k := stocktest.KeysOf(st, it)
 			left, _ := r.Client.Get(ctx, k.Stock).Int64()
@@ -113,17 +106,10 @@ func TestUnknownOutcomeIsReleasedOnceRedisAnswers(t *testing.T) {
 	st := stock.New(testenv.RedisClient(t, proxy.Addr, 300*time.Millisecond), r.Prefix)
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	ctx := context.Background()
-	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
-		EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
-		t.Fatal(err)
-	}
+	preheatTen(t, st, it)
 	s := New(Config{ReserveTimeout: 300 * time.Millisecond}, Deps{Stock: st, Producer: cuttingProducer{proxy}, Metrics: telemetry.NewMetrics(),
 		Log: slog.New(slog.DiscardHandler)})
-	req := httptest.NewRequest(http.MethodPost, "/v1/orders",
-		strings.NewReader(`{"requestId":"r1","userId":7,"activityId":1,"itemId":1,"quantity":1}`))
-	req.Header.Set("Content-Type", "application/json")
-	w := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, req)
+	w := placeR1(s)
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "outcome is unknown") {
 		t.Fatalf("answer %d %s, want 503 outcome unknown", w.Code, w.Body)
 	}
@@ -144,12 +130,8 @@ func TestUnknownOutcomeIsReleasedOnceRedisAnswers(t *testing.T) {
 		return left == 10 && journal == 0 && marker == 0
 	})
 	// And a retry of the request starts afresh: a new reservation.
-	req = httptest.NewRequest(http.MethodPost, "/v1/orders",
-		strings.NewReader(`{"requestId":"r1","userId":7,"activityId":1,"itemId":1,"quantity":1}`))
-	req.Header.Set("Content-Type", "application/json")
 	s.deps.Producer = okProducer{}
-	w = httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, req)
+	w = placeR1(s)
 	if w.Code != http.StatusAccepted {
 		t.Errorf("retry after the release: %d %s, want 202", w.Code, w.Body)
 	}
@@ -158,3 +140,22 @@ func TestUnknownOutcomeIsReleasedOnceRedisAnswers(t *testing.T) {
 type okProducer struct{}
 
 func (okProducer) WriteMessages(context.Context, ...kafka.Message) error { return nil }
+
+// preheatTen puts it on sale in st: 10 units, one per user, for the hour.
+func preheatTen(t *testing.T, st *stock.Store, it stock.Item) {
+	t.Helper()
+	if _, err := st.Preheat(context.Background(), stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
+		EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// placeR1 sends request r1 (user 7, item 1:1, one unit) to s.
+func placeR1(s *Server) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/v1/orders",
+		strings.NewReader(`{"requestId":"r1","userId":7,"activityId":1,"itemId":1,"quantity":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	return w
+}
