@@ -19,8 +19,11 @@ import (
 // remembers the orderNo as released, so a reserve still on its way takes
 // nothing. So what such a 503 reserved is given back as soon as Redis is
 // back, not published by the redrive REDRIVE_AFTER later as an order its
-// client, told 503, may never learn of. A process that stops first leaves
-// the rest to the redrive (and the client's retry replays it).
+// client, told 503, may never learn of. Two cases still end as orders, which
+// the client's retry with the same requestId replays: a produce that timed
+// out at the gateway but reached the broker, whose event a worker claims
+// before this release lands (CLAIMED), and a gateway that stops first (the
+// redrive publishes the reservation).
 const (
 	releaseLaterQueue = 10000            // reservations waiting; beyond, the redrive's
 	releaseLaterFor   = 10 * time.Minute // how long one is retried
@@ -85,7 +88,9 @@ func (s *Server) runReleasesLater() {
 			s.deps.Log.Warn("gave up releasing a reservation: left to the redrive", append(attrs, "err", err)...)
 		default:
 			time.Sleep(backoff)
-			backoff = min(2*backoff, 5*time.Second)
+			// Soon after Redis is back: a worker that claims the reservation
+			// first (its event reached the broker after all) makes it an order.
+			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		backoff = 100 * time.Millisecond
