@@ -565,14 +565,13 @@ func (r *Reconciler) observe(res Result) {
 	r.count(result)
 	if m := r.deps.Metrics; m != nil {
 		for _, it := range res.Fixed {
-			if !it.Drifted() {
-				continue
+			if it.Drifted() {
+				m.ReconcilerRepairs.WithLabelValues(strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)).Inc()
 			}
-			m.ReconcilerRepairs.WithLabelValues(strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)).Inc()
 		}
-	}
-	if m := r.deps.Metrics; m != nil && result != "error" {
-		m.ReconcilerLastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+		if result != "error" {
+			m.ReconcilerLastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+		}
 	}
 	for _, it := range final.Items {
 		switch {
