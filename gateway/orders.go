@@ -51,12 +51,13 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	// With the queue known to be down, reserving would only be undone: the
 	// script answers a retry from its record and reserves nothing else.
 	queueDown := s.kafkaCB.Open()
-	item, ok := s.route(ctx, w, req)
+	item, buckets, ok := s.route(ctx, w, req)
 	if !ok {
 		return
 	}
+	orderNo := newOrderNo(req.ActivityID, req.ItemID, now)
 	ev := event.OrderRequested{
-		RequestID: req.RequestID, OrderNo: withBucket(newOrderNo(req.ActivityID, req.ItemID, now), item.Bucket), UserID: req.UserID,
+		RequestID: req.RequestID, OrderNo: withBucket(orderNo, item.Bucket), UserID: req.UserID,
 		ActivityID: req.ActivityID, ItemID: req.ItemID, Quantity: req.Quantity, ReservedAt: now.UTC().Truncate(time.Microsecond),
 		Bucket: item.Bucket,
 	}
@@ -81,13 +82,27 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 			var err error
 			res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
 				Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
-				Fingerprint: fingerprint, Event: value, TraceParent: traceParent, ReplayOnly: queueDown,
+				Fingerprint: fingerprint, Event: value, TraceParent: traceParent, ReplayOnly: queueDown, Buckets: buckets,
 			})
 			return err
 		})
 		return res, err
 	}
 	res, err := reserve()
+	if err == nil && res.Outcome == stock.WrongBuckets {
+		// The sale was armed between the read of its bucket count and the
+		// reserve: the user may belong to another bucket. Nothing was
+		// reserved; route by the count the script answered and reserve there.
+		buckets = int(res.Remaining)
+		item = s.reroute(req, buckets)
+		ev.Bucket, ev.OrderNo = item.Bucket, withBucket(orderNo, item.Bucket)
+		value = ev.Marshal()
+		if recording {
+			span.SetAttributes(telemetry.AttrOrderNo.String(ev.OrderNo))
+			ctx = telemetry.WithOrder(ctx, req.RequestID, ev.OrderNo)
+		}
+		res, err = reserve()
+	}
 	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
 	if queueDown && (err != nil || res.Outcome != stock.Replayed && res.Outcome != stock.IdempotencyKeyReused) {
 		// No first answer to give again (a replay or a 422 is answered
@@ -153,7 +168,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	switch res.Outcome {
 	case stock.Reserved:
-	case stock.ReleasedBefore:
+	case stock.ReleasedBefore, stock.WrongBuckets:
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 		return
 	case stock.InProgress:

@@ -211,3 +211,60 @@ func TestLoadSellsNothingUntilArm(t *testing.T) {
 		}
 	}
 }
+
+// TestReserveRoutedByAnotherCount: a gateway that read the item's bucket
+// count before the sale was armed routes every user as one bucket, to
+// bucket 0. Once bucket 0 is on sale with 3 buckets, such a reserve changes
+// nothing and answers the count (WrongBuckets), so the caller routes again;
+// it would otherwise take a unit and set the limit marker of a user of
+// another bucket in bucket 0, where the per-user limit and the reconciler
+// do not look. A reserve routed by the right count goes through, and one
+// that names its bucket itself (Buckets 0) is not checked.
+func TestReserveRoutedByAnotherCount(t *testing.T) {
+	t.Parallel()
+	r := testenv.MustRedis(t)
+	s := stock.New(r.Client, r.Prefix)
+	ctx := context.Background()
+	it := stock.Item{ActivityID: 5, ItemID: 7}
+	now := time.Now()
+	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1, Buckets: 3}); err != nil {
+		t.Fatal(err)
+	}
+	user := int64(1)
+	for stock.BucketOf(user, 3) == 0 {
+		user++
+	}
+	reserve := func(bucket, routedBy int, rid string) stock.ReserveResult {
+		t.Helper()
+		b := it
+		b.Bucket = bucket
+		res, err := s.Reserve(ctx, stock.Reservation{Item: b, RequestID: rid, OrderNo: "o-" + rid, UserID: user, Quantity: 1,
+			Fingerprint: stock.Fingerprint(user, 5, 7, 1), Event: []byte(`{"orderNo":"o-` + rid + `","quantity":1}`), Buckets: routedBy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := reserve(0, 1, "r1"); res.Outcome != stock.WrongBuckets || res.Remaining != 3 {
+		t.Fatalf("routed as one bucket: %s %d, want WRONG_BUCKETS 3", res.Outcome, res.Remaining)
+	}
+	k := stocktest.KeysOf(s, it)
+	if left, _ := r.Client.Get(ctx, k.Stock).Int64(); left != 3 {
+		t.Errorf("bucket 0 holds %d after the refused reserve, want 3", left)
+	}
+	for _, key := range []string{k.Limit(user), k.Req("r1")} {
+		if n, _ := r.Client.Exists(ctx, key).Result(); n != 0 {
+			t.Errorf("%s written by the refused reserve", key)
+		}
+	}
+	if n, _ := r.Client.HLen(ctx, k.Journal).Result(); n != 0 {
+		t.Errorf("bucket 0's journal holds %d entries after the refused reserve", n)
+	}
+	if res := reserve(stock.BucketOf(user, 3), 3, "r1"); res.Outcome != stock.Reserved {
+		t.Errorf("routed by the sale's count: %s, want RESERVED", res.Outcome)
+	}
+	user++ // another user, in whatever bucket: a caller naming the bucket is not checked
+	if res := reserve(0, 0, "r2"); res.Outcome != stock.Reserved {
+		t.Errorf("bucket named by the caller: %s, want RESERVED", res.Outcome)
+	}
+}

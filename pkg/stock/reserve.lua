@@ -4,7 +4,8 @@
 -- ARGV: 1 requestId, 2 fingerprint, 3 orderNo, 4 quantity, 5 event JSON,
 --       6 minimum dedup lifetime (s), 7 traceparent ('' if none), 8 user id,
 --       9 '1': replay only (the order queue is down: a retry is answered from
---         its record, a new request reserves nothing and gets NO_RECORD)
+--         its record, a new request reserves nothing and gets NO_RECORD),
+--       10 the bucket count the caller routed the user by ('' : not checked)
 -- Order matters: dedup first (a retry never reserves twice), then the sale,
 -- then stock, and only then the user's limit, so a sold-out answer never
 -- consumes the user's chance.
@@ -42,9 +43,15 @@ if ARGV[9] == '1' then return {'NO_RECORD', '', 0} end
 -- This orderNo was already given back (the gateway aborted it): a late copy
 -- of its reserve changes nothing.
 if redis.call('EXISTS', KEYS[7]) == 1 then return {'ABORTED', '', 0} end
-local sale = redis.call('HMGET', KEYS[2], 'starts', 'ends', 'cap')
+local sale = redis.call('HMGET', KEYS[2], 'starts', 'ends', 'cap', 'buckets')
 local stock = redis.call('GET', KEYS[1])
 if not stock or not sale[1] or not sale[2] or not sale[3] then return {'NOT_ON_SALE', '', 0} end
+-- The caller routed the user by a bucket count it read before the sale was
+-- armed (its sale hash, which carries the count, is written last): the user
+-- may belong to another bucket, where the limit marker is looked for.
+-- Nothing is reserved; the caller routes again by the count answered.
+local buckets = tonumber(sale[4]) or 1
+if ARGV[10] and ARGV[10] ~= '' and tonumber(ARGV[10]) ~= buckets then return {'WRONG_BUCKETS', '', buckets} end
 -- The sale window and the expiries go by Redis's clock: one clock for every
 -- gateway, the one EXPIREAT is read by, so a gateway whose clock is off
 -- neither sells outside the window nor refuses a running sale. (Before

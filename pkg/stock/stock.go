@@ -240,6 +240,10 @@ const (
 	// NoRecord: a replay-only call (Reservation.ReplayOnly) found no
 	// record of the requestId; nothing was reserved.
 	NoRecord Outcome = "NO_RECORD"
+	// WrongBuckets: the sale is split over another number of buckets than
+	// Reservation.Buckets (the caller read the count before the sale was
+	// armed); Remaining is the sale's count. Nothing changed.
+	WrongBuckets Outcome = "WRONG_BUCKETS"
 )
 
 // Fingerprint identifies an order request's payload, so the reserve script
@@ -277,6 +281,10 @@ type Reservation struct {
 	// without one (NoRecord): the gateway's answer while the order queue is
 	// known to be down.
 	ReplayOnly bool
+	// Buckets is the bucket count the caller routed the user by (Item.Bucket
+	// is BucketOf(UserID, Buckets)); a sale split otherwise answers
+	// WrongBuckets. 0: not checked (a caller that names the bucket itself).
+	Buckets int
 }
 
 // ReserveResult is the script's answer. For Replayed it carries the first
@@ -305,7 +313,7 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 		[]string{k.Stock, k.Sale, k.Limit(r.UserID), k.Req(r.RequestID), k.Journal, k.Order(r.OrderNo), k.Fate(r.OrderNo),
 			k.MarkerIndex()},
 		r.RequestID, r.Fingerprint, r.OrderNo, r.Quantity, r.Event, int64(DedupLifetime/time.Second),
-		r.TraceParent, r.UserID, replayOnlyArg(r.ReplayOnly),
+		r.TraceParent, r.UserID, replayOnlyArg(r.ReplayOnly), bucketsArg(r.Buckets),
 	)
 	res, err := cmd.Slice()
 	if err != nil {
@@ -332,6 +340,14 @@ func replayOnlyArg(on bool) string {
 		return "1"
 	}
 	return ""
+}
+
+// bucketsArg is the reserve script's ARGV[10].
+func bucketsArg(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 // Ref names one reservation.
