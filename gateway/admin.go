@@ -295,20 +295,20 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 	// share lock on the activity's row: a kill switch that ended the sale
 	// since BeginPreheat read it is armed as ended, and one that comes now
 	// waits, then ends the sale this arms.
+	// Every item in two Redis round trips (stock.Store.ArmAll), REDIS_TIMEOUT
+	// for both: an end waits behind this no longer, however many items.
 	var redisDown bool
-	// Bounded as the arms alone were: each by REDIS_TIMEOUT.
-	within := pgTimeout + time.Duration(len(sales))*s.cfg.ReserveTimeout
+	within := pgTimeout + s.cfg.ReserveTimeout
 	err = s.inPostgresWithin(r.Context(), within, func(ctx context.Context) error {
 		return s.deps.Orders.WithSaleWindow(ctx, id, func(ctx context.Context, now order.Activity) error {
-			for _, sale := range sales {
-				sale.StartsAt, sale.EndsAt, sale.Cap = now.StartsAt, now.EndsAt, now.PerUserLimit
-				if err := s.inRedis(ctx, func(ctx context.Context) error { return s.deps.Stock.Arm(ctx, sale) }); err != nil {
-					s.deps.Log.Error("putting an item on sale", "activity_id", id, "item_id", sale.ItemID, "err", err)
-					redisDown = true
-					return nil // not Postgres's failure: the window read stands
-				}
+			for i := range sales {
+				sales[i].StartsAt, sales[i].EndsAt, sales[i].Cap = now.StartsAt, now.EndsAt, now.PerUserLimit
 			}
-			return nil
+			if err := s.inRedis(ctx, func(ctx context.Context) error { return s.deps.Stock.ArmAll(ctx, sales) }); err != nil {
+				s.deps.Log.Error("putting items on sale", "activity_id", id, "items", len(sales), "err", err)
+				redisDown = true
+			}
+			return nil // a Redis failure is not Postgres's: the window read stands
 		})
 	})
 	if redisDown {

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
@@ -266,5 +269,73 @@ func TestReserveRoutedByAnotherCount(t *testing.T) {
 	user++ // another user, in whatever bucket: a caller naming the bucket is not checked
 	if res := reserve(0, 0, "r2"); res.Outcome != stock.Reserved {
 		t.Errorf("bucket named by the caller: %s, want RESERVED", res.Outcome)
+	}
+}
+
+// roundTrips counts the calls and pipelines a client sends, but for the
+// set-up of a new connection (HELLO, CLIENT SETINFO).
+type roundTrips struct{ n atomic.Int64 }
+
+func setUp(cmd redis.Cmder) bool { return cmd.Name() == "hello" || cmd.Name() == "client" }
+
+func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !setUp(cmd) {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && !setUp(cmds[0]) {
+			c.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestArmAllInTwoRoundTrips: a preheat arms all its items while the kill
+// switch waits for it, so ArmAll puts any number of items and buckets on
+// sale in two round trips (every bucket b > 0, then every bucket 0), each
+// sale hash with its window, cap, count and expiry.
+func TestArmAllInTwoRoundTrips(t *testing.T) {
+	t.Parallel()
+	r := testenv.MustRedis(t)
+	client := testenv.RedisClient(t, testenv.RedisAddr(), time.Second)
+	calls := &roundTrips{}
+	client.AddHook(calls)
+	s := stock.New(client, r.Prefix)
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Millisecond)
+	var sales []stock.Sale
+	for i := range 40 {
+		sales = append(sales, stock.Sale{Item: stock.Item{ActivityID: 8, ItemID: int64(i + 1)}, Stock: 9,
+			StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 2, Buckets: 1 + i%4})
+	}
+	if err := s.ArmAll(ctx, sales); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls.n.Load(); got != 2 {
+		t.Errorf("ArmAll of 40 items (100 buckets) took %d round trips, want 2", got)
+	}
+	for _, sale := range sales {
+		if n, known, err := s.Buckets(ctx, sale.Item); err != nil || !known || n != max(sale.Buckets, 1) {
+			t.Errorf("item %d: bucket count %d %v %v, want %d", sale.ItemID, n, known, err, sale.Buckets)
+		}
+		for b := range sale.Buckets {
+			it := sale.Item
+			it.Bucket = b
+			k := stocktest.KeysOf(s, it)
+			v, err := r.Client.HGetAll(ctx, k.Sale).Result()
+			if err != nil || v["starts"] != strconv.FormatInt(sale.StartsAt.UnixMilli(), 10) ||
+				v["ends"] != strconv.FormatInt(sale.EndsAt.UnixMilli(), 10) || v["cap"] != "2" {
+				t.Errorf("item %d bucket %d: sale %v %v", sale.ItemID, b, v, err)
+			}
+			if at, err := r.Client.ExpireTime(ctx, k.Sale).Result(); err != nil || at != time.Duration(sale.EndsAt.Add(stock.StockGrace).Unix())*time.Second {
+				t.Errorf("item %d bucket %d: sale expires at %v %v, want the end + %v", sale.ItemID, b, at, err, stock.StockGrace)
+			}
+		}
 	}
 }

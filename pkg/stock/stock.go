@@ -43,6 +43,8 @@ var (
 	endLua string
 	//go:embed load.lua
 	loadLua string
+	//go:embed arm.lua
+	armLua string
 
 	reserveScript = redis.NewScript(reserveLua)
 	releaseScript = redis.NewScript(releaseLua)
@@ -52,6 +54,7 @@ var (
 	publishScript = redis.NewScript(publishLua)
 	endScript     = redis.NewScript(endLua)
 	loadScript    = redis.NewScript(loadLua)
+	armScript     = redis.NewScript(armLua)
 )
 
 const (
@@ -613,24 +616,43 @@ func (s *Store) Markers(ctx context.Context, it Item) (users []int64, complete b
 // a gateway learns the count from bucket 0's sale (Buckets), so by then
 // every bucket is on sale. The count is the one Postgres fixed before Load
 // and never changes afterwards, so a gateway may keep it for good.
-func (s *Store) Arm(ctx context.Context, sale Sale) error {
-	expireAt := sale.EndsAt.Add(StockGrace)
-	n := max(sale.Buckets, 1)
-	for b := n - 1; b >= 0; b-- {
-		it := sale.Item
-		it.Bucket = b
-		k := s.keys(it)
-		fields := []any{"starts", sale.StartsAt.UnixMilli(), "ends", sale.EndsAt.UnixMilli(), "cap", sale.Cap}
-		if n > 1 {
-			fields = append(fields, "buckets", n)
+func (s *Store) Arm(ctx context.Context, sale Sale) error { return s.ArmAll(ctx, []Sale{sale}) }
+
+// ArmAll is Arm for several items in two round trips, however many items
+// and buckets: every bucket b > 0 of every item, then every bucket 0. The
+// preheat arms while it holds a lock on the activity's row that the kill
+// switch waits for, so the round trips are what an end may wait behind.
+// Each sale hash is written by one script (arm.lua), so it never lacks its
+// expiry; the scripts go as EVAL in a plain pipeline, which Redis Cluster
+// splits by slot (a MULTI cannot span slots).
+func (s *Store) ArmAll(ctx context.Context, sales []Sale) error {
+	for _, last := range []bool{false, true} {
+		p := s.rdb.Pipeline()
+		for _, sale := range sales {
+			n := max(sale.Buckets, 1)
+			count := ""
+			if n > 1 {
+				count = strconv.Itoa(n)
+			}
+			for b := range n {
+				if (b == 0) != last {
+					continue
+				}
+				it := sale.Item
+				it.Bucket = b
+				armScript.Eval(ctx, p, []string{s.keys(it).Sale}, sale.StartsAt.UnixMilli(), sale.EndsAt.UnixMilli(), sale.Cap,
+					sale.EndsAt.Add(StockGrace).Unix(), count)
+			}
 		}
-		_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, k.Sale, fields...)
-			p.ExpireAt(ctx, k.Sale, expireAt)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("putting %s bucket %d on sale: %w", sale.Item, b, err)
+		if p.Len() == 0 {
+			continue
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			which := "buckets other than 0"
+			if last {
+				which = "bucket 0"
+			}
+			return fmt.Errorf("putting %d item(s) on sale, %s: %w", len(sales), which, err)
 		}
 	}
 	return nil
