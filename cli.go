@@ -86,7 +86,7 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 	{name: "migrate", summary: "create the database if missing and apply the migrations",
 		usage: database.MigrateUsage + configHint, check: noArgs,
 		run: func(ctx context.Context, log *slog.Logger, cfg config) error {
-			return prepareDatabase(ctx, log, cfg.Database.URL)
+			return migrateCommand(ctx, log, cfg.Database.URL)
 		}},
 	{name: "kafka", summary: "the embedded Kafka-protocol broker alone on KAFKA_EMBEDDED_PORT (dev builds; on disk with KAFKA_EMBEDDED_DIR)",
 		usage: `usage: orderpipe kafka
@@ -108,7 +108,7 @@ embedded broker.
 				log.Error("orderpipe failed", "err", "KAFKA_BROKERS is empty: topics are created on a real cluster (the embedded broker creates its own)")
 				return setting.ExitCode(2)
 			}
-			if err := waitKafka(ctx, log, cfg.Kafka); err != nil {
+			if err := couldNotRun(log, "kafka", waitKafka(ctx, log, cfg.Kafka)); err != nil {
 				return err
 			}
 			return cfg.Kafka.CreateTopics(ctx, log)

@@ -255,6 +255,16 @@ func TestBadCommandLinesExit2(t *testing.T) {
 	if res := runBinary(t, append(env, "KAFKA_BROKERS="), "topics"); res.code != 2 || !strings.Contains(res.stderr, "KAFKA_BROKERS is empty") {
 		t.Errorf("orderpipe topics without KAFKA_BROKERS: want exit 2 naming it: %s", res)
 	}
+	// A store that refuses the login: could not run, as the reconciler says it.
+	refused, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused.User = url.UserPassword(testenv.UniqueName("nobody"), "x")
+	if res := runBinary(t, append(env, "DATABASE_URL="+refused.String()), "migrate"); res.code != 2 ||
+		!strings.Contains(res.stderr, "could not run") {
+		t.Errorf("orderpipe migrate with a refused login: want exit 2, could not run: %s", res)
+	}
 	// A bad setting is a run that never started, also for the commands
 	// whose exit 1 means something (drift, an unknown requestId).
 	for _, args := range [][]string{{"reconciler", "--once"}, {"locate", "r-1"}, {"dlq", "list"}, {"events"}, {"topics"}} {

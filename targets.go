@@ -13,6 +13,7 @@ import (
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/relay"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/target"
 	"orderpipe/reconciler"
 	"orderpipe/worker"
@@ -128,6 +129,28 @@ func prepareDatabase(ctx context.Context, log *slog.Logger, url string) error {
 		return err
 	}
 	return database.Prepare(ctx, log, url)
+}
+
+// migrateCommand is `orderpipe migrate`: prepareDatabase, exiting 2 when
+// the server never answered.
+func migrateCommand(ctx context.Context, log *slog.Logger, url string) error {
+	if err := couldNotRun(log, "postgres", target.WaitReachable(ctx, log, "postgres", func(ctx context.Context) error {
+		return database.PingServer(ctx, url)
+	})); err != nil {
+		return err
+	}
+	return database.Prepare(ctx, log, url)
+}
+
+// couldNotRun is the exit of a one-shot command whose store never
+// answered: 2, "could not run", as the reconciler, locate, events and dlq
+// exit then (1 is left for a command that ran and failed).
+func couldNotRun(log *slog.Logger, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	log.Error("orderpipe could not run", "dependency", what, "err", err)
+	return setting.ExitCode(2)
 }
 
 // waitKafka waits, like prepareDatabase, up to 30 s for a broker of

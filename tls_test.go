@@ -152,8 +152,8 @@ func TestKafkaOverSASLSSL(t *testing.T) {
 		}
 		wrong := testenv.KafkaUser{Name: scram.Name, Password: "wrong-" + scram.Password}
 		res := runBinary(t, kafkaEnv("SCRAM-SHA-512", wrong), "topics")
-		if res.code != 1 || !strings.Contains(res.stderr, "SASL") {
-			t.Errorf("topics with a wrong password: want exit 1 naming SASL: %s", res)
+		if res.code != 2 || !strings.Contains(res.stderr, "SASL") {
+			t.Errorf("topics with a wrong password: want exit 2 (could not run) naming SASL: %s", res)
 		}
 		assertNoKafkaPassword(t, res.String(), wrong, plain, scram)
 	})
