@@ -89,7 +89,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		return res, err
 	}
 	res, err := reserve()
-	if err == nil && res.Outcome == stock.WrongBuckets {
+	if err == nil && res.Outcome == stock.WrongBuckets && stock.ValidBuckets(int(res.Remaining)) {
 		// The sale was armed between the read of its bucket count and the
 		// reserve: the user may belong to another bucket. Nothing was
 		// reserved; route by the count the script answered and reserve there.
