@@ -26,6 +26,10 @@ import (
 //     the requestId's order, if any, is that orderNo (I3); I1, I2, I5, I6
 //     on the stores and I7 on orders.status. Then no order that no client
 //     sent, and `orderpipe reconciler --once` exits 0.
+//   - A refusal holds nothing, from the history: a requestId whose every
+//     POST was answered, none 2xx and none with an unknown outcome (Op.Unknown:
+//     "the outcome is unknown", another 5xx), has no order and no decision
+//     in Postgres — each answer said nothing was reserved.
 
 type violation struct {
 	requestID string // the offending requestId, "" when the rule is about the stores
@@ -127,6 +131,8 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 		}
 	}
 
+	c.checkRefused(rids, snap)
+
 	// The stores (I1–I7) and every orderNo shown resolving through GET
 	// (pkg/invariant), phantoms (the answers were judged above).
 	a, err := s.runAudit(ctx, act, items, shownNos, lr)
@@ -149,6 +155,43 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 	}
 	sort.SliceStable(c.violations, func(i, j int) bool { return c.violations[i].msg < c.violations[j].msg })
 	return c, nil
+}
+
+// checkRefused: a requestId only refused (every POST answered, none 2xx,
+// none of unknown outcome) has no order and no decision.
+func (c *checkResult) checkRefused(rids []string, snap order.ActivitySnapshot) {
+	held := map[string]string{}
+	for _, o := range snap.Orders {
+		held[o.RequestID] = fmt.Sprintf("order %s (%s)", o.OrderNo, o.Status)
+	}
+	for _, d := range snap.Decisions {
+		if _, ok := held[d.RequestID]; !ok {
+			held[d.RequestID] = fmt.Sprintf("decision %s %s", d.Outcome, d.OrderNo)
+		}
+	}
+	for _, rid := range rids {
+		what, ok := held[rid]
+		if !ok {
+			continue
+		}
+		var answers []string
+		refused := false
+		for _, o := range c.ops[rid] {
+			if o.Kind != opOrder {
+				continue
+			}
+			if o.Status == 0 || o.ok2xx() || o.Unknown {
+				refused = false
+				break
+			}
+			refused = true
+			answers = append(answers, fmt.Sprintf("#%d %d %s (%+.3fs)", o.Attempt, o.Status, o.Code, o.End.Sub(c.t0).Seconds()))
+		}
+		if refused {
+			c.violate(rid, "refused, yet held: %s: every attempt said nothing was reserved (%s), but Postgres has %s",
+				rid, strings.Join(answers, ", "), what)
+		}
+	}
 }
 
 // checkPay: a payment answered PAID is PAID and never closed; ORDER_CLOSED

@@ -47,6 +47,10 @@ type Op struct {
 	RetryAfter  int    `json:"retryAfterS,omitempty"`
 	Err         string `json:"err,omitempty"`
 	Note        string `json:"note,omitempty"`
+	// Unknown: the answer says its outcome is unknown (a 503 whose body says
+	// so, another 5xx, or a body that is not the API's): it may still end
+	// as an order. Any other refusal says nothing was reserved.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // ok2xx reports whether the op was answered 200 or 202.

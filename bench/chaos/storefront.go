@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,6 +222,8 @@ func (sf *storefront) call(ctx context.Context, c, gw int, kind string, b *order
 		if e.Code != gwclient.CodeUndecodable {
 			o.Code = string(e.Code)
 		}
+		o.Unknown = e.Status >= 500 && (e.Status != http.StatusServiceUnavailable || e.Code == gwclient.CodeUndecodable ||
+			strings.Contains(e.Message, "outcome is unknown"))
 	default:
 		// No answer, or cut mid-answer: as good as no answer.
 		o.Err = callError(err)
