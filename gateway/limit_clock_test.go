@@ -25,7 +25,6 @@ import (
 // user for that hour; the user is let through again at the normal rate.
 // Not parallel: the offset is the whole process's clock.
 func TestUserLimitIgnoresAClockStep(t *testing.T) {
-	t.Parallel()
 	r := testenv.MustRedis(t)
 	st := stock.New(r.Client, r.Prefix)
 	it := stock.Item{ActivityID: 1, ItemID: 1}

@@ -19,14 +19,8 @@ import (
 // without a token is refused too, and a held lock is not taken twice.
 func TestStaleBucketHolderRefused(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	s := stock.New(r.Client, r.Prefix)
+	_, s, it := nineOverThree(t, 5, 6)
 	ctx := context.Background()
-	it := stock.Item{ActivityID: 5, ItemID: 6}
-	now := time.Now()
-	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1, Buckets: 3}); err != nil {
-		t.Fatal(err)
-	}
 	stocks := func() string {
 		t.Helper()
 		got, err := s.BucketStocks(ctx, it, 3)

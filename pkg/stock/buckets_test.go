@@ -73,14 +73,8 @@ func TestBucketTagsAndRouting(t *testing.T) {
 // repeated after the record is gone changes nothing.
 func TestMoveFinishesAfterACrash(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	s := stock.New(r.Client, r.Prefix)
+	r, s, it := nineOverThree(t, 3, 4)
 	ctx := context.Background()
-	it := stock.Item{ActivityID: 3, ItemID: 4}
-	now := time.Now()
-	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1, Buckets: 3}); err != nil {
-		t.Fatal(err)
-	}
 	stocks := func() string {
 		t.Helper()
 		got, err := s.BucketStocks(ctx, it, 3)
@@ -149,6 +143,21 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 	if need, err := s.NeedsMove(ctx, it, 3); err != nil || need {
 		t.Errorf("needs move: %v %v, want false", need, err)
 	}
+}
+
+// nineOverThree is a store of the test's own and item activity:item on
+// sale for the hour, 9 units over 3 buckets, one per user.
+func nineOverThree(t *testing.T, activity, item int64) (testenv.Redis, *stock.Store, stock.Item) {
+	t.Helper()
+	r := testenv.MustRedis(t)
+	s := stock.New(r.Client, r.Prefix)
+	it := stock.Item{ActivityID: activity, ItemID: item}
+	now := time.Now()
+	if _, err := s.Preheat(context.Background(), stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour),
+		Cap: 1, Buckets: 3}); err != nil {
+		t.Fatal(err)
+	}
+	return r, s, it
 }
 
 // TestLoadSellsNothingUntilArm: a preheat's Load gives every bucket its
@@ -225,14 +234,8 @@ func TestLoadSellsNothingUntilArm(t *testing.T) {
 // that names its bucket itself (Buckets 0) is not checked.
 func TestReserveRoutedByAnotherCount(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	s := stock.New(r.Client, r.Prefix)
+	r, s, it := nineOverThree(t, 5, 7)
 	ctx := context.Background()
-	it := stock.Item{ActivityID: 5, ItemID: 7}
-	now := time.Now()
-	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1, Buckets: 3}); err != nil {
-		t.Fatal(err)
-	}
 	user := int64(1)
 	for stock.BucketOf(user, 3) == 0 {
 		user++
