@@ -295,16 +295,18 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 	// share lock on the activity's row: a kill switch that ended the sale
 	// since BeginPreheat read it is armed as ended, and one that comes now
 	// waits, then ends the sale this arms.
-	// Every item in two Redis round trips (stock.Store.ArmAll), REDIS_TIMEOUT
-	// for both: an end waits behind this no longer, however many items.
+	// Every item in few Redis round trips (stock.Store.ArmAll: two up to a
+	// thousand sale hashes each), REDIS_TIMEOUT each: an end waits behind
+	// this no longer.
 	var redisDown bool
-	within := pgTimeout + s.cfg.ReserveTimeout
+	arming := time.Duration(stock.ScriptRoundTrips(sales)) * s.cfg.ReserveTimeout
+	within := pgTimeout + arming
 	err = s.inPostgresWithin(r.Context(), within, func(ctx context.Context) error {
 		return s.deps.Orders.WithSaleWindow(ctx, id, func(ctx context.Context, now order.Activity) error {
 			for i := range sales {
 				sales[i].StartsAt, sales[i].EndsAt, sales[i].Cap = now.StartsAt, now.EndsAt, now.PerUserLimit
 			}
-			if err := s.inRedis(ctx, func(ctx context.Context) error { return s.deps.Stock.ArmAll(ctx, sales) }); err != nil {
+			if err := s.inRedisWithin(ctx, arming, func(ctx context.Context) error { return s.deps.Stock.ArmAll(ctx, sales) }); err != nil {
 				s.deps.Log.Error("putting items on sale", "activity_id", id, "items", len(sales), "err", err)
 				redisDown = true
 			}

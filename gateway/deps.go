@@ -27,7 +27,13 @@ func (s *Server) inPostgresWithin(ctx context.Context, timeout time.Duration, fn
 
 // inRedis runs fn through the Redis breaker, bounded by REDIS_TIMEOUT.
 func (s *Server) inRedis(ctx context.Context, fn func(ctx context.Context) error) error {
-	return guarded(ctx, s.redisCB.Do, s.cfg.ReserveTimeout, fn, stock.ErrSaleOver)
+	return s.inRedisWithin(ctx, s.cfg.ReserveTimeout, fn)
+}
+
+// inRedisWithin is inRedis for fn that makes several round trips, bounded
+// by timeout in all.
+func (s *Server) inRedisWithin(ctx context.Context, timeout time.Duration, fn func(ctx context.Context) error) error {
+	return guarded(ctx, s.redisCB.Do, timeout, fn, stock.ErrSaleOver)
 }
 
 func guarded(ctx context.Context, do func(func() error) error, timeout time.Duration,

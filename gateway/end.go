@@ -46,23 +46,20 @@ func (s *Server) endSale(w http.ResponseWriter, r *http.Request) {
 		return true
 	}
 	armed := func() (time.Time, bool) {
+		sales := make([]stock.Sale, len(a.Items))
+		for i, it := range a.Items {
+			sales[i] = stock.Sale{Item: stock.Item{ActivityID: a.ID, ItemID: it.ItemID}, Buckets: it.Buckets}
+		}
 		var earliest time.Time
-		for _, it := range a.Items {
-			var ends time.Time
-			var had bool
-			if err := s.inRedis(ctx, func(ctx context.Context) error {
-				var err error
-				_, ends, had, err = s.deps.Stock.End(ctx, stock.Item{ActivityID: a.ID, ItemID: it.ItemID}, it.Buckets, a.EndsAt)
-				return err
-			}); err != nil {
-				s.deps.Log.ErrorContext(ctx, "ending a sale in Redis", append(caller, "item_id", it.ItemID, "err", err)...)
-				writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
-					"stock service unavailable; the end is recorded but the sale may still be selling: retry (ending a sale is idempotent)")
-				return time.Time{}, false
-			}
-			if had && (earliest.IsZero() || ends.Before(earliest)) {
-				earliest = ends
-			}
+		if err := s.inRedisWithin(ctx, time.Duration(stock.ScriptRoundTrips(sales))*s.cfg.ReserveTimeout, func(ctx context.Context) error {
+			var err error
+			earliest, _, err = s.deps.Stock.End(ctx, sales, a.EndsAt)
+			return err
+		}); err != nil {
+			s.deps.Log.ErrorContext(ctx, "ending a sale in Redis", append(caller, "items", len(sales), "err", err)...)
+			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
+				"stock service unavailable; the end is recorded but the sale may still be selling: retry (ending a sale is idempotent)")
+			return time.Time{}, false
 		}
 		return earliest, true
 	}

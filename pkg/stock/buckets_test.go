@@ -299,11 +299,12 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// TestArmAllInTwoRoundTrips: a preheat arms all its items while the kill
-// switch waits for it, so ArmAll puts any number of items and buckets on
-// sale in two round trips (every bucket b > 0, then every bucket 0), each
-// sale hash with its window, cap, count and expiry.
-func TestArmAllInTwoRoundTrips(t *testing.T) {
+// TestArmAllAndEndInFewRoundTrips: a preheat arms all its items while the
+// kill switch waits for it, and the kill switch ends them all while they
+// may still sell, so ArmAll puts any number of items and buckets on sale in
+// two round trips (every bucket b > 0, then every bucket 0), each sale hash
+// with its window, cap, count and expiry, and End ends them all in one.
+func TestArmAllAndEndInFewRoundTrips(t *testing.T) {
 	t.Parallel()
 	r := testenv.MustRedis(t)
 	client := testenv.RedisClient(t, testenv.RedisAddr(), time.Second)
@@ -317,11 +318,20 @@ func TestArmAllInTwoRoundTrips(t *testing.T) {
 		sales = append(sales, stock.Sale{Item: stock.Item{ActivityID: 8, ItemID: int64(i + 1)}, Stock: 9,
 			StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 2, Buckets: 1 + i%4})
 	}
+	// Once first, so the scripts are loaded (a fresh Redis costs a load
+	// and a second send of the first pipeline).
+	if err := s.ArmAll(ctx, sales[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.End(ctx, []stock.Sale{{Item: stock.Item{ActivityID: 8, ItemID: 999}}}, now); err != nil {
+		t.Fatal(err)
+	}
+	calls.n.Store(0)
 	if err := s.ArmAll(ctx, sales); err != nil {
 		t.Fatal(err)
 	}
-	if got := calls.n.Load(); got != 2 {
-		t.Errorf("ArmAll of 40 items (100 buckets) took %d round trips, want 2", got)
+	if got, want := calls.n.Load(), int64(stock.ScriptRoundTrips(sales)); got != 2 || want != 2 {
+		t.Errorf("ArmAll of 40 items (100 buckets) took %d round trips (ScriptRoundTrips says %d), want 2", got, want)
 	}
 	for _, sale := range sales {
 		if n, known, err := s.Buckets(ctx, sale.Item); err != nil || !known || n != max(sale.Buckets, 1) {
@@ -340,5 +350,34 @@ func TestArmAllInTwoRoundTrips(t *testing.T) {
 				t.Errorf("item %d bucket %d: sale expires at %v %v, want the end + %v", sale.ItemID, b, at, err, stock.StockGrace)
 			}
 		}
+	}
+
+	calls.n.Store(0)
+	at := now.Add(-time.Second) // in the window, before Redis's now
+	ends, ok, err := s.End(ctx, sales, at)
+	if err != nil || !ok || !ends.Equal(at) {
+		t.Fatalf("End: %v %v %v, want %v", ends, ok, err, at)
+	}
+	if got := calls.n.Load(); got != 1 {
+		t.Errorf("End of 40 items (100 buckets) took %d round trips, want 1", got)
+	}
+	for _, sale := range sales {
+		for b := range sale.Buckets {
+			it := sale.Item
+			it.Bucket = b
+			if v, _ := r.Client.HGet(ctx, stocktest.KeysOf(s, it).Sale, "ends").Result(); v != strconv.FormatInt(at.UnixMilli(), 10) {
+				t.Errorf("item %d bucket %d ends at %s after End, want %d", sale.ItemID, b, v, at.UnixMilli())
+			}
+		}
+	}
+	if n := stock.ScriptRoundTrips([]stock.Sale{{Buckets: 64}, {Buckets: 64}}); n != 2 {
+		t.Errorf("ScriptRoundTrips of 2 items × 64 buckets = %d, want 2", n)
+	}
+	many := make([]stock.Sale, 1000)
+	for i := range many {
+		many[i].Buckets = 64
+	}
+	if n := stock.ScriptRoundTrips(many); n != 64 {
+		t.Errorf("ScriptRoundTrips of 1000 items × 64 buckets = %d, want 63 + 1", n)
 	}
 }

@@ -123,7 +123,7 @@ func TestSaleWindow(t *testing.T) {
 		t.Errorf("SaleWindow = %v %v %v %v, want %v %v true", a, b, ok, err, starts, ends)
 	}
 	at := starts.Add(time.Minute)
-	if _, _, _, err := s.End(ctx, it, 1, at); err != nil {
+	if _, _, err := s.End(ctx, []stock.Sale{{Item: it}}, at); err != nil {
 		t.Fatal(err)
 	}
 	if _, b, ok, err := s.SaleWindow(ctx, it); err != nil || !ok || b.After(at) {

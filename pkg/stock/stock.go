@@ -618,16 +618,15 @@ func (s *Store) Markers(ctx context.Context, it Item) (users []int64, complete b
 // and never changes afterwards, so a gateway may keep it for good.
 func (s *Store) Arm(ctx context.Context, sale Sale) error { return s.ArmAll(ctx, []Sale{sale}) }
 
-// ArmAll is Arm for several items in two round trips, however many items
-// and buckets: every bucket b > 0 of every item, then every bucket 0. The
-// preheat arms while it holds a lock on the activity's row that the kill
-// switch waits for, so the round trips are what an end may wait behind.
-// Each sale hash is written by one script (arm.lua), so it never lacks its
-// expiry; the scripts go as EVAL in a plain pipeline, which Redis Cluster
-// splits by slot (a MULTI cannot span slots).
+// ArmAll is Arm for several items in few round trips: every bucket b > 0
+// of every item, then every bucket 0, each in pipelines of up to
+// ScriptChunk sale hashes (ScriptRoundTrips). The preheat arms while it
+// holds a lock on the activity's row that the kill switch waits for, so
+// the round trips are what an end may wait behind. Each sale hash is
+// written by one script (arm.lua), so it never lacks its expiry.
 func (s *Store) ArmAll(ctx context.Context, sales []Sale) error {
 	for _, last := range []bool{false, true} {
-		p := s.rdb.Pipeline()
+		var calls []scriptCall
 		for _, sale := range sales {
 			n := max(sale.Buckets, 1)
 			count := ""
@@ -640,14 +639,11 @@ func (s *Store) ArmAll(ctx context.Context, sales []Sale) error {
 				}
 				it := sale.Item
 				it.Bucket = b
-				armScript.Eval(ctx, p, []string{s.keys(it).Sale}, sale.StartsAt.UnixMilli(), sale.EndsAt.UnixMilli(), sale.Cap,
-					sale.EndsAt.Add(StockGrace).Unix(), count)
+				calls = append(calls, scriptCall{keys: []string{s.keys(it).Sale}, args: []any{sale.StartsAt.UnixMilli(),
+					sale.EndsAt.UnixMilli(), sale.Cap, sale.EndsAt.Add(StockGrace).Unix(), count}})
 			}
 		}
-		if p.Len() == 0 {
-			continue
-		}
-		if _, err := p.Exec(ctx); err != nil {
+		if _, err := s.pipelined(ctx, armScript, calls); err != nil {
 			which := "buckets other than 0"
 			if last {
 				which = "bucket 0"
@@ -658,33 +654,94 @@ func (s *Store) ArmAll(ctx context.Context, sales []Sale) error {
 	return nil
 }
 
-// End is the kill switch's Redis step for one item: every bucket's sale
-// window ends at the earliest of its own end, at and Redis's now (a sale not
+// ScriptChunk is how many script calls one pipeline of ArmAll or EndAll
+// carries.
+const ScriptChunk = 1000
+
+// ScriptRoundTrips is how many round trips ArmAll (and at most EndAll)
+// takes for the sales: a caller bounds each by its Redis timeout.
+func ScriptRoundTrips(sales []Sale) int {
+	var other, zero int
+	for _, sale := range sales {
+		other += max(sale.Buckets, 1) - 1
+		zero++
+	}
+	return (other+ScriptChunk-1)/ScriptChunk + (zero+ScriptChunk-1)/ScriptChunk
+}
+
+// scriptCall is one call of a script in a pipeline.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// pipelined runs the calls of script in pipelines of ScriptChunk, by
+// EVALSHA (a pipeline refused for NOSCRIPT is sent again once the script is
+// loaded: the scripts it runs are idempotent). Redis Cluster splits each
+// pipeline by slot.
+func (s *Store) pipelined(ctx context.Context, script *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+	out := make([]*redis.Cmd, 0, len(calls))
+	for len(calls) > 0 {
+		chunk := calls[:min(len(calls), ScriptChunk)]
+		calls = calls[len(chunk):]
+		var cmds []*redis.Cmd
+		for try := 0; ; try++ {
+			p := s.rdb.Pipeline()
+			cmds = cmds[:0]
+			for _, c := range chunk {
+				cmds = append(cmds, script.EvalSha(ctx, p, c.keys, c.args...))
+			}
+			_, err := p.Exec(ctx)
+			if err == nil {
+				break
+			}
+			if try > 0 || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+				return nil, err
+			}
+			if err := script.Load(ctx, s.rdb).Err(); err != nil {
+				return nil, fmt.Errorf("loading a script: %w", err)
+			}
+		}
+		out = append(out, cmds...)
+	}
+	return out, nil
+}
+
+// End is the kill switch's Redis step: every bucket's sale window of the
+// items ends at the earliest of its own end, at and Redis's now (a sale not
 // yet started ends before its start), so from the next reserve script on no
-// gateway sells it. It answers the window the buckets now have (the
-// earliest end, with its start), for the caller to record in Postgres so
-// the two agree; ok is false when no bucket had a sale (never armed, or
-// expired). Only ever moves the end earlier: idempotent.
-func (s *Store) End(ctx context.Context, it Item, buckets int, at time.Time) (starts, ends time.Time, ok bool, err error) {
-	var first, last int64 = -1, -1
-	for b := range max(buckets, 1) {
-		bit := it
-		bit.Bucket = b
-		r, err := endScript.Run(ctx, s.rdb, []string{s.keys(bit).Sale}, at.UnixMilli()).Int64Slice()
-		if err != nil {
-			return time.Time{}, time.Time{}, false, fmt.Errorf("ending the sale of %s bucket %d: %w", it, b, err)
+// gateway sells them — every bucket of every item in pipelines of
+// ScriptChunk calls, not one round trip each. It answers the earliest end
+// the buckets now have, for the caller to record in Postgres so the two
+// agree; ok is false when no bucket had a sale (never armed, or expired).
+// Only ever moves an end earlier: idempotent.
+func (s *Store) End(ctx context.Context, sales []Sale, at time.Time) (ends time.Time, ok bool, err error) {
+	var calls []scriptCall
+	for _, sale := range sales {
+		for b := range max(sale.Buckets, 1) {
+			it := sale.Item
+			it.Bucket = b
+			calls = append(calls, scriptCall{keys: []string{s.keys(it).Sale}, args: []any{at.UnixMilli()}})
 		}
-		if r[1] < 0 {
-			continue
+	}
+	cmds, err := s.pipelined(ctx, endScript, calls)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("ending the sale of %d item(s): %w", len(sales), err)
+	}
+	var last int64 = -1
+	for _, c := range cmds {
+		r, err := c.Int64Slice()
+		if err != nil || len(r) != 2 {
+			return time.Time{}, false, fmt.Errorf("ending a sale: the script answered %v %v", r, err)
 		}
-		if last < 0 || r[1] < last {
-			first, last = r[0], r[1]
+		if r[1] >= 0 && (last < 0 || r[1] < last) {
+			last = r[1]
 		}
 	}
 	if last < 0 {
-		return time.Time{}, time.Time{}, false, nil
+		return time.Time{}, false, nil
 	}
-	return time.UnixMilli(first).UTC(), time.UnixMilli(last).UTC(), true, nil
+	return time.UnixMilli(last).UTC(), true, nil
 }
 
 // Pending looks an orderNo up in the item's dedup records: the reservation's
