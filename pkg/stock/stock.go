@@ -566,21 +566,29 @@ func (s *Store) Preheat(ctx context.Context, sale Sale) (loaded bool, err error)
 // the sale ends; a fresh bucket's marker index starts complete (load.lua).
 // It writes no sale hash: without one the reserve script answers
 // NOT_ON_SALE, so a preheat that stops here sells nothing. It reports
-// whether this call loaded any bucket. One script per bucket: they
-// are separate slots.
+// whether this call loaded any bucket. One script per bucket (they are
+// separate slots), all in one pipeline.
 func (s *Store) Load(ctx context.Context, sale Sale) (loaded bool, err error) {
 	expireAt := sale.EndsAt.Add(StockGrace)
 	if !expireAt.After(clock.Now()) {
 		return false, ErrSaleOver
 	}
+	var calls []scriptCall
 	for b, share := range Split(sale.Stock, sale.Buckets) {
 		it := sale.Item
 		it.Bucket = b
 		k := s.keys(it)
-		n, err := loadScript.Run(ctx, s.rdb, []string{k.Stock, k.MarkerIndex()},
-			share, expireAt.Unix(), sale.EndsAt.Add(MarkerLife).Unix()).Int()
+		calls = append(calls, scriptCall{keys: []string{k.Stock, k.MarkerIndex()},
+			args: []any{share, expireAt.Unix(), sale.EndsAt.Add(MarkerLife).Unix()}})
+	}
+	cmds, err := s.pipelined(ctx, loadScript, calls)
+	if err != nil {
+		return false, fmt.Errorf("loading %s: %w", sale.Item, err)
+	}
+	for b, c := range cmds {
+		n, err := c.Int()
 		if err != nil {
-			return loaded, fmt.Errorf("loading %s bucket %d: %w", sale.Item, b, err)
+			return false, fmt.Errorf("loading %s bucket %d: %w", sale.Item, b, err)
 		}
 		loaded = loaded || n == 1
 	}
