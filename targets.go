@@ -123,9 +123,7 @@ func localSetup(ctx context.Context, log *slog.Logger, cfg *config) (stop func()
 // only connects; the creation and the migrations run after it, outside
 // its 5 s bound per attempt.
 func prepareDatabase(ctx context.Context, log *slog.Logger, url string) error {
-	if err := target.WaitReachable(ctx, log, "postgres", func(ctx context.Context) error {
-		return database.PingServer(ctx, url)
-	}); err != nil {
+	if err := waitPostgres(ctx, log, url); err != nil {
 		return err
 	}
 	return database.Prepare(ctx, log, url)
@@ -134,12 +132,15 @@ func prepareDatabase(ctx context.Context, log *slog.Logger, url string) error {
 // migrateCommand is `orderpipe migrate`: prepareDatabase, exiting 2 when
 // the server never answered.
 func migrateCommand(ctx context.Context, log *slog.Logger, url string) error {
-	if err := couldNotRun(log, "postgres", target.WaitReachable(ctx, log, "postgres", func(ctx context.Context) error {
-		return database.PingServer(ctx, url)
-	})); err != nil {
+	if err := couldNotRun(log, "postgres", waitPostgres(ctx, log, url)); err != nil {
 		return err
 	}
 	return database.Prepare(ctx, log, url)
+}
+
+// waitPostgres waits up to 30 s for the server of url to answer.
+func waitPostgres(ctx context.Context, log *slog.Logger, url string) error {
+	return target.WaitReachable(ctx, log, "postgres", func(ctx context.Context) error { return database.PingServer(ctx, url) })
 }
 
 // couldNotRun is the exit of a one-shot command whose store never

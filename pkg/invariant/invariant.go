@@ -318,7 +318,9 @@ func (c *Checker) redis(ctx context.Context, j *judge, row order.ItemStock, it *
 }
 
 // markers reads the item's limit markers: the live orders' users' and
-// Scope.Users', each in the user's bucket, or all found by a scan.
+// Scope.Users', each in the user's bucket, or all found by a scan, where a
+// marker outside its user's bucket is a violation (the per-user limit and
+// the order's release look in the user's bucket) and is not the user's.
 func (c *Checker) markers(ctx context.Context, j *judge, itemID int64, buckets int) (map[int64]string, error) {
 	out := map[int64]string{}
 	if j.s.Users == nil {
@@ -327,8 +329,12 @@ func (c *Checker) markers(ctx context.Context, j *judge, itemID int64, buckets i
 			if err != nil {
 				return nil, err
 			}
-			for u, rid := range m {
-				out[u] = rid
+			for _, u := range sortedKeys(m) {
+				if own := stock.BucketOf(u, buckets); own != b {
+					j.violate(I5, m[u], "item %d user %d: limit marker %q in bucket %d, the user's bucket is %d", itemID, u, m[u], b, own)
+					continue
+				}
+				out[u] = m[u]
 			}
 		}
 		return out, nil

@@ -76,6 +76,17 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			stocktest.SetMarker(t, st, s.it, 3, "stray")
 			s.scope.Users = []int64{1, 2, 3}
 		}, []string{"I5"}},
+		{"LimitMarkerInAnotherBucket", false, false, func(t *testing.T, s *sale) {
+			// Two buckets: user 2 belongs to bucket 1, yet its live order's
+			// marker is in bucket 0 (a reserve routed by a stale count).
+			ordertest.SetBuckets(t, orders, s.id, 1, 2)
+			b1 := s.it
+			b1.Bucket = 1
+			stocktest.SetStock(t, st, b1, 0)
+			if stock.BucketOf(2, 2) != 1 || stock.BucketOf(1, 2) != 0 {
+				t.Fatal("users 1 and 2 are no longer in buckets 0 and 1")
+			}
+		}, []string{"I5"}},
 		{"LostOrderNo", false, false, func(t *testing.T, s *sale) {
 			s.scope.Observed[fmt.Sprintf("%d-1-lost", s.id)] = "r-lost"
 		}, []string{"I4"}},

@@ -662,11 +662,11 @@ func (s *Store) ArmAll(ctx context.Context, sales []Sale) error {
 	return nil
 }
 
-// ScriptChunk is how many script calls one pipeline of ArmAll or EndAll
+// ScriptChunk is how many script calls one pipeline of Load, ArmAll or End
 // carries.
 const ScriptChunk = 1000
 
-// ScriptRoundTrips is how many round trips ArmAll (and at most EndAll)
+// ScriptRoundTrips is how many round trips ArmAll (and at most End)
 // takes for the sales: a caller bounds each by its Redis timeout.
 func ScriptRoundTrips(sales []Sale) int {
 	var other, zero int

@@ -38,6 +38,17 @@ func SetStock(tb TB, st *order.Store, activityID, itemID, stock int64) {
 	}
 }
 
+// SetBuckets overwrites the item's bucket count in Postgres, as a layout
+// Redis was not loaded by would.
+func SetBuckets(tb TB, st *order.Store, activityID, itemID int64, buckets int) {
+	tb.Helper()
+	_, err := handle.Pool(st).Exec(context.Background(),
+		`UPDATE item_stock SET buckets = $3 WHERE activity_id = $1 AND item_id = $2`, activityID, itemID, buckets)
+	if err != nil {
+		tb.Fatalf("setting the buckets of %d:%d: %v", activityID, itemID, err)
+	}
+}
+
 // CountOrders counts the order rows, whatever their status.
 func CountOrders(tb TB, st *order.Store) int {
 	tb.Helper()
