@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
@@ -23,15 +24,17 @@ import (
 // split over buckets; the sale runs from a minute ago for an hour.
 func (p *pipeline) mustBucketedSale(tb testing.TB, id, item, units int64, buckets, perUserLimit int) {
 	tb.Helper()
-	body := map[string]any{"name": fmt.Sprintf("sale %d", id), "startsAt": time.Now().Add(-time.Minute).UTC(),
-		"endsAt": time.Now().Add(time.Hour).UTC(), "perUserLimit": perUserLimit,
-		"items": []map[string]any{{"itemId": item, "stock": units, "buckets": buckets}}}
-	auth := []string{"Authorization", "Bearer " + p.Admin}
-	if r := p.do(tb, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), "application/json", body, auth...); r.Status != http.StatusOK {
-		tb.Fatalf("creating activity: %d %v", r.Status, r.Body)
+	a := client.ActivityUpsert{Name: fmt.Sprintf("sale %d", id), StartsAt: time.Now().Add(-time.Minute).UTC(),
+		EndsAt: time.Now().Add(time.Hour).UTC(), PerUserLimit: perUserLimit,
+		Items: []client.ItemUpsert{{ItemID: item, Stock: units, Buckets: buckets}}}
+	ctx := contractCtx(tb, "admin")
+	// Both calls are idempotent: a 503 (the order store past its timeout on
+	// a busy machine) is retried, as in mustActivity.
+	if err := client.RetryIdempotent(ctx, func() error { _, err := p.api().PutActivity(ctx, id, a); return err }); err != nil {
+		tb.Fatalf("creating activity: %v", err)
 	}
-	if r := p.do(tb, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "", nil, auth...); r.Status != http.StatusOK {
-		tb.Fatalf("preheating: %d %v", r.Status, r.Body)
+	if err := client.RetryIdempotent(ctx, func() error { _, err := p.api().Preheat(ctx, id); return err }); err != nil {
+		tb.Fatalf("preheating: %v", err)
 	}
 }
 

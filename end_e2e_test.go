@@ -164,7 +164,7 @@ func TestKillSwitchDuringAPreheat(t *testing.T) {
 		for i := int64(1); i <= items; i++ {
 			a.Items = append(a.Items, client.ItemUpsert{ItemID: i, Stock: 10})
 		}
-		if err := retrying(func() error { _, err := p.api().PutActivity(ctx, id, a); return err }); err != nil {
+		if err := client.RetryIdempotent(ctx, func() error { _, err := p.api().PutActivity(ctx, id, a); return err }); err != nil {
 			t.Fatalf("creating activity %d: %v", id, err)
 		}
 		preheated := make(chan error, 1)
@@ -178,7 +178,7 @@ func TestKillSwitchDuringAPreheat(t *testing.T) {
 			if !client.IsRetriable(endErr) {
 				t.Fatalf("round %d: end: %v", round, endErr)
 			}
-			if err := retrying(func() error { _, err := p.api().EndActivity(ctx, id); return err }); err != nil {
+			if err := client.RetryIdempotent(ctx, func() error { _, err := p.api().EndActivity(ctx, id); return err }); err != nil {
 				t.Fatalf("round %d: end retried: %v", round, err)
 			}
 		}

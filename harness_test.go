@@ -292,23 +292,12 @@ func (p *pipeline) mustActivity(tb testing.TB, id int64, starts, ends time.Time,
 	ctx := contractCtx(tb, "admin")
 	// Both calls are idempotent: a 503 (a Postgres call past its timeout
 	// on a busy machine) is retried as an operator would, a few times.
-	if err := retrying(func() error { _, err := p.api().PutActivity(ctx, id, a); return err }); err != nil {
+	if err := client.RetryIdempotent(ctx, func() error { _, err := p.api().PutActivity(ctx, id, a); return err }); err != nil {
 		tb.Fatalf("creating activity: %v", err)
 	}
-	if err := retrying(func() error { _, err := p.api().Preheat(ctx, id); return err }); err != nil {
+	if err := client.RetryIdempotent(ctx, func() error { _, err := p.api().Preheat(ctx, id); return err }); err != nil {
 		tb.Fatalf("preheating: %v", err)
 	}
-}
-
-// retrying runs call until it succeeds, fails for good or has failed
-// retriably (client.IsRetriable) five times, a second apart.
-func retrying(call func() error) error {
-	err := call()
-	for i := 1; i < 5 && err != nil && client.IsRetriable(err); i++ {
-		time.Sleep(time.Second)
-		err = call()
-	}
-	return err
 }
 
 // redisStock is the item's Redis stock (-1 if the key is missing).

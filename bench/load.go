@@ -166,17 +166,19 @@ func waitReady(ctx context.Context, api *client.Client, within time.Duration) er
 }
 
 // createSale creates the activity (on sale from a minute ago for an hour,
-// one unit per user) and preheats it.
+// one unit per user) and preheats it, each call retried when retriable.
 func createSale(ctx context.Context, api *client.Client, cfg Config, items []int64) error {
 	a := client.ActivityUpsert{Name: fmt.Sprintf("bench %d", cfg.ActivityID), StartsAt: time.Now().Add(-time.Minute).UTC(),
 		EndsAt: time.Now().Add(time.Hour).UTC(), PerUserLimit: cfg.Quantity}
 	for _, id := range items {
 		a.Items = append(a.Items, client.ItemUpsert{ItemID: id, Stock: cfg.Stock, Buckets: cfg.Buckets})
 	}
-	if _, err := api.PutActivity(ctx, cfg.ActivityID, a); err != nil {
+	// Both calls are idempotent: a 503 (the order store past its timeout
+	// on a busy machine) is retried a few times.
+	if err := client.RetryIdempotent(ctx, func() error { _, err := api.PutActivity(ctx, cfg.ActivityID, a); return err }); err != nil {
 		return fmt.Errorf("creating activity %d: %w", cfg.ActivityID, err)
 	}
-	if _, err := api.Preheat(ctx, cfg.ActivityID); err != nil {
+	if err := client.RetryIdempotent(ctx, func() error { _, err := api.Preheat(ctx, cfg.ActivityID); return err }); err != nil {
 		return fmt.Errorf("preheating activity %d: %w", cfg.ActivityID, err)
 	}
 	return nil

@@ -618,7 +618,11 @@ func (r *Reconciler) count(result string) {
 }
 
 func itemAttrs(it ItemReport) []any {
-	return []any{"activity_id", it.ActivityID, "item_id", it.ItemID, "stock_key", it.StockKey, "redis_stock", it.RedisStock,
+	var redisStock any // nil: the JSON log's null, as in the report
+	if it.RedisStock != nil {
+		redisStock = *it.RedisStock // the number, not the pointer's address (a text handler prints that)
+	}
+	return []any{"activity_id", it.ActivityID, "item_id", it.ItemID, "stock_key", it.StockKey, "redis_stock", redisStock,
 		"db_stock", it.DBStock, "in_flight", it.InFlight, "drift", it.Drift, "sale", it.Sale,
 		"missing_markers", len(it.MissingMarkers), "extra_markers", len(it.ExtraMarkers), "wrong_markers", len(it.WrongMarkers)}
 }

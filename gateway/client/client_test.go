@@ -167,3 +167,37 @@ func TestErrorAnswers(t *testing.T) {
 		t.Errorf("a cancelled call is retriable: %v", err)
 	}
 }
+
+// TestRetryIdempotent: an idempotent admin call answered 503 is sent again
+// until it succeeds; one answered 400 is not.
+func TestRetryIdempotent(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/admin/v1/activities/2/preheat":
+			w.WriteHeader(http.StatusBadRequest)
+			w.Write([]byte(`{"error":{"code":"INVALID_REQUEST","message":"no"}}`))
+		case n < 3:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.Write([]byte(`{"error":{"code":"UNAVAILABLE","message":"order store unavailable"}}`))
+		default:
+			w.Write([]byte(`{"activityId":1,"name":"s","startsAt":"2026-01-01T00:00:00Z","endsAt":"2026-01-02T00:00:00Z","perUserLimit":1,"items":[]}`))
+		}
+	}))
+	defer srv.Close()
+	c := &client.Client{BaseURL: srv.URL, AdminToken: "t"}
+	ctx := context.Background()
+	if err := client.RetryIdempotent(ctx, func() error { _, err := c.Preheat(ctx, 1); return err }); err != nil || calls != 3 {
+		t.Fatalf("after two 503s: err %v after %d calls, want success on the third", err, calls)
+	}
+	calls = 10
+	if err := client.RetryIdempotent(ctx, func() error { _, err := c.Preheat(ctx, 2); return err }); err == nil || calls != 11 {
+		t.Fatalf("a 400: err %v after %d calls, want the error after one", err, calls-10)
+	}
+}

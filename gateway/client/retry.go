@@ -70,3 +70,22 @@ func (c *Client) PlaceOrderRetrying(ctx context.Context, r OrderRequest, rt Retr
 		}
 	}
 }
+
+// RetryIdempotent runs call, an idempotent call such as PutActivity or
+// Preheat, until it succeeds, fails for good or has failed retriably
+// (IsRetriable: a 503 from a busy order store, a lost answer) five times, a
+// second apart. It returns the last error.
+func RetryIdempotent(ctx context.Context, call func() error) error {
+	err := call()
+	for i := 1; i < 5 && IsRetriable(err) && ctx.Err() == nil; i++ {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = call()
+	}
+	return err
+}
