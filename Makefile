@@ -12,7 +12,7 @@ TRACE_STORE_DIR ?= $(CURDIR)/bin/traces
 export TRACE_STORE_DIR
 endif
 
-.PHONY: deps run services promtool kubectl-validate k8s-rules test e2e test-kafka build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
+.PHONY: deps run services promtool pushgateway kubectl-validate k8s-rules test e2e test-kafka build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
 
 # When this make began: `make test` and `make e2e` print their wall time
 # (prerequisites included) from it.
@@ -70,6 +70,9 @@ services: ## make PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) availab
 promtool: ## fetch promtool (Debian's prometheus package, unpacked into ~/.cache/orderpipe) for the alert rules' tests
 	@deploy/prometheus/promtool.sh >/dev/null
 
+pushgateway: ## fetch a Prometheus Pushgateway (Debian's package, unpacked into ~/.cache/orderpipe) for the reconciler's push test
+	@deploy/prometheus/pushgateway.sh >/dev/null
+
 # The alert and recording rules as a PrometheusRule for prometheus-operator
 # users, generated from deploy/prometheus/orderpipe-rules.yml (the test fails
 # when the two differ).
@@ -114,7 +117,7 @@ E2E_RUN := $(call regexp_of,$(E2E_TESTS))
 # tree, both builds) runs before make test-kafka. The last line is the wall
 # time of the whole `make test`.
 TEST_PARALLEL ?= 8
-test: deps services promtool kubectl-validate ## unit and integration tests in parallel with the race detector, each package vetted by every analyzer (the fast tier; prints its wall time)
+test: deps services promtool pushgateway kubectl-validate ## unit and integration tests in parallel with the race detector, each package vetted by every analyzer (the fast tier; prints its wall time)
 	@KUBECTL_VALIDATE=$$(deploy/k8s/kubectl-validate.sh) deploy/local/test-redis.sh $(GO) test -tags dev -race -vet=$(VET_ALL) -count=1 -p 2 -parallel $(TEST_PARALLEL) -skip '$(E2E_RUN)' -timeout 15m ./...; \
 	rc=$$?; t=$$(( $$(date +%s) - $(MAKE_START) )); echo "make test: $$((t / 60)) min $$((t % 60)) s wall"; exit $$rc
 

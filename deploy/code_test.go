@@ -49,7 +49,7 @@ var (
 )
 
 // mustCode parses the module once per test binary.
-func mustCode(t *testing.T) code {
+func mustCode(t testing.TB) code {
 	t.Helper()
 	codeOnce.Do(func() { codeVal, codeErr = parseCode() })
 	if len(codeErr) > 0 {
@@ -298,7 +298,7 @@ func (c code) checkArgs(args []string) []string {
 }
 
 // defaultOf is the table default of a variable the test relies on.
-func (c code) defaultOf(t *testing.T, name string) string {
+func (c code) defaultOf(t testing.TB, name string) string {
 	t.Helper()
 	d, ok := c.env[name]
 	if !ok || !d.literal {
@@ -329,6 +329,7 @@ var emptyByDesign = map[string]string{
 	"KAFKA_EMBEDDED_DIR":    "only `orderpipe all` reads it (the embedded broker); deployments use real Kafka",
 	"PPROF_ADDR":            "profiles expose internals: off unless someone measuring turns them on",
 	"DEV_CLOCK_OFFSET_FILE": "a fault-injection hook of dev builds (the nemesis's clock steps); production builds refuse it",
+	"PUSHGATEWAY_URL":       "only a --once pass pushes its metrics (the Kubernetes reconciler CronJob sets it, deploy/k8s_test.go checks it); the compose reconciler loops and is scraped on METRICS_ADDR",
 	// TLS and authentication: what the platform's Redis and Kafka require
 	// (docs/deploy.md); the compose stack and the manifests' defaults
 	// reach them on a private network without.
@@ -361,7 +362,7 @@ func given(env map[string]string, name string) bool {
 }
 
 // addrPort is the port of a listen address such as ":8080".
-func addrPort(t *testing.T, addr string) string {
+func addrPort(t testing.TB, addr string) string {
 	t.Helper()
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -393,7 +394,7 @@ func mustRead(t *testing.T, path string) []byte {
 func TestCodeIsReadable(t *testing.T) {
 	t.Parallel()
 	c := mustCode(t)
-	for _, name := range []string{"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS", "ADMIN_TOKEN", "HTTP_ADDR", "METRICS_ADDR", "KAFKA_PARTITIONS"} {
+	for _, name := range []string{"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS", "ADMIN_TOKEN", "HTTP_ADDR", "METRICS_ADDR", "KAFKA_PARTITIONS", "RECONCILE_INTERVAL", "PUSHGATEWAY_URL"} {
 		if _, ok := c.env[name]; !ok {
 			t.Errorf("no setting declares %s", name)
 		}

@@ -16,12 +16,20 @@ import (
 // names, shared values, ports), so a setting added to one shape and not the
 // other, a changed command or a moved port fails here.
 
-// process is one orderpipe process as every shape runs it.
+// process is one orderpipe process as every shape runs it (unless a
+// shape's runs says otherwise).
 type process struct {
-	name   string   // compose service; Kubernetes Deployment orderpipe-<name> (migrate: the init container of each)
+	name   string   // compose service; Kubernetes workload orderpipe-<name> (migrate: the init container of each)
 	args   []string // the container's command (compose) and args (Kubernetes)
 	serves []string // the variables of the addresses it listens on: published, probed, scraped
 	env    []string // variables only this process gets, in every shape
+}
+
+// run is how a shape runs a process differently from the declaration.
+type run struct {
+	args   []string
+	serves []string // nil: it listens on nothing, so it has no ports
+	why    string
 }
 
 var processes = []process{
@@ -62,6 +70,8 @@ type shape struct {
 	replaces map[string]string
 	// overrides of shared settings' values.
 	overrides map[string]string
+	// runs: a process run another way (command, what it serves) → how.
+	runs map[string]run
 }
 
 var kubernetesShape = shape{
@@ -69,7 +79,14 @@ var kubernetesShape = shape{
 		"ADMIN_ADDR": "the admin API on its own port behind its own Service, never the public one (compose publishes only :8080 on the host)",
 	},
 	extraFor: map[string]map[string]string{
-		"gateway": {"DB_MAX_CONNS": "a small pool per gateway: the HPA's maximum × the pool stays inside Postgres's connection budget"},
+		"gateway":    {"DB_MAX_CONNS": "a small pool per gateway: the HPA's maximum × the pool stays inside Postgres's connection budget"},
+		"reconciler": {"PUSHGATEWAY_URL": "a --once pass exits before any scrape: it pushes its metrics to the Pushgateway"},
+	},
+	runs: map[string]run{
+		"reconciler": {
+			args: []string{"reconciler", "--once", "--fix"},
+			why:  "a CronJob runs one pass per RECONCILE_INTERVAL and serves nothing (its metrics are pushed); compose loops and is scraped on METRICS_ADDR",
+		},
 	},
 }
 
@@ -89,6 +106,7 @@ var shapes = map[string]shape{
 		extraFor:  kubernetesShape.extraFor,
 		replaces:  map[string]string{"REDIS_ADDR": "REDIS_URL_FILE"}, // rediss:// with the ACL password: a secret
 		overrides: map[string]string{"KAFKA_PARTITIONS": "24"},
+		runs:      kubernetesShape.runs,
 	},
 }
 
@@ -144,18 +162,23 @@ func composeInstances(t *testing.T) map[string][]instance {
 	return out
 }
 
-// kubernetesInstances reads a rendered overlay: each Deployment's container,
-// and its migrate init container as the migrate process.
+// kubernetesInstances reads a rendered overlay: each orderpipe workload's
+// container (Deployments and the reconciler CronJob), and its migrate init
+// container as the migrate process. The third-party workloads
+// (k8sThirdParty: the Pushgateway) run no orderpipe process.
 func kubernetesInstances(t *testing.T, overlay string) map[string][]instance {
 	objs := objects(mustOverlay(t, overlay))
 	out := map[string][]instance{}
 	for i := range objs {
-		if objs[i].Kind != "Deployment" {
+		if !isWorkload(objs[i].Kind) {
+			continue
+		}
+		if _, ok := k8sThirdParty[objs[i].Kind+"/"+objs[i].Metadata.Name]; ok {
 			continue
 		}
 		name, ok := strings.CutPrefix(objs[i].Metadata.Name, "orderpipe-")
 		if !ok {
-			t.Errorf("Deployment %s is not orderpipe-<process>", objs[i].Metadata.Name)
+			t.Errorf("%s %s is not orderpipe-<process>", objs[i].Kind, objs[i].Metadata.Name)
 			continue
 		}
 		spec := mustWorkload(t, &objs[i]).tmpl.Spec
@@ -178,7 +201,9 @@ func kubernetesInstances(t *testing.T, overlay string) map[string][]instance {
 // exactly the declared processes, each with the declared command, exactly
 // the declared variable names (plus the shape's declared differences), the
 // shared settings' values, its own OTEL_SERVICE_NAME, and the ports its
-// listen addresses say.
+// listen addresses say — and none for a process that serves nothing (the
+// Kubernetes reconciler, a --once CronJob pass; compose's loops and is
+// scraped).
 func TestShapesMatchTheDeclaration(t *testing.T) {
 	t.Parallel()
 	c := mustCode(t)
@@ -225,6 +250,9 @@ func TestShapesMatchTheDeclaration(t *testing.T) {
 // in a shape.
 func checkInstance(c code, sh shape, p process, in instance) []string {
 	var bad []string
+	if r, ok := sh.runs[p.name]; ok {
+		p.args, p.serves = r.args, r.serves
+	}
 	if !slices.Equal(in.args, p.args) {
 		bad = append(bad, fmt.Sprintf("command %v, declared %v", in.args, p.args))
 	}
@@ -276,6 +304,9 @@ func checkInstance(c code, sh shape, p process, in instance) []string {
 			bad = append(bad, fmt.Sprintf("listens on %s=%s, but port %d is not among its ports %v", v, addr, n, in.ports))
 		}
 	}
+	if len(p.serves) == 0 && len(in.ports) > 0 {
+		bad = append(bad, fmt.Sprintf("serves nothing, but has ports %v", in.ports))
+	}
 	return bad
 }
 
@@ -313,6 +344,46 @@ func TestDeclarationCheckCatchesDrift(t *testing.T) {
 			in := instance{args: slices.Clone(ok.args), env: merge(ok.env, nil), ports: ok.ports}
 			change(&in)
 			if bad := checkInstance(c, shapes["compose"], gw, in); len(bad) == 0 {
+				t.Error("not caught")
+			}
+		})
+	}
+	// The reconciler: compose loops (`reconciler --fix`, scraped on
+	// METRICS_ADDR), Kubernetes runs `--once --fix` with PUSHGATEWAY_URL and
+	// no ports; each shape's form is refused in the other.
+	rc := processes[len(processes)-1]
+	if rc.name != "reconciler" {
+		t.Fatalf("the last declared process is %s, not the reconciler", rc.name)
+	}
+	loop := instance{args: []string{"reconciler", "--fix"}, env: map[string]string{"OTEL_SERVICE_NAME": "orderpipe-reconciler"}, ports: []int{9090}}
+	for k, v := range settings {
+		loop.env[k] = v
+	}
+	for _, k := range wiring {
+		loop.env[k] = "x"
+	}
+	pass := instance{args: []string{"reconciler", "--once", "--fix"}, env: merge(loop.env, kubernetesShape.extra)}
+	pass.env["PUSHGATEWAY_URL"] = "http://orderpipe-pushgateway:9091"
+	if bad := checkInstance(c, shapes["compose"], rc, loop); len(bad) != 0 {
+		t.Errorf("compose's loop reconciler: %v", bad)
+	}
+	if bad := checkInstance(c, shapes["small"], rc, pass); len(bad) != 0 {
+		t.Errorf("the CronJob's reconciler pass: %v", bad)
+	}
+	for name, tc := range map[string]struct {
+		shape string
+		in    instance
+	}{
+		"ComposeOnce":        {"compose", instance{args: pass.args, env: loop.env, ports: loop.ports}},
+		"ComposeNotServing":  {"compose", instance{args: loop.args, env: loop.env}},
+		"ComposePushes":      {"compose", instance{args: loop.args, env: merge(loop.env, map[string]string{"PUSHGATEWAY_URL": "x"}), ports: loop.ports}},
+		"KubernetesLoop":     {"small", instance{args: loop.args, env: pass.env}},
+		"KubernetesReport":   {"small", instance{args: []string{"reconciler", "--once"}, env: pass.env}},
+		"KubernetesPorts":    {"small", instance{args: pass.args, env: pass.env, ports: []int{9090}}},
+		"KubernetesNoTarget": {"small", instance{args: pass.args, env: merge(loop.env, kubernetesShape.extra)}},
+	} {
+		t.Run("Reconciler"+name, func(t *testing.T) {
+			if bad := checkInstance(c, shapes[tc.shape], rc, tc.in); len(bad) == 0 {
 				t.Error("not caught")
 			}
 		})

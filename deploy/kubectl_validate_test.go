@@ -41,8 +41,9 @@ func mustKubectlValidate(t *testing.T) string {
 // kubectlValidate runs kubectl-validate on objs, one file each, against the
 // built-in schemas of Kubernetes 1.30 it embeds (no cluster, no network).
 // Custom resources (prometheus-operator's) have no built-in schema and are
-// left to TestPrometheusRuleMatchesRulesFile and
-// TestServiceMonitorScrapesEveryComponent.
+// left to TestPrometheusRuleMatchesRulesFile,
+// TestServiceMonitorScrapesEveryComponent and
+// TestPushgatewayScrapedWithHonorLabels.
 func kubectlValidate(t *testing.T, bin string, objs []rendered) (string, error) {
 	t.Helper()
 	dir := t.TempDir()

@@ -147,8 +147,9 @@ func objects(rs []rendered) []object {
 
 // crdGroups are the API groups of custom resources: the built-in schemas do
 // not know them, so they are checked by their own tests
-// (prometheus_test.go: the PrometheusRule equals the rules file, the
-// ServiceMonitor scrapes ports the Services have).
+// (prometheusrule_test.go: the PrometheusRule equals the rules file, the
+// ServiceMonitor scrapes ports the Services have; k8s_test.go: it scrapes
+// the Pushgateway with honorLabels).
 var crdGroups = []string{"monitoring.coreos.com"}
 
 // validate checks one object against the Kubernetes schema of its kind
@@ -339,7 +340,9 @@ func isWorkload(kind string) bool {
 // — an upgrade — and checks that applying the second over the first changes
 // no immutable field: the upgrade is one `kubectl apply -k`, on the first
 // try, and the migrations come with it (the init containers run the new
-// image's `orderpipe migrate` before each new pod's component starts).
+// image's `orderpipe migrate` before each new pod's component starts, and
+// before each reconciler run). Third-party images (the Pushgateway) are
+// pinned and stay as they are.
 func TestUpgradeTouchesNoImmutableField(t *testing.T) {
 	t.Parallel()
 	mem := mustK8sTree(t)
@@ -347,8 +350,24 @@ func TestUpgradeTouchesNoImmutableField(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			v1 := upgradeTo(t, mem, name, "v1", "1.0.0", "")
 			v2 := upgradeTo(t, mem, name, "v2", "1.1.0", "")
-			if want := "registry.example.com/orderpipe:1.1.0"; !reflect.DeepEqual(images(t, v2), map[string]bool{want: true}) {
-				t.Fatalf("images after the upgrade %v, want only %s", images(t, v2), want)
+			ours := func(rs []rendered) (orderpipe, others map[string]bool) {
+				orderpipe, others = map[string]bool{}, map[string]bool{}
+				for im := range images(t, rs) {
+					if isOrderpipeImage(im) {
+						orderpipe[im] = true
+					} else {
+						others[im] = true
+					}
+				}
+				return orderpipe, others
+			}
+			op2, others2 := ours(v2)
+			_, others1 := ours(v1)
+			if want := "registry.example.com/orderpipe:1.1.0"; !reflect.DeepEqual(op2, map[string]bool{want: true}) {
+				t.Fatalf("orderpipe images after the upgrade %v, want only %s", op2, want)
+			}
+			if !reflect.DeepEqual(others1, others2) || len(others2) != len(k8sThirdParty) {
+				t.Errorf("third-party images %v before the upgrade, %v after: want the %d pinned ones, unchanged", others1, others2, len(k8sThirdParty))
 			}
 			for _, bad := range immutableChanges(v1, v2) {
 				t.Error(bad)
@@ -363,8 +382,11 @@ func TestUpgradeTouchesNoImmutableField(t *testing.T) {
 				if !isWorkload(r.Kind) {
 					continue
 				}
+				if _, ok := k8sThirdParty[r.id()]; ok {
+					continue
+				}
 				w := mustWorkload(t, &r.object)
-				if r.Kind == "Deployment" && !slices.ContainsFunc(w.tmpl.Spec.InitContainers, func(c container) bool {
+				if !slices.ContainsFunc(w.tmpl.Spec.InitContainers, func(c container) bool {
 					return c.Name == "migrate" && slices.Equal(c.Args, []string{"migrate"}) && strings.HasSuffix(c.Image, ":1.1.0")
 				}) {
 					t.Errorf("%s: no migrate init container on the new image", r.id())
@@ -481,10 +503,12 @@ func TestConfigChangeRollsPods(t *testing.T) {
 	}
 }
 
-// TestDisruptionBudgets: every long-running component (every Deployment)
-// has a PodDisruptionBudget selecting exactly its pods, and none blocks a
-// node drain for good (a budget that allows no eviction at the overlay's
-// replicas would).
+// TestDisruptionBudgets: every long-running component (every Deployment,
+// the Pushgateway's too) has a PodDisruptionBudget selecting exactly its
+// pods, and none blocks a node drain for good (a budget that allows no
+// eviction at the overlay's replicas would). Every budget selects a
+// Deployment's pods: the reconciler CronJob's pods run a minute's pass and
+// have none.
 func TestDisruptionBudgets(t *testing.T) {
 	t.Parallel()
 	for _, name := range overlays(t) {
@@ -527,6 +551,22 @@ func TestDisruptionBudgets(t *testing.T) {
 				if allowed := disruptionsAllowed(t, s.MinAvailable, s.MaxUnavailable, replicas); allowed < 1 {
 					t.Errorf("PDB %s (minAvailable %v, maxUnavailable %v) allows no eviction of %d replicas: a node drain would hang",
 						pdb.Metadata.Name, s.MinAvailable, s.MaxUnavailable, replicas)
+				}
+			}
+			for _, p := range objs {
+				if p.Kind != "PodDisruptionBudget" {
+					continue
+				}
+				var s struct {
+					Selector struct {
+						MatchLabels map[string]string `json:"matchLabels"`
+					} `json:"selector"`
+				}
+				yaml.Unmarshal(p.Spec, &s)
+				if !slices.ContainsFunc(objs, func(o object) bool {
+					return o.Kind == "Deployment" && reflect.DeepEqual(mustWorkload(t, &o).selector, s.Selector.MatchLabels)
+				}) {
+					t.Errorf("PDB %s selects %v, no Deployment's pods", p.Metadata.Name, s.Selector.MatchLabels)
 				}
 			}
 		})

@@ -68,10 +68,14 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 	log := slog.Default().With("component", "reconciler")
 	r := &setting.Reader{Env: env}
 	cfg := struct {
-		DatabaseURL, RedisPrefix, MetricsAddr string
-		ReconcileInterval                     time.Duration
-		redis                                 redisconn.Config
-	}{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.Addr("METRICS_ADDR", false), r.Duration("RECONCILE_INTERVAL"), redisconn.Read(r)}
+		DatabaseURL, RedisPrefix, MetricsAddr, Pushgateway string
+		ReconcileInterval                                  time.Duration
+		redis                                              redisconn.Config
+	}{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.Addr("METRICS_ADDR", false), r.String("PUSHGATEWAY_URL"),
+		r.Duration("RECONCILE_INTERVAL"), redisconn.Read(r)}
+	if err := checkPushgateway(cfg.Pushgateway); err != nil {
+		r.Fail("%v", err)
+	}
 	if err := r.Err(); err != nil {
 		log.Error("reconciler cannot run", "err", err)
 		return ExitError
@@ -83,24 +87,45 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 	}
 	defer stopTracing()
 
+	metrics := telemetry.NewMetrics()
+	// published is what a --once run does with its pass's metrics: nothing,
+	// or (PUSHGATEWAY_URL) push them, a failed pass's too. A scheduled run
+	// (the Kubernetes CronJob) is never scraped, so this is how its pass
+	// reaches Prometheus. A push that fails turns a clean exit into 2.
+	published := func(code int) int {
+		if !*once || cfg.Pushgateway == "" {
+			return code
+		}
+		metrics.ReconcilerInterval.Set(cfg.ReconcileInterval.Seconds())
+		if err := pushPass(ctx, cfg.Pushgateway, metrics.Registry); err != nil {
+			log.Error("pushing the pass's metrics", "pushgateway", cfg.Pushgateway, "err", err)
+			if code == ExitClean { // drift (1) says more
+				code = ExitError
+			}
+		}
+		return code
+	}
+	cannotRun := func(err error) int {
+		log.Error("reconciler cannot run", "err", err)
+		metrics.ReconcilerPasses.WithLabelValues("error").Inc()
+		metrics.ReconcilerLastPassError.Set(1)
+		return published(ExitError)
+	}
+
 	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
 	if err != nil {
-		log.Error("reconciler cannot run", "err", err)
-		return ExitError
+		return cannotRun(err)
 	}
 	defer pool.Close()
 	rdb, err := cfg.redis.New(redisconn.Options{PoolSize: 8, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
 	if err != nil {
-		log.Error("reconciler cannot run", "err", err)
-		return ExitError
+		return cannotRun(err)
 	}
 	defer rdb.Close()
 	telemetry.InstrumentRedis(rdb)
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		log.Error("reconciler cannot run", "err", fmt.Errorf("reaching redis at %s: %w", cfg.redis, err))
-		return ExitError
+		return cannotRun(fmt.Errorf("reaching redis at %s: %w", cfg.redis, err))
 	}
-	metrics := telemetry.NewMetrics()
 	write := func(res Result) {
 		var err error
 		if *asJSON {
@@ -118,13 +143,16 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 	})
 
 	if *once {
-		res, err := rec.RunOnce(ctx)
+		res, err := rec.RunOnce(ctx) // counts an error itself
 		if err != nil {
 			log.Error("reconciler cannot run", "err", err)
-			return ExitError
+			return published(ExitError)
 		}
 		write(res)
-		return res.ExitCode()
+		return published(res.ExitCode())
+	}
+	if cfg.Pushgateway != "" {
+		log.Warn("PUSHGATEWAY_URL is for --once: the loop serves /metrics on METRICS_ADDR")
 	}
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -563,10 +563,12 @@ func (r *Reconciler) observe(res Result) {
 		result = "repaired"
 	}
 	r.count(result)
+	repaired := map[stock.Item]bool{}
 	if m := r.deps.Metrics; m != nil {
 		for _, it := range res.Fixed {
 			if it.Drifted() {
 				m.ReconcilerRepairs.WithLabelValues(strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)).Inc()
+				repaired[it.Item()] = true
 			}
 		}
 		if result != "error" {
@@ -598,6 +600,9 @@ func (r *Reconciler) observe(res Result) {
 		// Exported at 0 from the first pass on, so increase() sees the
 		// first repair of the item.
 		m.ReconcilerRepairs.WithLabelValues(a, i)
+		// The same as a gauge of this pass alone: what a pushed --once run
+		// can show (its counters start again at every run).
+		m.ReconcilerLastPassRepaired.WithLabelValues(a, i).Set(b2f(repaired[it.Item()]))
 		seen[it.Item()] = true
 	}
 	for it := range r.gauged {
@@ -606,15 +611,28 @@ func (r *Reconciler) observe(res Result) {
 			m.ReconcilerDrift.DeleteLabelValues(a, i)
 			m.ReconcilerMarkerDrift.DeleteLabelValues(a, i)
 			m.ReconcilerRepairs.DeleteLabelValues(a, i)
+			m.ReconcilerLastPassRepaired.DeleteLabelValues(a, i)
 		}
 	}
 	r.gauged = seen
 }
 
 func (r *Reconciler) count(result string) {
-	if r.deps.Metrics != nil {
-		r.deps.Metrics.ReconcilerPasses.WithLabelValues(result).Inc()
+	if m := r.deps.Metrics; m != nil {
+		m.ReconcilerPasses.WithLabelValues(result).Inc()
+		failed := 0.0
+		if result == "error" {
+			failed = 1
+		}
+		m.ReconcilerLastPassError.Set(failed)
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func itemAttrs(it ItemReport) []any {

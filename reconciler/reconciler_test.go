@@ -35,13 +35,14 @@ type env struct {
 	it      stock.Item
 	other   stock.Item
 	metrics *telemetry.Metrics
+	dbURL   string // the test's own database
 }
 
 func mustEnv(tb testing.TB, initial int64) *env {
 	tb.Helper()
 	db, r := testenv.MustDatabase(tb), testenv.MustRedis(tb)
 	e := &env{orders: order.NewStore(db.Pool), st: stock.New(r.Client, r.Prefix), rdb: r,
-		it: stock.Item{ActivityID: 7, ItemID: 1}, other: stock.Item{ActivityID: 7, ItemID: 2}, metrics: telemetry.NewMetrics()}
+		it: stock.Item{ActivityID: 7, ItemID: 1}, other: stock.Item{ActivityID: 7, ItemID: 2}, metrics: telemetry.NewMetrics(), dbURL: db.URL}
 	ctx := context.Background()
 	a := order.Activity{ID: 7, Name: "test", StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 5,
 		Items: []order.ItemStock{{ItemID: 1, InitialStock: initial}, {ItemID: 2, InitialStock: initial}}}

@@ -67,6 +67,11 @@ type Metrics struct {
 	// interval. Both are 0 in a process that runs no reconciler loop.
 	ReconcilerLastSuccess prometheus.Gauge
 	ReconcilerInterval    prometheus.Gauge
+	// ReconcilerLastPassError and ReconcilerLastPassRepaired say what the
+	// last pass alone found: a --once run pushed to a Pushgateway starts its
+	// counters from 0, so the alerts read these beside the counters.
+	ReconcilerLastPassError    prometheus.Gauge
+	ReconcilerLastPassRepaired *prometheus.GaugeVec // activity, item
 
 	// The relay of orders.status (pkg/relay).
 	StatusPublished *prometheus.CounterVec // status
@@ -160,7 +165,11 @@ func NewMetrics() *Metrics {
 		ReconcilerLastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_reconciler_last_success_timestamp_seconds",
 			Help: "Unix time of the last reconciler pass that checked every item (clean or drift; with --fix, a fix that did not fail); 0 before the first."}),
 		ReconcilerInterval: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_reconciler_interval_seconds",
-			Help: "RECONCILE_INTERVAL of the reconciler loop this process runs; 0 where none runs."}),
+			Help: "RECONCILE_INTERVAL of the reconciler loop this process runs (of a pushed --once run: its schedule's period); 0 where none runs."}),
+		ReconcilerLastPassError: prometheus.NewGauge(prometheus.GaugeOpts{Name: "orderpipe_reconciler_last_pass_error",
+			Help: "1 when the last reconciler pass could not check every item (or could not run, or its fix failed), else 0."}),
+		ReconcilerLastPassRepaired: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_last_pass_repaired",
+			Help: "1 when the last reconciler pass's --fix repaired the item, else 0."}, []string{"activity", "item"}),
 		StatusPublished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_status_events_published_total",
 			Help: "orders.status events the relay published (acknowledged by all in-sync replicas and marked published), by status; a republished one counts again."}, []string{"status"}),
 		StatusFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderpipe_status_events_failed_total",
@@ -180,7 +189,7 @@ func NewMetrics() *Metrics {
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
 		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.ReconcilerRepairs, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
 		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
-		m.SaleChecks, m.ReconcilerLastSuccess, m.ReconcilerInterval,
+		m.SaleChecks, m.ReconcilerLastSuccess, m.ReconcilerInterval, m.ReconcilerLastPassError, m.ReconcilerLastPassRepaired,
 		m.StatusPublished, m.StatusFailed, m.StatusPending, m.StatusOldest, m.StatusPruned, m.RelayPasses)
 	// Every result is a series from the start, so an alert on a rate of
 	// passes works before the first pass (and sees a component that never
