@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 )
 
@@ -28,17 +29,21 @@ import (
 // The check is reached by any unauthenticated POST naming an item Redis
 // has no sale of, and rotating userId gets past the per-user limiter: a
 // flood of random ids must cost Postgres a bounded rate and never trip the
-// breaker that GET and pay share. So each item's answer is remembered for
-// saleMemory and concurrent callers share one query; queries have their own
-// breaker, at most saleChecksInFlight pool connections and saleChecksPerSecond
-// (with as much burst); a check over that budget fails closed (503, nothing
-// reserved), as when Postgres cannot tell.
+// breaker that GET and pay share. So Postgres is asked about a whole
+// activity at once (every item of an activity of a thousand, before its
+// preheat or after its end, in one query) and its answer is remembered for
+// saleMemory, concurrent callers sharing one query; each item's answer (the
+// window check and the log line below) is remembered as long. Queries have
+// their own breaker, at most saleChecksInFlight pool connections and
+// saleChecksPerSecond (with as much burst); a check over that budget fails
+// closed (503, nothing reserved), as when Postgres cannot tell.
 
-// saleMemory is how long Postgres's answer about an item is reused.
+// saleMemory is how long Postgres's answer about an activity, and the
+// answer given for an item, are reused.
 const saleMemory = time.Second
 
-// saleMemoryMax bounds the remembered items: past it, the expired ones are
-// dropped (and everything if none is).
+// saleMemoryMax bounds the remembered activities and items: past it, the
+// expired ones are dropped (and everything if none is).
 const saleMemoryMax = 4096
 
 const (
@@ -55,22 +60,52 @@ type saleAnswer struct {
 	at     time.Time // monotonic
 }
 
+// activityAnswer is Postgres's answer about an activity.
+type activityAnswer struct {
+	sale order.ActivitySale
+	err  error
+	at   time.Time // monotonic
+}
+
 type saleCall struct {
 	done chan struct{} // closed once a is set
 	a    saleAnswer
 }
 
+type activityCall struct {
+	done chan struct{} // closed once a is set
+	a    activityAnswer
+}
+
 type saleMemo struct {
-	mu       sync.Mutex
-	answers  map[stock.Item]saleAnswer
-	inflight map[stock.Item]*saleCall
-	budget   *rate.Limiter
-	slots    chan struct{} // one per query in flight
+	mu         sync.Mutex
+	answers    map[stock.Item]saleAnswer
+	items      map[stock.Item]*saleCall // in flight
+	activities map[int64]activityAnswer
+	inflight   map[int64]*activityCall
+	budget     *rate.Limiter
+	slots      chan struct{} // one per query in flight
 }
 
 func newSaleMemo() saleMemo {
-	return saleMemo{answers: map[stock.Item]saleAnswer{}, inflight: map[stock.Item]*saleCall{},
+	return saleMemo{answers: map[stock.Item]saleAnswer{}, items: map[stock.Item]*saleCall{}, activities: map[int64]activityAnswer{}, inflight: map[int64]*activityCall{},
 		budget: rate.NewLimiter(saleChecksPerSecond, saleChecksPerSecond), slots: make(chan struct{}, saleChecksInFlight)}
+}
+
+// remember stores v under k in m, first dropping the expired entries (and,
+// if none is, everything) once m holds saleMemoryMax.
+func remember[K comparable, V any](m map[K]V, k K, v V, now time.Time, at func(V) time.Time) {
+	if len(m) >= saleMemoryMax {
+		for key, old := range m {
+			if now.Sub(at(old)) >= saleMemory {
+				delete(m, key)
+			}
+		}
+		if len(m) >= saleMemoryMax {
+			clear(m)
+		}
+	}
+	m[k] = v
 }
 
 // saleLost reports whether Postgres says item is on sale now (so its
@@ -89,7 +124,7 @@ func (s *Server) saleLost(ctx context.Context, item stock.Item, outsideWindow bo
 		s.deps.Metrics.SaleChecks.WithLabelValues("remembered").Inc()
 		return a.onSale, a.err
 	}
-	if c, ok := m.inflight[item]; ok {
+	if c, ok := m.items[item]; ok {
 		m.mu.Unlock()
 		select {
 		case <-c.done:
@@ -99,55 +134,96 @@ func (s *Server) saleLost(ctx context.Context, item stock.Item, outsideWindow bo
 		s.deps.Metrics.SaleChecks.WithLabelValues("remembered").Inc()
 		return c.a.onSale, c.a.err
 	}
-	if !m.budget.AllowN(now, 1) {
-		m.mu.Unlock()
-		s.deps.Metrics.SaleChecks.WithLabelValues("refused").Inc()
-		return false, errSaleCheckRefused
-	}
+	// One caller per item computes its answer (and logs it) while the
+	// others wait for it.
 	c := &saleCall{done: make(chan struct{})}
-	m.inflight[item] = c
-	m.mu.Unlock()
-
-	c.a = s.checkSale(ctx, item, outsideWindow)
-	c.a.at = now
-	s.deps.Metrics.SaleChecks.WithLabelValues("queried").Inc()
-
-	m.mu.Lock()
-	delete(m.inflight, item)
-	if len(m.answers) >= saleMemoryMax {
-		for it, a := range m.answers {
-			if now.Sub(a.at) >= saleMemory {
-				delete(m.answers, it)
-			}
-		}
-		if len(m.answers) >= saleMemoryMax {
-			clear(m.answers)
-		}
+	m.items[item] = c
+	act, err := s.activitySale(ctx, item.ActivityID, now) // releases m.mu
+	if err != nil {
+		c.a.err = err // over the budget, or ctx ended: not remembered
+	} else {
+		c.a = s.checkSale(ctx, item, outsideWindow, act)
+		c.a.at = now
 	}
-	m.answers[item] = c.a
+	m.mu.Lock()
+	delete(m.items, item)
+	if err == nil {
+		remember(m.answers, item, c.a, now, func(a saleAnswer) time.Time { return a.at })
+	}
 	m.mu.Unlock()
 	close(c.done)
 	return c.a.onSale, c.a.err
 }
 
-// checkSale asks Postgres, within the check's own budget and breaker.
-func (s *Server) checkSale(ctx context.Context, item stock.Item, outsideWindow bool) saleAnswer {
+// activitySale is Postgres's answer about activity id, remembered, shared
+// with concurrent callers, or asked within the check's budget (refused
+// beyond it: errSaleCheckRefused). Called with s.sales.mu held; returns
+// with it released.
+func (s *Server) activitySale(ctx context.Context, id int64, now time.Time) (activityAnswer, error) {
+	m := &s.sales
+	if a, ok := m.activities[id]; ok && now.Sub(a.at) < saleMemory {
+		m.mu.Unlock()
+		s.deps.Metrics.SaleChecks.WithLabelValues("remembered").Inc()
+		return a, nil
+	}
+	if c, ok := m.inflight[id]; ok {
+		m.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return activityAnswer{}, ctx.Err()
+		}
+		s.deps.Metrics.SaleChecks.WithLabelValues("remembered").Inc()
+		return c.a, nil
+	}
+	if !m.budget.AllowN(now, 1) {
+		m.mu.Unlock()
+		s.deps.Metrics.SaleChecks.WithLabelValues("refused").Inc()
+		return activityAnswer{}, errSaleCheckRefused
+	}
+	c := &activityCall{done: make(chan struct{})}
+	m.inflight[id] = c
+	m.mu.Unlock()
+
+	c.a = s.querySale(ctx, id)
+	c.a.at = now
+	s.deps.Metrics.SaleChecks.WithLabelValues("queried").Inc()
+
+	m.mu.Lock()
+	delete(m.inflight, id)
+	remember(m.activities, id, c.a, now, func(a activityAnswer) time.Time { return a.at })
+	m.mu.Unlock()
+	close(c.done)
+	return c.a, nil
+}
+
+// querySale asks Postgres about activity id, within the check's own budget
+// and breaker.
+func (s *Server) querySale(ctx context.Context, id int64) activityAnswer {
 	// Not the caller's context: others may be sharing this answer.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pgTimeout)
 	defer cancel()
-	var a saleAnswer
-	var starts, ends time.Time
+	var a activityAnswer
 	select {
 	case s.sales.slots <- struct{}{}:
 		defer func() { <-s.sales.slots }()
 		a.err = guarded(ctx, s.salesCB.Do, pgTimeout, func(ctx context.Context) error {
 			var err error
-			a.onSale, starts, ends, err = s.deps.Orders.SaleNow(ctx, item.ActivityID, item.ItemID)
+			a.sale, err = s.deps.Orders.SaleNow(ctx, id)
 			return err
 		})
 	case <-ctx.Done():
 		a.err = fmt.Errorf("waiting for a lost-sale check slot: %w", ctx.Err())
 	}
+	return a
+}
+
+// checkSale is the answer for item from Postgres's answer about its
+// activity: with outsideWindow, Redis's window read to tell an edited
+// activity from a clock error; the log line that says why an answer is 503.
+func (s *Server) checkSale(ctx context.Context, item stock.Item, outsideWindow bool, act activityAnswer) saleAnswer {
+	a := saleAnswer{onSale: act.sale.OnSale(item.ItemID), err: act.err}
+	starts, ends := act.sale.StartsAt, act.sale.EndsAt
 	if a.err == nil && a.onSale && outsideWindow {
 		// Redis's window is not the activity's: the activity was edited (a
 		// PUT re-opening an ended sale, a start moved) and not preheated

@@ -160,3 +160,55 @@ func TestMalformedOrderNumbersAreNotFound(t *testing.T) {
 		t.Errorf("the breaker GET and pay share is %s, want closed", st)
 	}
 }
+
+// TestManyItemActivityIsOneQuery: before its preheat (and after its end) an
+// activity of a thousand items is answered 404 NOT_ON_SALE for every item,
+// not 503: Postgres is asked about the activity once, not once per item
+// (which would overrun the check's budget of saleChecksPerSecond and fail
+// closed); a preheated item whose sale Redis lost is still 503.
+func TestManyItemActivityIsOneQuery(t *testing.T) {
+	t.Parallel()
+	orders, queries := mustCountedStore(t)
+	r := testenv.MustRedis(t)
+	s := New(Config{}, Deps{Stock: stock.New(r.Client, r.Prefix), Orders: orders, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+	var mu sync.Mutex
+	now := time.Now()
+	s.monoNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	const items = 1000
+	a := order.Activity{ID: 77, Name: "many", StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1}
+	for i := int64(1); i <= items; i++ {
+		a.Items = append(a.Items, order.ItemStock{ItemID: i, InitialStock: 5})
+	}
+	ctx := t.Context()
+	if err := orders.UpsertActivity(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := orders.MarkPreheated(ctx, 77, 1); err != nil { // as a preheat whose sale Redis then lost
+		t.Fatal(err)
+	}
+	before := queries.Load()
+	codes := map[string]int{}
+	var wg sync.WaitGroup
+	var cmu sync.Mutex
+	for i := int64(1); i <= items; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := httptest.NewRecorder()
+			s.Handler().ServeHTTP(w, orderRequestFor(77, i, i))
+			cmu.Lock()
+			defer cmu.Unlock()
+			codes[fmt.Sprintf("%d %s", w.Code, errorCode(w.Body.String()))]++
+			if i == 1 && w.Code != http.StatusServiceUnavailable {
+				t.Errorf("the preheated item Redis has no sale of: %d %s, want 503", w.Code, w.Body)
+			}
+		}()
+	}
+	wg.Wait()
+	if codes["404 NOT_ON_SALE"] != items-1 || codes["503 UNAVAILABLE"] != 1 {
+		t.Errorf("answers %v, want %d × 404 NOT_ON_SALE and the lost item's 503", codes, items-1)
+	}
+	if got := queries.Load() - before; got > 2 {
+		t.Errorf("%d items of one activity cost %d Postgres queries, want 1 (2 if the memory expired meanwhile)", items, got)
+	}
+}

@@ -19,8 +19,8 @@ func TestEndActivityIsOffByTheDatabasesClock(t *testing.T) {
 	if err := s.MarkPreheated(ctx, 1, 10); err != nil {
 		t.Fatal(err)
 	}
-	if on, _, _, err := s.SaleNow(ctx, 1, 10); err != nil || !on {
-		t.Fatalf("before the kill switch: on sale %v, %v", on, err)
+	if sale, err := s.SaleNow(ctx, 1); err != nil || !sale.OnSale(10) {
+		t.Fatalf("before the kill switch: on sale %+v, %v", sale, err)
 	}
 	ahead := time.Now().Add(10 * time.Minute) // a gateway whose clock runs ahead
 	a, err := s.EndActivity(ctx, 1, ahead)
@@ -30,8 +30,8 @@ func TestEndActivityIsOffByTheDatabasesClock(t *testing.T) {
 	if !a.EndsAt.Before(ahead) || a.EndsAt.After(time.Now().Add(time.Second)) {
 		t.Errorf("ends at %v; want the database's now, not the caller's %v", a.EndsAt, ahead)
 	}
-	if on, _, _, err := s.SaleNow(ctx, 1, 10); err != nil || on {
-		t.Errorf("after the kill switch: on sale %v, %v", on, err)
+	if sale, err := s.SaleNow(ctx, 1); err != nil || sale.OnSale(10) || !sale.Preheated[10] {
+		t.Errorf("after the kill switch: on sale %+v, %v", sale, err)
 	}
 	again, err := s.EndActivity(ctx, 1, ahead.Add(time.Hour))
 	if err != nil || !again.EndsAt.Equal(a.EndsAt) {

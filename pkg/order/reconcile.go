@@ -111,22 +111,41 @@ func (s *Store) PreheatedItems(ctx context.Context, grace time.Duration) ([]Sale
 	return s.saleItems(ctx, `s.preheated_at IS NOT NULL AND a.ends_at > now() - $1::interval`, grace)
 }
 
-// SaleNow reports whether an item was preheated and its activity's sale
-// window holds now (by the database clock): its Redis keys must exist, so a
-// reserve that finds none means Redis lost them. With it, the activity's
-// window as Postgres holds it, the one a preheat writes into Redis (zero
-// times when the item does not exist).
-func (s *Store) SaleNow(ctx context.Context, activityID, itemID int64) (on bool, starts, ends time.Time, err error) {
-	err = s.pool.QueryRow(ctx, `SELECT s.preheated_at IS NOT NULL AND a.starts_at <= now() AND a.ends_at > now(),
-		a.starts_at, a.ends_at FROM item_stock s JOIN activities a ON a.id = s.activity_id
-		WHERE s.activity_id = $1 AND s.item_id = $2`, activityID, itemID).Scan(&on, &starts, &ends)
+// ActivitySale is what Postgres says of an activity's sale now.
+type ActivitySale struct {
+	// Open: the activity's window holds now, by the database clock.
+	Open bool
+	// StartsAt and EndsAt are the window as Postgres holds it, the one a
+	// preheat writes into Redis (zero when the activity does not exist).
+	StartsAt, EndsAt time.Time
+	// Preheated are the items a preheat has put on sale.
+	Preheated map[int64]bool
+}
+
+// OnSale reports whether item was preheated and the window holds: its Redis
+// keys must exist, so a reserve that finds none means Redis lost them.
+func (a ActivitySale) OnSale(itemID int64) bool { return a.Open && a.Preheated[itemID] }
+
+// SaleNow is what Postgres says of activity id's sale now, every item in one
+// query (the zero ActivitySale when there is no such activity).
+func (s *Store) SaleNow(ctx context.Context, id int64) (ActivitySale, error) {
+	var a ActivitySale
+	var items []int64
+	err := s.pool.QueryRow(ctx, `SELECT a.starts_at <= now() AND a.ends_at > now(), a.starts_at, a.ends_at,
+		COALESCE(array_agg(s.item_id) FILTER (WHERE s.preheated_at IS NOT NULL), '{}')
+		FROM activities a LEFT JOIN item_stock s ON s.activity_id = a.id
+		WHERE a.id = $1 GROUP BY a.id`, id).Scan(&a.Open, &a.StartsAt, &a.EndsAt, &items)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, time.Time{}, time.Time{}, nil
+		return ActivitySale{}, nil
 	}
 	if err != nil {
-		return false, time.Time{}, time.Time{}, fmt.Errorf("reading whether item %d:%d is on sale: %w", activityID, itemID, err)
+		return ActivitySale{}, fmt.Errorf("reading whether activity %d is on sale: %w", id, err)
 	}
-	return on, starts, ends, nil
+	a.Preheated = make(map[int64]bool, len(items))
+	for _, it := range items {
+		a.Preheated[it] = true
+	}
+	return a, nil
 }
 
 // RecordedFence is the newest fencing token Postgres has seen for lock
