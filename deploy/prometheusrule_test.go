@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -125,22 +124,7 @@ func TestServiceMonitorScrapesEveryComponent(t *testing.T) {
 	t.Parallel()
 	rs := mustOverlay(t, "production")
 	objs := objects(rs)
-	var sm struct {
-		Spec struct {
-			Selector struct {
-				MatchLabels      map[string]string `json:"matchLabels"`
-				MatchExpressions []struct {
-					Key      string   `json:"key"`
-					Operator string   `json:"operator"`
-					Values   []string `json:"values"`
-				} `json:"matchExpressions"`
-			} `json:"selector"`
-			Endpoints []struct {
-				Port string `json:"port"`
-				Path string `json:"path"`
-			} `json:"endpoints"`
-		} `json:"spec"`
-	}
+	var sm serviceMonitor
 	found := false
 	for _, r := range rs {
 		if r.Kind == "ServiceMonitor" {
@@ -153,27 +137,7 @@ func TestServiceMonitorScrapesEveryComponent(t *testing.T) {
 	if !found {
 		t.Fatal("the production overlay renders no ServiceMonitor")
 	}
-	matches := func(labels map[string]string) bool {
-		if !selects(sm.Spec.Selector.MatchLabels, labels) {
-			return false
-		}
-		for _, e := range sm.Spec.Selector.MatchExpressions {
-			v, ok := labels[e.Key]
-			switch e.Operator {
-			case "In":
-				if !ok || !slices.Contains(e.Values, v) {
-					return false
-				}
-			case "Exists":
-				if !ok {
-					return false
-				}
-			default:
-				t.Fatalf("selector operator %s", e.Operator)
-			}
-		}
-		return true
-	}
+	matches := func(labels map[string]string) bool { return sm.selects(t, labels) }
 	c := mustCode(t)
 	for _, comp := range k8sComponents {
 		d := find(objs, comp.kind, comp.name)
