@@ -19,7 +19,7 @@ import (
 // process is one orderpipe process as every shape runs it (unless a
 // shape's runs says otherwise).
 type process struct {
-	name   string   // compose service; Kubernetes workload orderpipe-<name> (migrate: the init container of each)
+	name   string   // compose service; Kubernetes workload orderpipe-<name> (migrate: the init container of each Deployment)
 	args   []string // the container's command (compose) and args (Kubernetes)
 	serves []string // the variables of the addresses it listens on: published, probed, scraped
 	env    []string // variables only this process gets, in every shape
@@ -163,8 +163,9 @@ func composeInstances(t *testing.T) map[string][]instance {
 }
 
 // kubernetesInstances reads a rendered overlay: each orderpipe workload's
-// container (Deployments and the reconciler CronJob), and its migrate init
-// container as the migrate process. The third-party workloads
+// container (Deployments and the reconciler CronJob), and each Deployment's
+// migrate init container as the migrate process (the CronJob has none,
+// k8s_test.go). The third-party workloads
 // (k8sThirdParty: the Pushgateway) run no orderpipe process.
 func kubernetesInstances(t *testing.T, overlay string) map[string][]instance {
 	objs := objects(mustOverlay(t, overlay))

@@ -215,7 +215,7 @@ type k8sWorkload struct {
 // k8sComponents are the long-running orderpipe workloads: Deployments that
 // serve /metrics, each behind a Service the ServiceMonitor scrapes. The
 // schema migration is no workload of its own: it is the migrate init
-// container of each orderpipe workload (kustomize_test.go).
+// container of each of them (TestManifestsMatchCode, kustomize_test.go).
 var k8sComponents = []k8sWorkload{
 	{"Deployment", "orderpipe-gateway", "gateway"},
 	{"Deployment", "orderpipe-worker", "worker"},
@@ -224,7 +224,8 @@ var k8sComponents = []k8sWorkload{
 }
 
 // k8sScheduled are the orderpipe workloads that run to completion on a
-// schedule: they serve nothing and push their metrics to the Pushgateway.
+// schedule: they serve nothing, push their metrics to the Pushgateway and
+// run no migrate init container (checkReconcilerCronJob says why).
 var k8sScheduled = []k8sWorkload{
 	{"CronJob", "orderpipe-reconciler", "reconciler"},
 }
@@ -346,7 +347,8 @@ func TestManifestsExist(t *testing.T) {
 // mounted, probes hit the listeners (and a scheduled run has neither ports
 // nor probes), resources are bounded — for every container and init
 // container of every orderpipe workload, the CronJob's pod included, of
-// every overlay.
+// every overlay. Each Deployment's pod starts with the migrate init
+// container; the CronJob's has no init container.
 func TestManifestsMatchCode(t *testing.T) {
 	t.Parallel()
 	c := mustCode(t)
@@ -375,7 +377,10 @@ func TestManifestsMatchCode(t *testing.T) {
 				if len(spec.Containers) != 1 {
 					t.Fatalf("want one container, got %d", len(spec.Containers))
 				}
-				if len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != "migrate" {
+				switch {
+				case scheduled && len(spec.InitContainers) != 0:
+					t.Errorf("init containers %d: want none on a scheduled run (the Deployments migrate the schema)", len(spec.InitContainers))
+				case !scheduled && (len(spec.InitContainers) != 1 || spec.InitContainers[0].Name != "migrate"):
 					t.Errorf("init containers %d: want the migrate one", len(spec.InitContainers))
 				}
 				for i, ct := range slices.Concat(spec.InitContainers, spec.Containers) {
@@ -532,9 +537,9 @@ func resolvePort(t testing.TB, ct container, raw json.RawMessage) string {
 
 // TestManifestsScaleOut: worker replicas never exceed the partitions; the
 // closer runs two replicas; the HPA targets the gateway; the reconciler is a
-// CronJob of one --once --fix pass per RECONCILE_INTERVAL that pushes its
-// metrics to the Pushgateway's Service; the Services reach the ports of the
-// pods they select.
+// CronJob of one --once --fix pass per RECONCILE_INTERVAL, with no init
+// container, that pushes its metrics to the Pushgateway's Service; the
+// Services reach the ports of the pods they select.
 func TestManifestsScaleOut(t *testing.T) {
 	t.Parallel()
 	for _, name := range overlays(t) {
@@ -637,8 +642,12 @@ func selects(selector, labels map[string]string) bool {
 // `reconciler --once --fix` pass per RECONCILE_INTERVAL (the schedule's
 // period is the interval OrderpipeReconcileOverdue reads), never two passes
 // at once, no retry but the next run, a hung pass ended before it holds
-// back the next run, and each pass's metrics pushed to the Pushgateway's
-// Service (a --once pod exits before any scrape).
+// back the next run, each pass's metrics pushed to the Pushgateway's
+// Service (a --once pod exits before any scrape), and no init container: a
+// migrate that cannot reach Postgres fails the Job before the pass runs, so
+// nothing is pushed and OrderpipeReconcilerFailing stays silent, and it
+// would use the migration's DDL rights every minute and most of the
+// deadline. The Deployments' migrate init containers migrate the schema.
 func checkReconcilerCronJob(t testing.TB, objs []object) {
 	t.Helper()
 	o := find(objs, "CronJob", "orderpipe-reconciler")
@@ -666,6 +675,9 @@ func checkReconcilerCronJob(t testing.TB, objs []object) {
 	spec := mustWorkload(t, o).tmpl.Spec
 	if len(spec.Containers) != 1 {
 		t.Fatalf("reconciler CronJob: want one container, got %d", len(spec.Containers))
+	}
+	for _, ic := range spec.InitContainers {
+		t.Errorf("reconciler init container %s %v: want none — one that fails (migrate without Postgres) fails the run unpushed, so OrderpipeReconcilerFailing never fires; the Deployments migrate the schema", ic.Name, ic.Args)
 	}
 	ct := spec.Containers[0]
 	if want := []string{"reconciler", "--once", "--fix"}; !slices.Equal(ct.Args, want) {
@@ -710,7 +722,7 @@ func checkReconcilerCronJob(t testing.TB, objs []object) {
 	case ad == nil:
 		t.Error("reconciler activeDeadlineSeconds not set: a hung pass would hold back every later run (Forbid)")
 	case *ad < 30:
-		t.Errorf("reconciler activeDeadlineSeconds %d: too short for the migrate init container and a pass over many items", *ad)
+		t.Errorf("reconciler activeDeadlineSeconds %d: too short for a pass over many items", *ad)
 	case time.Duration(*ad+grace)*time.Second >= interval:
 		t.Errorf("reconciler activeDeadlineSeconds %d + %d s of grace ≥ RECONCILE_INTERVAL %v: a hung pass would hold back the next run", *ad, grace, interval)
 	}
@@ -894,7 +906,7 @@ func TestCronPeriod(t *testing.T) {
 // TestReconcilerCheckCatchesDrift: checkReconcilerCronJob fails on what it
 // exists for — the loop's args, a schedule that is not RECONCILE_INTERVAL,
 // retries, overlapping runs, no deadline, no push target or one that is no
-// Service port.
+// Service port, a migrate init container.
 func TestReconcilerCheckCatchesDrift(t *testing.T) {
 	t.Parallel()
 	rs := mustOverlay(t, "small")
@@ -907,6 +919,15 @@ func TestReconcilerCheckCatchesDrift(t *testing.T) {
 		"NoDeadline":        func(m map[string]any) { delete(jobSpec(m), "activeDeadlineSeconds") },
 		"LongDeadline":      func(m map[string]any) { jobSpec(m)["activeDeadlineSeconds"] = 300 },
 		"NoPush":            func(m map[string]any) { reconcilerContainer(m)["env"] = reconcilerContainer(m)["env"].([]any)[:1] },
+		"MigrateInit": func(m map[string]any) {
+			pod := jobSpec(m)["template"].(map[string]any)["spec"].(map[string]any)
+			migrate := map[string]any{}
+			for k, v := range reconcilerContainer(m) {
+				migrate[k] = v
+			}
+			migrate["name"], migrate["args"] = "migrate", []any{"migrate"}
+			pod["initContainers"] = []any{migrate}
+		},
 		"WrongPushPort": func(m map[string]any) {
 			reconcilerContainer(m)["env"] = []any{map[string]any{"name": "OTEL_SERVICE_NAME", "value": "orderpipe-reconciler"},
 				map[string]any{"name": "PUSHGATEWAY_URL", "value": "http://orderpipe-pushgateway:9090"}}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -49,6 +51,7 @@ const saleMemoryMax = 4096
 const (
 	saleChecksPerSecond = 50
 	saleChecksInFlight  = 2
+	saleLogsPerSecond   = 5 // and as many at once
 )
 
 // errSaleCheckRefused: the lost-sale check is over its budget.
@@ -85,11 +88,17 @@ type saleMemo struct {
 	inflight   map[int64]*activityCall
 	budget     *rate.Limiter
 	slots      chan struct{} // one per query in flight
+	// logs bounds the log lines of checkSale: an item's answer is logged
+	// once per saleMemory, but a flood of random item ids of one activity
+	// (or an activity of a thousand lost items) would be a line each.
+	logs       *rate.Limiter
+	suppressed atomic.Int64 // lines logs refused since the last one written
 }
 
 func newSaleMemo() saleMemo {
 	return saleMemo{answers: map[stock.Item]saleAnswer{}, items: map[stock.Item]*saleCall{}, activities: map[int64]activityAnswer{}, inflight: map[int64]*activityCall{},
-		budget: rate.NewLimiter(saleChecksPerSecond, saleChecksPerSecond), slots: make(chan struct{}, saleChecksInFlight)}
+		budget: rate.NewLimiter(saleChecksPerSecond, saleChecksPerSecond), slots: make(chan struct{}, saleChecksInFlight),
+		logs: rate.NewLimiter(saleLogsPerSecond, saleLogsPerSecond)}
 }
 
 // remember stores v under k in m, first dropping the expired entries (and,
@@ -143,7 +152,7 @@ func (s *Server) saleLost(ctx context.Context, item stock.Item, outsideWindow bo
 		c.a.err = err // over the budget, or ctx ended: not remembered
 	} else {
 		c.a = s.checkSale(ctx, item, outsideWindow, act)
-		c.a.at = now
+		c.a.at = act.at // as old as the activity's answer it comes from, not older
 	}
 	m.mu.Lock()
 	delete(m.items, item)
@@ -240,7 +249,7 @@ func (s *Server) checkSale(ctx context.Context, item stock.Item, outsideWindow b
 		case err != nil:
 			a.err = err
 		case ok && (rStarts.UnixMilli() != starts.UnixMilli() || rEnds.UnixMilli() != ends.UnixMilli()):
-			s.deps.Log.WarnContext(ctx, "sale window in Redis is not the activity's (edited since its preheat): answering 404 NOT_ON_SALE by Redis's window until a preheat or `orderpipe reconciler --once --fix` writes the activity's",
+			s.saleLog(ctx, slog.LevelWarn, "sale window in Redis is not the activity's (edited since its preheat): answering 404 NOT_ON_SALE by Redis's window until a preheat or `orderpipe reconciler --once --fix` writes the activity's",
 				"activity_id", item.ActivityID, "item_id", item.ItemID, "redis_starts", rStarts, "redis_ends", rEnds,
 				"starts", starts.UTC(), "ends", ends.UTC())
 			a.onSale = false
@@ -249,14 +258,28 @@ func (s *Server) checkSale(ctx context.Context, item stock.Item, outsideWindow b
 	}
 	switch {
 	case a.err != nil:
-		s.deps.Log.ErrorContext(ctx, "no sale in Redis, and Postgres cannot tell whether there should be: answering 503",
+		s.saleLog(ctx, slog.LevelError, "no sale in Redis, and Postgres cannot tell whether there should be: answering 503",
 			"activity_id", item.ActivityID, "item_id", item.ItemID, "err", a.err)
 	case a.onSale && outsideWindow:
-		s.deps.Log.ErrorContext(ctx, "sale outside its window by Redis's clock but inside it by the database's: answering 503; check the clocks (NTP) of Redis and Postgres",
+		s.saleLog(ctx, slog.LevelError, "sale outside its window by Redis's clock but inside it by the database's: answering 503; check the clocks (NTP) of Redis and Postgres",
 			"activity_id", item.ActivityID, "item_id", item.ItemID)
 	case a.onSale:
-		s.deps.Log.ErrorContext(ctx, "sale missing in Redis but on sale in Postgres (Redis lost its keys, or a preheat stopped before putting it on sale): answering 503 until `orderpipe reconciler --once --fix` or a new preheat restores it",
+		s.saleLog(ctx, slog.LevelError, "sale missing in Redis but on sale in Postgres (Redis lost its keys, or a preheat stopped before putting it on sale): answering 503 until `orderpipe reconciler --once --fix` or a new preheat restores it",
 			"activity_id", item.ActivityID, "item_id", item.ItemID)
 	}
 	return a
+}
+
+// saleLog writes one of checkSale's lines within saleLogsPerSecond, saying
+// how many were left out before it.
+func (s *Server) saleLog(ctx context.Context, level slog.Level, msg string, args ...any) {
+	m := &s.sales
+	if !m.logs.Allow() {
+		m.suppressed.Add(1)
+		return
+	}
+	if n := m.suppressed.Swap(0); n > 0 {
+		args = append(args, "lines_left_out_before", n)
+	}
+	s.deps.Log.Log(ctx, level, msg, args...)
 }

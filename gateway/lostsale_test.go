@@ -212,3 +212,60 @@ func TestManyItemActivityIsOneQuery(t *testing.T) {
 		t.Errorf("%d items of one activity cost %d Postgres queries, want 1 (2 if the memory expired meanwhile)", items, got)
 	}
 }
+
+// TestLostSaleLogsAreBounded: two hundred preheated items whose sales Redis
+// lost are each answered 503, and the gateway's log says so in a handful of
+// lines (saleLogsPerSecond), not one per item; the next line counts the
+// ones left out.
+func TestLostSaleLogsAreBounded(t *testing.T) {
+	t.Parallel()
+	orders, _ := mustCountedStore(t)
+	r := testenv.MustRedis(t)
+	var logs syncBuffer
+	s := New(Config{}, Deps{Stock: stock.New(r.Client, r.Prefix), Orders: orders, Metrics: telemetry.NewMetrics(),
+		Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	const items = 200
+	a := order.Activity{ID: 78, Name: "lost", StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1}
+	for i := int64(1); i <= items; i++ {
+		a.Items = append(a.Items, order.ItemStock{ItemID: i, InitialStock: 5})
+	}
+	ctx := t.Context()
+	if err := orders.UpsertActivity(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= items; i++ {
+		if err := orders.MarkPreheated(ctx, 78, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := int64(1); i <= items; i++ {
+		w := httptest.NewRecorder()
+		s.Handler().ServeHTTP(w, orderRequestFor(78, i, i))
+		if w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("item %d, its sale lost: %d %s, want 503", i, w.Code, w.Body)
+		}
+	}
+	lines := strings.Count(logs.String(), "sale missing in Redis")
+	if lines == 0 || lines > 3*saleLogsPerSecond {
+		t.Fatalf("%d lost items logged %d lines, want at least one and a handful (%d a second)", items, lines, saleLogsPerSecond)
+	}
+	time.Sleep(time.Second) // the limiter refills; the item memory expires
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, orderRequestFor(78, 1, 1000))
+	if !strings.Contains(logs.String(), `"lines_left_out_before":`) {
+		t.Errorf("the line after the limit does not count the ones left out:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }

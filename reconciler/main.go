@@ -13,6 +13,7 @@ import (
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/secret"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
@@ -73,6 +74,7 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 		redis                                              redisconn.Config
 	}{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.Addr("METRICS_ADDR", false), r.String("PUSHGATEWAY_URL"),
 		r.Duration("RECONCILE_INTERVAL"), redisconn.Read(r)}
+	secret.Register(secret.URLPassword(cfg.Pushgateway)...) // the safety net under redactURL
 	if err := checkPushgateway(cfg.Pushgateway); err != nil {
 		r.Fail("%v", err)
 	}
@@ -98,7 +100,7 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 		}
 		metrics.ReconcilerInterval.Set(cfg.ReconcileInterval.Seconds())
 		if err := pushPass(ctx, cfg.Pushgateway, metrics.Registry); err != nil {
-			log.Error("pushing the pass's metrics", "pushgateway", cfg.Pushgateway, "err", err)
+			log.Error("pushing the pass's metrics", "pushgateway", redactURL(cfg.Pushgateway), "err", err)
 			if code == ExitClean { // drift (1) says more
 				code = ExitError
 			}

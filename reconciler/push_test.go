@@ -32,7 +32,7 @@ func TestOncePushesThePass(t *testing.T) {
 	gw := mustPushgateway(t)
 	e := mustEnv(t, 10)
 	stocktest.AddStock(t, e.st, e.it, 1) // Redis holds a unit Postgres does not know of
-	run := func(vals map[string]string, args ...string) int {
+	runCtx := func(ctx context.Context, vals map[string]string, args ...string) int {
 		t.Helper()
 		vals["REDIS_ADDR"], vals["REDIS_KEY_PREFIX"], vals["RECONCILE_INTERVAL"] = testenv.RedisAddr(), e.rdb.Prefix, "1m"
 		vars := append(append([]setting.Var{{Name: "DATABASE_URL"}, {Name: "REDIS_KEY_PREFIX"}, {Name: "METRICS_ADDR", Default: "127.0.0.1:0"}},
@@ -49,7 +49,11 @@ func TestOncePushesThePass(t *testing.T) {
 			t.Fatalf("undeclared setting %s", name)
 			return ""
 		}
-		return reconciler.Main(context.Background(), args, env, io.Discard, io.Discard)
+		return reconciler.Main(ctx, args, env, io.Discard, io.Discard)
+	}
+	run := func(vals map[string]string, args ...string) int {
+		t.Helper()
+		return runCtx(context.Background(), vals, args...)
 	}
 
 	if code := run(map[string]string{"DATABASE_URL": e.dbURL, "PUSHGATEWAY_URL": gw}, "--once", "--fix"); code != reconciler.ExitClean {
@@ -68,7 +72,8 @@ func TestOncePushesThePass(t *testing.T) {
 			t.Errorf("the Pushgateway has no\n  %s", want)
 		}
 	}
-	success := value(t, pushed, `orderpipe_reconciler_last_success_timestamp_seconds{instance="",job="orderpipe-reconciler"}`)
+	const successSeries = `orderpipe_reconciler_last_success_timestamp_seconds{instance="",job="orderpipe-reconciler",pushed="last_success"}`
+	success := value(t, pushed, successSeries)
 	if age := time.Since(time.Unix(int64(success), 0)); age < -time.Second || age > time.Minute {
 		t.Errorf("pushed last success %v, want about now", success)
 	}
@@ -78,8 +83,23 @@ func TestOncePushesThePass(t *testing.T) {
 		}
 	}
 
-	// Postgres out of reach: exit 2, the failure pushed, the success kept.
-	if code := run(map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "PUSHGATEWAY_URL": gw},
+	// A run that checks no item (here: a database without activities)
+	// leaves none of the previous run's per-item series behind: a stale
+	// drift would page for ever.
+	if code := run(map[string]string{"DATABASE_URL": testenv.MustDatabase(t).URL, "PUSHGATEWAY_URL": gw}, "--once"); code != reconciler.ExitClean {
+		t.Fatalf("--once over no activity exited %d, want 0", code)
+	}
+	if pushed = scrape(t, gw); strings.Contains(pushed, `activity="7"`) {
+		t.Errorf("a run that checked no item left the previous run's per-item series:\n%s", grep(pushed, `activity="7"`))
+	}
+	success = value(t, pushed, successSeries)
+
+	// Postgres out of reach, and the run stopped (SIGTERM at the CronJob's
+	// deadline cancels its context): exit 2, the failure still pushed, the
+	// success kept.
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	if code := runCtx(stopped, map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "PUSHGATEWAY_URL": gw},
 		"--once"); code != reconciler.ExitError {
 		t.Fatalf("--once without Postgres exited %d, want 2", code)
 	}
@@ -87,7 +107,7 @@ func TestOncePushesThePass(t *testing.T) {
 	if got := value(t, pushed, `orderpipe_reconciler_last_pass_error{instance="",job="orderpipe-reconciler"}`); got != 1 {
 		t.Errorf("last pass error %v after a run without Postgres, want 1", got)
 	}
-	if got := value(t, pushed, `orderpipe_reconciler_last_success_timestamp_seconds{instance="",job="orderpipe-reconciler"}`); got != success {
+	if got := value(t, pushed, successSeries); got != success {
 		t.Errorf("last success %v after a failed run, want the earlier success's %v kept", got, success)
 	}
 
@@ -168,6 +188,17 @@ func scrape(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// grep is the lines of text that contain s.
+func grep(text, s string) string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // value is the sample of series in a scrape.
