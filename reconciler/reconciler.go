@@ -597,6 +597,9 @@ func (r *Reconciler) observe(res Result) {
 		a, i := strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)
 		m.ReconcilerDrift.WithLabelValues(a, i).Set(float64(it.Drift))
 		m.ReconcilerMarkerDrift.WithLabelValues(a, i).Set(float64(len(it.MissingMarkers) + len(it.ExtraMarkers) + len(it.WrongMarkers)))
+		// A lost sale (Redis lost its keys: orders answered 503) or stock
+		// key can leave the unit drift at 0: a gauge of its own.
+		m.ReconcilerSaleDrift.WithLabelValues(a, i).Set(b2f(it.Sale != "ok" || it.StockKey != "ok"))
 		// Exported at 0 from the first pass on, so increase() sees the
 		// first repair of the item.
 		m.ReconcilerRepairs.WithLabelValues(a, i)
@@ -610,6 +613,7 @@ func (r *Reconciler) observe(res Result) {
 			a, i := strconv.FormatInt(it.ActivityID, 10), strconv.FormatInt(it.ItemID, 10)
 			m.ReconcilerDrift.DeleteLabelValues(a, i)
 			m.ReconcilerMarkerDrift.DeleteLabelValues(a, i)
+			m.ReconcilerSaleDrift.DeleteLabelValues(a, i)
 			m.ReconcilerRepairs.DeleteLabelValues(a, i)
 			m.ReconcilerLastPassRepaired.DeleteLabelValues(a, i)
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -455,5 +456,35 @@ func TestLastSuccessGauge(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.ReconcilerInterval); got != 0.05 {
 		t.Errorf("interval gauge %v, want 0.05", got)
+	}
+}
+
+// TestLostSaleIsItsOwnGauge: Redis loses only an item's sale hash (the
+// gateway then answers its orders 503): the unit drift reads 0, so the
+// sale-drift gauge is what says it (OrderpipeSaleDrift); after the fix it
+// reads 0 again.
+func TestLostSaleIsItsOwnGauge(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, 10)
+	k := stocktest.KeysOf(e.st, e.it)
+	if err := e.rdb.Client.Del(context.Background(), k.Sale).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.check(t, e.it); r.Sale != "missing" || r.Drift != 0 {
+		t.Fatalf("report %+v; want the sale missing and no unit drift", r)
+	}
+	a, i := strconv.FormatInt(e.it.ActivityID, 10), strconv.FormatInt(e.it.ItemID, 10)
+	o := strconv.FormatInt(e.other.ItemID, 10)
+	if got := testutil.ToFloat64(e.metrics.ReconcilerSaleDrift.WithLabelValues(a, i)); got != 1 {
+		t.Errorf("sale drift gauge %v with the sale lost, want 1", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.ReconcilerSaleDrift.WithLabelValues(a, o)); got != 0 {
+		t.Errorf("sale drift gauge of the intact item %v, want 0", got)
+	}
+	if _, err := e.fixer.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(e.metrics.ReconcilerSaleDrift.WithLabelValues(a, i)); got != 0 {
+		t.Errorf("sale drift gauge %v after the fix, want 0", got)
 	}
 }

@@ -58,6 +58,7 @@ type Metrics struct {
 	RedrivePasses         *prometheus.CounterVec // result: ok, error, skipped
 	ReconcilerDrift       *prometheus.GaugeVec   // activity, item
 	ReconcilerMarkerDrift *prometheus.GaugeVec   // activity, item
+	ReconcilerSaleDrift   *prometheus.GaugeVec   // activity, item
 	ReconcilerPasses      *prometheus.CounterVec // result
 	ReconcilerRepairs     *prometheus.CounterVec // activity, item
 	// ReconcilerLastSuccess is when a pass last checked every item (clean
@@ -154,6 +155,8 @@ func NewMetrics() *Metrics {
 			Help: "Redrive passes by result: ok (completed), error (failed; retried next interval), skipped (another replica holds the redrive lock)."}, []string{"result"}),
 		ReconcilerDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_drift",
 			Help: "Redis stock minus (DB stock minus in flight) per item at the last reconciler pass; 0 when consistent."}, []string{"activity", "item"}),
+		ReconcilerSaleDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_sale_drift",
+			Help: "1 when the item's sale (window, cap, buckets) or stock key in Redis is missing, unreadable or not what Postgres says at the last reconciler pass, else 0."}, []string{"activity", "item"}),
 		ReconcilerMarkerDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_reconciler_marker_drift",
 			Help: "Limit markers missing, extra or held by the wrong request per item at the last reconciler pass."}, []string{"activity", "item"}),
 		SaleChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_gateway_sale_checks_total",
@@ -187,7 +190,7 @@ func NewMetrics() *Metrics {
 	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ReserveUnreplicated, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
 		m.ConsumerLag, m.OrdersCreated, m.OrdersRejected, m.Duplicates, m.Ghosts, m.DLQ, m.CompensationsApplied,
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
-		m.ReconcilerMarkerDrift, m.ReconcilerPasses, m.ReconcilerRepairs, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
+		m.ReconcilerMarkerDrift, m.ReconcilerSaleDrift, m.ReconcilerPasses, m.ReconcilerRepairs, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
 		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
 		m.SaleChecks, m.ReconcilerLastSuccess, m.ReconcilerInterval, m.ReconcilerLastPassError, m.ReconcilerLastPassRepaired,
 		m.StatusPublished, m.StatusFailed, m.StatusPending, m.StatusOldest, m.StatusPruned, m.RelayPasses)
