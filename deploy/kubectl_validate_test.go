@@ -8,34 +8,17 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"orderpipe/pkg/testenv"
 )
 
 // mustKubectlValidate finds kubectl-validate the way
 // deploy/k8s/kubectl-validate.sh does (KUBECTL_VALIDATE, the PATH, its
-// cache), without building. Missing, the test is skipped — except under
-// `make test`, which runs the script first and passes its answer in
-// KUBECTL_VALIDATE, so a missing binary there is a broken install step.
+// cache), without building (testenv.MustTool). `make test` runs the script
+// first and passes its answer in KUBECTL_VALIDATE.
 func mustKubectlValidate(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("KUBECTL_VALIDATE"); p != "" {
-		if !isExecutable(p) {
-			t.Fatalf("KUBECTL_VALIDATE=%s is not an executable", p)
-		}
-		return p
-	}
-	if p, err := exec.LookPath("kubectl-validate"); err == nil {
-		return p
-	}
-	cache := os.Getenv("ORDERPIPE_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "orderpipe")
-	}
-	if p := filepath.Join(cache, "bin", "kubectl-validate"); isExecutable(p) {
-		return p
-	}
-	t.Skip("no kubectl-validate; run deploy/k8s/kubectl-validate.sh (make test does)")
-	return ""
+	return testenv.MustTool(t, "KUBECTL_VALIDATE", "kubectl-validate", "bin/kubectl-validate", "deploy/k8s/kubectl-validate.sh")
 }
 
 // kubectlValidate runs kubectl-validate on objs, one file each, against the

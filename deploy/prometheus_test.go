@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -10,6 +9,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"orderpipe/pkg/testenv"
 )
 
 // The Prometheus rules (deploy/prometheus/orderpipe-rules.yml) and their unit
@@ -23,35 +24,10 @@ const (
 )
 
 // mustPromtool finds promtool the way deploy/prometheus/promtool.sh does
-// (PROMTOOL, the PATH, its cache), without fetching. Missing, the test is
-// skipped — except in CI, where `make test` has run promtool.sh first and a
-// missing promtool is a broken install step.
+// (PROMTOOL, the PATH, its cache), without fetching (testenv.MustTool).
 func mustPromtool(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("PROMTOOL"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("promtool"); err == nil {
-		return p
-	}
-	cache := os.Getenv("ORDERPIPE_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "orderpipe")
-	}
-	if p := filepath.Join(cache, "prometheus", "usr", "bin", "promtool"); isExecutable(p) {
-		return p
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no promtool: `make test` fetches it with deploy/prometheus/promtool.sh")
-	}
-	t.Skip("no promtool; run deploy/prometheus/promtool.sh (make test does)")
-	return ""
-}
-
-func isExecutable(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+	return testenv.MustTool(t, "PROMTOOL", "promtool", "prometheus/usr/bin/promtool", "deploy/prometheus/promtool.sh")
 }
 
 func promtool(t *testing.T, dir string, args ...string) string {

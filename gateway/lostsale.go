@@ -34,8 +34,9 @@ import (
 // breaker that GET and pay share. So Postgres is asked about a whole
 // activity at once (every item of an activity of a thousand, before its
 // preheat or after its end, in one query) and its answer is remembered for
-// saleMemory, concurrent callers sharing one query; each item's answer (the
-// window check and the log line below) is remembered as long. Queries have
+// saleMemory, concurrent callers sharing one query; each item's answer (with
+// the window check below) is remembered as long, and its log lines are
+// bounded (saleLogsPerSecond). Queries have
 // their own breaker, at most saleChecksInFlight pool connections and
 // saleChecksPerSecond (with as much burst); a check over that budget fails
 // closed (503, nothing reserved), as when Postgres cannot tell.
@@ -70,11 +71,6 @@ type activityAnswer struct {
 	at   time.Time // monotonic
 }
 
-type saleCall struct {
-	done chan struct{} // closed once a is set
-	a    saleAnswer
-}
-
 type activityCall struct {
 	done chan struct{} // closed once a is set
 	a    activityAnswer
@@ -83,7 +79,6 @@ type activityCall struct {
 type saleMemo struct {
 	mu         sync.Mutex
 	answers    map[stock.Item]saleAnswer
-	items      map[stock.Item]*saleCall // in flight
 	activities map[int64]activityAnswer
 	inflight   map[int64]*activityCall
 	budget     *rate.Limiter
@@ -96,7 +91,7 @@ type saleMemo struct {
 }
 
 func newSaleMemo() saleMemo {
-	return saleMemo{answers: map[stock.Item]saleAnswer{}, items: map[stock.Item]*saleCall{}, activities: map[int64]activityAnswer{}, inflight: map[int64]*activityCall{},
+	return saleMemo{answers: map[stock.Item]saleAnswer{}, activities: map[int64]activityAnswer{}, inflight: map[int64]*activityCall{},
 		budget: rate.NewLimiter(saleChecksPerSecond, saleChecksPerSecond), slots: make(chan struct{}, saleChecksInFlight),
 		logs: rate.NewLimiter(saleLogsPerSecond, saleLogsPerSecond)}
 }
@@ -133,35 +128,18 @@ func (s *Server) saleLost(ctx context.Context, item stock.Item, outsideWindow bo
 		s.deps.Metrics.SaleChecks.WithLabelValues("remembered").Inc()
 		return a.onSale, a.err
 	}
-	if c, ok := m.items[item]; ok {
-		m.mu.Unlock()
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-		s.deps.Metrics.SaleChecks.WithLabelValues("remembered").Inc()
-		return c.a.onSale, c.a.err
-	}
-	// One caller per item computes its answer (and logs it) while the
-	// others wait for it.
-	c := &saleCall{done: make(chan struct{})}
-	m.items[item] = c
+	// Callers missing the same item at once each build its answer from the
+	// one activity answer they share; the log lines are bounded apart.
 	act, err := s.activitySale(ctx, item.ActivityID, now) // releases m.mu
 	if err != nil {
-		c.a.err = err // over the budget, or ctx ended: not remembered
-	} else {
-		c.a = s.checkSale(ctx, item, outsideWindow, act)
-		c.a.at = act.at // as old as the activity's answer it comes from, not older
+		return false, err // over the budget, or ctx ended: not remembered
 	}
+	a := s.checkSale(ctx, item, outsideWindow, act)
+	a.at = act.at // as old as the activity's answer it comes from, not older
 	m.mu.Lock()
-	delete(m.items, item)
-	if err == nil {
-		remember(m.answers, item, c.a, now, func(a saleAnswer) time.Time { return a.at })
-	}
+	remember(m.answers, item, a, now, func(a saleAnswer) time.Time { return a.at })
 	m.mu.Unlock()
-	close(c.done)
-	return c.a.onSale, c.a.err
+	return a.onSale, a.err
 }
 
 // activitySale is Postgres's answer about activity id, remembered, shared

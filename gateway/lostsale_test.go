@@ -221,7 +221,7 @@ func TestLostSaleLogsAreBounded(t *testing.T) {
 	t.Parallel()
 	orders, _ := mustCountedStore(t)
 	r := testenv.MustRedis(t)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	s := New(Config{}, Deps{Stock: stock.New(r.Client, r.Prefix), Orders: orders, Metrics: telemetry.NewMetrics(),
 		Log: slog.New(slog.NewJSONHandler(&logs, nil))})
 	const items = 200
@@ -256,16 +256,3 @@ func TestLostSaleLogsAreBounded(t *testing.T) {
 		t.Errorf("the line after the limit does not count the ones left out:\n%s", logs.String())
 	}
 }
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-func (b *syncBuffer) String() string { b.mu.Lock(); defer b.mu.Unlock(); return b.b.String() }

@@ -5,9 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,32 +120,12 @@ func TestOncePushesThePass(t *testing.T) {
 }
 
 // mustPushgateway starts a Prometheus Pushgateway on a free port for the
-// test and returns its URL. The binary is found the way
-// deploy/prometheus/pushgateway.sh does (PUSHGATEWAY, the PATH, its cache);
-// missing, the test is skipped — except in CI, where `make test` has
-// fetched it.
+// test and returns its URL; the binary is found the way
+// deploy/prometheus/pushgateway.sh does (testenv.MustTool).
 func mustPushgateway(t *testing.T) string {
 	t.Helper()
-	bin := os.Getenv("PUSHGATEWAY")
-	if bin == "" {
-		bin, _ = exec.LookPath("prometheus-pushgateway")
-	}
-	if bin == "" {
-		cache := os.Getenv("ORDERPIPE_CACHE")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache", "orderpipe")
-		}
-		if p := filepath.Join(cache, "prometheus-pushgateway", "usr", "bin", "prometheus-pushgateway"); fileExists(p) {
-			bin = p
-		}
-	}
-	if bin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no prometheus-pushgateway: `make test` fetches it with deploy/prometheus/pushgateway.sh")
-		}
-		t.Skip("no prometheus-pushgateway; run deploy/prometheus/pushgateway.sh (make test does)")
-	}
+	bin := testenv.MustTool(t, "PUSHGATEWAY", "prometheus-pushgateway", "prometheus-pushgateway/usr/bin/prometheus-pushgateway",
+		"deploy/prometheus/pushgateway.sh")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -172,8 +150,6 @@ func mustPushgateway(t *testing.T) string {
 		}
 	}
 }
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // scrape is the Pushgateway's /metrics, as Prometheus would read it.
 func scrape(t *testing.T, url string) string {
