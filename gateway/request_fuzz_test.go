@@ -84,6 +84,7 @@ type keyNames map[string]keyNames
 // body does not start with a valid JSON object.
 func firstKeyProblem(body []byte, names keyNames) (problem string, isObject bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // 1e700 is JSON; only its conversion to a float64 fails
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return "", false
 	}
