@@ -39,9 +39,16 @@ func TestAdminReadsActivity(t *testing.T) {
 	})
 	ctx := context.Background()
 	auth := []string{"Authorization", "Bearer " + p.Admin}
+	// read is a GET with Postgres up: a 503 (the order store past its bound
+	// on a busy machine) is asked again, up to five times a second apart.
 	read := func(t *testing.T, path string) apiResponse {
 		t.Helper()
-		return p.do(t, http.MethodGet, path, "", nil, auth...)
+		r := p.do(t, http.MethodGet, path, "", nil, auth...)
+		for i := 1; i < 5 && r.Status == http.StatusServiceUnavailable; i++ {
+			time.Sleep(time.Second)
+			r = p.do(t, http.MethodGet, path, "", nil, auth...)
+		}
+		return r
 	}
 	it := stock.Item{ActivityID: 7, ItemID: 70}
 	p.mustSale(t, 7, 2, map[int64]int64{70: 10, 71: 5})
@@ -164,7 +171,7 @@ func TestAdminReadsActivity(t *testing.T) {
 	t.Run("PostgresDownIs503", func(t *testing.T) {
 		pgProxy.Down()
 		defer pgProxy.Up(t)
-		if r := read(t, "/admin/v1/activities/7"); r.Status != http.StatusServiceUnavailable || r.Code() != "UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
+		if r := p.do(t, http.MethodGet, "/admin/v1/activities/7", "", nil, auth...); r.Status != http.StatusServiceUnavailable || r.Code() != "UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
 			t.Errorf("Postgres down: %d %v, want 503 UNAVAILABLE with Retry-After", r.Status, r.Body)
 		}
 	})
