@@ -283,7 +283,13 @@ func (r *Reconciler) runOnce(ctx context.Context) (Result, error) {
 			res.Fixed, err = r.fix(ctx, todo)
 			if err != nil {
 				res.FixError = err.Error()
-				r.deps.Log.ErrorContext(ctx, "fixing drift", "err", err)
+				if ctx.Err() != nil {
+					// Stopped (SIGTERM, a CronJob's deadline): not a fault
+					// to page on; the pass's result still says it failed.
+					r.deps.Log.InfoContext(ctx, "fixing drift stopped: shutting down", "err", err)
+				} else {
+					r.deps.Log.ErrorContext(ctx, "fixing drift", "err", err)
+				}
 			}
 			after, err := r.pass(ctx, nil, nil)
 			if err != nil {

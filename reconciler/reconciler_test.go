@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -383,6 +384,38 @@ func TestFixOutlastsADeadFixersLock(t *testing.T) {
 	}
 	if got := e.redisStock(t, e.it); got != 10 {
 		t.Errorf("redis stock after the fix %d, want 10", got)
+	}
+}
+
+// TestStoppedFixLogsNoError: a loop stopped (SIGTERM) while its fix waits
+// for the fix lock ends quietly: no ERROR or WARN line, nil from Run.
+func TestStoppedFixLogsNoError(t *testing.T) {
+	t.Parallel()
+	e := mustEnv(t, 10)
+	ctx, stop := context.WithCancel(context.Background())
+	k := stocktest.KeysOf(e.st, e.it)
+	if err := e.rdb.Client.Del(ctx, k.Stock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.New(e.rdb.Client, e.rdb.Prefix).TryAcquire(ctx, reconciler.FixLockName, time.Minute); err != nil {
+		t.Fatal(err) // another fixer holds the lock: the fix waits
+	}
+	var logs testenv.SyncBuffer
+	fixer := reconciler.New(reconciler.Config{Fix: true, Interval: time.Hour, LockWait: time.Minute}, reconciler.Deps{Orders: e.orders,
+		Stock: e.st, Locker: lock.New(e.rdb.Client, e.rdb.Prefix), Metrics: e.metrics, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	done := make(chan error, 1)
+	go func() { done <- fixer.Run(ctx) }()
+	time.Sleep(2 * time.Second) // the pass (milliseconds) has found the drift and waits for the lock
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run stopped: %v, want nil", err)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "fixing drift stopped") {
+		t.Errorf("no line says the fix stopped; log:\n%s", out)
+	}
+	if strings.Contains(out, "level=ERROR") || strings.Contains(out, "level=WARN") {
+		t.Errorf("a stopped fix logged a warning or an error:\n%s", out)
 	}
 }
 
