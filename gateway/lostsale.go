@@ -252,7 +252,7 @@ func (s *Server) checkSale(ctx context.Context, item stock.Item, outsideWindow b
 // how many were left out before it.
 func (s *Server) saleLog(ctx context.Context, level slog.Level, msg string, args ...any) {
 	m := &s.sales
-	if !m.logs.Allow() {
+	if !m.logs.AllowN(s.monoNow(), 1) {
 		m.suppressed.Add(1)
 		return
 	}

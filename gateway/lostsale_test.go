@@ -188,25 +188,35 @@ func TestManyItemActivityIsOneQuery(t *testing.T) {
 	}
 	before := queries.Load()
 	codes := map[string]int{}
+	var other []string // answers other than the expected, for the failure message
 	var wg sync.WaitGroup
 	var cmu sync.Mutex
-	for i := int64(1); i <= items; i++ {
+	// Fifty callers at once (a busy machine's Redis would time some of a
+	// thousand concurrent reserves out: a 503 that is not this test's).
+	next := make(chan int64)
+	for range 50 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := httptest.NewRecorder()
-			s.Handler().ServeHTTP(w, orderRequestFor(77, i, i))
-			cmu.Lock()
-			defer cmu.Unlock()
-			codes[fmt.Sprintf("%d %s", w.Code, errorCode(w.Body.String()))]++
-			if i == 1 && w.Code != http.StatusServiceUnavailable {
-				t.Errorf("the preheated item Redis has no sale of: %d %s, want 503", w.Code, w.Body)
+			for i := range next {
+				w := httptest.NewRecorder()
+				s.Handler().ServeHTTP(w, orderRequestFor(77, i, i))
+				cmu.Lock()
+				codes[fmt.Sprintf("%d %s", w.Code, errorCode(w.Body.String()))]++
+				if (i == 1) != (w.Code == http.StatusServiceUnavailable) && len(other) < 5 {
+					other = append(other, fmt.Sprintf("item %d: %d %s", i, w.Code, w.Body))
+				}
+				cmu.Unlock()
 			}
 		}()
 	}
+	for i := int64(1); i <= items; i++ {
+		next <- i
+	}
+	close(next)
 	wg.Wait()
 	if codes["404 NOT_ON_SALE"] != items-1 || codes["503 UNAVAILABLE"] != 1 {
-		t.Errorf("answers %v, want %d × 404 NOT_ON_SALE and the lost item's 503", codes, items-1)
+		t.Errorf("answers %v, want %d × 404 NOT_ON_SALE and the lost item's 503; e.g. %q", codes, items-1, other)
 	}
 	if got := queries.Load() - before; got > 2 {
 		t.Errorf("%d items of one activity cost %d Postgres queries, want 1 (2 if the memory expired meanwhile)", items, got)
@@ -224,6 +234,11 @@ func TestLostSaleLogsAreBounded(t *testing.T) {
 	var logs testenv.SyncBuffer
 	s := New(Config{}, Deps{Stock: stock.New(r.Client, r.Prefix), Orders: orders, Metrics: telemetry.NewMetrics(),
 		Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	// The gateway's clock stands still while the 200 are answered, however
+	// long a busy machine takes: the bound is per second of that clock.
+	var mu sync.Mutex
+	now := time.Now()
+	s.monoNow = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	const items = 200
 	a := order.Activity{ID: 78, Name: "lost", StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1}
 	for i := int64(1); i <= items; i++ {
@@ -246,10 +261,12 @@ func TestLostSaleLogsAreBounded(t *testing.T) {
 		}
 	}
 	lines := strings.Count(logs.String(), "sale missing in Redis")
-	if lines == 0 || lines > 3*saleLogsPerSecond {
-		t.Fatalf("%d lost items logged %d lines, want at least one and a handful (%d a second)", items, lines, saleLogsPerSecond)
+	if lines == 0 || lines > saleLogsPerSecond {
+		t.Fatalf("%d lost items logged %d lines within a second, want at least one and at most %d", items, lines, saleLogsPerSecond)
 	}
-	time.Sleep(time.Second) // the limiter refills; the item memory expires
+	mu.Lock()
+	now = now.Add(saleMemory) // the limiter refills; the item memory expires
+	mu.Unlock()
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, orderRequestFor(78, 1, 1000))
 	if !strings.Contains(logs.String(), `"lines_left_out_before":`) {
