@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -192,10 +193,12 @@ func mustStallProduce(t *testing.T, p *pipeline, lands bool) (stalled, resume ch
 // a reservation the gateway's one atomic step cannot tell from a new one
 // (another hash tag): it is answered 202, and the worker refuses it. Its
 // orderNo must then read as REJECTED IDEMPOTENCY_KEY_REUSED — never 404 — a
-// replay names it again, and its unit goes back on sale.
+// replay names it again, and its unit goes back on sale. The client's
+// mistake is logged at INFO: no WARN for an operator to act on.
 func TestRequestIDReusedForAnotherItem(t *testing.T) {
 	t.Parallel()
-	p := mustPipeline(t, both, nil)
+	var logs syncBuffer
+	p := mustPipelineLogging(t, both, nil, &logs)
 	first, second := stock.Item{ActivityID: 4, ItemID: 1}, stock.Item{ActivityID: 4, ItemID: 2}
 	p.mustSale(t, 4, 1, map[int64]int64{1: 5, 2: 5})
 	a := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 1})
@@ -231,6 +234,12 @@ func TestRequestIDReusedForAnotherItem(t *testing.T) {
 	p.assertInvariants(t, second)
 	if s, rs := p.dbStock(t, second), p.redisStock(t, second); s.Stock != 5 || rs != 5 {
 		t.Errorf("item 2 stock db %d redis %d, want 5 (nothing sold)", s.Stock, rs)
+	}
+	if !strings.Contains(logs.String(), `"reason":"IDEMPOTENCY_KEY_REUSED"`) {
+		t.Error("the rejection of the reused requestId is not logged")
+	}
+	if w := logs.warnings(t); len(w) > 0 {
+		t.Errorf("a requestId reused for another item logged WARN/ERROR lines:\n%s", strings.Join(w, "\n"))
 	}
 }
 

@@ -18,11 +18,11 @@ import (
 
 // admin guards a handler with the bearer token, compared in constant time.
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
-	want := []byte("Bearer " + s.cfg.AdminToken)
+	want := []byte(s.cfg.AdminToken)
 	return func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
+		got, _ := bearerToken(r)
 		if subtle.ConstantTimeCompare(got, want) != 1 {
-			writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", "admin API needs Authorization: Bearer <ADMIN_TOKEN>")
+			unauthorized(w, "admin API needs Authorization: Bearer <ADMIN_TOKEN>")
 			return
 		}
 		h(w, r)
@@ -67,8 +67,13 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
 	}
+	raw, apiErr := limitedBody(w, r, maxAdminBody)
+	if apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
 	var body activityBody
-	if apiErr := decodeJSON(r.Header.Get("Content-Type"), http.MaxBytesReader(w, r.Body, maxAdminBody+1), maxAdminBody, &body); apiErr != nil {
+	if apiErr := decodeJSON(r.Header.Get("Content-Type"), raw, maxAdminBody, &body); apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
 	}
@@ -120,10 +125,14 @@ func validActivity(id int64, b activityBody) (order.Activity, *apiError) {
 	switch {
 	case b.Name == "" || utf8.RuneCountInString(b.Name) > 200:
 		return a, invalid("name must be 1-200 characters")
-	case strings.TrimSpace(b.Name) == "":
+	// Blank: no visible character (white space, or only invisible format
+	// characters such as U+200B ZERO WIDTH SPACE).
+	case strings.IndexFunc(b.Name, func(r rune) bool { return unicode.IsGraphic(r) && !unicode.IsSpace(r) }) < 0:
 		return a, invalid("name must not be blank")
 	// U+FFFD: what encoding/json makes of an escaped lone surrogate (\ud800).
-	case strings.IndexFunc(b.Name, unicode.IsControl) >= 0 || !utf8.ValidString(b.Name) || strings.ContainsRune(b.Name, utf8.RuneError):
+	// Line and paragraph separators (U+2028, U+2029) break a name's line.
+	case strings.IndexFunc(b.Name, func(r rune) bool { return unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp) }) >= 0 ||
+		!utf8.ValidString(b.Name) || strings.ContainsRune(b.Name, utf8.RuneError):
 		return a, invalid("name must be printable text")
 	case !a.EndsAt.After(a.StartsAt):
 		return a, invalid("endsAt must be after startsAt")

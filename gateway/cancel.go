@@ -34,9 +34,13 @@ type orderCancelled struct {
 // ORDER_REJECTED, a reservation not persisted yet 409 ORDER_PENDING (retry),
 // and an unknown order or another user's 404 ORDER_NOT_FOUND.
 func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes+1)
+	body, apiErr := limitedBody(w, r, MaxBodyBytes)
+	if apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
 	var req cancelRequest
-	if apiErr := decodeJSON(r.Header.Get("Content-Type"), r.Body, MaxBodyBytes, &req); apiErr != nil {
+	if apiErr := decodeJSON(r.Header.Get("Content-Type"), body, MaxBodyBytes, &req); apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
 	}

@@ -177,10 +177,10 @@ func New(cfg Config, deps Deps) *Server {
 	s.salesCB = breaker.New("gateway-postgres-sales", bs, deps.Metrics.BreakerState)
 	s.sales = newSaleMemo()
 	s.routes()
-	s.handler = traced(cleanPaths(s.mux))
+	s.handler = traced(s.cleanPaths(s.mux))
 	s.adminHandler = s.handler
 	if s.adminMux != s.mux {
-		s.adminHandler = traced(cleanPaths(s.adminMux))
+		s.adminHandler = traced(s.cleanPaths(s.adminMux))
 	}
 	return s
 }
@@ -192,10 +192,10 @@ func New(cfg Config, deps Deps) *Server {
 // text body, and a client sending a POST's body again elsewhere). It reads
 // the decoded path, so "%2e%2e" and "%2F" segments are refused too: the mux
 // cleans only the escaped path, and would hand a handler an orderNo of "..".
-func cleanPaths(mux http.Handler) http.Handler {
+func (s *Server) cleanPaths(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p := r.URL.Path; path.Clean(p) != p {
-			notFound(w, r)
+			s.notFound(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -264,9 +264,9 @@ func (s *Server) routes() {
 	s.handle("GET /readyz", s.readyz)
 	s.handle("GET /openapi.json", serveOpenAPI)
 	s.mux.Handle("GET /metrics", s.deps.Metrics.Handler())
-	s.mux.Handle("/", noRoute(s.mux))
+	s.mux.Handle("/", s.noRoute(s.mux))
 	if s.adminMux != s.mux {
-		s.adminMux.Handle("/", noRoute(s.adminMux))
+		s.adminMux.Handle("/", s.noRoute(s.adminMux))
 	}
 }
 
@@ -279,7 +279,7 @@ var routeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, ht
 // a catch-all pattern matches every method, so it asks the mux: which
 // methods would a route take on this path? (A GET route takes HEAD too.)
 // Only requests no route took pay for the asking.
-func noRoute(mux *http.ServeMux) http.Handler {
+func (s *Server) noRoute(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
 		for _, m := range routeMethods {
@@ -288,18 +288,24 @@ func noRoute(mux *http.ServeMux) http.Handler {
 			}
 		}
 		if len(allow) == 0 {
-			notFound(w, r)
+			s.notFound(w, r)
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED",
 			r.URL.Path+" is served with "+strings.Join(allow, ", ")+", not "+r.Method)
+		s.deps.Metrics.Requests.WithLabelValues(unmatchedRoute, "METHOD_NOT_ALLOWED").Inc()
 	})
 }
 
+// unmatchedRoute is the route label of the requests no route took (404
+// NOT_FOUND, 405 METHOD_NOT_ALLOWED): one series, whatever the path.
+const unmatchedRoute = "unmatched"
+
 // notFound is the answer to a path the gateway does not have.
-func notFound(w http.ResponseWriter, r *http.Request) {
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusNotFound, "NOT_FOUND", "no such route: "+r.Method+" "+r.URL.Path)
+	s.deps.Metrics.Requests.WithLabelValues(unmatchedRoute, "NOT_FOUND").Inc()
 }
 
 // handle registers a route and counts its outcomes by route pattern.

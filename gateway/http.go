@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // recorder remembers the status and error code a handler answered with.
@@ -61,18 +62,43 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 	}
 	wants := make([][]byte, len(s.cfg.APITokens))
 	for i, t := range s.cfg.APITokens {
-		wants[i] = []byte("Bearer " + t)
+		wants[i] = []byte(t)
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
+		got, _ := bearerToken(r)
 		ok := 0
 		for _, want := range wants { // every token compared: no early exit to time
 			ok |= subtle.ConstantTimeCompare(got, want)
 		}
 		if ok != 1 {
-			writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", "the order API needs Authorization: Bearer <one of API_TOKENS>")
+			unauthorized(w, "the order API needs Authorization: Bearer <one of API_TOKENS>")
 			return
 		}
 		h(w, r)
 	}
+}
+
+// bearerToken is the token of the request's one Authorization header of
+// the Bearer scheme (RFC 6750: the scheme's name in any case, then one or
+// more spaces); nil, false without one, or with several headers.
+func bearerToken(r *http.Request) ([]byte, bool) {
+	vs := r.Header.Values("Authorization")
+	if len(vs) != 1 {
+		return nil, false
+	}
+	scheme, token, ok := strings.Cut(vs[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return nil, false
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" {
+		return nil, false
+	}
+	return []byte(token), true
+}
+
+// unauthorized answers 401 with the challenge RFC 9110 asks of every 401.
+func unauthorized(w http.ResponseWriter, message string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="orderpipe"`)
+	writeError(w, http.StatusUnauthorized, "UNAUTHORIZED", message)
 }

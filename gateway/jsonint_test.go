@@ -110,3 +110,31 @@ func TestActivityBodyIntegers(t *testing.T) {
 		t.Errorf("2.0, 7e0, 2.4e1, 4.0 read as %+v (%v), want limit 2, item 7, stock 24, 4 buckets", act, apiErr)
 	}
 }
+
+// TestActivityName: a name is printable text with something visible in it:
+// white space alone, invisible format characters alone (U+200B), control
+// characters and line or paragraph separators are refused; letters of any
+// script, an emoji sequence joined by U+200D and inner spaces of any kind
+// are names.
+func TestActivityName(t *testing.T) {
+	t.Parallel()
+	check := func(name string) *apiError {
+		_, apiErr := validActivity(1, activityBody{Name: name, StartsAt: "2026-11-29T10:00:00Z", EndsAt: "2026-11-29T11:00:00Z",
+			Items: []itemBody{{ItemID: jsonInt{1, true}, Stock: jsonInt{1, true}}}})
+		return apiErr
+	}
+	for _, name := range []string{"双十一 秒杀", "Sale\u00a0one", "👨\u200d👩\u200d👧 sale", "a", "x\u3000y"} {
+		if apiErr := check(name); apiErr != nil {
+			t.Errorf("name %+q refused: %v", name, apiErr)
+		}
+	}
+	for name, want := range map[string]string{
+		" \t ": "name must not be blank", "\u200b": "name must not be blank", "\u200b\u200d \u3000": "name must not be blank",
+		"a\u2028b": "name must be printable text", "a\u2029": "name must be printable text", "a\x01": "name must be printable text",
+		"a\nb": "name must be printable text", "": "name must be 1-200 characters",
+	} {
+		if apiErr := check(name); apiErr == nil || apiErr.Status != 400 || apiErr.Message != want {
+			t.Errorf("name %+q: %v, want 400 %q", name, apiErr, want)
+		}
+	}
+}

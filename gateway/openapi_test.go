@@ -101,7 +101,7 @@ func TestOpenAPIContractRejectsWrongExchanges(t *testing.T) {
 		{"PayPending", exchange{"POST", "/v1/orders/1-10086-mx1ir84j7901087d0b53/pay", "", nil, 409, map[string]string{"Retry-After": "1"},
 			`{"error":{"code":"ORDER_PENDING","message":"retry"}}`}},
 		{"AdminNoToken", exchange{"PUT", "/admin/v1/activities/1", `{"name":"x","startsAt":"2026-11-29T10:00:00Z","endsAt":"2026-11-29T11:00:00Z","items":[{"itemId":1,"stock":5}]}`,
-			jsonCT, 401, nil, `{"error":{"code":"UNAUTHORIZED","message":"admin API needs a token"}}`}},
+			jsonCT, 401, map[string]string{"WWW-Authenticate": `Bearer realm="orderpipe"`}, `{"error":{"code":"UNAUTHORIZED","message":"admin API needs a token"}}`}},
 		{"UnknownRoute", exchange{"DELETE", "/v1/things", "", nil, 404, nil, `{"error":{"code":"NOT_FOUND","message":"no such route: DELETE /v1/things"}}`}},
 		{"MethodNotAllowed", exchange{"DELETE", "/v1/orders", "", nil, 405, map[string]string{"Allow": "POST"},
 			`{"error":{"code":"METHOD_NOT_ALLOWED","message":"/v1/orders is served with POST, not DELETE"}}`}},

@@ -28,8 +28,12 @@ type orderAccepted struct {
 }
 
 func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes+1)
-	req, apiErr := parseOrderRequest(r.Header.Get("Content-Type"), r.Body)
+	body, apiErr := limitedBody(w, r, MaxBodyBytes)
+	if apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return
+	}
+	req, apiErr := parseOrderRequest(r.Header.Get("Content-Type"), body)
 	if apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return

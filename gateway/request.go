@@ -80,6 +80,25 @@ func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiEr
 		Quantity: int(b.Quantity)}, nil
 }
 
+// limitedBody is r's body, read at most limit+1 bytes far (decodeJSON
+// refuses what passes limit), or 413 PAYLOAD_TOO_LARGE straight away when
+// its Content-Length says it is over the limit: nothing of it is read, a
+// client waiting on "Expect: 100-continue" gets the refusal, not a
+// go-ahead, and the connection closes.
+func limitedBody(w http.ResponseWriter, r *http.Request, limit int) (io.Reader, *apiError) {
+	if r.ContentLength > int64(limit) {
+		// The connection closes after the answer: otherwise net/http would
+		// first read (and wait for) the unread body to keep it open.
+		w.Header().Set("Connection", "close")
+		return nil, tooLarge(limit)
+	}
+	return http.MaxBytesReader(w, r.Body, int64(limit)+1), nil
+}
+
+func tooLarge(limit int) *apiError {
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "PAYLOAD_TOO_LARGE", Message: "body exceeds " + strconv.Itoa(limit) + " bytes"}
+}
+
 // decodeJSON reads one JSON object of at most limit bytes into v (a pointer
 // to a struct), its keys and its objects' keys (checkKeys) each exactly one
 // of their struct's names and none twice. Every failure is a 4xx naming
@@ -99,11 +118,12 @@ func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError 
 	raw, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) || len(raw) > limit {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "PAYLOAD_TOO_LARGE",
-			Message: "body exceeds " + strconv.Itoa(limit) + " bytes"}
+		return tooLarge(limit)
 	}
 	if err != nil {
-		return invalid("reading body: %v", err)
+		// A body sent too slowly (the server's read deadline) or cut short:
+		// what the client sent is not all of it, whatever the socket says.
+		return invalid("the body could not be read in full (sent too slowly, or shorter than its Content-Length)")
 	}
 	// encoding/json would read a byte that is not UTF-8 as U+FFFD: refused
 	// instead, so no text is changed behind its sender's back.

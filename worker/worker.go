@@ -428,7 +428,13 @@ func (w *Worker) afterCommit(ctx context.Context, decisions []order.Decision, ms
 			}
 		case order.Rejected, order.Foreign:
 			w.deps.Metrics.OrdersRejected.WithLabelValues(d.Reason).Inc()
-			w.deps.Log.WarnContext(mctx, "reservation rejected by postgres", "request_id", d.RequestID, "order_no", d.OrderNo, "reason", d.Reason)
+			// A requestId reused for another item is the client's mistake,
+			// answered by the REJECTED record: nothing for an operator to do.
+			level := slog.LevelWarn
+			if d.Reason == order.ReasonKeyReused {
+				level = slog.LevelInfo
+			}
+			w.deps.Log.Log(mctx, level, "reservation rejected by postgres", "request_id", d.RequestID, "order_no", d.OrderNo, "reason", d.Reason)
 		}
 		if d.Compensation != nil {
 			comps = append(comps, *d.Compensation)
