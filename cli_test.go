@@ -245,6 +245,8 @@ func TestBadCommandLinesExit2(t *testing.T) {
 		{[]string{"migrate", "now"}, `orderpipe migrate: unexpected argument "now"`},
 		{[]string{"reconciler", "--once", "extra"}, `orderpipe reconciler: unexpected argument "extra"`},
 		{[]string{"locate"}, "orderpipe locate: want exactly one requestId"},
+		{[]string{"locate", "r-1", "--activity", "0", "--item", "0"}, "--activity and --item must be positive"},
+		{[]string{"locate", "r-1", "--activity", "1", "--item", "0"}, "--activity and --item must be positive"},
 		{[]string{"bench", "-c", "many"}, `invalid value "many" for flag -c`},
 	} {
 		res := runBinary(t, env, tc.args...)
@@ -303,6 +305,8 @@ func TestBadSettingsStopBeforeAnything(t *testing.T) {
 		{"gateway", "KAFKA_BROKERS", ""},
 		{"worker", "KAFKA_BROKERS", ""},
 		{"relay", "KAFKA_BROKERS", ""},
+		{"all", "KAFKA_BROKERS", ""}, // the production build has no embedded broker
+		{"worker", "WORKER_BATCH_SIZE", "0"},
 	} {
 		res := runBinary(t, append(env, tc.setting+"="+tc.value), tc.cmd)
 		if res.code != 2 || !strings.Contains(res.stderr, "bad configuration") || !strings.Contains(res.stderr, tc.setting) {
@@ -460,9 +464,11 @@ func TestProductionBuildHasNoEmbeddedBroker(t *testing.T) {
 			break
 		}
 	}
-	for _, cmd := range []string{"all", "kafka"} {
+	// `all` without KAFKA_BROKERS is a bad setting here (exit 2); `kafka`
+	// is a command this build cannot run (exit 1).
+	for cmd, code := range map[string]int{"all": 2, "kafka": 1} {
 		res := runBinary(t, env, cmd)
-		if res.code != 1 || !strings.Contains(res.stderr, "the embedded broker is not in this build: set KAFKA_BROKERS, or build with -tags dev") {
+		if res.code != code || !strings.Contains(res.stderr, "the embedded broker is not in this build: set KAFKA_BROKERS, or build with -tags dev") {
 			t.Errorf("orderpipe %s without KAFKA_BROKERS: %s", cmd, res)
 		}
 		for _, touched := range []string{"postgres", "redis", "database"} {
@@ -481,5 +487,29 @@ func TestProductionBuildHasNoSteppedClock(t *testing.T) {
 	res := runBinary(t, env, "gateway")
 	if res.code != 1 || !strings.Contains(res.stderr, "a stepped clock (DEV_CLOCK_OFFSET_FILE) exists only in development builds") {
 		t.Errorf("orderpipe gateway with DEV_CLOCK_OFFSET_FILE: %s", res)
+	}
+}
+
+// TestReconcilerLoopSaysStopped: the reconciler's loop, stopped by SIGTERM,
+// exits 0 and ends its log with "stopped", as every long-running command.
+func TestReconcilerLoopSaysStopped(t *testing.T) {
+	db, r := testenv.MustDatabase(t), testenv.MustRedis(t)
+	cmd := exec.Command(mustBinary(t), "reconciler")
+	cmd.Env = cleanEnv("DATABASE_URL="+db.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+r.Prefix, "METRICS_ADDR=127.0.0.1:0")
+	var stderr testenv.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "the loop started", func() bool { return strings.Contains(stderr.String(), "reconciler starting") })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("reconciler loop after SIGTERM: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, `"msg":"stopped"`) {
+		t.Errorf("last line %s, want stopped", last)
 	}
 }

@@ -73,7 +73,9 @@ func localSetup(ctx context.Context, log *slog.Logger, cfg *config) (stop func()
 	if embedded {
 		brokers, dial, stopBroker, err := startBroker(*cfg)
 		if errors.Is(err, errNoEmbedded) {
-			return nil, err
+			// KAFKA_BROKERS empty where nothing can stand in: a bad setting.
+			log.Error("orderpipe failed", "err", "bad configuration: KAFKA_BROKERS is empty: "+err.Error())
+			return nil, setting.ExitCode(2)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w (set KAFKA_EMBEDDED_PORT to another port, or KAFKA_BROKERS to a real cluster)", err)

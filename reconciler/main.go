@@ -176,5 +176,6 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 		log.Error("reconciler cannot run", "err", err)
 		return ExitError
 	}
+	log.Info("stopped") // the last line, as every long-running command's
 	return ExitClean
 }

@@ -78,8 +78,8 @@ func (r Report) writeTable(b *strings.Builder) {
 				"its markers were found by a scan of the keyspace; --fix completes the index\n", it.ActivityID, it.ItemID)
 		}
 	}
-	fmt.Fprintf(b, "%d item(s) checked at %s: %d drifted, %d could not be checked\n",
-		len(r.Items), r.CheckedAt.Format(time.RFC3339), r.Drifted(), r.Errors())
+	fmt.Fprintf(b, "%d item(s) at %s: %d checked, %d drifted, %d could not be checked\n",
+		len(r.Items), r.CheckedAt.Format(time.RFC3339), len(r.Items)-r.Errors(), r.Drifted(), r.Errors())
 }
 
 // explain says in words what drifted.

@@ -5,6 +5,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +17,8 @@ import (
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock/stocktest"
+	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/testenv"
 )
 
 // unsigned is the message of an event as a producer other than the gateway
@@ -168,5 +173,30 @@ func TestOrderNoPostgresRefusesDoesNotBlock(t *testing.T) {
 	}
 	if n := f.countOrders(t, func(o order.SnapshotOrder) bool { return o.RequestID == "good" }); n != 1 {
 		t.Errorf("%d orders of good, want 1", n)
+	}
+}
+
+// TestDeadLetterLogNamesTheRequest: a dead-lettered message without a
+// request-id header is logged under the requestId its value names, so on
+// call finds the line by that id (the dlq listing shows the same id).
+func TestDeadLetterLogNamesTheRequest(t *testing.T) {
+	t.Parallel()
+	f := mustFixture(t, 10)
+	var logs testenv.SyncBuffer
+	w := New(Config{}, Deps{Orders: f.orders, Stock: f.stock, DLQ: f.dlq, Metrics: telemetry.NewMetrics(),
+		Log: slog.New(telemetry.NewTraceHandler(slog.NewJSONHandler(&logs, nil)))})
+	if err := w.ProcessBatch(context.Background(), []kafka.Message{unsigned("forged-1", "1-2-forged", 9)}); err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "message dead-lettered") {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatalf("%v: %s", err, l)
+			}
+		}
+	}
+	if line["request_id"] != "forged-1" || line["order_no"] != "1-2-forged" {
+		t.Errorf("dead-letter line %v, want request_id forged-1 and order_no 1-2-forged; log:\n%s", line, logs.String())
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 var (
 	groupVar           = setting.Var{Name: "KAFKA_GROUP", Default: "orderpipe-worker", Help: "worker consumer group"}
-	batchSizeVar       = setting.Var{Name: "WORKER_BATCH_SIZE", Default: "500", Help: "max messages per worker transaction"}
+	batchSizeVar       = setting.Var{Name: "WORKER_BATCH_SIZE", Default: "500", Help: "max messages per worker transaction (1 or more)"}
 	batchWaitVar       = setting.Var{Name: "WORKER_BATCH_WAIT", Default: "5ms", Help: "how long a started batch waits for more messages"}
 	lagIntervalVar     = setting.Var{Name: "WORKER_LAG_INTERVAL", Default: "2s", Help: "how often a worker reads its group's total consumer lag from the broker (the lag gauge)"}
 	redriveAfterVar    = setting.Var{Name: "REDRIVE_AFTER", Default: "30s", Help: "journal entries older than this that no worker decided are re-published"}
@@ -41,6 +41,9 @@ type TargetConfig struct {
 
 // Read is the TargetConfig the settings describe.
 func Read(r *setting.Reader) TargetConfig {
+	if n := r.Int("WORKER_BATCH_SIZE"); n == 0 {
+		r.Fail("WORKER_BATCH_SIZE: want 1 or more messages, got 0")
+	}
 	return TargetConfig{Group: r.String("KAFKA_GROUP"), BatchSize: r.Int("WORKER_BATCH_SIZE"), BatchWait: r.Duration("WORKER_BATCH_WAIT"),
 		LagInterval: r.Duration("WORKER_LAG_INTERVAL"), RedriveAfter: r.Duration("REDRIVE_AFTER"),
 		RedriveInterval: r.Duration("REDRIVE_INTERVAL"), MoveInterval: r.Duration("MOVE_INTERVAL")}

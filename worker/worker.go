@@ -332,8 +332,14 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 		w.deps.Metrics.DLQ.Add(float64(len(dead)))
 		for j, m := range dead {
 			src := batch[deadIdx[j]]
-			w.deps.Log.WarnContext(msgs[deadIdx[j]].ctx, "message dead-lettered", "error", event.Header(m, event.HeaderError),
-				"request_id", event.Header(m, event.HeaderRequestID), "partition", src.Partition, "offset", src.Offset)
+			attrs := []any{"error", event.Header(m, event.HeaderError), "partition", src.Partition, "offset", src.Offset}
+			// The request-id header when the message has one; else the
+			// requestId its value names, which the context carries, so the
+			// line is found by the id all the same.
+			if rid := event.Header(m, event.HeaderRequestID); rid != "" {
+				attrs = append(attrs, "request_id", rid)
+			}
+			w.deps.Log.WarnContext(msgs[deadIdx[j]].ctx, "message dead-lettered", attrs...)
 		}
 	}
 

@@ -31,7 +31,8 @@ service, e.g. http://jaeger:16686) it also prints the request's span tree read
 from Jaeger; else, with TRACE_STORE_DIR set (TRACES=1 make run), from that local
 span store. Postgres names the item when the request got
 there; otherwise the items of activities whose sale ended less than a day ago
-are searched (--activity/--item narrow that).
+are searched (--activity/--item narrow that). A requestId that begins with
+"-" goes after "--": orderpipe locate -- -r1.
 
   --json       one JSON object instead of the text block
   --activity   activity id to search
@@ -67,11 +68,13 @@ func parseArgs(args []string) (mainArgs, error) {
 		}
 		pos, args = append(pos, fs.Arg(0)), fs.Args()[1:]
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case err != nil:
 	case len(pos) != 1:
 		err = errors.New("want exactly one requestId")
-	case a.activity < 0 || a.item < 0 || (a.item > 0 && a.activity == 0):
+	case a.activity < 0 || a.item < 0 || (a.item > 0 && a.activity == 0) || set["activity"] && a.activity == 0 || set["item"] && a.item == 0:
 		err = errors.New("--activity and --item must be positive, and --item needs --activity")
 	case !event.ValidRequestID(pos[0]):
 		err = fmt.Errorf("requestId %q: want 1-64 characters of A-Z a-z 0-9 . _ : -", pos[0])

@@ -31,6 +31,11 @@ func ReadEmbedded(r *setting.Reader) Embedded {
 		DLQRetainMB: r.Int("KAFKA_EMBEDDED_DLQ_RETENTION_MB"), Topic: r.String("KAFKA_TOPIC"), DLQTopic: r.String("KAFKA_DLQ_TOPIC"),
 		StatusTopic: r.String("KAFKA_STATUS_TOPIC"), MemoryLimitMB: r.Int("KAFKA_EMBEDDED_MEMORY_LIMIT_MB"),
 		Group: r.String("KAFKA_GROUP")}
+	for name, port := range map[string]int{"KAFKA_EMBEDDED_PORT": e.Port, "KAFKA_EMBEDDED_ADVERTISED_PORT": e.AdvertisedPort} {
+		if port > 65535 {
+			r.Fail("%s: want a port number 0-65535, got %d", name, port)
+		}
+	}
 	return e // r.Int refuses a negative number
 }
 

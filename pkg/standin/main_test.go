@@ -240,6 +240,25 @@ func TestNegativeMemoryLimitIsRefused(t *testing.T) {
 	}
 }
 
+// TestPortOutOfRangeIsRefused: an embedded broker's port over 65535 is a
+// bad setting named at start, not a listen error later.
+func TestPortOutOfRangeIsRefused(t *testing.T) {
+	for _, name := range []string{"KAFKA_EMBEDDED_PORT", "KAFKA_EMBEDDED_ADVERTISED_PORT"} {
+		for port, refused := range map[string]bool{"70000": true, "65536": true, "65535": false, "0": false} {
+			r := &setting.Reader{Env: func(n string) string {
+				if n == name {
+					return port
+				}
+				return "1"
+			}}
+			ReadEmbedded(r)
+			if err := r.Err(); refused != (err != nil && strings.Contains(err.Error(), name)) {
+				t.Errorf("%s=%s: %v, refused should be %v", name, port, err, refused)
+			}
+		}
+	}
+}
+
 // startBroker starts cfg's broker for a test: its bootstrap list and stop.
 func startBroker(cfg Embedded) (brokers []string, stop func(), err error) {
 	k, err := cfg.Start()

@@ -6,11 +6,13 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/time/rate"
 )
 
 // InstrumentRedis adds client spans for Redis commands to rdb. A command
@@ -132,12 +134,35 @@ func statement(cmd redis.Cmder) string {
 // line of the process, instead of go-redis's plain-text default on stderr.
 // They are at info: each component reports the failure that matters to it
 // itself, at warn or error.
+//
+// At most redisLogsPerSecond lines a second (as many at once): a pool that
+// cannot dial logs every attempt of every connection, nine lines a second
+// while a process waits for Redis at start. The next line written says how
+// many were left out before it.
 func RedisLogsTo(log *slog.Logger) {
-	redis.SetLogger(redisLog{log})
+	redis.SetLogger(newRedisLog(log))
 }
 
-type redisLog struct{ log *slog.Logger }
+const redisLogsPerSecond = 1
 
-func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.InfoContext(ctx, "redis client", "detail", strings.TrimSpace(fmt.Sprintf(format, v...)))
+type redisLog struct {
+	log        *slog.Logger
+	lines      *rate.Limiter
+	suppressed atomic.Int64
+}
+
+func newRedisLog(log *slog.Logger) *redisLog {
+	return &redisLog{log: log, lines: rate.NewLimiter(redisLogsPerSecond, redisLogsPerSecond)}
+}
+
+func (l *redisLog) Printf(ctx context.Context, format string, v ...any) {
+	if !l.lines.Allow() {
+		l.suppressed.Add(1)
+		return
+	}
+	args := []any{"detail", strings.TrimSpace(fmt.Sprintf(format, v...))}
+	if n := l.suppressed.Swap(0); n > 0 {
+		args = append(args, "lines_left_out_before", n)
+	}
+	l.log.InfoContext(ctx, "redis client", args...)
 }

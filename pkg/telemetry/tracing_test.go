@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
@@ -220,5 +221,24 @@ func TestTraceParentRoundTrip(t *testing.T) {
 	}
 	if _, ok := ParseTraceParent("garbage"); ok {
 		t.Errorf("garbage parsed")
+	}
+}
+
+// TestRedisLogIsBounded: go-redis's own lines (a pool retrying its dials)
+// reach the log at most redisLogsPerSecond at once, and the next line
+// written counts the ones left out.
+func TestRedisLogIsBounded(t *testing.T) {
+	var buf bytes.Buffer
+	l := newRedisLog(slog.New(slog.NewJSONHandler(&buf, nil)))
+	for i := range 50 {
+		l.Printf(context.Background(), "redis: connection pool: failed to dial after %d attempts", i)
+	}
+	if n := strings.Count(buf.String(), `"msg":"redis client"`); n != redisLogsPerSecond {
+		t.Fatalf("50 lines at once logged %d, want %d:\n%s", n, redisLogsPerSecond, &buf)
+	}
+	time.Sleep(time.Second / redisLogsPerSecond) // the limiter refills
+	l.Printf(context.Background(), "again")
+	if !strings.Contains(buf.String(), `"lines_left_out_before":49`) {
+		t.Errorf("the next line does not count the 49 left out:\n%s", &buf)
 	}
 }
