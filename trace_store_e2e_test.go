@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
+	"orderpipe/pkg/locate"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
@@ -274,3 +277,47 @@ func treeLine(line string) (name string, depth int, dur string) {
 }
 
 func stockItem(a, i int64) stock.Item { return stock.Item{ActivityID: a, ItemID: i} }
+
+// TestLocateRefusedAndRedisDown: a request the gateway refused leaves no
+// record, but its server span carries the requestId: with the span store
+// on, `orderpipe locate` says REFUSED with the answer's status and its
+// trace (exit 0). With Redis unreachable, locate still shows what Postgres
+// knows (an UNPAID order, exit 0, the Redis part named as unread), and a
+// request Postgres does not know is "could not run" (exit 2), not UNKNOWN:
+// its reservation could be in Redis.
+func TestLocateRefusedAndRedisDown(t *testing.T) {
+	dir := mustSpanStore(t)
+	p := mustPipeline(t, both, func(c *config) { c.Telemetry.TraceStoreDir = dir; c.Worker.RedriveAfter = time.Hour })
+	p.mustSale(t, 8, 1, map[int64]int64{80: 1})
+	if r := p.order(t, orderBody{RequestID: "ref-ok", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1}); r.Status != http.StatusAccepted {
+		t.Fatalf("order: %d %v", r.Status, r.Body)
+	}
+	if r := p.order(t, orderBody{RequestID: "ref-sold-out", UserID: 2, ActivityID: 8, ItemID: 80, Quantity: 1}); r.Status != http.StatusConflict {
+		t.Fatalf("order past the stock: %d %v, want 409", r.Status, r.Body)
+	}
+	rep := mustLocate(t, p, "ref-sold-out")
+	if rep.Status != locate.StatusRefused || rep.GatewayAnswered != "409" || len(rep.TraceID) != 32 || !strings.Contains(rep.Where, "HTTP 409") {
+		t.Errorf("refused request: %+v", rep)
+	}
+	if spans, err := telemetry.ReadTrace(dir, rep.TraceID); err != nil || len(spans) == 0 {
+		t.Errorf("the refused request's trace %s: %d spans, %v", rep.TraceID, len(spans), err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "ref-ok UNPAID", func() bool { return mustLocate(t, p, "ref-ok").Status == "UNPAID" })
+
+	cfg := p.Cfg
+	cfg.Redis.Addr = freeAddr(t) // nothing listens there
+	var out bytes.Buffer
+	if err := runLocate(context.Background(), cfg, []string{"ref-ok", "--json"}, &out); err != nil {
+		t.Fatalf("locate with Redis down, an order Postgres has: %v\n%s", err, out.String())
+	}
+	var down locate.Report
+	if err := json.Unmarshal(out.Bytes(), &down); err != nil || down.Status != "UNPAID" || down.RedisError == "" ||
+		!strings.Contains(down.Where, "Redis could not be read") {
+		t.Errorf("locate with Redis down: %+v (%v)", down, err)
+	}
+	out.Reset()
+	var code setting.ExitCode
+	if err := runLocate(context.Background(), cfg, []string{"ref-nowhere"}, &out); !errors.As(err, &code) || code != 2 {
+		t.Errorf("locate with Redis down, a request Postgres does not know: %v, want exit 2\n%s", err, out.String())
+	}
+}

@@ -23,6 +23,7 @@ import (
 // Statuses beyond the order statuses of package order.
 const (
 	StatusUnknown  = "UNKNOWN"  // nothing anywhere knows the requestId
+	StatusRefused  = "REFUSED"  // only the trace store knows it: the gateway refused it (4xx, 5xx), nothing changed
 	StatusReleased = "RELEASED" // the gateway gave the reservation back (failed produce); no order
 	StatusCreated  = "CREATED"  // decided as created, order row not readable
 )
@@ -44,7 +45,7 @@ type Query struct {
 type Report struct {
 	RequestID string `json:"requestId"`
 	// Status is the order's (PENDING, UNPAID, PAID, CLOSED, REJECTED) or
-	// RELEASED, CREATED or UNKNOWN; Where says it in words.
+	// RELEASED, CREATED, REFUSED or UNKNOWN; Where says it in words.
 	Status     string `json:"status"`
 	Where      string `json:"where"`
 	Reason     string `json:"reason,omitempty"`
@@ -64,6 +65,14 @@ type Report struct {
 	// SpansError says why the spans could not be read ("trace store
 	// unreachable: …"); the rest of the report stands.
 	SpansError string `json:"spansError,omitempty"`
+	// GatewayAnswered is the HTTP status of the gateway's last answer to
+	// the request, read from its server span when no record names the
+	// trace (a refused request: 409, 429, …) and the trace store was
+	// searched by the requestId and had it.
+	GatewayAnswered string `json:"gatewayAnswered,omitempty"`
+	// RedisError says why Redis could not be read: the report is
+	// Postgres's alone (no journal, dedup record or trace id from Redis).
+	RedisError string `json:"redisError,omitempty"`
 
 	Timeline      Timeline       `json:"timeline"`
 	Redis         []RedisState   `json:"redis"`
@@ -206,7 +215,10 @@ func (f *Finder) Find(ctx context.Context, q Query) (Report, error) {
 		}
 	}
 	if err := f.redis(ctx, &rep, items); err != nil {
-		return rep, err
+		// What Postgres knows still stands (an operator reads this during a
+		// Redis incident); the report says what could not be read.
+		rep.RedisError = err.Error()
+		rep.Redis = []RedisState{}
 	}
 	rep.settle()
 	return rep, nil
@@ -458,12 +470,28 @@ func (r *Report) settle() {
 	case st != nil:
 		r.Status = order.StatusPending
 		r.Where = "known to Redis only (dedup record without journal entry or decision)"
+	case r.RedisError != "":
+		r.Status = StatusUnknown
+		r.Where = "not in Postgres; Redis could not be read, and a reservation not persisted yet would only be there"
 	default:
 		r.Status = StatusUnknown
 		r.Where = "no trace of this requestId in Postgres or in the Redis keys of the items searched"
 	}
 	if pending > 0 {
 		r.Where += fmt.Sprintf("; %d compensation(s) still to apply in Redis", pending)
+	}
+	if r.RedisError != "" && r.Status != StatusUnknown {
+		r.Where += "; Redis could not be read: its journal entry, dedup record and the trace id are not shown"
+	}
+}
+
+// Answered records the gateway's answer to a request no record names,
+// found in the trace store by the requestId (telemetry.GatewayAnswer).
+func (r *Report) Answered(traceID, status string) {
+	r.TraceID, r.GatewayAnswered = traceID, status
+	if r.Status == StatusUnknown && r.RedisError == "" && status != "" && !strings.HasPrefix(status, "2") {
+		r.Status = StatusRefused
+		r.Where = "nothing reserved or decided: the gateway refused it, HTTP " + status + " (a refusal changes nothing); see its trace"
 	}
 }
 
@@ -490,10 +518,15 @@ func (r Report) Text() string {
 		line("order", "%s  activity %d item %d  user %d  quantity %d", r.OrderNo, r.ActivityID, r.ItemID, r.UserID, r.Quantity)
 	}
 	switch {
+	case r.TraceID != "" && r.TraceParent == "":
+		line("trace", "%s  (found by the requestId in the trace store)", r.TraceID)
 	case r.TraceID != "":
 		line("trace", "%s  (traceparent %s)", r.TraceID, r.TraceParent)
 	case r.Status != StatusUnknown:
 		line("trace", "unknown (not sampled, or the dedup record has expired)")
+	}
+	if r.RedisError != "" {
+		line("redis", "could not be read: %s", r.RedisError)
 	}
 	ts := func(t *time.Time) string {
 		if t == nil {
@@ -501,7 +534,7 @@ func (r Report) Text() string {
 		}
 		return t.UTC().Format("2006-01-02T15:04:05.000Z")
 	}
-	if r.Status != StatusUnknown {
+	if r.Status != StatusUnknown && r.Status != StatusRefused {
 		line("timeline", "reserved %s  processed %s  created %s  paid %s  closed %s", ts(r.Timeline.ReservedAt),
 			ts(r.Timeline.ProcessedAt), ts(r.Timeline.CreatedAt), ts(r.Timeline.PaidAt), ts(r.Timeline.ClosedAt))
 	}
@@ -520,7 +553,7 @@ func (r Report) Text() string {
 	for _, rf := range r.Refused {
 		line("", "rejected_reservations: %s (item %d:%d) REJECTED %s at %s", rf.OrderNo, rf.ActivityID, rf.ItemID, rf.Reason, ts(&rf.RejectedAt))
 	}
-	if len(r.Redis) == 0 {
+	if len(r.Redis) == 0 && r.RedisError == "" {
 		line("redis", "nothing (searched %d item(s))", r.ItemsSearched)
 	}
 	for i, st := range r.Redis {

@@ -38,7 +38,13 @@ are searched (--activity/--item narrow that). A requestId that begins with
   --activity   activity id to search
   --item       item id to search (with --activity)
 
-Exit status: 0 found, 1 unknown requestId, 2 could not run.
+A request the gateway refused (409, 429, …) leaves no record; with a trace
+store configured it is found by its requestId in the gateway's spans: REFUSED,
+with the answer's status and its trace. With Redis unreachable the report is
+what Postgres knows, saying Redis was not read.
+
+Exit status: 0 found (REFUSED included), 1 unknown requestId, 2 could not run
+(also when Redis could not be read and Postgres does not know the request).
 `
 
 // mainArgs are the operand and flags of `orderpipe locate`.
@@ -148,7 +154,27 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 	// Where the spans come from: the Jaeger query service when one is
 	// configured, else the local span store.
 	source, fromJaeger := cfg.TraceStoreDir, cfg.TraceQueryURL != ""
+	if rep.TraceID == "" && (fromJaeger || source != "") {
+		// No record names a trace (a refused request, an expired dedup
+		// record, Redis unreadable): the spans carry the requestId.
+		var spans []telemetry.StoredSpan
+		if fromJaeger {
+			sctx, cancel := context.WithTimeout(ctx, traceQueryTimeout)
+			spans, storeErr = telemetry.QueryRequestSpans(sctx, nil, cfg.TraceQueryURL, rid)
+			cancel()
+		} else {
+			spans, storeErr = telemetry.RequestSpans(source, rid)
+		}
+		if trace, status, ok := telemetry.GatewayAnswer(spans); ok {
+			rep.Answered(trace, status)
+		}
+		if storeErr != nil {
+			source = cmpOr(redactURL(cfg.TraceQueryURL), source)
+			rep.SpansError = secret.Scrub(fmt.Sprintf("searching %s for the requestId: %v", source, storeErr))
+		}
+	}
 	switch {
+	case storeErr != nil:
 	case rep.TraceID == "":
 	case fromJaeger:
 		source = redactURL(cfg.TraceQueryURL)
@@ -182,7 +208,12 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	if rep.Status == StatusUnknown {
+	switch {
+	case rep.Status == StatusUnknown && rep.RedisError != "":
+		// Not "unknown": Redis, where a PENDING reservation lives, was not read.
+		fmt.Fprintf(stderr, "orderpipe locate: could not run: reading redis: %s\n", secret.Scrub(rep.RedisError))
+		return exitCode(2)
+	case rep.Status == StatusUnknown:
 		return exitCode(1)
 	}
 	return nil

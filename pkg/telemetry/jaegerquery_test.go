@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -214,5 +215,57 @@ func TestQueryTraceErrors(t *testing.T) {
 		if time.Since(t0) > 3*time.Second {
 			t.Errorf("%s: took %v, past the context's bound", name, time.Since(t0))
 		}
+	}
+}
+
+// TestQueryRequestSpans: a request is searched in Jaeger by its
+// order.request_id tag, in every orderpipe service Jaeger lists (not the
+// others), within a window ending now; the latest server span gives the
+// trace and the gateway's answer.
+func TestQueryRequestSpans(t *testing.T) {
+	doc := mustRead(t, "testdata/jaeger-trace-request.json")
+	var mu sync.Mutex
+	var searched []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api/services":
+			_, _ = w.Write([]byte(`{"data":["orderpipe-gateway","orderpipe-worker","jaeger"],"total":3}`))
+		case "/api/traces":
+			q := r.URL.Query()
+			mu.Lock()
+			searched = append(searched, q.Get("service"))
+			mu.Unlock()
+			start, _ := strconv.ParseInt(q.Get("start"), 10, 64)
+			end, _ := strconv.ParseInt(q.Get("end"), 10, 64)
+			if q.Get("tags") != `{"order.request_id":"jaeger-1"}` || end <= start || time.Since(time.UnixMicro(end)) > time.Minute {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			if q.Get("service") == "orderpipe-gateway" {
+				_, _ = w.Write(doc)
+				return
+			}
+			_, _ = w.Write([]byte(`{"data":[],"total":0}`))
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	spans, err := QueryRequestSpans(ctx, srv.Client(), srv.URL, "jaeger-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(searched, []string{"orderpipe-gateway", "orderpipe-worker"}) {
+		t.Errorf("searched services %v, want the two orderpipe ones", searched)
+	}
+	trace, status, ok := GatewayAnswer(spans)
+	if !ok || trace != jaegerRequestTrace || status != "202" {
+		t.Errorf("gateway answer %s %s %v from %d spans, want %s 202", trace, status, ok, len(spans), jaegerRequestTrace)
+	}
+	if none, err := QueryRequestSpans(ctx, srv.Client(), srv.URL, "other"); err == nil || len(none) != 0 {
+		t.Errorf("a search Jaeger refuses: %d spans, %v; want an error", len(none), err)
 	}
 }
