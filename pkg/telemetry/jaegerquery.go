@@ -200,6 +200,20 @@ func QueryTrace(ctx context.Context, client *http.Client, baseURL, traceID strin
 
 func queryOne(ctx context.Context, client *http.Client, baseURL, traceID string) ([]StoredSpan, error) {
 	u := strings.TrimRight(baseURL, "/") + "/api/traces/" + url.PathEscape(traceID)
+	body, err := getJSON(ctx, client, u, true)
+	if err != nil || body == nil {
+		return nil, err
+	}
+	spans, err := JaegerSpans(body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", redactedURL(u), err)
+	}
+	return spans, nil
+}
+
+// getJSON is GET u's body, within maxJaegerBody: a 200's, or (notFoundOK)
+// nil for a 404; any other answer is an error quoting it.
+func getJSON(ctx context.Context, client *http.Client, u string, notFoundOK bool) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -209,7 +223,7 @@ func queryOne(ctx context.Context, client *http.Client, baseURL, traceID string)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			return nil, fmt.Errorf("GET %s: %w", ue.URL, ue.Err)
+			return nil, fmt.Errorf("GET %s: %w", redactedURL(ue.URL), ue.Err)
 		}
 		return nil, err
 	}
@@ -219,7 +233,7 @@ func queryOne(ctx context.Context, client *http.Client, baseURL, traceID string)
 		return nil, fmt.Errorf("GET %s: reading the answer: %w", redactedURL(u), err)
 	}
 	switch {
-	case resp.StatusCode == http.StatusNotFound:
+	case resp.StatusCode == http.StatusNotFound && notFoundOK:
 		return nil, nil
 	case resp.StatusCode != http.StatusOK:
 		msg := strings.TrimSpace(string(body))
@@ -228,11 +242,7 @@ func queryOne(ctx context.Context, client *http.Client, baseURL, traceID string)
 		}
 		return nil, fmt.Errorf("GET %s: HTTP %s: %s", redactedURL(u), strconv.Itoa(resp.StatusCode), msg)
 	}
-	spans, err := JaegerSpans(body)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", redactedURL(u), err)
-	}
-	return spans, nil
+	return body, nil
 }
 
 func redactedURL(s string) string {

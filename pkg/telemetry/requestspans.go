@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -62,7 +61,7 @@ func QueryRequestSpans(ctx context.Context, client *http.Client, baseURL, reques
 		client = http.DefaultClient
 	}
 	base := strings.TrimRight(baseURL, "/")
-	body, err := getJSON(ctx, client, base+"/api/services")
+	body, err := getJSON(ctx, client, base+"/api/services", false)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +80,7 @@ func QueryRequestSpans(ctx context.Context, client *http.Client, baseURL, reques
 		}
 		q := url.Values{"service": {svc}, "tags": {string(tags)}, "limit": {"20"},
 			"start": {strconv.FormatInt(end.Add(-requestSearchWindow).UnixMicro(), 10)}, "end": {strconv.FormatInt(end.UnixMicro(), 10)}}
-		body, err := getJSON(ctx, client, base+"/api/traces?"+q.Encode())
+		body, err := getJSON(ctx, client, base+"/api/traces?"+q.Encode(), false)
 		if err != nil {
 			return out, err
 		}
@@ -92,39 +91,6 @@ func QueryRequestSpans(ctx context.Context, client *http.Client, baseURL, reques
 		out = append(out, ofRequest(spans, requestID)...)
 	}
 	return out, nil
-}
-
-// getJSON is GET u's body (200 only), within maxJaegerBody.
-func getJSON(ctx context.Context, client *http.Client, u string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", redactedURL(u), unwrapURLError(err))
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxJaegerBody))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: reading the answer: %w", redactedURL(u), err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		msg := strings.TrimSpace(string(body))
-		if len(msg) > 200 {
-			msg = msg[:200] + "…"
-		}
-		return nil, fmt.Errorf("GET %s: HTTP %d: %s", redactedURL(u), resp.StatusCode, msg)
-	}
-	return body, nil
-}
-
-func unwrapURLError(err error) error {
-	if ue, ok := err.(*url.Error); ok {
-		return ue.Err
-	}
-	return err
 }
 
 // GatewayAnswer is the latest of spans' gateway server spans (the HTTP
