@@ -62,7 +62,7 @@ REDIS=${TEST_REDIS_ADDR:-127.0.0.1:6379}
 log "pipeline on 127.0.0.1:$HTTP_PORT (database $DB, Redis $REDIS, embedded Kafka on $KAFKA_PORT); log in $OUT/orderpipe.log"
 HTTP_ADDR=127.0.0.1:$HTTP_PORT METRICS_ADDR=127.0.0.1:$METRICS_PORT KAFKA_BROKERS= KAFKA_EMBEDDED_PORT=$KAFKA_PORT \
   DATABASE_URL="$PG/$DB?sslmode=disable" REDIS_ADDR=$REDIS REDIS_URL= REDIS_KEY_PREFIX="fuzz-api-$$:" \
-  ADMIN_TOKEN=fuzz-admin-token ADMIN_ADDR= API_TOKENS= \
+  ADMIN_TOKEN=fuzz-admin-token ADMIN_ADDR= API_TOKENS= RATE_LIMIT_USER_RPS=0 \
   "$BIN" all >"$OUT/orderpipe.log" 2>&1 &
 PIPELINE=$!
 BASE=http://127.0.0.1:$HTTP_PORT
@@ -75,7 +75,9 @@ curl -fsS "$BASE/readyz" >/dev/null || { log "the pipeline is not ready"; tail -
 
 # A sale on the documents' example ids (activity 1, item 10086), so the
 # generated orders that use them reach the reserve script, the worker and
-# pay (202, replays, 422, SOLD_OUT, ALREADY_PURCHASED), not only 404.
+# pay (202, replays, 422, SOLD_OUT, ALREADY_PURCHASED), not only 404; PUT
+# and end run after the rest (below), and the per-user rate limit is off
+# (the generated orders share a handful of userIds: most were 429).
 now=$(date -u +%s)
 sale=$(printf '{"name":"fuzz","startsAt":"%s","endsAt":"%s","perUserLimit":100,"items":[{"itemId":10086,"stock":1000000}]}' \
   "$(date -u -d "@$((now - 60))" +%Y-%m-%dT%H:%M:%SZ)" "$(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)")
@@ -86,12 +88,20 @@ curl -fsS -X POST -H "Authorization: Bearer fuzz-admin-token" "$BASE/admin/v1/ac
 log "schemathesis $ST_VERSION, seed $SEED (FUZZ_API_SEED=$SEED repeats this run), $EXAMPLES examples per operation"
 status=0
 # Run from $OUT: schemathesis keeps its state (.schemathesis/) in the
-# working directory.
-(cd "$OUT" && PYTHONPATH=$ROOT/deploy/local SCHEMATHESIS_HOOKS=fuzz_api_hooks \
-  timeout "$TIMEOUT" "$VENV/bin/st" --config-file "$ROOT/deploy/local/fuzz-api.toml" run "$ROOT/gateway/openapi.json" --url "$BASE" \
-  -H "Authorization: Bearer fuzz-admin-token" \
-  --seed "$SEED" --max-examples "$EXAMPLES" --workers 1 \
-  --report junit --report-dir "$OUT" --output-truncate false) || status=$?
+# working directory. Two passes: every operation but the two that change
+# the sale above (replacing its window or items, or ending it, leaves every
+# later order 404 NOT_ON_SALE: reserve, replays, pay and cancel would go
+# untested; the examples phase ends it within the first second), then
+# those two.
+st_run() {
+  (cd "$OUT" && PYTHONPATH=$ROOT/deploy/local SCHEMATHESIS_HOOKS=fuzz_api_hooks \
+    timeout "$TIMEOUT" "$VENV/bin/st" --config-file "$ROOT/deploy/local/fuzz-api.toml" run "$ROOT/gateway/openapi.json" --url "$BASE" \
+    -H "Authorization: Bearer fuzz-admin-token" \
+    --seed "$SEED" --max-examples "$EXAMPLES" --workers 1 \
+    --report junit --report-dir "$OUT" --output-truncate false "$@")
+}
+st_run --exclude-operation-id putActivity --exclude-operation-id endActivity || status=$?
+st_run --include-operation-id putActivity --include-operation-id endActivity || { s=$?; [ "$status" -ne 0 ] || status=$s; }
 if [ "$status" -eq 124 ]; then log "cut at ${TIMEOUT}s"; fi
 if grep -q '"level":"ERROR"' "$OUT/orderpipe.log"; then
   log "the pipeline logged errors (first 5):"; grep '"level":"ERROR"' "$OUT/orderpipe.log" | head -5 >&2
