@@ -97,6 +97,10 @@ func cleanEnv(env ...string) []string {
 		}
 		out = append(out, kv)
 	}
+	// The production build's gateway and worker need an event signing key;
+	// a test that sets its own (or none: EVENT_SIGNING_KEY=) overrides this
+	// one, the last of a name being the one a process sees.
+	out = append(out, "EVENT_SIGNING_KEY=tests-event-signing-key")
 	return append(out, env...)
 }
 
@@ -307,6 +311,9 @@ func TestBadSettingsStopBeforeAnything(t *testing.T) {
 		{"relay", "KAFKA_BROKERS", ""},
 		{"all", "KAFKA_BROKERS", ""}, // the production build has no embedded broker
 		{"worker", "WORKER_BATCH_SIZE", "0"},
+		{"gateway", "EVENT_SIGNING_KEY", ""}, // the production build signs with no public key
+		{"worker", "EVENT_SIGNING_KEY", ""},
+		{"all", "EVENT_SIGNING_KEY", ""},
 	} {
 		res := runBinary(t, append(env, tc.setting+"="+tc.value), tc.cmd)
 		if res.code != 2 || !strings.Contains(res.stderr, "bad configuration") || !strings.Contains(res.stderr, tc.setting) {

@@ -32,6 +32,10 @@ func readDev(r *setting.Reader) devConfig {
 // kafkaMain is `orderpipe kafka`.
 var kafkaMain = standin.KafkaMain
 
+// requireSigningKey: the development build (make run, the tests) signs with
+// the public development key when EVENT_SIGNING_KEY is empty.
+const requireSigningKey = false
+
 // startBroker starts the embedded broker of `all` (standin.Embedded); dial
 // reaches it through memory.
 func startBroker(cfg config) (brokers []string, dial dialFunc, stop func(), err error) {

@@ -19,6 +19,10 @@ import (
 
 func devSettings() []setting.Var { return nil }
 
+// requireSigningKey: a production gateway or worker refuses to start with
+// EVENT_SIGNING_KEY empty (the development build signs with a public key).
+const requireSigningKey = true
+
 type devConfig struct{}
 
 func readDev(*setting.Reader) devConfig { return devConfig{} }

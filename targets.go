@@ -45,7 +45,21 @@ type components []string
 // runComponents runs the targets named and their dependencies until ctx ends
 // and they have drained. ln, when not nil, is the gateway's listener (tests).
 func runComponents(ctx context.Context, log *slog.Logger, cfg config, names components, ln net.Listener) error {
-	return target.Run(ctx, log, targets(&cfg), names, &cfg.Shared, ln)
+	table := targets(&cfg)
+	if requireSigningKey && cfg.Kafka.SigningKey == "" {
+		for _, n := range table.Resolve(names) {
+			if n == "gateway" || n == "worker" {
+				// The signature is what tells the gateway's events from a
+				// message anyone could write to the topic: with the public
+				// development key it tells nothing. Refused before anything
+				// starts, as any bad setting.
+				log.Error("orderpipe failed", "err", "bad configuration: EVENT_SIGNING_KEY (or EVENT_SIGNING_KEY_FILE) is empty: "+
+					"the gateway signs and the worker checks every event with it; set the same secret on both (the development build, make run, uses a public key)")
+				return setting.ExitCode(2)
+			}
+		}
+	}
+	return target.Run(ctx, log, table, names, &cfg.Shared, ln)
 }
 
 // errNoEmbedded is what `all` without KAFKA_BROKERS and `kafka` answer in

@@ -28,7 +28,7 @@ var Settings = []setting.Var{
 	{Name: "KAFKA_SASL_MECHANISM", Default: "", Help: "SASL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with KAFKA_TLS=true: SASL_SSL); empty ⇒ no SASL"},
 	{Name: "KAFKA_SASL_USERNAME", Default: "", Help: "SASL user"},
 	{Name: "KAFKA_SASL_PASSWORD", Default: "", Help: "SASL password (usually KAFKA_SASL_PASSWORD_FILE)"},
-	{Name: "EVENT_SIGNING_KEY", Default: "", Help: "secret key of the HMAC-SHA256 each orders.requested event carries (header signature), set by the gateway and the redrive and checked by the worker and dlq replay; the same on all of them (usually EVENT_SIGNING_KEY_FILE). A message without a valid signature is not the gateway's: dead-lettered, it changes nothing. Empty ⇒ a public development key"},
+	{Name: "EVENT_SIGNING_KEY", Default: "", Help: "secret key of the HMAC-SHA256 each orders.requested event carries (header signature), set by the gateway and the redrive and checked by the worker and dlq replay; the same on all of them (usually EVENT_SIGNING_KEY_FILE). A message without a valid signature is not the gateway's: dead-lettered, it changes nothing. Empty ⇒ a public development key in the development build (make run); the production build refuses to start a gateway or worker without one"},
 }
 
 // ReadSecurity is the TLS and SASL the settings describe, loaded (a
