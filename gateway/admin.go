@@ -20,7 +20,7 @@ import (
 func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 	want := []byte(s.cfg.AdminToken)
 	return func(w http.ResponseWriter, r *http.Request) {
-		got, _ := bearerToken(r)
+		got := bearerToken(r)
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			unauthorized(w, "admin API needs Authorization: Bearer <ADMIN_TOKEN>")
 			return

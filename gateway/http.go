@@ -65,7 +65,7 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 		wants[i] = []byte(t)
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		got, _ := bearerToken(r)
+		got := bearerToken(r)
 		ok := 0
 		for _, want := range wants { // every token compared: no early exit to time
 			ok |= subtle.ConstantTimeCompare(got, want)
@@ -80,21 +80,20 @@ func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {
 
 // bearerToken is the token of the request's one Authorization header of
 // the Bearer scheme (RFC 6750: the scheme's name in any case, then one or
-// more spaces); nil, false without one, or with several headers.
-func bearerToken(r *http.Request) ([]byte, bool) {
+// more spaces); nil without one, or with several headers.
+func bearerToken(r *http.Request) []byte {
 	vs := r.Header.Values("Authorization")
 	if len(vs) != 1 {
-		return nil, false
+		return nil
 	}
 	scheme, token, ok := strings.Cut(vs[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return nil, false
+		return nil
 	}
-	token = strings.TrimLeft(token, " ")
-	if token == "" {
-		return nil, false
+	if token = strings.TrimLeft(token, " "); token == "" {
+		return nil
 	}
-	return []byte(token), true
+	return []byte(token)
 }
 
 // unauthorized answers 401 with the challenge RFC 9110 asks of every 401.
