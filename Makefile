@@ -158,8 +158,10 @@ fuzz: deps ## fuzz the order endpoint's decoding/validation (and its key check) 
 fuzz-api: build-dev services ## fuzz the HTTP API from gateway/openapi.json (schemathesis) against a running pipeline: no 5xx, no answer outside the document, no unstated refusal
 	deploy/local/test-redis.sh deploy/local/fuzz-api.sh
 
-bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), then race the Redis strategies; see docs/benchmarks.md
-	./bench/run.sh
+# Then `make run`'s one process beside the floor pipeline (bench/floorpipe:
+# the contract's exchanges and nothing else) at 1000, 2000 and 4000 req/s.
+bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), race the Redis strategies, then make run's process against the floor pipeline at constant rates; see docs/benchmarks.md
+	./bench/run.sh && ./bench/latency.sh
 
 # The scripted scenarios (one fault each), then the nemesis: storefront
 # clients with timeouts and retries against 2 gateways and 2 workers while

@@ -33,6 +33,9 @@ func startStandins(context.Context, *slog.Logger, *config) (stop func(), err err
 	return func() {}, nil
 }
 
+// standinEnv is env: a production process has no stand-ins to find.
+func standinEnv(env setting.Env, _ io.Writer) setting.Env { return env }
+
 // limitMemory sets nothing: without the embedded broker the runtime's
 // GOMEMLIMIT is the only limit.
 func limitMemory(string, config) {}
