@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"orderpipe/bench"
 	"orderpipe/pkg/clock"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/standin"
@@ -37,6 +38,15 @@ func readDev(r *setting.Reader) devConfig {
 
 // kafkaMain is `orderpipe kafka`.
 var kafkaMain = standin.KafkaMain
+
+// `orderpipe bench`, the load tool: it audits with the invariant checker
+// and races strategies through the stores' test helpers, test tooling the
+// production build does not link.
+var (
+	benchCheck = bench.CheckArgs
+	benchUsage = bench.Usage
+	benchMain  = bench.Main
+)
 
 // requireSigningKey: the development build (make run, the tests) signs with
 // the public development key when EVENT_SIGNING_KEY is empty.
