@@ -63,17 +63,20 @@ curl -fsS "$BASE/readyz" >/dev/null || { log "the pipeline is not ready"; tail -
 # -q: Maven says nothing but failures (-ntp: no download lines either); the
 # generator's banner goes to the log with the rest.
 status=0
+rm -rf gateway/client/java/target/surefire-reports gateway/client/java/target/failsafe-reports
 mvn -B -ntp -q -f gateway/client/java/pom.xml verify \
   -Dorderpipe.baseUrl="$BASE" -Dorderpipe.adminToken="$TOKEN" -Dorderpipe.redisAddr="$TEST_REDIS_ADDR" \
   -Dorderpipe.jdbcUrl="jdbc:postgresql://$PG_HOST/$DB?user=$PG_USER&sslmode=disable" \
   >"$OUT/mvn.log" 2>&1 || status=$?
 if [ "$status" -ne 0 ]; then
   log "mvn verify failed (exit $status); its log, $OUT/mvn.log, ends:"
-  grep -v -E '^\[INFO\]|^#|^$' "$OUT/mvn.log" | tail -60 >&2
+  sed 's/\x1b\[[0-9;]*m//g' "$OUT/mvn.log" | grep -v -E '^\[INFO\]|^#|^$' | tail -60 >&2
 fi
 # The count of the unit and live tests, from their reports.
 reports=$(ls gateway/client/java/target/surefire-reports/TEST-*.xml gateway/client/java/target/failsafe-reports/TEST-*.xml 2>/dev/null || true)
 if [ -z "$reports" ]; then log "no test report: no test ran"; exit 1; fi
+[ -f gateway/client/java/target/failsafe-reports/TEST-orderpipe.client.LivePipelineIT.xml ] ||
+  { log "the live tests did not run"; [ "$status" -ne 0 ] || status=1; }
 # shellcheck disable=SC2086
 awk -F'"' '/<testsuite /{for(i=1;i<NF;i++){if($i~/ tests=$/)t+=$(i+1);if($i~/ failures=$/)f+=$(i+1);if($i~/ errors=$/)e+=$(i+1);if($i~/ skipped=$/)s+=$(i+1)}}
   END{printf "test-java: %d passed, %d failed, %d skipped\n", t-f-e-s, f+e, s}' $reports
