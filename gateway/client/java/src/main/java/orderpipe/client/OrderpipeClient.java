@@ -43,6 +43,9 @@ import orderpipe.client.openapi.model.OrderRequest;
  */
 public final class OrderpipeClient {
   private final ApiClient api;
+  private final OrdersApi orders;
+  private final AdminApi admin;
+  private final OperationsApi operations;
   private final HttpClient http;
   private final ObjectMapper json;
   private final URI base;
@@ -63,6 +66,12 @@ public final class OrderpipeClient {
     if (token != null) {
       this.api.setRequestInterceptor(r -> r.header("Authorization", "Bearer " + token));
     }
+    // The generated ApiClient builds a new HttpClient (its own selector
+    // thread and pool) on every getHttpClient, which each generated Api
+    // calls once: so one of each, made here and shared.
+    this.orders = new OrdersApi(api);
+    this.admin = new AdminApi(api);
+    this.operations = new OperationsApi(api);
     this.http = api.getHttpClient();
     this.json = api.getObjectMapper();
   }
@@ -126,17 +135,17 @@ public final class OrderpipeClient {
 
   /** The generated order calls, for what this class does not wrap. */
   public OrdersApi orders() {
-    return new OrdersApi(api);
+    return orders;
   }
 
   /** The generated admin calls (the client's token must be ADMIN_TOKEN). */
   public AdminApi admin() {
-    return new AdminApi(api);
+    return admin;
   }
 
   /** The generated probe calls (healthz, readyz, metrics, openapi.json). */
   public OperationsApi operations() {
-    return new OperationsApi(api);
+    return operations;
   }
 
   /**
