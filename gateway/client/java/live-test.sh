@@ -9,7 +9,7 @@
 # gateway/openapi.json, the unit tests run, and the JUnit live tests
 # (LivePipelineIT) create their own sale through the admin API and drive
 # place, replay, pay, cancel, GET and the error codes. The per-user rate
-# limit is 10 requests, then one per 100 s, so the rate-limit test's 11th
+# limit is 20 requests, then one per 100 s, so the rate-limit test's 21st
 # request is refused whatever the machine's speed. Maven's log and the
 # pipeline's are left in bin/test-java; the last line is the tests' count.
 set -euo pipefail
@@ -49,7 +49,7 @@ trap stop EXIT
 log "pipeline on 127.0.0.1:$HTTP_PORT (database $DB, Redis $TEST_REDIS_ADDR, embedded Kafka on $KAFKA_PORT); logs in $OUT"
 HTTP_ADDR=127.0.0.1:$HTTP_PORT METRICS_ADDR=127.0.0.1:$METRICS_PORT KAFKA_BROKERS= KAFKA_EMBEDDED_PORT=$KAFKA_PORT \
   DATABASE_URL="$PG/$DB?sslmode=disable" REDIS_ADDR=$TEST_REDIS_ADDR REDIS_URL= REDIS_KEY_PREFIX="java-$$:" \
-  ADMIN_TOKEN=$TOKEN ADMIN_ADDR= API_TOKENS= RATE_LIMIT_USER_RPS=0.01 RATE_LIMIT_USER_BURST=10 RATE_LIMIT_GLOBAL_RPS=0 \
+  ADMIN_TOKEN=$TOKEN ADMIN_ADDR= API_TOKENS= RATE_LIMIT_USER_RPS=0.01 RATE_LIMIT_USER_BURST=20 RATE_LIMIT_GLOBAL_RPS=0 \
   "$BIN" all >"$OUT/orderpipe.log" 2>&1 &
 PIPELINE=$!
 BASE=http://127.0.0.1:$HTTP_PORT
