@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,28 +103,24 @@ func TestKillSwitchBeforeTheStart(t *testing.T) {
 	}
 }
 
-// TestReopenedSaleIsNotOnSaleUntilPreheated: after the kill switch, a PUT
-// with a later endsAt re-opens the sale in Postgres only; until a preheat
+// TestMovedWindowIsNotOnSaleUntilPreheated: a PUT that moves a preheated
+// sale's start into the past opens it in Postgres only; until a preheat
 // writes the new window into Redis an order is 404 NOT_ON_SALE (Redis's
 // window is the one that sells), nothing reserved, with one warning that
 // says so — not the 503 and the clock error a real disagreement of the
-// clocks gets. After the preheat the sale sells again.
-func TestReopenedSaleIsNotOnSaleUntilPreheated(t *testing.T) {
+// clocks gets. After the preheat the sale sells.
+func TestMovedWindowIsNotOnSaleUntilPreheated(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
 	p := mustPipelineLogging(t, components{"gateway", "worker"}, nil, &logs)
-	starts := time.Now().Add(-time.Minute)
-	p.mustSaleWindow(t, 1, starts, time.Now().Add(time.Hour), map[int64]int64{10: 100})
-	auth := []string{"Authorization", "Bearer " + p.Admin}
-	if r := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil, auth...); r.Status != http.StatusOK {
-		t.Fatalf("end: %d %v", r.Status, r.Body)
-	}
+	ends := time.Now().Add(2 * time.Hour)
+	p.mustSaleWindow(t, 1, time.Now().Add(time.Hour), ends, map[int64]int64{10: 100})
 	it := stock.Item{ActivityID: 1, ItemID: 10}
 	stockBefore := p.redisStock(t, it)
-	reopened := client.ActivityUpsert{Name: "sale 1", StartsAt: starts.UTC(), EndsAt: time.Now().Add(2 * time.Hour).UTC(), PerUserLimit: 1,
+	moved := client.ActivityUpsert{Name: "sale 1", StartsAt: time.Now().Add(-time.Minute).UTC(), EndsAt: ends.UTC(), PerUserLimit: 1,
 		Items: []client.ItemUpsert{{ItemID: 10, Stock: 100}}}
-	if _, err := p.api().PutActivity(contractCtx(t, "admin"), 1, reopened); err != nil {
-		t.Fatalf("PUT with a later endsAt: %v", err)
+	if _, err := p.api().PutActivity(contractCtx(t, "admin"), 1, moved); err != nil {
+		t.Fatalf("PUT with an earlier startsAt: %v", err)
 	}
 	for u := int64(1); u <= 3; u++ {
 		r := p.order(t, orderBody{RequestID: fmt.Sprintf("before-preheat-%d", u), UserID: u, ActivityID: 1, ItemID: 10, Quantity: 1})
@@ -143,6 +141,137 @@ func TestReopenedSaleIsNotOnSaleUntilPreheated(t *testing.T) {
 	if r := p.order(t, orderBody{RequestID: "after-preheat", UserID: 9, ActivityID: 1, ItemID: 10, Quantity: 1}); r.Status != http.StatusAccepted {
 		t.Fatalf("order after the preheat: %d %v, want 202", r.Status, r.Body)
 	}
+}
+
+// TestEndedSaleStaysEnded: after the kill switch, a PUT that would move the
+// window is 409 SALE_ENDED and changes nothing; one that repeats the ended
+// window may rename the sale; a preheat arms the ended window; the
+// reconciler's fix rebuilds it ended. No order is taken after the end.
+func TestEndedSaleStaysEnded(t *testing.T) {
+	t.Parallel()
+	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	ctx := contractCtx(t, "admin")
+	starts := time.Now().Add(-time.Minute)
+	p.mustSaleWindow(t, 1, starts, time.Now().Add(time.Hour), map[int64]int64{10: 100})
+	ended, err := p.api().EndActivity(ctx, 1)
+	if err != nil {
+		t.Fatalf("end: %v", err)
+	}
+	later := client.ActivityUpsert{Name: "sale 1", StartsAt: starts.UTC(), EndsAt: time.Now().Add(2 * time.Hour).UTC(), PerUserLimit: 1,
+		Items: []client.ItemUpsert{{ItemID: 10, Stock: 100}}}
+	_, err = p.api().PutActivity(ctx, 1, later)
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != "SALE_ENDED" {
+		t.Fatalf("PUT with a later endsAt after the end: %v, want 409 SALE_ENDED", err)
+	}
+	same := later
+	same.Name, same.StartsAt, same.EndsAt = "sale 1, ended", ended.StartsAt, ended.EndsAt
+	if _, err := p.api().PutActivity(ctx, 1, same); err != nil {
+		t.Fatalf("PUT that keeps the ended window: %v, want 200", err)
+	}
+	a, err := p.Orders.GetActivity(t.Context(), 1)
+	if err != nil || !a.EndsAt.Equal(ended.EndsAt) || a.Name != same.Name {
+		t.Fatalf("Postgres after the PUTs: %q ends %v (%v), want %q ending %v", a.Name, a.EndsAt, err, same.Name, ended.EndsAt)
+	}
+	if r := p.preheat(t, 1); r.Status != http.StatusOK {
+		t.Fatalf("preheat after the end: %d %v", r.Status, r.Body)
+	}
+	if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
+		t.Fatalf("reconciler --fix after the end: exit %d\n%s", code, out)
+	}
+	if r := p.order(t, orderBody{RequestID: "after-end", UserID: 9, ActivityID: 1, ItemID: 10, Quantity: 1}); r.Status != http.StatusNotFound || r.Code() != "NOT_ON_SALE" {
+		t.Fatalf("order after the end, a PUT and a preheat: %d %v, want 404 NOT_ON_SALE", r.Status, r.Body)
+	}
+}
+
+// TestEndStaysPulledUnderRacingPutAndPreheat: PUTs that move the window
+// later and preheats race the kill switch, many times; whatever the
+// order, once the end answered 200 and the racers are done, the sale takes
+// no order and Postgres's end is the end answered.
+func TestEndStaysPulledUnderRacingPutAndPreheat(t *testing.T) {
+	t.Parallel()
+	p := mustPipeline(t, components{"gateway"}, nil)
+	ctx := contractCtx(t, "admin")
+	const rounds, items = 25, 3
+	for round := range rounds {
+		id := int64(800 + round)
+		starts := time.Now().Add(-time.Minute).UTC()
+		a := client.ActivityUpsert{Name: fmt.Sprintf("race %d", round), StartsAt: starts, EndsAt: time.Now().Add(time.Hour).UTC(), PerUserLimit: 1}
+		for i := int64(1); i <= items; i++ {
+			a.Items = append(a.Items, client.ItemUpsert{ItemID: i, Stock: 10})
+		}
+		p.mustActivity(t, id, a.StartsAt, a.EndsAt, 1, map[int64]int64{1: 10, 2: 10, 3: 10})
+		var wg sync.WaitGroup
+		var ended client.Activity
+		var endErr error
+		racers := make(chan error, 8)
+		for k := range 3 {
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				moved := a
+				moved.EndsAt = time.Now().Add(time.Duration(2+k) * time.Hour).UTC()
+				_, err := p.api().PutActivity(ctx, id, moved)
+				racers <- ignoreAnswered(err)
+			}()
+			go func() {
+				defer wg.Done()
+				_, err := p.api().Preheat(ctx, id)
+				racers <- ignoreAnswered(err)
+			}()
+			if k == 1 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					endErr = client.RetryIdempotent(ctx, func() error {
+						var err error
+						ended, err = p.api().EndActivity(ctx, id)
+						return err
+					})
+				}()
+			}
+		}
+		wg.Wait()
+		close(racers)
+		for err := range racers {
+			if err != nil {
+				t.Fatalf("round %d: a racing PUT or preheat: %v", round, err)
+			}
+		}
+		if endErr != nil {
+			t.Fatalf("round %d: end: %v", round, endErr)
+		}
+		// The racers' ends moved nothing; one more of each after the end.
+		late := a
+		late.EndsAt = time.Now().Add(5 * time.Hour).UTC()
+		if _, err := p.api().PutActivity(ctx, id, late); ignoreAnswered(err) != nil || err == nil {
+			t.Fatalf("round %d: PUT with a later end after the end: %v, want 409 SALE_ENDED", round, err)
+		}
+		if _, err := p.api().Preheat(ctx, id); ignoreAnswered(err) != nil {
+			t.Fatalf("round %d: preheat after the end: %v", round, err)
+		}
+		got, err := p.Orders.GetActivity(t.Context(), id)
+		if err != nil || !got.EndsAt.Equal(ended.EndsAt) || got.EndsAt.After(time.Now()) {
+			t.Fatalf("round %d: Postgres's end %v (%v), want the end answered %v", round, got.EndsAt, err, ended.EndsAt)
+		}
+		for item := int64(1); item <= items; item++ {
+			r := p.order(t, orderBody{RequestID: fmt.Sprintf("race-%d-%d", round, item), UserID: int64(round*10) + item, ActivityID: id, ItemID: item, Quantity: 1})
+			if r.Status != http.StatusNotFound || r.Code() != "NOT_ON_SALE" {
+				t.Fatalf("round %d: order for item %d after the end: %d %v, want 404 NOT_ON_SALE", round, item, r.Status, r.Body)
+			}
+		}
+	}
+}
+
+// ignoreAnswered is nil for an answer a racer of the kill switch may get
+// (409 SALE_ENDED; 503, a store call past its timeout on a busy machine,
+// promises nothing), else err.
+func ignoreAnswered(err error) error {
+	var e *client.Error
+	if err == nil || errors.As(err, &e) && (e.Code == "SALE_ENDED" || e.Status == http.StatusServiceUnavailable) {
+		return nil
+	}
+	return err
 }
 
 // TestKillSwitchDuringAPreheat: an end that answers 200 while a preheat of

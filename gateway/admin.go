@@ -95,6 +95,10 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "ITEM_PREHEATED", err.Error())
 		return
 	}
+	if errors.Is(err, order.ErrSaleEnded) {
+		writeError(w, http.StatusConflict, "SALE_ENDED", err.Error())
+		return
+	}
 	if err != nil {
 		s.deps.Log.Error("upserting activity", "activity_id", id, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")

@@ -25,7 +25,7 @@ import (
 // preheat) has put the sale back, instead of being told for good that the
 // sale it bought from a moment ago does not exist. One exception: when
 // Redis's window is not the activity's (edited since its preheat, as a
-// re-opened sale is until its new preheat), Redis's window is the one that
+// sale whose start a PUT moved is until its new preheat), Redis's window is the one that
 // sells, so the answer is NOT_ON_SALE with a warning, not a clock error.
 
 // The check is reached by any unauthenticated POST naming an item Redis
@@ -213,7 +213,7 @@ func (s *Server) checkSale(ctx context.Context, item stock.Item, outsideWindow b
 	starts, ends := act.sale.StartsAt, act.sale.EndsAt
 	if a.err == nil && a.onSale && outsideWindow {
 		// Redis's window is not the activity's: the activity was edited (a
-		// PUT re-opening an ended sale, a start moved) and not preheated
+		// PUT moved its start or end) and not preheated
 		// since. Redis's window is the one that sells until a preheat or a
 		// reconciler fix writes the new one, and no clock is to blame.
 		var rStarts, rEnds time.Time

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,6 +215,8 @@ func TestNemesis(t *testing.T) {
 	defer s.Close()
 	var lines []string
 	var ops, accepted, violations, faults int
+	var lin linResult // every seed's linearizability check, added up
+	kinds := map[string]int{}
 	next := func(i int) (uint64, bool) {
 		if soak > 0 {
 			return seeds[0] + uint64(i), i == 0 || time.Since(start) < soak
@@ -234,7 +237,14 @@ func TestNemesis(t *testing.T) {
 			lines = append(lines, res.Line())
 			fmt.Println(res.Report())
 			faults += len(res.Schedule)
+			for _, f := range res.Schedule {
+				kinds[f.Kind]++
+			}
 			if c := res.Check; c != nil {
+				lin.Histories += c.lin.Histories
+				lin.Operations += c.lin.Operations
+				lin.Illegal = append(lin.Illegal, c.lin.Illegal...)
+				lin.Unknown = append(lin.Unknown, c.lin.Unknown...)
 				ops += c.calls
 				accepted += c.accepted
 				violations += len(c.violations)
@@ -254,4 +264,11 @@ func TestNemesis(t *testing.T) {
 		fmt.Println(l)
 	}
 	fmt.Printf("nemesis total: %d seeds, %d faults, %d calls, %d requests accepted, %d violations\n", len(lines), faults, ops, accepted, violations)
+	byKind := make([]string, 0, len(kinds))
+	for k, n := range kinds {
+		byKind = append(byKind, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(byKind)
+	fmt.Printf("nemesis faults by kind: %s\n", strings.Join(byKind, ", "))
+	fmt.Printf("nemesis %s\n", lin)
 }

@@ -18,7 +18,11 @@ import (
 //     orderNo (the one of the earliest 2xx answer); no attempt that started
 //     after a 2xx is refused (a replay returns the first answer).
 //   - I6, from the history: every payment answered PAID is PAID and was
-//     never closed; every ORDER_CLOSED is CLOSED and was never paid.
+//     never closed; every ORDER_CLOSED is CLOSED and was never paid; every
+//     cancel answered 200 is CLOSED and was never paid, every ORDER_PAID
+//     PAID and never closed.
+//   - Each requestId's operations, as its clients saw them, are linearizable
+//     on the contract's model of a request (linz.go).
 //   - The rest is pkg/invariant's (runAudit), the checker of the tests and
 //     the bench too: every orderNo seen in any 2xx (202, or 200 replayed)
 //     is an order of its requestId or a REJECTED record, and GET
@@ -41,10 +45,11 @@ type checkResult struct {
 	ops map[string][]Op // by requestId
 
 	requests, calls, accepted, timeouts, replays, gaveUp, orders int
-	answers, pays                                                map[string]int
+	answers, pays, cancels                                       map[string]int
 	audit                                                        *audit
 	reconcileExit                                                int
 	violations                                                   []violation
+	lin                                                          linResult
 }
 
 func (c *checkResult) violate(rid, format string, args ...any) {
@@ -53,7 +58,7 @@ func (c *checkResult) violate(rid, format string, args ...any) {
 
 // checkHistory judges the history of sale act.
 func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 time.Time, ops []Op) (*checkResult, error) {
-	c := &checkResult{t0: t0, ops: byRequest(ops), answers: map[string]int{}, pays: map[string]int{}, reconcileExit: -1}
+	c := &checkResult{t0: t0, ops: byRequest(ops), answers: map[string]int{}, pays: map[string]int{}, cancels: map[string]int{}, reconcileExit: -1}
 
 	// Postgres, one snapshot: the orders, for the payments' answers.
 	snap, err := s.orders.Snapshot(ctx, act)
@@ -85,6 +90,11 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 				c.calls++
 				c.pays[o.answer0()]++
 				c.checkPay(rid, o, orders)
+				continue
+			case opCancel:
+				c.calls++
+				c.cancels[o.answer0()]++
+				c.checkCancel(rid, o, orders)
 				continue
 			case opGet:
 				c.calls++
@@ -205,6 +215,38 @@ func (c *checkResult) checkPay(rid string, o Op, orders map[string]order.Snapsho
 		c.violate(rid, "I6: %s: pay of %s was answered ORDER_CLOSED, but the order is %q (paid %v)", rid, o.OrderNo, po.Status, po.Paid)
 	}
 }
+
+// checkCancel: a cancel answered 200 is CLOSED and never paid; ORDER_PAID
+// is PAID and never closed (I6).
+func (c *checkResult) checkCancel(rid string, o Op, orders map[string]order.SnapshotOrder) {
+	po, ok := orders[o.OrderNo]
+	switch {
+	case o.Status == http.StatusOK && (!ok || po.Status != order.StatusClosed || po.Paid):
+		c.violate(rid, "I6: %s: cancel of %s was answered 200 CLOSED, but the order is %q (paid %v)", rid, o.OrderNo, po.Status, po.Paid)
+	case o.Code == "ORDER_PAID" && (!ok || po.Status != order.StatusPaid || po.Closed):
+		c.violate(rid, "I6: %s: cancel of %s was answered ORDER_PAID, but the order is %q (closed %v)", rid, o.OrderNo, po.Status, po.Closed)
+	}
+}
+
+// checkLinearizable adds the linearizability check of the history to the
+// result: each illegal requestId is a violation; html is where the illegal
+// histories' visualisation goes.
+func (c *checkResult) checkLinearizable(ops []Op, html string) {
+	c.lin = checkLinearizable(ops, c.t0, linPerHistory, linBudget, html)
+	for _, rid := range c.lin.Illegal {
+		c.violate(rid, "linearizability: %s: no sequential order of its operations explains what its clients were told (%s)", rid, c.lin.Visualisation)
+	}
+	if c.lin.VisualiseErr != nil {
+		c.violate("", "linearizability: writing the visualisation: %v", c.lin.VisualiseErr)
+	}
+}
+
+// The linearizability check's time: per history (a request's few dozen
+// operations take microseconds), and in all (past it the rest are unknown).
+const (
+	linPerHistory = 5 * time.Second
+	linBudget     = 2 * time.Minute
+)
 
 // answer0 is the op's answer without the orderNo, for counting.
 func (o Op) answer0() string {

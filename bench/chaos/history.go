@@ -22,6 +22,7 @@ const (
 	opOrder  = "order"   // POST /v1/orders
 	opPay    = "pay"     // POST /v1/orders/{orderNo}/pay
 	opGet    = "get"     // GET /v1/orders/{orderNo}
+	opCancel = "cancel"  // POST /v1/orders/{orderNo}/cancel
 	opGiveUp = "give-up" // the client stops retrying the request (no HTTP call)
 )
 
@@ -44,6 +45,7 @@ type Op struct {
 	OrderNo     string `json:"orderNo,omitempty"` // answered (order), or asked about (pay, get)
 	Replayed    bool   `json:"replayed,omitempty"`
 	OrderStatus string `json:"orderStatus,omitempty"` // the order's status in the answer
+	Reason      string `json:"reason,omitempty"`      // GET and cancel: why it is CLOSED or REJECTED
 	RetryAfter  int    `json:"retryAfterS,omitempty"`
 	Err         string `json:"err,omitempty"`
 	Note        string `json:"note,omitempty"`
@@ -69,7 +71,7 @@ func (o Op) answer() string {
 		return "no answer: " + o.Err
 	}
 	a := fmt.Sprint(o.Status)
-	for _, s := range []string{o.Code, o.OrderStatus, o.OrderNo} {
+	for _, s := range []string{o.Code, o.OrderStatus, o.Reason, o.OrderNo} {
 		if s != "" {
 			a += " " + s
 		}

@@ -263,8 +263,9 @@ func (r *NemesisResult) Line() string {
 	if !r.OK() {
 		result = "FAIL"
 	}
-	return fmt.Sprintf("nemesis seed=%-6d faults=%-2d requests=%-5d calls=%-5d accepted=%-5d timeouts=%-4d orders=%-5d violations=%d result=%s",
-		r.Seed, len(r.Schedule), c.requests, c.calls, c.accepted, c.timeouts, c.orders, len(c.violations)+len(r.Problems), result)
+	return fmt.Sprintf("nemesis seed=%-6d faults=%-2d requests=%-5d calls=%-5d accepted=%-5d timeouts=%-4d orders=%-5d histories=%-5d ops=%-5d linearizable=%s violations=%d result=%s",
+		r.Seed, len(r.Schedule), c.requests, c.calls, c.accepted, c.timeouts, c.orders, c.lin.Histories, c.lin.Operations,
+		strings.ReplaceAll(c.lin.Verdict(), " ", "-"), len(c.violations)+len(r.Problems), result)
 }
 
 // Report is the run in full: the schedule, what the faults did, the
@@ -278,8 +279,9 @@ func (r *NemesisResult) Report() string {
 	}
 	fmt.Fprintf(&b, "  applied: %s\n", strings.Join(r.Applied, "; "))
 	if c := r.Check; c != nil {
-		fmt.Fprintf(&b, "  answers to POST /v1/orders %v; replays answered 2xx %d; given up %d; pays %v\n",
-			c.answers, c.replays, c.gaveUp, c.pays)
+		fmt.Fprintf(&b, "  answers to POST /v1/orders %v; replays answered 2xx %d; given up %d; pays %v; cancels %v\n",
+			c.answers, c.replays, c.gaveUp, c.pays, c.cancels)
+		fmt.Fprintf(&b, "  %s\n", c.lin)
 		fmt.Fprintf(&b, "  drained in %s, reconciler --once exit %d; history %s\n", r.Drained.Round(100*time.Millisecond), c.reconcileExit, r.History)
 	}
 	for _, p := range r.Problems {
@@ -331,7 +333,7 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 	stop := make(chan struct{})
 	sc := storefrontConfig{URLs: s.httpURLs, ActivityID: act, Items: items, Users: s.cfg.Users, Clients: s.cfg.Clients,
 		Think: s.cfg.Think, Stop: stop, RetryFor: 10 * time.Second, Seed: nc.Seed, Timeouts: nc.Timeouts,
-		PayShare: 0.3, PollShare: 0.2, ReplayShare: 0.15, GiveUpShare: 0.08, LaterShare: 0.12}
+		PayShare: 0.3, CancelShare: 0.1, PollShare: 0.2, ReplayShare: 0.15, GiveUpShare: 0.08, LaterShare: 0.12}
 	s.loadStart = time.Now()
 	hist := newHistory(s.loadStart)
 	loaded := make(chan struct{})
@@ -392,6 +394,8 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 		return res
 	}
 	res.Check = check
+	// Beside the history; written only for a history that fails.
+	check.checkLinearizable(ops, filepath.Join(s.Dir, fmt.Sprintf("linearizability-seed%d-sale%d.html", nc.Seed, act)))
 	if check.reconcileExit != 0 {
 		// The next run's reconciler check is about that run only.
 		if code, out := s.reconcile(ctx, "--fix"); code != 0 {

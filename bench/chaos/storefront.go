@@ -20,8 +20,10 @@ import (
 // for a request whose produce is still in flight. After a timeout, a
 // transport error, a 429 or a 5xx it retries with the same requestId — on
 // any gateway, after Retry-After or a backoff — or gives up, or comes back
-// much later. It pays some accepted orders, polls some, and replays some
-// accepted requests later on. Every call is recorded in the history.
+// much later. It pays some accepted orders, cancels some (racing the
+// payments and the closer), polls some, and replays some accepted requests
+// later on. Every call is recorded in the history, with its call and
+// return times, for the checker and the linearizability check (linz.go).
 
 // storefrontConfig shapes the load.
 type storefrontConfig struct {
@@ -38,10 +40,11 @@ type storefrontConfig struct {
 	Seed     uint64
 	// Timeouts are the client timeouts a request picks from.
 	Timeouts []time.Duration
-	// Shares of the accepted orders paid, polled and replayed later, and
-	// of the unanswered calls given up and retried much later (2–6 s).
-	PayShare, PollShare, ReplayShare float64
-	GiveUpShare, LaterShare          float64
+	// Shares of the accepted orders paid, cancelled, polled and replayed
+	// later, and of the unanswered calls given up and retried much later
+	// (2–6 s).
+	PayShare, CancelShare, PollShare, ReplayShare float64
+	GiveUpShare, LaterShare                       float64
 }
 
 type storefront struct {
@@ -153,12 +156,19 @@ func (sf *storefront) accepted(ctx context.Context, c int, b orderBody, orderNo 
 	if rng.Float64() < sf.cfg.PayShare {
 		// Up to 3 s: CLOSE_AFTER is 2 s, so some payments race the closer.
 		follow(time.Duration(rng.Int64N(int64(3*time.Second))), func(rng *rand.Rand) {
-			sf.followUp(ctx, c, b.RequestID, opPay, orderNo, rng)
+			sf.followUp(ctx, c, b, opPay, orderNo, rng)
 		})
 	}
 	if rng.Float64() < sf.cfg.PollShare {
 		follow(time.Duration(rng.Int64N(int64(4*time.Second))), func(rng *rand.Rand) {
-			sf.followUp(ctx, c, b.RequestID, opGet, orderNo, rng)
+			sf.followUp(ctx, c, b, opGet, orderNo, rng)
+		})
+	}
+	if sf.cfg.CancelShare > 0 && rng.Float64() < sf.cfg.CancelShare {
+		// Within the payments' 3 s: some cancels race a payment, some
+		// the closer.
+		follow(time.Duration(rng.Int64N(int64(3*time.Second))), func(rng *rand.Rand) {
+			sf.followUp(ctx, c, b, opCancel, orderNo, rng)
 		})
 	}
 	if rng.Float64() < sf.cfg.ReplayShare {
@@ -168,13 +178,13 @@ func (sf *storefront) accepted(ctx context.Context, c int, b orderBody, orderNo 
 	}
 }
 
-// followUp is a pay or a poll, retried like an order.
-func (sf *storefront) followUp(ctx context.Context, c int, rid, kind, orderNo string, rng *rand.Rand) {
+// followUp is a pay, a cancel or a poll of b's order, retried like an order.
+func (sf *storefront) followUp(ctx context.Context, c int, b orderBody, kind, orderNo string, rng *rand.Rand) {
 	timeout := sf.cfg.Timeouts[rng.IntN(len(sf.cfg.Timeouts))]
 	backoff := 100 * time.Millisecond
 	for {
-		o := sf.call(ctx, c, rng.IntN(len(sf.cfg.URLs)), kind, nil, orderNo, timeout)
-		o.RequestID, o.OrderNo = rid, orderNo
+		o := sf.call(ctx, c, rng.IntN(len(sf.cfg.URLs)), kind, &b, orderNo, timeout)
+		o.RequestID, o.OrderNo = b.RequestID, orderNo
 		sf.hist.add(o)
 		if !o.retriable() || closed(sf.stopped) || ctx.Err() != nil || rng.Float64() < sf.cfg.GiveUpShare {
 			return
@@ -189,7 +199,7 @@ func (sf *storefront) followUp(ctx context.Context, c int, rid, kind, orderNo st
 }
 
 // call is one call of the gateway client to gateway gw with the client's
-// timeout: the order b, or a payment or poll of orderNo.
+// timeout: the order b, or a payment, cancel (by b's user) or poll of orderNo.
 func (sf *storefront) call(ctx context.Context, c, gw int, kind string, b *orderBody, orderNo string, timeout time.Duration) Op {
 	o := Op{Client: c, Kind: kind, Gateway: gw, TimeoutMs: timeout.Milliseconds(), Start: time.Now()}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
@@ -208,7 +218,11 @@ func (sf *storefront) call(ctx context.Context, c, gw int, kind string, b *order
 	case opGet:
 		var g gwclient.Order
 		g, err = api.GetOrder(cctx, orderNo)
-		o.OrderStatus = g.Status
+		o.OrderStatus, o.Reason = g.Status, g.Reason
+	case opCancel:
+		var x gwclient.Cancelled
+		x, err = api.Cancel(cctx, orderNo, b.UserID)
+		o.OrderStatus, o.Reason = x.Status, x.Reason
 	}
 	o.End = time.Now()
 	var e *gwclient.Error

@@ -2,6 +2,7 @@ package order_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -93,5 +94,48 @@ func TestEndWaitsWhileAWindowIsWritten(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestEndedActivityKeepsItsWindow: once the kill switch ended an activity,
+// an update that would move its window is ErrSaleEnded and changes
+// nothing, whether it comes after the end or waited for the row while the
+// end committed; one that repeats the ended window may change the rest.
+func TestEndedActivityKeepsItsWindow(t *testing.T) {
+	t.Parallel()
+	s := mustStore(t)
+	ctx := context.Background()
+	a, err := s.GetActivity(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := s.EndActivity(ctx, 1, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := a
+	later.EndsAt = time.Now().Add(3 * time.Hour)
+	if err := s.UpsertActivity(ctx, later); !errors.Is(err, order.ErrSaleEnded) {
+		t.Fatalf("an update with a later end after the end: %v, want ErrSaleEnded", err)
+	}
+	earlier := a
+	earlier.StartsAt, earlier.EndsAt = ended.StartsAt.Add(-time.Hour), ended.EndsAt
+	if err := s.UpsertActivity(ctx, earlier); !errors.Is(err, order.ErrSaleEnded) {
+		t.Fatalf("an update with an earlier start after the end: %v, want ErrSaleEnded", err)
+	}
+	if now, err := s.GetActivity(ctx, 1); err != nil || !now.EndsAt.Equal(ended.EndsAt) || !now.StartsAt.Equal(ended.StartsAt) {
+		t.Fatalf("window after the refused updates %v – %v (%v), want the ended %v – %v", now.StartsAt, now.EndsAt, err, ended.StartsAt, ended.EndsAt)
+	}
+	same := ended
+	same.Name = "renamed after the end"
+	if err := s.UpsertActivity(ctx, same); err != nil {
+		t.Fatalf("an update that keeps the ended window: %v", err)
+	}
+	if now, err := s.GetActivity(ctx, 1); err != nil || now.Name != same.Name || !now.EndsAt.Equal(ended.EndsAt) {
+		t.Errorf("after renaming: %q ends %v (%v)", now.Name, now.EndsAt, err)
+	}
+	// A repeated end after an update still answers the first end.
+	if again, err := s.EndActivity(ctx, 1, time.Now()); err != nil || !again.EndsAt.Equal(ended.EndsAt) {
+		t.Errorf("a repeated end: %v (%v), want %v", again.EndsAt, err, ended.EndsAt)
 	}
 }

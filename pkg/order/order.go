@@ -61,6 +61,10 @@ var (
 	// began (finished or not).
 	ErrItemPreheated = errors.New("a preheat of the item began, so it stays and the update must list it: " +
 		"its Redis keys, reservations and orders rest on it (end the sale to stop it selling)")
+	// ErrSaleEnded: an update would move the window of an activity the kill
+	// switch ended.
+	ErrSaleEnded = errors.New("the sale was ended by the kill switch and stays ended: " +
+		"its window cannot move (put the goods on sale again as a new activity)")
 )
 
 // Store is the Postgres store.
@@ -100,21 +104,29 @@ type ItemStock struct {
 // refused if that would go below zero (units already sold). An item the
 // update leaves out is removed if no preheat of it began (nothing can have
 // been reserved or ordered of it), else the update is refused
-// (ErrItemPreheated); either refusal changes nothing.
+// (ErrItemPreheated); either refusal changes nothing. An activity the kill
+// switch ended keeps its window: an update that would move it is refused
+// (ErrSaleEnded), one that repeats it may change the rest. The check is in
+// the upsert's own condition, judged on the row as it is once locked, so an
+// end committed while this waited for the row is seen.
 func (s *Store) UpsertActivity(ctx context.Context, a Activity) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("beginning tx: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	_, err = tx.Exec(ctx, `
-		INSERT INTO activities (id, name, starts_at, ends_at, per_user_limit)
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO activities AS a (id, name, starts_at, ends_at, per_user_limit)
 		VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, starts_at = EXCLUDED.starts_at,
-			ends_at = EXCLUDED.ends_at, per_user_limit = EXCLUDED.per_user_limit, updated_at = now()`,
+			ends_at = EXCLUDED.ends_at, per_user_limit = EXCLUDED.per_user_limit, updated_at = now()
+		WHERE a.ended_at IS NULL OR (a.starts_at = EXCLUDED.starts_at AND a.ends_at = EXCLUDED.ends_at)`,
 		a.ID, a.Name, a.StartsAt, a.EndsAt, a.PerUserLimit)
 	if err != nil {
 		return fmt.Errorf("upserting activity %d: %w", a.ID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("activity %d: %w", a.ID, ErrSaleEnded)
 	}
 	for _, it := range a.Items {
 		if err := checkBuckets(ctx, tx, a.ID, it); err != nil {
@@ -277,13 +289,16 @@ func (s *Store) ListActivities(ctx context.Context, limit int, after *ActivityCu
 // truncated to the millisecond, the resolution of the sale window in Redis,
 // so the two agree; and it is never after the database's now, so
 // SaleNow, which reads that clock, says the sale is off at once however
-// the caller's clock runs.
+// the caller's clock runs. It also marks the activity ended (ended_at, set
+// once): from then on no update moves its window (UpsertActivity), so the
+// end stays whatever races it.
 func (s *Store) EndActivity(ctx context.Context, id int64, at time.Time) (Activity, error) {
 	at = at.Truncate(time.Millisecond)
 	_, err := s.pool.Exec(ctx, `UPDATE activities
-		SET ends_at = LEAST(ends_at, e.at), starts_at = LEAST(starts_at, LEAST(ends_at, e.at) - interval '1 millisecond'), updated_at = now()
+		SET ends_at = LEAST(ends_at, e.at), starts_at = LEAST(starts_at, LEAST(ends_at, e.at) - interval '1 millisecond'),
+			ended_at = COALESCE(ended_at, now()), updated_at = now()
 		FROM (SELECT LEAST($2::timestamptz, date_trunc('milliseconds', now())) AS at) e
-		WHERE id = $1 AND (ends_at > e.at OR starts_at > LEAST(ends_at, e.at) - interval '1 millisecond')`, id, at)
+		WHERE id = $1 AND (ends_at > e.at OR starts_at > LEAST(ends_at, e.at) - interval '1 millisecond' OR ended_at IS NULL)`, id, at)
 	if err != nil {
 		return Activity{}, fmt.Errorf("ending activity %d: %w", id, err)
 	}

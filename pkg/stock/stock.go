@@ -722,14 +722,16 @@ func (s *Store) pipelined(ctx context.Context, script *redis.Script, calls []scr
 // ScriptChunk calls, not one round trip each. It answers the earliest end
 // the buckets now have, for the caller to record in Postgres so the two
 // agree; ok is false when no bucket had a sale (never armed, or expired).
-// Only ever moves an end earlier: idempotent.
+// Only ever moves an end earlier: idempotent. Each bucket keeps the end as
+// a tombstone that a later arm (ArmAll) never arms past, a bucket with no
+// sale yet too.
 func (s *Store) End(ctx context.Context, sales []Sale, at time.Time) (ends time.Time, ok bool, err error) {
 	var calls []scriptCall
 	for _, sale := range sales {
 		for b := range max(sale.Buckets, 1) {
 			it := sale.Item
 			it.Bucket = b
-			calls = append(calls, scriptCall{keys: []string{s.keys(it).Sale}, args: []any{at.UnixMilli()}})
+			calls = append(calls, scriptCall{keys: []string{s.keys(it).Sale}, args: []any{at.UnixMilli(), at.Add(StockGrace).Unix()}})
 		}
 	}
 	cmds, err := s.pipelined(ctx, endScript, calls)
