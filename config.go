@@ -70,9 +70,6 @@ func loadConfig() (config, error) {
 	c.Stock, c.Kafka, c.dev = stock.Read(r, c.Redis.Timeout), event.Read(r), readDev(r)
 	c.Gateway, c.BreakerOpenFor = gateway.Read(r), r.Duration(breaker.OpenForVar.Name)
 	c.Worker, c.Closer, c.Relay, c.Reconciler = worker.Read(r), closer.Read(r), relay.Read(r), reconciler.Read(r)
-	// An order's payBy is shown by the gateway and the worker, and kept by
-	// the closer: one CLOSE_AFTER for the three.
-	c.Gateway.CloseAfter, c.Worker.CloseAfter = c.Closer.CloseAfter, c.Closer.CloseAfter
 	c.Telemetry, c.TraceQueryURL = telemetry.Read(r), locate.ReadTraceQueryURL(r)
 	if g := r.String("GOGC"); g == "off" {
 		c.GCPercent = -1

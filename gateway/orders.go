@@ -323,6 +323,7 @@ type orderView struct {
 	PaidAt     *time.Time `json:"paidAt,omitempty"`
 	ClosedAt   *time.Time `json:"closedAt,omitempty"`
 	PayBy      *time.Time `json:"payBy,omitempty"` // PENDING and UNPAID (payby.go)
+	reservedAt time.Time  // what payBy counts from
 }
 
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
@@ -367,12 +368,13 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.withPayBy(orderView{OrderNo: orderNo, RequestID: ev.RequestID, UserID: ev.UserID, ActivityID: ev.ActivityID,
-		ItemID: ev.ItemID, Quantity: ev.Quantity, Status: order.StatusPending, CreatedAt: ev.ReservedAt}))
+		ItemID: ev.ItemID, Quantity: ev.Quantity, Status: order.StatusPending, CreatedAt: ev.ReservedAt, reservedAt: ev.ReservedAt}))
 }
 
 func viewOf(o order.Order) orderView {
 	return orderView{OrderNo: o.OrderNo, RequestID: o.RequestID, UserID: o.UserID, ActivityID: o.ActivityID, ItemID: o.ItemID,
-		Quantity: o.Quantity, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt}
+		Quantity: o.Quantity, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt,
+		reservedAt: o.ReservedAt}
 }
 
 // lookupOrder reads an order from Postgres through the breaker, bounded in

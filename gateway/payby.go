@@ -9,9 +9,11 @@ import (
 
 // payBy is the payment deadline of an order reserved at reservedAt (nil if
 // that is unknown): reservedAt + CLOSE_AFTER. The worker stores reservedAt
-// as the order's created_at, the closer closes only orders whose created_at
-// is older than CLOSE_AFTER (plus CLOSE_GRACE) by the database clock, and
-// the worker's UNPAID event shows the same sum: one instant everywhere.
+// as the order's reserved_at, the closer closes only orders whose
+// reserved_at is older than CLOSE_AFTER (plus CLOSE_GRACE) by the database
+// clock, and the worker's UNPAID event shows the same sum: one instant
+// everywhere. (created_at, GET's createdAt once persisted, is the later
+// commit time: not what the deadline counts from.)
 func (s *Server) payBy(reservedAt time.Time) *time.Time {
 	if reservedAt.IsZero() {
 		return nil
@@ -24,7 +26,7 @@ func (s *Server) payBy(reservedAt time.Time) *time.Time {
 // UNPAID); a paid, closed or rejected one has no deadline.
 func (s *Server) withPayBy(v orderView) orderView {
 	if v.Status == order.StatusPending || v.Status == order.StatusUnpaid {
-		v.PayBy = s.payBy(v.CreatedAt)
+		v.PayBy = s.payBy(v.reservedAt)
 	}
 	return v
 }

@@ -20,8 +20,8 @@ type Request struct {
 	Quantity   int
 	ReservedAt time.Time
 	// PayBy is the payment deadline its UNPAID event shows (ReservedAt +
-	// CLOSE_AFTER, which the worker knows; the closer's rule, created_at =
-	// ReservedAt older than CLOSE_AFTER, is the same instant); zero ⇒ none.
+	// CLOSE_AFTER, which the worker knows; the closer closes by reserved_at
+	// older than CLOSE_AFTER, the same instant); zero ⇒ none.
 	PayBy time.Time
 	// Bucket is the Redis stock bucket the reservation was taken from (the
 	// event's); Postgres does not store it (it is FNV-1a(userId) mod the
