@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
@@ -258,6 +260,16 @@ func TestIdempotencyKeyOnPayAndCancel(t *testing.T) {
 			t.Errorf("%s: cancel again: %d %v, want the first 200 replayed", name, r.Status, r.Body)
 		}
 	}
+
+	t.Run("Client", func(t *testing.T) {
+		ctx := context.Background()
+		if paid, err := p.api().PayRetrying(ctx, a, "pay-a", client.Retry{}); err != nil || paid.Status != order.StatusPaid {
+			t.Errorf("PayRetrying with the used key: %+v %v, want its first answer, PAID", paid, err)
+		}
+		if _, err := p.api().Pay(ctx, c, client.WithIdempotencyKey("pay-a")); !errors.Is(err, client.ErrKeyReused) {
+			t.Errorf("Pay of another order with a used key: %v, want ErrKeyReused", err)
+		}
+	})
 
 	t.Run("InProgress", func(t *testing.T) {
 		hold := ordertest.HoldOrderRow(t, p.Orders, c)
