@@ -12,7 +12,7 @@ TRACE_STORE_DIR ?= $(CURDIR)/bin/traces
 export TRACE_STORE_DIR
 endif
 
-.PHONY: deps run services promtool pushgateway kubectl-validate k8s-rules test e2e test-kafka build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
+.PHONY: deps run services promtool pushgateway kubectl-validate k8s-rules test e2e test-kafka test-java build build-dev vet bench fuzz fuzz-api chaos chaos-kafka soak kafka
 
 # When this make began: `make test` and `make e2e` print their wall time
 # (prerequisites included) from it.
@@ -142,6 +142,16 @@ TEST_KAFKA_PARALLEL ?= 1
 test-kafka: vet services ## the end-to-end tests on a real 3-broker Apache Kafka (fetched by Maven, started and stopped for the run)
 	TEST_KAFKA_TLS=1 deploy/local/test-redis.sh deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -parallel $(TEST_KAFKA_PARALLEL) -skip '$(call regexp_of,$(filter-out $(E2E_KAFKA_TESTS),$(E2E_TESTS)))' -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
 
+# The Java client (gateway/client/java): Maven generates it from
+# gateway/openapi.json (the openapi-generator plugin, into target/), compiles
+# the hand-written layer on top, and runs its JUnit tests against a pipeline
+# of its own: bin/orderpipe-dev all on free ports, a fresh database, and a
+# throwaway redis-server (one test pauses it to get a real 503, so never the
+# machine's Redis: TEST_REDIS_ADDR is dropped). Quiet (mvn -q -B -ntp); the
+# last line counts the tests, and bin/test-java keeps the logs.
+test-java: build-dev services ## the Java client, generated from gateway/openapi.json by Maven, and its JUnit tests against a live pipeline of its own (docs/client.md)
+	@env -u TEST_REDIS_ADDR deploy/local/test-redis.sh gateway/client/java/live-test.sh
+
 FUZZTIME ?= 30s
 # How long one input found is minimized (Go's default, 60 s, spent on a deep-nesting input stalls a short run).
 FUZZMINIMIZETIME ?= 5s
@@ -158,8 +168,10 @@ fuzz: deps ## fuzz the order endpoint's decoding/validation (and its key check) 
 fuzz-api: build-dev services ## fuzz the HTTP API from gateway/openapi.json (schemathesis) against a running pipeline: no 5xx, no answer outside the document, no unstated refusal
 	deploy/local/test-redis.sh deploy/local/fuzz-api.sh
 
-bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), then race the Redis strategies; see docs/benchmarks.md
-	./bench/run.sh
+# Then `make run`'s one process beside the floor pipeline (bench/floorpipe:
+# the contract's exchanges and nothing else) at 1000, 2000 and 4000 req/s.
+bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), race the Redis strategies, then make run's process against the floor pipeline at constant rates; see docs/benchmarks.md
+	./bench/run.sh && ./bench/latency.sh
 
 # The scripted scenarios (one fault each), then the nemesis: storefront
 # clients with timeouts and retries against 2 gateways and 2 workers while

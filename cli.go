@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"orderpipe/bench"
 	"orderpipe/closer"
 	"orderpipe/gateway"
 	"orderpipe/pkg/database"
@@ -113,8 +112,8 @@ embedded broker.
 			}
 			return cfg.Kafka.CreateTopics(ctx, log)
 		}},
-	{name: "bench", summary: "load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h)",
-		check: bench.CheckArgs, usageFunc: bench.Usage, main: bench.Main},
+	{name: "bench", summary: "load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h; dev builds)",
+		check: benchCheck, usageFunc: benchUsage, main: benchMain},
 	{name: "env", summary: "print every environment variable with its default",
 		usage: `usage: orderpipe env
 

@@ -251,12 +251,15 @@ func TestBadCommandLinesExit2(t *testing.T) {
 		{[]string{"locate"}, "orderpipe locate: want exactly one requestId"},
 		{[]string{"locate", "r-1", "--activity", "0", "--item", "0"}, "--activity and --item must be positive"},
 		{[]string{"locate", "r-1", "--activity", "1", "--item", "0"}, "--activity and --item must be positive"},
-		{[]string{"bench", "-c", "many"}, `invalid value "many" for flag -c`},
 	} {
 		res := runBinary(t, env, tc.args...)
 		if res.code != 2 || !strings.Contains(res.stderr, tc.want) || !strings.Contains(res.stderr, "usage: orderpipe") {
 			t.Errorf("orderpipe %s: want exit 2 and %q, then the usage: %s", strings.Join(tc.args, " "), tc.want, res)
 		}
+	}
+	// The load tool is test tooling: the production binary names the build that has it.
+	if res := runBinary(t, env, "bench", "-c", "1"); res.code != 2 || !strings.Contains(res.stderr, "only in development builds (make build-dev") {
+		t.Errorf("orderpipe bench in the production build: want exit 2 naming the development build: %s", res)
 	}
 	if res := runBinary(t, append(env, "KAFKA_BROKERS="), "topics"); res.code != 2 || !strings.Contains(res.stderr, "KAFKA_BROKERS is empty") {
 		t.Errorf("orderpipe topics without KAFKA_BROKERS: want exit 2 naming it: %s", res)
@@ -416,7 +419,10 @@ func grepLines(s, sub string) string {
 
 // testFakes are the packages only tests and development builds may link.
 var testFakes = []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/alicebob/miniredis", "github.com/fergusstrange/embedded-postgres",
-	"github.com/lib/pq", "github.com/yuin/gopher-lua", "orderpipe/pkg/standin", "orderpipe/pkg/testenv"}
+	"github.com/lib/pq", "github.com/yuin/gopher-lua", "orderpipe/pkg/standin", "orderpipe/pkg/testenv",
+	// and the test tooling: the load tool, the invariant checker, the chaos
+	// suite, the stores' test helpers (which lose keys and flush stores)
+	"orderpipe/bench", "orderpipe/pkg/invariant", "orderpipe/pkg/stock/stocktest", "orderpipe/pkg/order/ordertest"}
 
 // TestProductionBuildHasNoTestFakes: the binary `make build` and the
 // Dockerfile build (no tags) links no test fake; the development build

@@ -89,7 +89,7 @@ func run(ctx context.Context, log *slog.Logger, args []string) error {
 	if c.run != nil {
 		return c.run(ctx, log, cfg)
 	}
-	if code := c.main(ctx, args[1:], getenv, os.Stdout, secret.Writer(os.Stderr)); code != 0 {
+	if code := c.main(ctx, args[1:], standinEnv(getenv, os.Stderr), os.Stdout, secret.Writer(os.Stderr)); code != 0 {
 		return setting.ExitCode(code)
 	}
 	return nil

@@ -4,9 +4,16 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
+	"orderpipe/bench"
 	"orderpipe/pkg/clock"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/standin"
@@ -31,6 +38,15 @@ func readDev(r *setting.Reader) devConfig {
 
 // kafkaMain is `orderpipe kafka`.
 var kafkaMain = standin.KafkaMain
+
+// `orderpipe bench`, the load tool: it audits with the invariant checker
+// and races strategies through the stores' test helpers, test tooling the
+// production build does not link.
+var (
+	benchCheck = bench.CheckArgs
+	benchUsage = bench.Usage
+	benchMain  = bench.Main
+)
 
 // requireSigningKey: the development build (make run, the tests) signs with
 // the public development key when EVENT_SIGNING_KEY is empty.
@@ -79,6 +95,53 @@ func watchClock(ctx context.Context, log *slog.Logger, cfg config) error {
 
 // startStandins starts stand-ins for a Redis and a Postgres that are
 // neither configured nor answering (standin.ForMissing).
+// When one starts, their addresses are recorded (standin.WriteAddrs) for
+// the commands run beside it (standinEnv).
 func startStandins(ctx context.Context, log *slog.Logger, cfg *config) (stop func(), err error) {
-	return standin.ForMissing(ctx, log, &cfg.Redis.Addr, &cfg.Database.URL)
+	redisAddr, databaseURL := cfg.Redis.Addr, cfg.Database.URL
+	stopStandins, err := standin.ForMissing(ctx, log, &cfg.Redis.Addr, &cfg.Database.URL)
+	if err != nil || (cfg.Redis.Addr == redisAddr && cfg.Database.URL == databaseURL) {
+		return stopStandins, err
+	}
+	a := standin.Addrs{PID: os.Getpid()}
+	if cfg.Redis.Addr != redisAddr {
+		a.RedisAddr = cfg.Redis.Addr
+	}
+	if cfg.Database.URL != databaseURL {
+		a.DatabaseURL = cfg.Database.URL
+	}
+	remove, err := standin.WriteAddrs(a)
+	if err != nil { // the pipeline runs; only the commands beside it miss the stand-ins
+		log.Warn("the stand-ins' addresses could not be recorded: locate, events and dlq will not find them", "err", err)
+	}
+	return func() { remove(); stopStandins() }, nil
+}
+
+// standinEnv is env for a command run beside a `make run` that uses
+// stand-ins (locate, events, dlq, reconciler): a variable the stand-ins
+// replaced (REDIS_ADDR, DATABASE_URL), when unset here too, names the
+// stand-in the running `orderpipe all` recorded, so those commands read the
+// same data as the pipeline; a note on stderr says so.
+func standinEnv(env setting.Env, stderr io.Writer) setting.Env {
+	a, err := standin.ReadAddrs()
+	if err != nil {
+		return env
+	}
+	over := map[string]string{}
+	if a.RedisAddr != "" && !setting.Set("REDIS_ADDR") && !setting.Set("REDIS_URL") {
+		over["REDIS_ADDR"] = a.RedisAddr
+	}
+	if a.DatabaseURL != "" && !setting.Set("DATABASE_URL") {
+		over["DATABASE_URL"] = a.DatabaseURL
+	}
+	if len(over) == 0 {
+		return env
+	}
+	fmt.Fprintf(stderr, "orderpipe: using the stand-ins of the running orderpipe all (pid %d): %s\n", a.PID, strings.Join(slices.Sorted(maps.Keys(over)), ", "))
+	return func(name string) string {
+		if v, ok := over[name]; ok {
+			return v
+		}
+		return env(name)
+	}
 }

@@ -4,8 +4,12 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"orderpipe/pkg/clock"
@@ -33,12 +37,42 @@ func startStandins(context.Context, *slog.Logger, *config) (stop func(), err err
 	return func() {}, nil
 }
 
+// standinEnv is env: a production process has no stand-ins to find.
+func standinEnv(env setting.Env, _ io.Writer) setting.Env { return env }
+
 // limitMemory sets nothing: without the embedded broker the runtime's
 // GOMEMLIMIT is the only limit.
 func limitMemory(string, config) {}
 
 func startBroker(config) (brokers []string, dial dialFunc, stop func(), err error) {
 	return nil, nil, nil, errNoEmbedded
+}
+
+// errNoBench: the load tool is test tooling (it audits with the invariant
+// checker and races strategies through the stores' test helpers).
+var errNoBench = errors.New("orderpipe bench, the load tool, is only in development builds (make build-dev: bin/orderpipe-dev bench); the production build links no test tooling")
+
+// benchCheck refuses every command line but a request for help, naming
+// what it was given, before anything is touched.
+func benchCheck(args []string) error {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			return flag.ErrHelp
+		}
+	}
+	if len(args) > 0 {
+		return fmt.Errorf("%s: %w", strings.Join(args, " "), errNoBench)
+	}
+	return nil
+}
+
+func benchUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: orderpipe bench ...\n\n%s.\n", errNoBench)
+}
+
+func benchMain(_ context.Context, _ []string, _ setting.Env, _, stderr io.Writer) int {
+	fmt.Fprintf(stderr, "orderpipe: %v\n", errNoBench)
+	return 2
 }
 
 func kafkaMain(context.Context, []string, setting.Env, io.Writer, io.Writer) int {

@@ -80,6 +80,9 @@ type Config struct {
 	// FloorURL, with Rate, is a trivial handler (--serve-floor) measured
 	// first at the same rate with the same requests, as the floor.
 	FloorURL string
+	// FloorName names what serves FloorURL in the reports (default
+	// "trivial handler"; bench/latency.sh: "floor pipeline").
+	FloorName string
 
 	Timeout      time.Duration // per HTTP request
 	WaitReady    time.Duration // how long to wait for /readyz before starting
@@ -201,7 +204,8 @@ func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 	fs.DurationVar(&cfg.WaitReady, "wait-ready", 10*time.Second, "wait this long for /readyz before starting")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", time.Minute, "how long the pipeline may take to drain")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: send at this constant rate (req/s), each request at its intended time, latency measured from it (0: closed loop of -c workers)")
-	fs.StringVar(&cfg.FloorURL, "floor-url", "", "with --rate: first measure the trivial handler at this base URL (see --serve-floor) at the same rate, as the floor")
+	fs.StringVar(&cfg.FloorURL, "floor-url", "", "with --rate: first measure the floor at this base URL (the trivial handler of --serve-floor, or bench/floorpipe) at the same rate")
+	fs.StringVar(&cfg.FloorName, "floor-name", "trivial handler", "what serves --floor-url, as the reports name it")
 	var m modes
 	m.jsonOut = fs.String("json-out", "", "also write the report as JSON to this file")
 	m.htmlOut = fs.String("html-out", "", "also write the report as one self-contained HTML page (charts inline, no network) to this file")

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Open-loop latency of `make run`: one `orderpipe all` process (gateway,
 # worker, closer, relay, redrive and the embedded broker, as `make run` starts
-# it) on free ports with a fresh database and Redis key prefix, against the
-# trivial handler (`orderpipe bench --serve-floor`) at the same rates. At each
+# it) on free ports with a fresh database and Redis key prefix, against a
+# floor at the same rates: by default the minimal pipeline of the contract's
+# exchanges (bench/floorpipe: decode, one EVALSHA, one acked produce to an
+# in-process kfake through memory, 202; a consumer group inserting batches
+# into Postgres), with FLOOR=trivial the trivial handler (`orderpipe bench
+# --serve-floor`). At each
 # rate the load tool sends SECONDS seconds of requests, every one a new user
-# and accepted, first to the trivial handler and then to the gateway, latency
+# and accepted, first to the floor and then to the gateway, latency
 # from each request's intended time. Prints one row per rate and the CPU
 # seconds `orderpipe all` used in each, then, for the middle of each half,
 # how busy the machine was and each part's CPU per request (orderpipe all,
@@ -27,6 +31,7 @@ C=${C:-200}
 OUT=${OUT:-bin/bench}
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 PROFILE=${PROFILE:-}
+FLOOR=${FLOOR:-pipeline}   # pipeline: bench/floorpipe; trivial: the trivial handler
 
 . bench/lib.sh
 
@@ -53,11 +58,21 @@ export HTTP_ADDR="127.0.0.1:$http_port" KAFKA_EMBEDDED_PORT="$kafka_port"
 [ -n "$PROFILE" ] && export PPROF_ADDR="127.0.0.1:$pprof_port"
 "$BIN" all >>"$log" 2>&1 &
 pid=$!
-# The trivial handler gets none of orderpipe all's settings.
-env -u GOGC -u GOMEMLIMIT "$BIN" bench --serve-floor "127.0.0.1:$floor_port" >"$log.floor" 2>&1 &
+# The floor gets none of orderpipe all's settings.
+case "$FLOOR" in
+  trivial)
+    floor_name="trivial handler"
+    env -u GOGC -u GOMEMLIMIT "$BIN" bench --serve-floor "127.0.0.1:$floor_port" >"$log.floor" 2>&1 & ;;
+  pipeline)
+    floor_name="floor pipeline"
+    go build -o bin/floorpipe ./bench/floorpipe || { echo "latency: building bench/floorpipe failed" >&2; exit 2; }
+    env -u GOGC -u GOMEMLIMIT bin/floorpipe -addr "127.0.0.1:$floor_port" -db "$DATABASE_URL" -redis "${REDIS_ADDR:-127.0.0.1:6379}" \
+      -prefix "${REDIS_KEY_PREFIX}floor:" >"$log.floor" 2>&1 & ;;
+  *) echo "latency: FLOOR=$FLOOR: want pipeline or trivial" >&2; exit 2 ;;
+esac
 floor_pid=$!
 wait_port "$http_port" "$pid" || { echo "latency: orderpipe all exited or did not listen; see $log" >&2; exit 2; }
-wait_port "$floor_port" "$floor_pid" || { echo "latency: the trivial handler did not listen; see $log.floor" >&2; exit 2; }
+wait_port "$floor_port" "$floor_pid" || { echo "latency: the $floor_name did not listen; see $log.floor" >&2; exit 2; }
 
 hz=$(getconf CLK_TCK)
 # part_pids NAME: the pids cpu_window counts as NAME.
@@ -70,14 +85,14 @@ part_pids() {
   esac
 }
 echo "latency: orderpipe all (pid $pid) on $HTTP_ADDR, database $db; rates $RATES req/s, ${SECONDS_EACH}s each, at most $C connections"
-printf '%-6s  %-28s  %-36s  %-9s  %s\n' "req/s" "trivial P50 / P99 / max" "gateway P50 / P99 / P99.9 / max" "P99 ×" "all CPU s"
+printf '%-6s  %-28s  %-36s  %-9s  %s\n' "req/s" "floor P50 / P99 / max" "gateway P50 / P99 / P99.9 / max" "P99 ×" "all CPU s"
 status=0
 for rate in $RATES; do
   n=$((rate * SECONDS_EACH))
   txt="$OUT/latency-$run-$rate.txt"
   prof=""
   if [ "$PROFILE" = "$rate" ]; then
-    # Into the gateway's half of the run: the trivial handler's half takes SECONDS_EACH.
+    # Into the gateway's half of the run: the floor's half takes SECONDS_EACH.
     (
       sleep $((SECONDS_EACH + SECONDS_EACH / 2 - 3))
       curl -sf -o "$OUT/latency-$run-$rate.cpu.pprof" "http://$PPROF_ADDR/debug/pprof/profile?seconds=5" || echo "latency: no CPU profile" >&2
@@ -90,10 +105,10 @@ for rate in $RATES; do
   rstatus=0
   # KAFKA_BROKERS: the audit reads orders.status from the embedded broker (I7).
   env -u GOGC -u GOMEMLIMIT KAFKA_BROKERS="127.0.0.1:$kafka_port" "$BIN" bench -c "$C" --rate "$rate" -n "$n" --stock "$n" --retry-share 0 --repeat-share 0 --wait-ready 60s \
-    --url "http://$HTTP_ADDR" --floor-url "http://127.0.0.1:$floor_port" \
+    --url "http://$HTTP_ADDR" --floor-url "http://127.0.0.1:$floor_port" --floor-name "$floor_name" \
     --json-out "$OUT/latency-$run-$rate.json" --html-out "$OUT/latency-$run-$rate.html" >"$txt" 2>"$txt.err" &
   load_pid=$!
-  cpu_window "$txt.err" "the floor first" "$SECONDS_EACH" "$OUT/latency-$run-$rate.cpu-floor" part_pids floor load &
+  cpu_window "$txt.err" "the floor first" "$SECONDS_EACH" "$OUT/latency-$run-$rate.cpu-floor" part_pids floor redis postgres load &
   win_floor=$!
   cpu_window "$txt.err" "then the gateway" "$SECONDS_EACH" "$OUT/latency-$run-$rate.cpu-gateway" part_pids all redis postgres load &
   win_gateway=$!
@@ -108,17 +123,17 @@ for rate in $RATES; do
     echo "latency: the load run at $rate req/s could not run; see $txt.err" >&2
     tail -3 "$txt.err" >&2
   fi
-  awk -v rate="$rate" -v cpu="$(awk -v t=$((after - before)) -v hz="$hz" 'BEGIN{printf "%.1f", t / hz}')" '
+  awk -v rate="$rate" -v name="$floor_name" -v cpu="$(awk -v t=$((after - before)) -v hz="$hz" 'BEGIN{printf "%.1f", t / hz}')" '
     /^open loop:/ { open = 1 }
-    open && /^ *trivial handler/ { tr = $3 " / " $4 " / " $6 }
+    open && index($0, "  " name) == 1 { n = split(name, w, " "); tr = $(n + 1) " / " $(n + 2) " / " $(n + 4) }
     open && /^ *gateway / && !gw { gw = $2 " / " $3 " / " $4 " / " $5 }
-    open && /gateway \/ trivial handler/ { for (i = 1; i <= NF; i++) if ($i == "P99") { ratio = $(i + 1); gsub(/[×,]/, "", ratio) } }
+    open && index($0, "gateway / " name) { for (i = 1; i <= NF; i++) if ($i == "P99") { ratio = $(i + 1); gsub(/[×,]/, "", ratio) } }
     END { printf "%-6s  %-28s  %-36s  %-9s  %s\n", rate, tr, gw, ratio, cpu }' "$txt"
   waits_summary "$OUT/latency-$run-$rate.waits0" "$OUT/latency-$run-$rate.waits1" >"$OUT/latency-$run-$rate.waits"
 done
 echo "CPU µs per request in the middle $((SECONDS_EACH > 5 ? SECONDS_EACH - 4 : 1)) s of each half (the machine's busy and steal share; redis and postgres: every such process here, or with SHARED=1 only the run's),"
 echo "then µs per request each part's threads waited for a core (runnable, not running: /proc/PID/task/*/schedstat):"
-printf '%-6s  %-34s  %s\n' "req/s" "trivial half: machine / floor / load" "gateway half: machine / all / redis / postgres / load"
+printf '%-6s  %-34s  %s\n' "req/s" "floor half: machine / floor / redis / postgres / load" "gateway half: machine / all / redis / postgres / load"
 for rate in $RATES; do
   awk -v rate="$rate" '
     FNR == 1 { f++ }
@@ -128,9 +143,9 @@ for rate in $RATES; do
     { c[f, $1] = $2 }
     function us(a, h, n) { return (h, n) in a && w[h] > 0 ? sprintf("%.0f", 1e6 * a[h, n] / (rate * w[h])) : "-" }
     END {
-      printf "%-6s  %-34s  %s\n", rate, m[1] " / " us(c, 1, "floor") " / " us(c, 1, "load"),
+      printf "%-6s  %-34s  %s\n", rate, m[1] " / " us(c, 1, "floor") " / " us(c, 1, "redis") " / " us(c, 1, "postgres") " / " us(c, 1, "load"),
         m[2] " / " us(c, 2, "all") " / " us(c, 2, "redis") " / " us(c, 2, "postgres") " / " us(c, 2, "load")
-      printf "%-6s  %-34s  %s\n", " wait", "      " us(q, 1, "floor") " / " us(q, 1, "load"),
+      printf "%-6s  %-34s  %s\n", " wait", "      " us(q, 1, "floor") " / " us(q, 1, "redis") " / " us(q, 1, "postgres") " / " us(q, 1, "load"),
         "      " us(q, 2, "all") " / " us(q, 2, "redis") " / " us(q, 2, "postgres") " / " us(q, 2, "load") }' \
     "$OUT/latency-$run-$rate.cpu-floor" "$OUT/latency-$run-$rate.cpu-gateway" 2>/dev/null || echo "$rate  (no CPU window: the load ended early)"
 done

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -141,6 +142,9 @@ type OpenLoop struct {
 	Connections int      `json:"connections"` // the most requests in flight at once
 	Gateway     Arrival  `json:"gateway"`
 	Floor       *Arrival `json:"floor,omitempty"` // nil: no --floor-url
+	// FloorName says what the floor was (--floor-name): the trivial handler,
+	// or the minimal pipeline of the contract's exchanges (bench/floorpipe).
+	FloorName string `json:"floorName,omitempty"`
 	// P99Ratio is the gateway's P99 over the floor's (0: no floor).
 	P99Ratio float64 `json:"p99Ratio,omitempty"`
 }
@@ -192,10 +196,10 @@ func statusName(status int) string {
 // handler at cfg.FloorURL, with the same requests as the gateway's run.
 func measureFloor(ctx context.Context, client *http.Client, cfg Config, work []request) (*Arrival, error) {
 	if err := waitReady(ctx, newAPI(client, cfg.FloorURL, ""), cfg.WaitReady); err != nil {
-		return nil, fmt.Errorf("the trivial handler (--floor-url): %w", err)
+		return nil, fmt.Errorf("the %s (--floor-url): %w", cfg.FloorName, err)
 	}
-	fmt.Fprintf(cfg.Progress, "bench: the floor first: %d requests at %.0f req/s over at most %d connections against the trivial handler at %s\n",
-		len(work), cfg.Rate, cfg.Concurrency, cfg.FloorURL)
+	fmt.Fprintf(cfg.Progress, "bench: the floor first: %d requests at %.0f req/s over at most %d connections against the %s at %s\n",
+		len(work), cfg.Rate, cfg.Concurrency, cfg.FloorName, cfg.FloorURL)
 	answers, st, err := driveOpen(ctx, client, cfg.FloorURL, cfg, work, nil)
 	if err != nil {
 		return nil, err
@@ -209,6 +213,9 @@ func measureFloor(ctx context.Context, client *http.Client, cfg Config, work []r
 
 func newOpenLoop(cfg Config, gw Arrival, floor *Arrival) *OpenLoop {
 	o := &OpenLoop{Rate: cfg.Rate, Connections: cfg.Concurrency, Gateway: gw, Floor: floor}
+	if floor != nil {
+		o.FloorName = cfg.FloorName
+	}
 	if floor != nil && floor.Latency.P99 > 0 {
 		o.P99Ratio = gw.Latency.P99 / floor.Latency.P99
 	}
@@ -228,14 +235,17 @@ func (o *OpenLoop) WriteText(w io.Writer) {
 	}
 	row("gateway", &o.Gateway)
 	if o.Floor != nil {
-		row("trivial handler", o.Floor)
+		row(o.floorName(), o.Floor)
 	}
 	tw.Flush()
 	if o.Floor != nil {
-		fmt.Fprintf(w, "  gateway / trivial handler: P50 ×%.1f, P99 ×%.1f, P99.9 ×%.1f\n", ratio(o.Gateway.Latency.P50, o.Floor.Latency.P50),
+		fmt.Fprintf(w, "  gateway / %s: P50 ×%.1f, P99 ×%.1f, P99.9 ×%.1f\n", o.floorName(), ratio(o.Gateway.Latency.P50, o.Floor.Latency.P50),
 			o.P99Ratio, ratio(o.Gateway.Latency.P999, o.Floor.Latency.P999))
 	}
 }
+
+// floorName is FloorName, "trivial handler" in reports written before it.
+func (o *OpenLoop) floorName() string { return cmp.Or(o.FloorName, "trivial handler") }
 
 func ratio(a, b float64) float64 {
 	if b <= 0 {
