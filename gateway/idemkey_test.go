@@ -1,9 +1,19 @@
 package gateway
 
 import (
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/telemetry"
 )
 
 // TestIdempotencyKeyHeader: the draft's quoted sf-string and a bare key are
@@ -77,5 +87,43 @@ func TestKeyedOrderRequest(t *testing.T) {
 				t.Fatalf("%s with key %q: %+v %v, want requestId %q", c.body, c.key, req, apiErr, c.want)
 			}
 		})
+	}
+}
+
+// TestKeyedPayFailsClosedWithoutRedis: a pay or cancel with a key whose
+// store (Redis) cannot be reached is 503 before anything is done — here
+// no order store at all is wired, so any step past the key would panic.
+func TestKeyedPayFailsClosedWithoutRedis(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: time.Second})
+	defer rdb.Close()
+	s := New(Config{ReserveTimeout: 2 * time.Second},
+		Deps{Stock: stock.New(rdb, "dead:"), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	for _, c := range []struct{ path, body string }{
+		{"/v1/orders/1-1-mx1ir84j7901087d0b53/pay", ""},
+		{"/v1/orders/1-1-mx1ir84j7901087d0b53/cancel", `{"userId":1}`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+c.path, strings.NewReader(c.body))
+		if c.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set(IdempotencyKeyHeader, `"k-1"`)
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusServiceUnavailable || errorCode(string(b)) != "UNAVAILABLE" || res.Header.Get("Retry-After") == "" {
+			t.Errorf("%s with a key, Redis down: %d %s, want 503 UNAVAILABLE with Retry-After", c.path, res.StatusCode, b)
+		}
 	}
 }
