@@ -10,10 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/testenv"
 )
 
 // TestIdempotencyKeyHeader: the draft's quoted sf-string and a bare key are
@@ -101,8 +100,7 @@ func TestKeyedPayFailsClosedWithoutRedis(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	rdb := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: time.Second})
-	defer rdb.Close()
+	rdb := testenv.RedisClient(t, dead, time.Second)
 	s := New(Config{ReserveTimeout: 2 * time.Second},
 		Deps{Stock: stock.New(rdb, "dead:"), Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
 	srv := httptest.NewServer(s.Handler())
