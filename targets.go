@@ -27,9 +27,17 @@ func targets(cfg *config) target.Table {
 		"all":   {Deps: []string{"local", "gateway", "worker", "closer", "relay"}},
 		"local": {Setup: func(ctx context.Context, log *slog.Logger) (func(), error) { return localSetup(ctx, log, cfg) }},
 		"gateway": {Kafka: true,
-			Start: func(p *target.Process) (func(), error) { return gateway.Start(p, cfg.Gateway) }},
+			Start: func(p *target.Process) (func(), error) {
+				g := cfg.Gateway
+				g.CloseAfter = cfg.Closer.CloseAfter // an order's payBy: the closer's CLOSE_AFTER
+				return gateway.Start(p, g)
+			}},
 		"worker": {Kafka: true, Postgres: true,
-			Start: func(p *target.Process) (func(), error) { return worker.Start(p, cfg.Worker) }},
+			Start: func(p *target.Process) (func(), error) {
+				w := cfg.Worker
+				w.CloseAfter = cfg.Closer.CloseAfter // the payBy of an UNPAID event
+				return worker.Start(p, w)
+			}},
 		"closer": {Postgres: true,
 			Start: func(p *target.Process) (func(), error) { return closer.Start(p, cfg.Closer) }},
 		"relay": {Kafka: true, Postgres: true,

@@ -26,6 +26,12 @@ import (
 type Config struct {
 	// CloseAfter is how long an order may stay UNPAID (CLOSE_AFTER).
 	CloseAfter time.Duration
+	// Grace (CLOSE_GRACE) is how far past an order's payBy the database
+	// clock must be before the order is closed: payBy is stamped by a
+	// gateway's clock and the closer reads Postgres's, so a Postgres clock
+	// running ahead would otherwise close an order its buyer may still pay.
+	// Zero is no grace (tests); Read gives the setting's default.
+	Grace time.Duration
 	// Interval is the pause between passes (CLOSER_INTERVAL).
 	Interval time.Duration
 	// BatchSize caps the orders closed per transaction.
@@ -40,7 +46,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.CloseAfter <= 0 {
-		c.CloseAfter = closeAfterVar.Duration()
+		c.CloseAfter = order.CloseAfterVar.Duration()
 	}
 	if c.Interval <= 0 {
 		c.Interval = intervalVar.Duration()
@@ -104,7 +110,7 @@ const passTimeout = 20 * time.Second
 // Run passes every Interval until ctx ends; a pass in hand finishes its batch
 // first. A failed pass is logged and the next one retries.
 func (c *Closer) Run(ctx context.Context) error {
-	c.deps.Log.Info("closer started", "close_after", c.cfg.CloseAfter.String(), "interval", c.cfg.Interval.String())
+	c.deps.Log.Info("closer started", "close_after", c.cfg.CloseAfter.String(), "close_grace", c.cfg.Grace.String(), "interval", c.cfg.Interval.String())
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -179,7 +185,7 @@ func (c *Closer) pass(ctx, stop context.Context) (res Result, err error) {
 // links to its order's trace.
 func (c *Closer) closeBatch(ctx context.Context, res *Result) (n int, err error) {
 	started := time.Now()
-	comps, err := c.deps.Orders.CloseExpired(ctx, c.cfg.CloseAfter, c.cfg.BatchSize)
+	comps, err := c.deps.Orders.CloseExpired(ctx, c.cfg.CloseAfter+max(c.cfg.Grace, 0), c.cfg.BatchSize)
 	if err != nil {
 		return 0, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/outbox"
+	"orderpipe/pkg/stock"
 )
 
 type cancelRequest struct {
@@ -32,7 +33,8 @@ type orderCancelled struct {
 // 409 ORDER_PAID, one the closer closed 409 ORDER_CLOSED (its stock is back
 // already; it was not cancelled), a rejected request's number 409
 // ORDER_REJECTED, a reservation not persisted yet 409 ORDER_PENDING (retry),
-// and an unknown order or another user's 404 ORDER_NOT_FOUND.
+// and an unknown order or another user's 404 ORDER_NOT_FOUND. With an
+// Idempotency-Key the key's first answer is given again (idemkey.go).
 func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) {
 	body, apiErr := limitedBody(w, r, MaxBodyBytes)
 	if apiErr != nil {
@@ -52,11 +54,18 @@ func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.withKey(w, r, cancelFingerprint(orderNo, int64(req.UserID)), func(w http.ResponseWriter) {
+		s.cancel(w, r, orderNo, item, int64(req.UserID))
+	})
+}
+
+// cancel is cancelOrder's work, once its key (if any) is held.
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, orderNo string, item stock.Item, userID int64) {
 	var comp *order.Compensation
 	cancel := func() error {
 		return s.inPostgres(r.Context(), func(ctx context.Context) error {
 			var err error
-			_, comp, err = s.deps.Orders.Cancel(ctx, orderNo, int64(req.UserID))
+			_, comp, err = s.deps.Orders.Cancel(ctx, orderNo, userID)
 			return err
 		})
 	}
@@ -76,7 +85,7 @@ func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
 			return
 		}
-		if !found || userOf(raw) != int64(req.UserID) {
+		if !found || userOf(raw) != userID {
 			writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
 			return
 		}

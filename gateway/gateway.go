@@ -63,6 +63,9 @@ type Config struct {
 	// Producer is which producer Start gives the gateway (GATEWAY_PRODUCER):
 	// "group" (event.Producer) or "writer" (kafka-go's Writer).
 	Producer string
+	// CloseAfter is the closer's CLOSE_AFTER (the root passes it on): an
+	// order's payBy is its reservedAt + CloseAfter.
+	CloseAfter time.Duration
 }
 
 func (c *Config) defaults() {
@@ -74,6 +77,9 @@ func (c *Config) defaults() {
 	}
 	if c.ProduceTimeout <= 0 {
 		c.ProduceTimeout = produceTimeoutVar.Duration()
+	}
+	if c.CloseAfter <= 0 {
+		c.CloseAfter = order.CloseAfterVar.Duration()
 	}
 	if c.ReplayWait <= 0 {
 		c.ReplayWait = replayWaitVar.Duration()

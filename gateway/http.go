@@ -44,7 +44,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 var contentTypeJSON = []string{"application/json"}
 
 func writeError(w http.ResponseWriter, status int, code, message string) {
-	if rec, ok := w.(*recorder); ok {
+	switch rec := w.(type) {
+	case *recorder:
+		rec.code = code
+	case *answerBuffer:
 		rec.code = code
 	}
 	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && w.Header().Get("Retry-After") == "" {

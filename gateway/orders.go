@@ -25,6 +25,8 @@ type orderAccepted struct {
 	Status    string `json:"status"`
 	Remaining int64  `json:"remaining"`
 	Replayed  bool   `json:"replayed,omitempty"`
+	// PayBy is when the closer may close the order unpaid (payby.go).
+	PayBy *time.Time `json:"payBy,omitempty"`
 }
 
 func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
@@ -33,7 +35,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
 	}
-	req, apiErr := parseOrderRequest(r.Header.Get("Content-Type"), body)
+	req, apiErr := decodeOrder(r, body)
 	if apiErr != nil {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
@@ -120,7 +122,7 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", msg)
 		return
 	}
-	if err == nil && res.Outcome == stock.InProgress {
+	if err == nil && res.Outcome == stock.InProgress && !req.keyed {
 		// A retry while the first attempt's event is not yet durable: its
 		// orderNo may be shown only once Kafka has it (I4), so wait a little
 		// for the first attempt's produce to be acked, then give up; a
@@ -176,15 +178,14 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 		return
 	case stock.InProgress:
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "the first attempt of this requestId is still in progress; retry with the same requestId")
+		answerInProgress(w, req)
 		return
 	case stock.Replayed:
 		if recording {
 			span.SetAttributes(telemetry.AttrOrderNo.String(res.OrderNo), telemetry.AttrOutcome.String(string(res.Outcome)))
 		}
 		writeJSON(w, http.StatusOK, orderAccepted{RequestID: req.RequestID, OrderNo: res.OrderNo, Status: order.StatusPending,
-			Remaining: res.Remaining, Replayed: true})
+			Remaining: res.Remaining, Replayed: true, PayBy: s.payBy(res.ReservedAt)})
 		return
 	case stock.IdempotencyKeyReused:
 		writeError(w, http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED", "requestId was already used with a different payload")
@@ -233,15 +234,10 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		s.replays.settled(req.RequestID, fingerprint)
 		return
 	}
-	// Kafka has it: a retry may now be shown the orderNo. Not on the 202's
-	// path; a mark that is lost only makes retries wait (or answer 503)
-	// until the worker has claimed the event. Once marked, a retry waiting
-	// here is told at once.
-	go func() {
-		s.markPublished(context.WithoutCancel(ctx), item, stock.Ref{RequestID: req.RequestID, OrderNo: ev.OrderNo})
-		s.replays.settled(req.RequestID, fingerprint)
-	}()
-	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining})
+	// Kafka has it: a retry may now be shown the orderNo (settleProduced).
+	s.settleProduced(ctx, item, req, ev.OrderNo, fingerprint)
+	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining,
+		PayBy: s.payBy(ev.ReservedAt)})
 }
 
 // errUnreplicated is why a reservation is given back when no replica
@@ -299,7 +295,7 @@ func (s *Server) releaseUnproduced(ctx context.Context, ev event.OrderRequested,
 				"request_id", ev.RequestID, "order_no", ev.OrderNo, "err", produceErr)
 		}
 		writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending,
-			Remaining: max(remaining, 0)})
+			Remaining: max(remaining, 0), PayBy: s.payBy(ev.ReservedAt)})
 		return
 	}
 	if err != nil {
@@ -326,6 +322,8 @@ type orderView struct {
 	CreatedAt  time.Time  `json:"createdAt"`
 	PaidAt     *time.Time `json:"paidAt,omitempty"`
 	ClosedAt   *time.Time `json:"closedAt,omitempty"`
+	PayBy      *time.Time `json:"payBy,omitempty"` // PENDING and UNPAID (payby.go)
+	reservedAt time.Time  // what payBy counts from
 }
 
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
@@ -335,7 +333,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.lookupOrder(r.Context(), orderNo)
 	if err == nil {
-		writeJSON(w, http.StatusOK, viewOf(o))
+		writeJSON(w, http.StatusOK, s.withPayBy(viewOf(o)))
 		return
 	}
 	if !errors.Is(err, order.ErrNotFound) {
@@ -360,7 +358,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	// The worker may have committed between the two reads: Postgres wins.
 	if o, err := s.lookupOrder(r.Context(), orderNo); err == nil {
-		writeJSON(w, http.StatusOK, viewOf(o))
+		writeJSON(w, http.StatusOK, s.withPayBy(viewOf(o)))
 		return
 	}
 	var ev event.OrderRequested
@@ -369,13 +367,14 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
 		return
 	}
-	writeJSON(w, http.StatusOK, orderView{OrderNo: orderNo, RequestID: ev.RequestID, UserID: ev.UserID, ActivityID: ev.ActivityID,
-		ItemID: ev.ItemID, Quantity: ev.Quantity, Status: order.StatusPending, CreatedAt: ev.ReservedAt})
+	writeJSON(w, http.StatusOK, s.withPayBy(orderView{OrderNo: orderNo, RequestID: ev.RequestID, UserID: ev.UserID, ActivityID: ev.ActivityID,
+		ItemID: ev.ItemID, Quantity: ev.Quantity, Status: order.StatusPending, CreatedAt: ev.ReservedAt, reservedAt: ev.ReservedAt}))
 }
 
 func viewOf(o order.Order) orderView {
 	return orderView{OrderNo: o.OrderNo, RequestID: o.RequestID, UserID: o.UserID, ActivityID: o.ActivityID, ItemID: o.ItemID,
-		Quantity: o.Quantity, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt}
+		Quantity: o.Quantity, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt,
+		reservedAt: o.ReservedAt}
 }
 
 // lookupOrder reads an order from Postgres through the breaker, bounded in

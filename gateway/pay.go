@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/stock"
 )
 
 type orderPaid struct {
@@ -16,11 +17,17 @@ type orderPaid struct {
 // payOrder is POST /v1/orders/{orderNo}/pay: UNPAID → PAID, idempotent.
 // A closed order answers 409 ORDER_CLOSED, a reservation not yet persisted
 // 409 ORDER_PENDING (retry), a rejected request's number 409 ORDER_REJECTED.
+// With an Idempotency-Key the key's first answer is given again (idemkey.go).
 func (s *Server) payOrder(w http.ResponseWriter, r *http.Request) {
 	orderNo, item, ok := orderFromPath(w, r)
 	if !ok {
 		return
 	}
+	s.withKey(w, r, payFingerprint(orderNo), func(w http.ResponseWriter) { s.pay(w, r, orderNo, item) })
+}
+
+// pay is payOrder's work, once its key (if any) is held.
+func (s *Server) pay(w http.ResponseWriter, r *http.Request, orderNo string, item stock.Item) {
 	pay := func() error {
 		return s.inPostgres(r.Context(), func(ctx context.Context) error {
 			_, err := s.deps.Orders.Pay(ctx, orderNo)

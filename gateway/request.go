@@ -39,6 +39,10 @@ type orderRequest struct {
 	ActivityID int64  `json:"activityId"`
 	ItemID     int64  `json:"itemId"`
 	Quantity   int    `json:"quantity"`
+	// keyed: the requestId came with an Idempotency-Key header, whose
+	// request answers 409 IDEMPOTENCY_KEY_IN_PROGRESS while its first
+	// attempt is running (one without keeps its wait, then 503).
+	keyed bool
 }
 
 // fingerprint identifies the payload, so a retry is told from a reused key.
@@ -58,9 +62,22 @@ type orderBody struct {
 // parseOrderRequest decodes and validates an order request. It is pure, so
 // the fuzzer can drive it: every failure is a 4xx apiError, never a panic.
 func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiError) {
+	return parseKeyedOrderRequest(contentType, body, "")
+}
+
+// parseKeyedOrderRequest is parseOrderRequest for a request whose
+// Idempotency-Key header gave key ("" : none): the key is the requestId,
+// which the body may then leave out, but not contradict.
+func parseKeyedOrderRequest(contentType string, body io.Reader, key string) (orderRequest, *apiError) {
 	var b orderBody
 	if apiErr := decodeJSON(contentType, body, MaxBodyBytes, &b); apiErr != nil {
 		return orderRequest{}, apiErr
+	}
+	if key != "" {
+		if b.RequestID != "" && b.RequestID != key {
+			return orderRequest{}, invalid("the body's requestId differs from the Idempotency-Key header (%q, %q): send one, or both the same", b.RequestID, key)
+		}
+		b.RequestID = key
 	}
 	if err := validRequestID(b.RequestID); err != nil {
 		return orderRequest{}, err
@@ -77,7 +94,46 @@ func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiEr
 		return orderRequest{}, invalid("quantity must be between 1 and 100")
 	}
 	return orderRequest{RequestID: b.RequestID, UserID: int64(b.UserID), ActivityID: int64(b.ActivityID), ItemID: int64(b.ItemID),
-		Quantity: int(b.Quantity)}, nil
+		Quantity: int(b.Quantity), keyed: key != ""}, nil
+}
+
+// decodeOrder is the order request of r, whose body is body: the JSON body
+// and the Idempotency-Key header, if any.
+func decodeOrder(r *http.Request, body io.Reader) (orderRequest, *apiError) {
+	key, apiErr := idempotencyKey(r.Header)
+	if apiErr != nil {
+		return orderRequest{}, apiErr
+	}
+	return parseKeyedOrderRequest(r.Header.Get("Content-Type"), body, key)
+}
+
+// IdempotencyKeyHeader is the header of draft-ietf-httpapi-idempotency-key-header.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// idempotencyKey is the request's Idempotency-Key ("" when it has none).
+// The draft makes the value a Structured Field sf-string, "8e03978e-…"
+// (quoted); a bare value is taken too, as Stripe's clients send it. Either
+// way the key obeys the requestId rules, which need no escapes inside the
+// quotes. The header twice (or a list) is refused: which one would count?
+func idempotencyKey(h http.Header) (string, *apiError) {
+	vs := h.Values(IdempotencyKeyHeader)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", invalid("Idempotency-Key header given %d times: send it once", len(vs))
+	}
+	v := strings.Trim(vs[0], " \t")
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	} else if strings.ContainsRune(v, '"') {
+		return "", invalid("Idempotency-Key must be a quoted string (\"key\") or a bare key")
+	}
+	if len(v) < 1 || len(v) > 64 || !event.ValidRequestID(v) {
+		return "", invalid("Idempotency-Key must be 1-64 characters of A-Z a-z 0-9 . _ : - (quoted or bare)")
+	}
+	return v, nil
 }
 
 // limitedBody is r's body, read at most limit+1 bytes far (decodeJSON

@@ -37,6 +37,9 @@ type TargetConfig struct {
 	BatchWait, LagInterval        time.Duration // WORKER_BATCH_WAIT, WORKER_LAG_INTERVAL
 	RedriveAfter, RedriveInterval time.Duration // REDRIVE_AFTER, REDRIVE_INTERVAL
 	MoveInterval                  time.Duration // MOVE_INTERVAL
+	// CloseAfter is the closer's CLOSE_AFTER (the root passes it on): the
+	// payBy of an UNPAID event.
+	CloseAfter time.Duration
 }
 
 // Read is the TargetConfig the settings describe.

@@ -15,7 +15,8 @@ func Start(p *target.Process, cfg TargetConfig) (stop func(), err error) {
 	k := p.Cfg.Kafka
 	dlq := k.Writer(k.DLQTopic)
 	w := New(Config{Brokers: k.Brokers, Topic: k.Topic, DLQTopic: k.DLQTopic, GroupID: cfg.Group, BatchSize: cfg.BatchSize,
-		BatchWait: cfg.BatchWait, BreakerOpenFor: p.Cfg.BreakerOpenFor, LagInterval: cfg.LagInterval, Security: k.Security},
+		BatchWait: cfg.BatchWait, BreakerOpenFor: p.Cfg.BreakerOpenFor, LagInterval: cfg.LagInterval, Security: k.Security,
+		CloseAfter: cfg.CloseAfter},
 		Deps{Orders: p.Orders, Stock: p.Stock, DLQ: dlq, Metrics: p.Metrics, Log: p.Log.With("component", "worker")})
 	p.Go("worker", w.Run)
 	events := k.Writer(k.Topic)

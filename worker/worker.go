@@ -46,6 +46,9 @@ type Config struct {
 	// Security is TLS and SASL for the group reader and the lag reader
 	// (zero: plaintext).
 	Security event.Security
+	// CloseAfter (CLOSE_AFTER, the closer's) dates the payBy an UNPAID
+	// event shows: reservedAt + CloseAfter.
+	CloseAfter time.Duration
 }
 
 func (c *Config) defaults() {
@@ -72,6 +75,9 @@ func (c *Config) defaults() {
 	}
 	if c.LagInterval <= 0 {
 		c.LagInterval = lagIntervalVar.Duration()
+	}
+	if c.CloseAfter <= 0 {
+		c.CloseAfter = order.CloseAfterVar.Duration()
 	}
 }
 
@@ -379,6 +385,7 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 				invalid = append(invalid, invalidEntry{it: it, ref: p.key.ref, entry: claims[i].Entry, ctx: mctx})
 			case decided == decideOrder:
 				r.TraceParent = telemetry.TraceParent(mctx) // the order's status events continue its trace
+				r.PayBy = r.ReservedAt.Add(w.cfg.CloseAfter)
 				live = append(live, r)
 			}
 		}

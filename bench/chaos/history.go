@@ -60,7 +60,7 @@ func (o Op) ok2xx() bool { return o.Status == 200 || o.Status == 202 }
 
 // retriable: the client does not know the outcome, or was told to retry.
 func (o Op) retriable() bool {
-	return o.Status == 0 || o.Status == 429 || o.Status >= 500 || o.Code == "ORDER_PENDING"
+	return o.Status == 0 || o.Status == 429 || o.Status >= 500 || o.Code == "ORDER_PENDING" || o.Code == "IDEMPOTENCY_KEY_IN_PROGRESS"
 }
 
 func (o Op) answer() string {

@@ -116,7 +116,7 @@ func (c *Client) Do(ctx context.Context, method, path, contentType string, body 
 
 // call sends a JSON request with the given token and decodes a 2xx answer
 // into out; any other answer is an *Error.
-func (c *Client) call(ctx context.Context, method, path, token string, in, out any) (*Response, error) {
+func (c *Client) call(ctx context.Context, method, path, token string, in, out any, opts ...CallOption) (*Response, error) {
 	var body []byte
 	contentType := ""
 	if in != nil {
@@ -129,6 +129,12 @@ func (c *Client) call(ctx context.Context, method, path, token string, in, out a
 	var header http.Header
 	if token != "" {
 		header = http.Header{"Authorization": {"Bearer " + token}}
+	}
+	for _, o := range opts {
+		if header == nil {
+			header = http.Header{}
+		}
+		o(header)
 	}
 	res, err := c.Do(ctx, method, path, contentType, body, header)
 	if err != nil {
@@ -162,6 +168,9 @@ type Placed struct {
 	Status    string `json:"status"`    // PENDING: follow it with GetOrder
 	Remaining int64  `json:"remaining"` // stock left after the (first) reservation
 	Replayed  bool   `json:"replayed"`
+	// PayBy is when the closer may close the order unpaid (creation +
+	// CLOSE_AFTER); pay before it.
+	PayBy *time.Time `json:"payBy,omitempty"`
 	// HTTPStatus is 202 (accepted now) or 200 (replayed).
 	HTTPStatus int `json:"-"`
 }
@@ -173,9 +182,12 @@ func (c *Client) PlaceOrder(ctx context.Context, r OrderRequest) (Placed, error)
 	if err != nil {
 		return Placed{}, fmt.Errorf("encoding the order request: %w", err)
 	}
-	var header http.Header
+	// The requestId goes as the Idempotency-Key too (an sf-string, quoted):
+	// a retry while the first attempt runs is then told 409
+	// IDEMPOTENCY_KEY_IN_PROGRESS at once, with Retry-After.
+	header := http.Header{IdempotencyKeyHeader: {quoteKey(r.RequestID)}}
 	if c.Token != "" {
-		header = http.Header{"Authorization": {"Bearer " + c.Token}}
+		header.Set("Authorization", "Bearer "+c.Token)
 	}
 	res, err := c.Do(ctx, http.MethodPost, "/v1/orders", "application/json", body, header)
 	if err != nil {
@@ -212,6 +224,8 @@ type Order struct {
 	CreatedAt  time.Time  `json:"createdAt"`
 	PaidAt     *time.Time `json:"paidAt,omitempty"`
 	ClosedAt   *time.Time `json:"closedAt,omitempty"`
+	// PayBy is the payment deadline of a PENDING or UNPAID order.
+	PayBy *time.Time `json:"payBy,omitempty"`
 }
 
 // Order statuses.
@@ -238,9 +252,9 @@ type Paid struct {
 
 // Pay is POST /v1/orders/{orderNo}/pay (idempotent): ErrOrderClosed,
 // ErrOrderPending (not persisted yet: retry), ErrOrderNotFound.
-func (c *Client) Pay(ctx context.Context, orderNo string) (Paid, error) {
+func (c *Client) Pay(ctx context.Context, orderNo string, opts ...CallOption) (Paid, error) {
 	var p Paid
-	_, err := c.call(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(orderNo)+"/pay", c.Token, nil, &p)
+	_, err := c.call(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(orderNo)+"/pay", c.Token, nil, &p, opts...)
 	return p, err
 }
 
@@ -254,12 +268,12 @@ type Cancelled struct {
 // Cancel is POST /v1/orders/{orderNo}/cancel by the order's buyer
 // (idempotent): ErrOrderPaid, ErrOrderPending, ErrOrderNotFound (also when
 // userID is not the buyer).
-func (c *Client) Cancel(ctx context.Context, orderNo string, userID int64) (Cancelled, error) {
+func (c *Client) Cancel(ctx context.Context, orderNo string, userID int64, opts ...CallOption) (Cancelled, error) {
 	var out Cancelled
 	in := struct {
 		UserID int64 `json:"userId"`
 	}{userID}
-	_, err := c.call(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(orderNo)+"/cancel", c.Token, in, &out)
+	_, err := c.call(ctx, http.MethodPost, "/v1/orders/"+url.PathEscape(orderNo)+"/cancel", c.Token, in, &out, opts...)
 	return out, err
 }
 

@@ -35,6 +35,7 @@ const (
 	CodePayloadTooLarge      Code = "PAYLOAD_TOO_LARGE"
 	CodeUnsupportedMediaType Code = "UNSUPPORTED_MEDIA_TYPE"
 	CodeKeyReused            Code = "IDEMPOTENCY_KEY_REUSED"
+	CodeKeyInProgress        Code = "IDEMPOTENCY_KEY_IN_PROGRESS"
 	CodeRateLimited          Code = "RATE_LIMITED"
 	CodeInternal             Code = "INTERNAL"
 	CodeUnavailable          Code = "UNAVAILABLE"
@@ -48,7 +49,7 @@ const CodeUndecodable Code = "UNDECODABLE"
 var Codes = []Code{CodeInvalidRequest, CodeUnauthorized, CodeNotFound, CodeMethodNotAllowed, CodeNotOnSale,
 	CodeOrderNotFound, CodeActivityNotFound, CodeSoldOut, CodeAlreadyPurchased, CodeOrderClosed, CodeOrderPaid,
 	CodeOrderPending, CodeOrderRejected, CodeStockBelowSold, CodeBucketsFixed, CodeItemPreheated, CodeSaleEnded, CodePayloadTooLarge,
-	CodeUnsupportedMediaType, CodeKeyReused, CodeRateLimited, CodeInternal, CodeUnavailable}
+	CodeUnsupportedMediaType, CodeKeyReused, CodeKeyInProgress, CodeRateLimited, CodeInternal, CodeUnavailable}
 
 // Sentinels, one per code: errors.Is(err, ErrSoldOut) holds for any *Error
 // of that code, whatever its status and message.
@@ -73,6 +74,7 @@ var (
 	ErrPayloadTooLarge      = &Error{Code: CodePayloadTooLarge}
 	ErrUnsupportedMediaType = &Error{Code: CodeUnsupportedMediaType}
 	ErrKeyReused            = &Error{Code: CodeKeyReused}
+	ErrKeyInProgress        = &Error{Code: CodeKeyInProgress}
 	ErrRateLimited          = &Error{Code: CodeRateLimited}
 	ErrInternal             = &Error{Code: CodeInternal}
 	ErrUnavailable          = &Error{Code: CodeUnavailable}
@@ -130,7 +132,8 @@ func CodeOf(err error) Code {
 
 // IsRetriable says the same call may be sent again and may get another
 // answer: no answer came (a transport failure or a timeout of this call),
-// or the gateway said to retry (429, 5xx, 409 ORDER_PENDING). For
+// or the gateway said to retry (429, 5xx, 409 ORDER_PENDING, 409
+// IDEMPOTENCY_KEY_IN_PROGRESS). For
 // PlaceOrder, retry with the same requestId: a retry of an accepted request
 // is a replay, never a second order. A cancelled ctx of the caller is not
 // retriable.
@@ -142,5 +145,5 @@ func IsRetriable(err error) bool {
 	if !errors.As(err, &e) {
 		return true
 	}
-	return e.Status == http.StatusTooManyRequests || e.Status >= 500 || e.Code == CodeOrderPending
+	return e.Status == http.StatusTooManyRequests || e.Status >= 500 || e.Code == CodeOrderPending || e.Code == CodeKeyInProgress
 }

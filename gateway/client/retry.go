@@ -29,6 +29,34 @@ type Retry struct {
 // 200, the same orderNo). The last attempt's outcome is returned; a spent
 // budget returns the last retriable error.
 func (c *Client) PlaceOrderRetrying(ctx context.Context, r OrderRequest, rt Retry) (Placed, error) {
+	return retrying(ctx, rt, func(ctx context.Context) (Placed, error) { return c.PlaceOrder(ctx, r) }, rt.OnAttemptFunc)
+}
+
+// PayRetrying pays orderNo as Pay does, under one Idempotency-Key for every
+// attempt (key, or a fresh one when ""), until an answer that is not
+// IsRetriable or the budget is spent: a retry while the first attempt runs
+// is told 409 IDEMPOTENCY_KEY_IN_PROGRESS and waits its Retry-After; one
+// after it gets its answer again. rt.OnAttemptFunc is not called.
+func (c *Client) PayRetrying(ctx context.Context, orderNo, key string, rt Retry) (Paid, error) {
+	if key == "" {
+		key = NewIdempotencyKey()
+	}
+	return retrying(ctx, rt, func(ctx context.Context) (Paid, error) { return c.Pay(ctx, orderNo, WithIdempotencyKey(key)) }, nil)
+}
+
+// CancelRetrying is PayRetrying for Cancel.
+func (c *Client) CancelRetrying(ctx context.Context, orderNo string, userID int64, key string, rt Retry) (Cancelled, error) {
+	if key == "" {
+		key = NewIdempotencyKey()
+	}
+	return retrying(ctx, rt, func(ctx context.Context) (Cancelled, error) {
+		return c.Cancel(ctx, orderNo, userID, WithIdempotencyKey(key))
+	}, nil)
+}
+
+// retrying sends call until it gets an answer that is not IsRetriable or the
+// budget is spent, waiting a Retry-After if answered one, else backing off.
+func retrying[T any](ctx context.Context, rt Retry, call func(ctx context.Context) (T, error), onAttempt func(n int, v T, err error)) (T, error) {
 	if rt.Budget <= 0 {
 		rt.Budget = 10 * time.Second
 	}
@@ -45,13 +73,13 @@ func (c *Client) PlaceOrderRetrying(ctx context.Context, r OrderRequest, rt Retr
 		if rt.Attempt > 0 {
 			actx, cancel = context.WithTimeout(ctx, rt.Attempt)
 		}
-		p, err := c.PlaceOrder(actx, r)
+		v, err := call(actx)
 		cancel()
-		if rt.OnAttemptFunc != nil {
-			rt.OnAttemptFunc(n, p, err)
+		if onAttempt != nil {
+			onAttempt(n, v, err)
 		}
 		if !IsRetriable(err) || ctx.Err() != nil {
-			return p, err
+			return v, err
 		}
 		wait := backoff
 		if e := (*Error)(nil); errors.As(err, &e) && e.RetryAfter > 0 {
@@ -59,13 +87,13 @@ func (c *Client) PlaceOrderRetrying(ctx context.Context, r OrderRequest, rt Retr
 		}
 		backoff = min(2*backoff, rt.MaxBackoff)
 		if time.Now().Add(wait).After(deadline) {
-			return p, err
+			return v, err
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return p, err
+			return v, err
 		case <-t.C:
 		}
 	}

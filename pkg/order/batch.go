@@ -19,6 +19,10 @@ type Request struct {
 	ItemID     int64
 	Quantity   int
 	ReservedAt time.Time
+	// PayBy is the payment deadline its UNPAID event shows (ReservedAt +
+	// CLOSE_AFTER, which the worker knows; the closer closes by reserved_at
+	// older than CLOSE_AFTER, the same instant); zero ⇒ none.
+	PayBy time.Time
 	// Bucket is the Redis stock bucket the reservation was taken from (the
 	// event's); Postgres does not store it (it is FNV-1a(userId) mod the
 	// item's buckets).
@@ -151,8 +155,12 @@ func batchEvents(out []Decision) []statusChange {
 		default:
 			continue
 		}
-		evs = append(evs, statusChange{OrderNo: d.OrderNo, RequestID: d.RequestID, UserID: d.UserID, ActivityID: d.ActivityID,
-			ItemID: d.ItemID, Quantity: d.Quantity, Status: st, Reason: d.Reason, Version: 1, TraceParent: d.TraceParent})
+		c := statusChange{OrderNo: d.OrderNo, RequestID: d.RequestID, UserID: d.UserID, ActivityID: d.ActivityID,
+			ItemID: d.ItemID, Quantity: d.Quantity, Status: st, Reason: d.Reason, Version: 1, TraceParent: d.TraceParent}
+		if st == StatusUnpaid {
+			c.PayBy = d.PayBy
+		}
+		evs = append(evs, c)
 	}
 	return evs
 }

@@ -21,8 +21,11 @@ type closedOrder struct {
 	Version    int // of its CLOSED event
 }
 
-// CloseExpired closes up to limit UNPAID orders created before now - olderThan
-// (by the database clock) in one transaction: each is set CLOSED, its units go
+// CloseExpired closes up to limit UNPAID orders reserved before now -
+// olderThan (by the database clock) in one transaction. An order's creation
+// is its reserved_at, the instant the gateway stamped and its payBy counts
+// from (created_at is later: when the worker committed it); the caller adds
+// a grace for the clocks' skew to CLOSE_AFTER. Each due order is set CLOSED, its units go
 // back to item_stock and a CLOSED_UNPAID compensation is written to the outbox
 // for the Redis side. It returns the compensations written; the caller applies
 // them after the commit (and a sweep does if it dies first).
@@ -71,8 +74,8 @@ func closeDue(ctx context.Context, tx pgx.Tx, olderThan time.Duration, limit int
 const closeDueSQL = `
 		WITH due AS (
 			SELECT order_no FROM orders
-			WHERE status = 'UNPAID' AND created_at < now() - $1::interval
-			ORDER BY created_at
+			WHERE status = 'UNPAID' AND reserved_at < now() - $1::interval
+			ORDER BY reserved_at
 			LIMIT $2
 			FOR UPDATE SKIP LOCKED
 		)

@@ -43,7 +43,7 @@ func mustOrder(tb testing.TB, s *order.Store, user int64, qty int) string {
 
 func age(tb testing.TB, s *order.Store, by time.Duration, orderNos ...string) {
 	tb.Helper()
-	if _, err := s.Pool().Exec(context.Background(), `UPDATE orders SET created_at = created_at - $2::interval
+	if _, err := s.Pool().Exec(context.Background(), `UPDATE orders SET created_at = created_at - $2::interval, reserved_at = reserved_at - $2::interval
 		WHERE order_no = ANY($1)`, orderNos, by); err != nil {
 		tb.Fatal(err)
 	}

@@ -35,8 +35,14 @@ type statusChange struct {
 	Status      string
 	Reason      string
 	Version     int
-	TraceParent string // "" ⇒ the trace of the order's first event still kept, if any
+	TraceParent string    // "" ⇒ the trace of the order's first event still kept, if any
+	PayBy       time.Time // UNPAID: the payment deadline; zero ⇒ none
 }
+
+// FormatPayBy is how a payBy is written wherever it is shown (the gateway's
+// answers, GET and the UNPAID event): RFC 3339 in UTC, as encoding/json
+// writes a time.Time, so the same instant is the same text everywhere.
+func FormatPayBy(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // writeEvents writes the outbox rows of changes made in tx. The payload is
 // the orders.status.v1 value, its time the database's (the clock the
@@ -49,24 +55,28 @@ func writeEvents(ctx context.Context, tx pgx.Tx, changes []statusChange) error {
 	}
 	n := len(changes)
 	nos, rids, sts, whys, tps := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	pays := make([]string, n)
 	users, acts, items := make([]int64, n), make([]int64, n), make([]int64, n)
 	qs, vs := make([]int32, n), make([]int32, n)
 	for i, c := range changes {
 		nos[i], rids[i], sts[i], whys[i], tps[i] = c.OrderNo, c.RequestID, c.Status, c.Reason, c.TraceParent
 		users[i], acts[i], items[i], qs[i], vs[i] = c.UserID, c.ActivityID, c.ItemID, int32(c.Quantity), int32(c.Version)
+		if !c.PayBy.IsZero() {
+			pays[i] = FormatPayBy(c.PayBy)
+		}
 	}
 	_, err := tx.Exec(ctx, `
 		INSERT INTO order_events (order_no, version, status, reason, payload, traceparent)
 		SELECT o, v, st, NULLIF(why, ''),
 			jsonb_strip_nulls(jsonb_build_object('orderNo', o, 'requestId', r, 'userId', u, 'activityId', a, 'itemId', i,
-				'quantity', q, 'status', st, 'reason', NULLIF(why, ''), 'version', v,
+				'quantity', q, 'status', st, 'reason', NULLIF(why, ''), 'payBy', NULLIF(pb, ''), 'version', v,
 				'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))),
 			COALESCE(NULLIF(tp, ''), (SELECT e.traceparent FROM order_events e
 				WHERE e.order_no = o AND e.traceparent IS NOT NULL ORDER BY e.version LIMIT 1))
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[], $7::text[], $8::text[],
-			$9::int[], $10::text[]) AS x(o, r, u, a, i, q, st, why, v, tp)
+			$9::int[], $10::text[], $11::text[]) AS x(o, r, u, a, i, q, st, why, v, tp, pb)
 		ORDER BY o, v
-		ON CONFLICT (order_no, version) DO NOTHING`, nos, rids, users, acts, items, qs, sts, whys, vs, tps)
+		ON CONFLICT (order_no, version) DO NOTHING`, nos, rids, users, acts, items, qs, sts, whys, vs, tps, pays)
 	if err != nil {
 		return fmt.Errorf("writing status events: %w", err)
 	}

@@ -376,7 +376,7 @@ func TestStatementsByKeyFindTheirRowByTheKey(t *testing.T) {
 	exec(`ANALYZE redis_compensations`)
 	// Then a flood: unpaid orders, pending compensations.
 	exec(`INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, reserved_at, created_at)
-		SELECT 'n' || g, 'rn' || g, 100000 + g, 1, 10, 1, now(), now() - interval '2 hours' FROM generate_series(1, 5000) g`)
+		SELECT 'n' || g, 'rn' || g, 100000 + g, 1, 10, 1, now() - interval '2 hours', now() - interval '2 hours' FROM generate_series(1, 5000) g`)
 	exec(`INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason)
 		SELECT 'rn' || g, 'n' || g, 1, 10, 100000 + g, 1, 'X' FROM generate_series(1, 5000) g`)
 

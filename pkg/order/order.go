@@ -328,6 +328,9 @@ type Order struct {
 	Status     string
 	Reason     string // REJECTED and CLOSED
 	CreatedAt  time.Time
+	// ReservedAt is when the gateway reserved it, the instant its payBy
+	// counts from (zero for a rejected request).
+	ReservedAt time.Time
 	PaidAt     *time.Time
 	ClosedAt   *time.Time
 }
@@ -338,9 +341,9 @@ type Order struct {
 func (s *Store) GetOrder(ctx context.Context, orderNo string) (Order, error) {
 	o := Order{OrderNo: orderNo}
 	err := s.pool.QueryRow(ctx, `SELECT request_id, user_id, activity_id, item_id, quantity, status, COALESCE(close_reason, ''),
-		created_at, paid_at, closed_at
+		created_at, reserved_at, paid_at, closed_at
 		FROM orders WHERE order_no = $1`, orderNo).
-		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.Reason, &o.CreatedAt, &o.PaidAt, &o.ClosedAt)
+		Scan(&o.RequestID, &o.UserID, &o.ActivityID, &o.ItemID, &o.Quantity, &o.Status, &o.Reason, &o.CreatedAt, &o.ReservedAt, &o.PaidAt, &o.ClosedAt)
 	if err == nil {
 		return o, nil
 	}

@@ -9,11 +9,13 @@
 -- Order matters: dedup first (a retry never reserves twice), then the sale,
 -- then stock, and only then the user's limit, so a sold-out answer never
 -- consumes the user's chance.
-local rec = redis.call('HMGET', KEYS[4], 'fp', 'orderNo', 'remaining', 'published', 'claimed')
+local rec = redis.call('HMGET', KEYS[4], 'fp', 'orderNo', 'remaining', 'published', 'claimed', 'event')
 if rec[1] then
   if rec[1] ~= ARGV[2] then return {'IDEMPOTENCY_KEY_REUSED', rec[2], 0} end
   -- A second run of the same attempt (same orderNo) has told nobody anything yet.
-  if rec[2] == ARGV[3] then return {'REPLAYED', rec[2], tonumber(rec[3])} end
+  -- A replay carries the first attempt's event: its reservedAt dates the
+  -- payBy the first answer showed.
+  if rec[2] == ARGV[3] then return {'REPLAYED', rec[2], tonumber(rec[3]), rec[6] or ''} end
   -- Another attempt may be told this orderNo only once its event is durable:
   -- until then the reservation lives in Redis alone, and Redis losing it
   -- would make that answer a lie (I4). Durable means the produce was acked
@@ -37,7 +39,7 @@ if rec[1] then
   -- produce fail after all, may no longer give the reservation back
   -- (release.lua: SHOWN); the redrive publishes it instead.
   redis.call('HSET', KEYS[4], 'shown', '1')
-  return {'REPLAYED', rec[2], tonumber(rec[3])}
+  return {'REPLAYED', rec[2], tonumber(rec[3]), rec[6] or ''}
 end
 if ARGV[9] == '1' then return {'NO_RECORD', '', 0} end
 -- This orderNo was already given back (the gateway aborted it): a late copy

@@ -304,6 +304,9 @@ type ReserveResult struct {
 	// made before) in time. What the script wrote, or read as written, is on
 	// the primary alone, and a failover may lose it.
 	Unreplicated bool
+	// ReservedAt, with Replayed, is when the first attempt reserved (its
+	// event's reservedAt; zero if the record's event does not say).
+	ReservedAt time.Time
 }
 
 // Reserve runs the reserve script: one round trip, in a pipeline shared
@@ -322,7 +325,7 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 	if err != nil {
 		return ReserveResult{}, fmt.Errorf("running reserve script: %w", err)
 	}
-	if len(res) != 3 {
+	if len(res) != 3 && len(res) != 4 {
 		return ReserveResult{}, fmt.Errorf("reserve script answered %d values", len(res))
 	}
 	out := ReserveResult{Unreplicated: acked < int64(s.reserves.wait.Replicas)}
@@ -334,7 +337,21 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 	if n, ok := res[2].(int64); ok {
 		out.Remaining = n
 	}
+	if len(res) == 4 {
+		out.ReservedAt = reservedAt(fmt.Sprint(res[3]))
+	}
 	return out, nil
+}
+
+// reservedAt is the reservedAt of a dedup record's event (zero if it has none).
+func reservedAt(ev string) time.Time {
+	var e struct {
+		ReservedAt time.Time `json:"reservedAt"`
+	}
+	if json.Unmarshal([]byte(ev), &e) != nil {
+		return time.Time{}
+	}
+	return e.ReservedAt
 }
 
 // replayOnlyArg is the reserve script's ARGV[9].

@@ -3,6 +3,7 @@ package ordertest
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"orderpipe/pkg/order"
@@ -116,3 +117,38 @@ func CountLive(tb TB, st *order.Store) int64 {
 	}
 	return n
 }
+
+// RowHold holds an order's row locked (FOR UPDATE in an open transaction),
+// so a pay or cancel of it waits in Postgres while a test looks.
+type RowHold struct {
+	st *order.Store
+	tx pgx.Tx
+}
+
+// HoldOrderRow locks orderNo's row until Release.
+func HoldOrderRow(tb TB, st *order.Store, orderNo string) *RowHold {
+	tb.Helper()
+	ctx := context.Background()
+	tx, err := handle.Pool(st).Begin(ctx)
+	if err != nil {
+		tb.Fatalf("beginning the row hold: %v", err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM orders WHERE order_no = $1 FOR UPDATE) x`, orderNo).Scan(&n); err != nil || n != 1 {
+		tx.Rollback(ctx) //nolint:errcheck
+		tb.Fatalf("locking order %s: %d rows, %v", orderNo, n, err)
+	}
+	return &RowHold{st: st, tx: tx}
+}
+
+// Waiting reports whether an UPDATE of orders in this database waits on a
+// lock (the held row's pay or cancel).
+func (h *RowHold) Waiting() bool {
+	var n int
+	err := handle.Pool(h.st).QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE NOT l.granted AND a.datname = current_database() AND a.query LIKE '%UPDATE orders%'`).Scan(&n)
+	return err == nil && n > 0
+}
+
+// Release ends the hold: the waiting statement goes on.
+func (h *RowHold) Release() { h.tx.Rollback(context.Background()) } //nolint:errcheck

@@ -48,11 +48,12 @@ func ResizeStock(tb TB, st *order.Store, activityID, itemID, n int64) {
 	}
 }
 
-// AgeOrders puts the orders' created_at age in the past, as if made that long ago.
+// AgeOrders puts the orders' creation (created_at and reserved_at, which
+// the closer and payBy go by) age in the past, as if made that long ago.
 func AgeOrders(tb TB, st *order.Store, age time.Duration, orderNos ...string) {
 	tb.Helper()
 	_, err := handle.Pool(st).Exec(context.Background(),
-		`UPDATE orders SET created_at = now() - $1::interval WHERE order_no = ANY($2)`, age, orderNos)
+		`UPDATE orders SET created_at = now() - $1::interval, reserved_at = now() - $1::interval WHERE order_no = ANY($2)`, age, orderNos)
 	if err != nil {
 		tb.Fatalf("aging orders %v: %v", orderNos, err)
 	}

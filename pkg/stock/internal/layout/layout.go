@@ -28,6 +28,11 @@ func For(prefix, tag string) Keys {
 // where WAIT is refused.
 func WaitMark(prefix string) string { return prefix + "waitmark" }
 
+// IdemKey is the record of one Idempotency-Key of a pay or cancel request,
+// outside any item (the key names no order until its request is read): its
+// own hash tag, so each record is one slot on Redis Cluster.
+func IdemKey(prefix, key string) string { return prefix + "idem:{" + key + "}" }
+
 // Keys are an item's Redis keys.
 type Keys struct {
 	Stock string // remaining stock
