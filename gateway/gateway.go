@@ -136,8 +136,9 @@ type Server struct {
 	// stockGauges holds each item's orderpipe_stock_remaining child
 	// (stock.Item → prometheus.Gauge), so the hot path hashes no labels.
 	stockGauges sync.Map
-	// buckets holds each preheated item's bucket count (buckets.go).
-	buckets sync.Map
+	// reserver routes order requests to their bucket and runs the reserve
+	// script (stock.Reserver).
+	reserver *stock.Reserver
 	// sales remembers Postgres's word on items Redis has no sale of.
 	sales saleMemo
 	// replays are the shared waits of retries whose first attempt is in
@@ -166,6 +167,9 @@ func New(cfg Config, deps Deps) *Server {
 	}
 	s := &Server{cfg: cfg, deps: deps, mux: http.NewServeMux(), monoNow: time.Now,
 		limiter: newLimiter(cfg.UserRPS, cfg.UserBurst, cfg.GlobalRPS, cfg.GlobalBurst)}
+	if deps.Stock != nil {
+		s.reserver = stock.NewReserver(deps.Stock)
+	}
 	s.adminMux = s.mux
 	if cfg.AdminAddr != "" {
 		s.adminMux = http.NewServeMux()
