@@ -210,6 +210,13 @@ func (s *Server) answer(ctx context.Context, w http.ResponseWriter, p *pending) 
 
 // refuse answers an outcome that is not a reservation of this request's.
 func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, p *pending) {
+	if p.FromVerdict {
+		// No script ran: the item's verdict refused a new requestId.
+		s.deps.Metrics.VerdictRefusals.WithLabelValues(string(p.Outcome)).Inc()
+		if p.recording {
+			trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrFromVerdict.Bool(true))
+		}
+	}
 	switch res := p.ReserveResult; res.Outcome {
 	case stock.ReleasedBefore, stock.WrongBuckets:
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -36,10 +37,23 @@ type Reserver struct {
 	store *Store
 	// counts holds each preheated item's bucket count (Item with Bucket 0 → int).
 	counts sync.Map
+	// verdicts holds each bucket's verdict (verdict.go), kept ttl at most.
+	verdicts sync.Map
+	ttl      time.Duration
+	known    *knownAsks
+	now      func() time.Time // monotonic
 }
 
-// NewReserver is the Reserver of one gateway.
-func NewReserver(s *Store) *Reserver { return &Reserver{store: s} }
+// NewReserver is the Reserver of one gateway; it refuses new requests from
+// a bucket's verdict for verdictTTL at most (verdict.go; 0: never, and at
+// most MaxVerdictTTL), aged by monoNow (nil: time.Now), a clock no step
+// of the wall clock moves.
+func NewReserver(s *Store, verdictTTL time.Duration, monoNow func() time.Time) *Reserver {
+	if monoNow == nil {
+		monoNow = time.Now
+	}
+	return &Reserver{store: s, ttl: min(verdictTTL, MaxVerdictTTL), known: &knownAsks{rdb: s.rdb}, now: monoNow}
+}
 
 // Order is one order request as the gateway hands it to the store.
 type Order struct {
@@ -63,6 +77,8 @@ type Order struct {
 type Attempt struct {
 	ReserveResult
 	Item Item
+	// FromVerdict: refused from the bucket's verdict; no script ran.
+	FromVerdict bool
 	// NewOrderNo is the orderNo the request is reserved under if it is
 	// new (ReserveResult.OrderNo is the first reservation's).
 	NewOrderNo string
@@ -78,7 +94,16 @@ func (r *Reserver) Reserve(ctx context.Context, o Order) (Attempt, error) {
 	if err != nil {
 		return Attempt{}, err
 	}
-	a, err := r.reserveIn(ctx, o, base.ForUser(o.UserID, n), n)
+	it := base.ForUser(o.UserID, n)
+	a, refused, renew := r.refuseFromVerdict(ctx, o, it)
+	if refused {
+		return a, nil
+	}
+	if renew != nil {
+		// Picked to renew the verdict; a new one replaces it, if any.
+		defer renew.renewing.Store(false)
+	}
+	a, err = r.reserveIn(ctx, o, it, n)
 	if err == nil && a.Outcome == WrongBuckets && ValidBuckets(int(a.Remaining)) {
 		// The sale was armed between the read of its count and the
 		// script: nothing was reserved; route by the count it answered,
@@ -98,10 +123,14 @@ func (r *Reserver) reserveIn(ctx context.Context, o Order, it Item, n int) (Atte
 		ctx = telemetry.WithOrder(ctx, o.RequestID, orderNo)
 	}
 	ev := o.EventFunc(it, orderNo)
+	sentAt := r.now()
 	res, err := r.store.Reserve(ctx, Reservation{
 		Item: it, RequestID: o.RequestID, OrderNo: orderNo, UserID: o.UserID, Quantity: o.Quantity,
 		Fingerprint: o.Fingerprint, Event: ev, TraceParent: o.TraceParent, ReplayOnly: o.ReplayOnly, Buckets: n,
 	})
+	if err == nil && r.ttl > 0 {
+		r.learn(it, res, sentAt)
+	}
 	return Attempt{ReserveResult: res, Item: it, NewOrderNo: orderNo, Event: ev}, err
 }
 

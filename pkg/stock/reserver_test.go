@@ -35,7 +35,7 @@ func TestSaleArmedAfterTheCountWasRead(t *testing.T) {
 		EndsAt: time.Now().Add(time.Hour), Cap: 1, Buckets: 2}); err != nil {
 		t.Fatal(err)
 	}
-	rs := NewReserver(st)
+	rs := NewReserver(st, 0, nil)
 	// What a read of the count before the arming leaves.
 	rs.counts.Store(it, 1)
 	user := int64(1)
@@ -70,7 +70,7 @@ func TestSaleArmedAfterTheCountWasRead(t *testing.T) {
 func TestReserverRoutingFailsNotSent(t *testing.T) {
 	t.Parallel()
 	r := testenv.MustRedis(t)
-	rs := NewReserver(New(r.Client, r.Prefix))
+	rs := NewReserver(New(r.Client, r.Prefix), 0, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := rs.Reserve(ctx, order(Item{ActivityID: 1, ItemID: 3}, "rn", 1)); !errorsIsNotSent(err) {
