@@ -9,38 +9,16 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 )
-
-// scriptCount counts the EVALSHA/EVAL calls a Redis client sends.
-type scriptCount struct{ n atomic.Int64 }
-
-func (c *scriptCount) see(cmd redis.Cmder) {
-	if n := cmd.Name(); n == "evalsha" || n == "eval" {
-		c.n.Add(1)
-	}
-}
-func (c *scriptCount) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *scriptCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.see(cmd); return next(ctx, cmd) }
-}
-func (c *scriptCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			c.see(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // replica is one gateway on a real HTTP server, its caches aged by a
 // clock the test steps.
@@ -95,8 +73,7 @@ func TestSoldOutFloodRunsNoScript(t *testing.T) {
 	t.Parallel()
 	r := testenv.MustRedis(t)
 	st := stock.New(r.Client, r.Prefix)
-	scripts := &scriptCount{}
-	r.Client.AddHook(scripts)
+	scripts := stocktest.CountScripts(st)
 	it := stock.Item{ActivityID: 46, ItemID: 1}
 	ctx := context.Background()
 	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 2, StartsAt: time.Now().Add(-time.Hour),
@@ -119,7 +96,7 @@ func TestSoldOutFloodRunsNoScript(t *testing.T) {
 	if code, errCode, _ := a.post(t, it, "learn", 200); code != http.StatusConflict || errCode != "SOLD_OUT" {
 		t.Fatalf("a's first refusal: %d %s, want 409 SOLD_OUT", code, errCode)
 	}
-	before := scripts.n.Load()
+	before := scripts.N()
 	const flood = 25
 	for i := range flood {
 		for j, g := range []*replica{a, b} {
@@ -128,7 +105,7 @@ func TestSoldOutFloodRunsNoScript(t *testing.T) {
 			}
 		}
 	}
-	if n := scripts.n.Load() - before; n != 0 {
+	if n := scripts.N() - before; n != 0 {
 		t.Errorf("the sold-out flood ran %d scripts, want none", n)
 	}
 	if got := a.fromVerdict("SOLD_OUT") + b.fromVerdict("SOLD_OUT"); got != 2*flood {
@@ -197,8 +174,7 @@ func TestNotYetOpenFloodIsRefusedFromVerdict(t *testing.T) {
 	t.Parallel()
 	r := testenv.MustRedis(t)
 	st := stock.New(r.Client, r.Prefix)
-	scripts := &scriptCount{}
-	r.Client.AddHook(scripts)
+	scripts := stocktest.CountScripts(st)
 	it := stock.Item{ActivityID: 46, ItemID: 3}
 	const opensIn = 300 * time.Millisecond
 	if _, err := st.Preheat(context.Background(), stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(opensIn),
@@ -209,20 +185,20 @@ func TestNotYetOpenFloodIsRefusedFromVerdict(t *testing.T) {
 	if code, errCode, _ := g.post(t, it, "early", 1); code != http.StatusNotFound || errCode != "NOT_ON_SALE" {
 		t.Fatalf("before the start: %d %s, want 404 NOT_ON_SALE", code, errCode)
 	}
-	before := scripts.n.Load()
+	before := scripts.N()
 	for i := range 20 {
 		if code, errCode, _ := g.post(t, it, fmt.Sprintf("early-%d", i), int64(10+i)); code != http.StatusNotFound || errCode != "NOT_ON_SALE" {
 			t.Fatalf("flood before the start: %d %s, want 404 NOT_ON_SALE", code, errCode)
 		}
 	}
-	if n := scripts.n.Load() - before; n != 0 || g.fromVerdict("NOT_ON_SALE") != 20 {
+	if n := scripts.N() - before; n != 0 || g.fromVerdict("NOT_ON_SALE") != 20 {
 		t.Errorf("the early flood ran %d scripts and %v refusals came from the verdict, want 0 and 20", n, g.fromVerdict("NOT_ON_SALE"))
 	}
 	// Past the time left before the start (within the TTL): the script decides again.
 	g.step(opensIn)
 	deadline := time.Now().Add(10 * time.Second)
 	for i := 0; ; i++ {
-		before := scripts.n.Load()
+		before := scripts.N()
 		code, errCode, _ := g.post(t, it, fmt.Sprintf("open-%d", i), int64(100+i))
 		if code == http.StatusAccepted {
 			break
@@ -230,7 +206,7 @@ func TestNotYetOpenFloodIsRefusedFromVerdict(t *testing.T) {
 		if code != http.StatusNotFound || time.Now().After(deadline) {
 			t.Fatalf("once the window opens: %d %s, want 202 (or 404 until then)", code, errCode)
 		}
-		if scripts.n.Load() == before {
+		if scripts.N() == before {
 			t.Fatalf("a request past the start the script named was refused from the verdict")
 		}
 		g.step(opensIn) // a verdict learned meanwhile lives no longer than what is left
