@@ -100,6 +100,18 @@ func (r *Reserver) learn(it Item, res ReserveResult, sentAt time.Time) {
 		renewAt: sentAt.Add(life * 3 / 4)})
 }
 
+// Forget drops the verdicts of an activity's items: a preheat made through
+// this gateway is seen by its next request, not a VERDICT_TTL later (the
+// other gateways still take up to that).
+func (r *Reserver) Forget(activityID int64) {
+	r.verdicts.Range(func(k, _ any) bool {
+		if k.(Item).ActivityID == activityID {
+			r.verdicts.Delete(k)
+		}
+		return true
+	})
+}
+
 // refuseFromVerdict answers o in it from the bucket's verdict, when there
 // is one and Redis does not know the requestId; ok is false when the
 // script has to decide.
