@@ -337,6 +337,9 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 			"order store unavailable; items may be partly on sale (the others are answered 503 until then): retry (preheat is idempotent)")
 		return
 	}
+	// This gateway sells what the preheat put on sale at once; the others
+	// within VERDICT_TTL.
+	s.reserver.Forget(id)
 	writeJSON(w, http.StatusOK, v)
 }
 

@@ -60,6 +60,11 @@ type Config struct {
 	BreakerOpenFor time.Duration
 	// Topic is the topic the Producer writes to (names the send span).
 	Topic string
+	// VerdictTTL (VERDICT_TTL) is how long a refusal of Redis's (sold
+	// out, outside the sale window) refuses new requests for the item
+	// without the reserve script (stock.Reserver); 0: the default,
+	// negative: off.
+	VerdictTTL time.Duration
 	// Producer is which producer Start gives the gateway (GATEWAY_PRODUCER):
 	// "group" (event.Producer) or "writer" (kafka-go's Writer).
 	Producer string
@@ -86,6 +91,9 @@ func (c *Config) defaults() {
 	}
 	// Waiting longer than the first attempt's produce can take is pointless.
 	c.ReplayWait = min(c.ReplayWait, c.ProduceTimeout)
+	if c.VerdictTTL == 0 {
+		c.VerdictTTL = verdictTTLVar.Duration()
+	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 10 * time.Second
 	}
@@ -142,8 +150,9 @@ type Server struct {
 	// stockGauges holds each item's orderpipe_stock_remaining child
 	// (stock.Item → prometheus.Gauge), so the hot path hashes no labels.
 	stockGauges sync.Map
-	// buckets holds each preheated item's bucket count (buckets.go).
-	buckets sync.Map
+	// reserver routes order requests to their bucket and runs the reserve
+	// script (stock.Reserver).
+	reserver *stock.Reserver
 	// sales remembers Postgres's word on items Redis has no sale of.
 	sales saleMemo
 	// replays are the shared waits of retries whose first attempt is in
@@ -172,6 +181,9 @@ func New(cfg Config, deps Deps) *Server {
 	}
 	s := &Server{cfg: cfg, deps: deps, mux: http.NewServeMux(), monoNow: time.Now,
 		limiter: newLimiter(cfg.UserRPS, cfg.UserBurst, cfg.GlobalRPS, cfg.GlobalBurst)}
+	if deps.Stock != nil {
+		s.reserver = stock.NewReserver(deps.Stock, cfg.VerdictTTL, func() time.Time { return s.monoNow() })
+	}
 	s.adminMux = s.mux
 	if cfg.AdminAddr != "" {
 		s.adminMux = http.NewServeMux()

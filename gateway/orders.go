@@ -29,127 +29,158 @@ type orderAccepted struct {
 	PayBy *time.Time `json:"payBy,omitempty"`
 }
 
+// createOrder is POST /v1/orders: each step answers the client itself when
+// the request goes no further.
 func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.decode(w, r)
+	if !ok || !s.admit(w, p) {
+		return
+	}
+	ctx, ok := s.reserve(r.Context(), w, p)
+	if !ok || !s.answer(ctx, w, p) {
+		return
+	}
+	s.produce(ctx, w, p)
+}
+
+// pending is one order request on its way through createOrder's steps.
+type pending struct {
+	req         orderRequest
+	fingerprint string
+	// at is the reservation time the request's event carries.
+	at time.Time
+	// queueDown: the order queue's breaker was open, so the script only
+	// answered a retry from its record and reserved nothing.
+	queueDown bool
+	// recording: the request's span records (nothing is built for tracing
+	// otherwise: the hot path).
+	recording bool
+	// The reserve script's last answer, with the bucket, orderNo and event
+	// it was asked with.
+	stock.Attempt
+}
+
+// event is the request's event as reserved in bucket it under orderNo.
+func (p *pending) event(it stock.Item, orderNo string) event.OrderRequested {
+	return event.OrderRequested{RequestID: p.req.RequestID, OrderNo: orderNo, UserID: p.req.UserID,
+		ActivityID: p.req.ActivityID, ItemID: p.req.ItemID, Quantity: p.req.Quantity, ReservedAt: p.at.UTC().Truncate(time.Microsecond),
+		Bucket: it.Bucket}
+}
+
+// decode reads and validates the body; a bad one is answered here.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request) (*pending, bool) {
 	body, apiErr := limitedBody(w, r, MaxBodyBytes)
-	if apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
-		return
+	if apiErr == nil {
+		var req orderRequest
+		if req, apiErr = decodeOrder(r, body); apiErr == nil {
+			p := &pending{req: req, recording: trace.SpanFromContext(r.Context()).IsRecording()}
+			if p.recording {
+				trace.SpanFromContext(r.Context()).SetAttributes(telemetry.AttrRequestID.String(req.RequestID))
+			}
+			return p, true
+		}
 	}
-	req, apiErr := decodeOrder(r, body)
-	if apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
-		return
+	writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+	return nil, false
+}
+
+// admit applies the rate limits; a request over one is answered 429 here.
+func (s *Server) admit(w http.ResponseWriter, p *pending) bool {
+	scope, wait := s.limiter.allow(p.req.UserID, s.deps.TickFunc())
+	if scope == "" {
+		return true
 	}
-	// The hot path: nothing is built for tracing unless the span records.
-	ctx := r.Context()
-	span := trace.SpanFromContext(ctx)
-	recording := span.IsRecording()
-	if recording {
-		span.SetAttributes(telemetry.AttrRequestID.String(req.RequestID))
-	}
-	now := s.deps.NowFunc()
-	if scope, wait := s.limiter.allow(req.UserID, s.deps.TickFunc()); scope != "" {
-		s.deps.Metrics.RateLimited.WithLabelValues(scope).Inc()
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
-		writeError(w, http.StatusTooManyRequests, "RATE_LIMITED", "too many requests ("+scope+" limit); retry later with the same requestId")
-		return
-	}
+	s.deps.Metrics.RateLimited.WithLabelValues(scope).Inc()
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(wait)))
+	writeError(w, http.StatusTooManyRequests, "RATE_LIMITED", "too many requests ("+scope+" limit); retry later with the same requestId")
+	return false
+}
+
+// reserve runs the reserve script in the store (which routes the request
+// to its bucket), waits for a first attempt still in progress, and answers
+// 503 when Redis or the order queue failed. The context it returns names
+// the order for the later steps.
+func (s *Server) reserve(ctx context.Context, w http.ResponseWriter, p *pending) (context.Context, bool) {
+	p.at = s.deps.NowFunc()
+	p.fingerprint = p.req.fingerprint()
 	// With the queue known to be down, reserving would only be undone: the
 	// script answers a retry from its record and reserves nothing else.
-	queueDown := s.kafkaCB.Open()
-	item, buckets, ok := s.route(ctx, w, req)
-	if !ok {
-		return
-	}
-	orderNo := newOrderNo(req.ActivityID, req.ItemID, now)
-	ev := event.OrderRequested{
-		RequestID: req.RequestID, OrderNo: withBucket(orderNo, item.Bucket), UserID: req.UserID,
-		ActivityID: req.ActivityID, ItemID: req.ItemID, Quantity: req.Quantity, ReservedAt: now.UTC().Truncate(time.Microsecond),
-		Bucket: item.Bucket,
-	}
-	value := ev.Marshal()
+	p.queueDown = s.kafkaCB.Open()
+	o := stock.Order{ActivityID: p.req.ActivityID, ItemID: p.req.ItemID, UserID: p.req.UserID, Quantity: p.req.Quantity,
+		RequestID: p.req.RequestID, Fingerprint: p.fingerprint, OrderNo: newOrderNo(p.req.ActivityID, p.req.ItemID, p.at),
+		EventFunc: func(it stock.Item, orderNo string) []byte { return p.event(it, orderNo).Marshal() }, ReplayOnly: p.queueDown}
 	// The trace is kept with the reservation (when sampled, i.e. exported)
 	// so `orderpipe locate` and the release can find it from the requestId.
-	var traceParent string
-	if recording {
-		span.SetAttributes(telemetry.AttrOrderNo.String(ev.OrderNo))
-		ctx = telemetry.WithOrder(ctx, req.RequestID, ev.OrderNo)
-		if span.SpanContext().IsSampled() {
-			traceParent = telemetry.TraceParent(ctx)
-		}
+	if span := trace.SpanFromContext(ctx); p.recording && span.SpanContext().IsSampled() {
+		o.TraceParent = telemetry.TraceParent(ctx)
 	}
-
-	fingerprint := req.fingerprint()
 	start := time.Now()
 	// Not cancelled by a client hanging up: a reserve that ran must be known.
-	reserve := func() (stock.ReserveResult, error) {
-		var res stock.ReserveResult
+	run := func() (stock.ReserveResult, error) {
 		err := s.inRedis(context.WithoutCancel(ctx), func(ctx context.Context) error {
 			var err error
-			res, err = s.deps.Stock.Reserve(ctx, stock.Reservation{
-				Item: item, RequestID: req.RequestID, OrderNo: ev.OrderNo, UserID: req.UserID, Quantity: req.Quantity,
-				Fingerprint: fingerprint, Event: value, TraceParent: traceParent, ReplayOnly: queueDown, Buckets: buckets,
-			})
+			p.Attempt, err = s.reserver.Reserve(ctx, o)
 			return err
 		})
-		return res, err
+		return p.ReserveResult, err
 	}
-	res, err := reserve()
-	if err == nil && res.Outcome == stock.WrongBuckets && stock.ValidBuckets(int(res.Remaining)) {
-		// The sale was armed between the read of its bucket count and the
-		// reserve: the user may belong to another bucket. Nothing was
-		// reserved; route by the count the script answered and reserve there.
-		buckets = int(res.Remaining)
-		item = s.reroute(req, buckets)
-		ev.Bucket, ev.OrderNo = item.Bucket, withBucket(orderNo, item.Bucket)
-		value = ev.Marshal()
-		if recording {
-			span.SetAttributes(telemetry.AttrOrderNo.String(ev.OrderNo))
-			ctx = telemetry.WithOrder(ctx, req.RequestID, ev.OrderNo)
-		}
-		res, err = reserve()
-	}
+	res, err := run()
 	s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
-	if queueDown && (err != nil || res.Outcome != stock.Replayed && res.Outcome != stock.IdempotencyKeyReused) {
-		// No first answer to give again (a replay or a 422 is answered
-		// below, as any other): the replay-only script reserved nothing.
-		msg := "order queue unavailable, nothing was reserved; retry with the same requestId"
-		if err != nil {
-			s.deps.Log.ErrorContext(ctx, "replay lookup failed with the order queue down", "request_id", req.RequestID, "err", err)
-		} else if res.Outcome == stock.InProgress {
-			msg = "order queue unavailable and the first attempt of this requestId is still in progress; retry with the same requestId"
-		}
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", msg)
-		return
+	if p.recording && p.NewOrderNo != "" {
+		ctx = telemetry.WithOrder(ctx, p.req.RequestID, p.NewOrderNo)
 	}
-	if err == nil && res.Outcome == stock.InProgress && !req.keyed {
+	if p.queueDown && (err != nil || res.Outcome != stock.Replayed && res.Outcome != stock.IdempotencyKeyReused) {
+		s.queueDownAnswer(ctx, w, p, res, err)
+		return ctx, false
+	}
+	if err == nil && res.Outcome == stock.InProgress && !p.req.keyed {
 		// A retry while the first attempt's event is not yet durable: its
 		// orderNo may be shown only once Kafka has it (I4), so wait a little
 		// for the first attempt's produce to be acked, then give up; a
 		// client that has gone stops the wait (and is answered 503). The
 		// retries of one request share one wait (replay.go).
-		res, err = s.awaitReplay(ctx, replayKey(req.RequestID, fingerprint), ev.OrderNo, time.Now().Add(s.cfg.ReplayWait), reserve)
+		res, err = s.awaitReplay(ctx, replayKey(p.req.RequestID, p.fingerprint), p.NewOrderNo, time.Now().Add(s.cfg.ReplayWait), run)
 	}
+	p.ReserveResult = res
 	if err != nil {
-		telemetry.RecordError(span, err)
-		s.deps.Log.ErrorContext(ctx, "reserve failed", "request_id", req.RequestID, "err", err)
+		telemetry.RecordError(trace.SpanFromContext(ctx), err)
+		s.deps.Log.ErrorContext(ctx, "reserve failed", "request_id", p.req.RequestID, "err", err)
 		var opErr *net.OpError
 		neverSent := errors.Is(err, breaker.ErrOpen) || errors.Is(err, stock.ErrNotSent) || errors.As(err, &opErr) && opErr.Op == "dial"
 		if !neverSent {
 			// The script may have run and only its reply been lost: undo it,
 			// so "nothing was reserved" stays true.
-			s.releaseUnproduced(ctx, ev, -1, err, w)
-			return
+			s.releaseUnproduced(ctx, p.event(p.Item, p.NewOrderNo), -1, err, w)
+			return ctx, false
 		}
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
-		return
+		return ctx, false
 	}
-	if res.Outcome == stock.Replayed && res.OrderNo == ev.OrderNo {
+	return ctx, true
+}
+
+// queueDownAnswer is the 503 of a request that the replay-only script had
+// no first answer for (a replay or a 422 is answered as any other): it
+// reserved nothing.
+func (s *Server) queueDownAnswer(ctx context.Context, w http.ResponseWriter, p *pending, res stock.ReserveResult, err error) {
+	msg := "order queue unavailable, nothing was reserved; retry with the same requestId"
+	if err != nil {
+		s.deps.Log.ErrorContext(ctx, "replay lookup failed with the order queue down", "request_id", p.req.RequestID, "err", err)
+	} else if res.Outcome == stock.InProgress {
+		msg = "order queue unavailable and the first attempt of this requestId is still in progress; retry with the same requestId"
+	}
+	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", msg)
+}
+
+// answer answers every outcome of the script but a reservation of this
+// request's own, which it leaves to produce (true).
+func (s *Server) answer(ctx context.Context, w http.ResponseWriter, p *pending) bool {
+	if p.Outcome == stock.Replayed && p.ReserveResult.OrderNo == p.NewOrderNo {
 		// Our own reservation, seen by a second run of the same call: it
 		// still has to be produced.
-		res.Outcome = stock.Reserved
+		p.Outcome = stock.Reserved
 	}
-	if res.Unreplicated && (res.Outcome == stock.Reserved || res.Outcome == stock.Replayed) {
+	if p.Unreplicated && (p.Outcome == stock.Reserved || p.Outcome == stock.Replayed) {
 		// REDIS_WAIT_REPLICAS: the dedup record this answer would rest on is
 		// on the primary alone. A failover now would lose it, and a retry of
 		// a 202 would reserve again under a second orderNo; a replay's 200
@@ -158,69 +189,80 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 		// the client's retry (its "shown" mark stands; it only keeps the
 		// first attempt from giving back what is already durable).
 		s.deps.Metrics.ReserveUnreplicated.Inc()
-		if res.Outcome == stock.Reserved {
-			s.releaseUnproduced(ctx, ev, res.Remaining, errUnreplicated, w)
-			s.replays.settled(req.RequestID, fingerprint) // given back: a retry waiting here asks again
-			return
+		if p.Outcome == stock.Reserved {
+			s.releaseUnproduced(ctx, p.event(p.Item, p.NewOrderNo), p.Remaining, errUnreplicated, w)
+			s.replays.settled(p.req.RequestID, p.fingerprint) // given back: a retry waiting here asks again
+			return false
 		}
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable (no replica acknowledged); retry with the same requestId")
-		return
+		return false
 	}
-	switch res.Outcome {
+	switch p.Outcome {
 	case stock.Reserved, stock.SoldOut, stock.AlreadyPurchased:
 		// The script reported the item's stock (after the reservation).
-		s.seeStock(item, res.Remaining)
+		s.seeStock(p.Item, p.Remaining)
 	}
-	switch res.Outcome {
-	case stock.Reserved:
+	if p.Outcome == stock.Reserved {
+		return true
+	}
+	s.refuse(ctx, w, p)
+	return false
+}
+
+// refuse answers an outcome that is not a reservation of this request's.
+func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, p *pending) {
+	if p.FromVerdict {
+		// No script ran: the item's verdict refused a new requestId.
+		s.deps.Metrics.VerdictRefusals.WithLabelValues(string(p.Outcome)).Inc()
+		if p.recording {
+			trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrFromVerdict.Bool(true))
+		}
+	}
+	switch res := p.ReserveResult; res.Outcome {
 	case stock.ReleasedBefore, stock.WrongBuckets:
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
-		return
 	case stock.InProgress:
-		answerInProgress(w, req)
-		return
+		answerInProgress(w, p.req)
 	case stock.Replayed:
-		if recording {
-			span.SetAttributes(telemetry.AttrOrderNo.String(res.OrderNo), telemetry.AttrOutcome.String(string(res.Outcome)))
+		if p.recording {
+			trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrOrderNo.String(res.OrderNo), telemetry.AttrOutcome.String(string(res.Outcome)))
 		}
-		writeJSON(w, http.StatusOK, orderAccepted{RequestID: req.RequestID, OrderNo: res.OrderNo, Status: order.StatusPending,
+		writeJSON(w, http.StatusOK, orderAccepted{RequestID: p.req.RequestID, OrderNo: res.OrderNo, Status: order.StatusPending,
 			Remaining: res.Remaining, Replayed: true, PayBy: s.payBy(res.ReservedAt)})
-		return
 	case stock.IdempotencyKeyReused:
 		writeError(w, http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED", "requestId was already used with a different payload")
-		return
 	case stock.NotOnSale:
-		if lost, err := s.saleLost(ctx, item, res.OutsideWindow); lost || err != nil {
+		if lost, err := s.saleLost(ctx, p.Item, res.OutsideWindow); lost || err != nil {
 			// Redis lost the sale, or Postgres cannot tell: fail closed.
 			w.Header().Set("Retry-After", "1")
 			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 			return
 		}
 		writeError(w, http.StatusNotFound, "NOT_ON_SALE", "activity item is not on sale")
-		return
 	case stock.OverCap:
 		writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "quantity exceeds the activity's per-user limit of "+strconv.FormatInt(res.Remaining, 10))
-		return
 	case stock.SoldOut:
 		writeError(w, http.StatusConflict, "SOLD_OUT", "not enough stock")
-		return
 	case stock.AlreadyPurchased:
 		writeError(w, http.StatusConflict, "ALREADY_PURCHASED", "user already holds a live order for this activity item")
-		return
 	default:
 		s.deps.Log.ErrorContext(ctx, "reserve script answered unknown outcome", "outcome", res.Outcome)
 		writeError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
-		return
 	}
+}
 
-	msg := event.MessageOf(ev, value)
-	start = time.Now()
+// produce sends the reservation's event and answers 202 once Kafka has
+// it; a failed produce gives the reservation back (releaseUnproduced).
+func (s *Server) produce(ctx context.Context, w http.ResponseWriter, p *pending) {
+	ev := p.event(p.Item, p.NewOrderNo)
+	msg := event.MessageOf(ev, p.Event)
+	start := time.Now()
 	// Not the request's context: a client hanging up must not turn a
 	// produce in flight into a release. The send span's context is what the
 	// message carries to the worker.
 	sendCtx, sendSpan := event.StartSend(context.WithoutCancel(ctx), s.cfg.Topic, &msg)
-	err = s.kafkaCB.Do(func() error {
+	err := s.kafkaCB.Do(func() error {
 		pctx, cancel := context.WithTimeout(sendCtx, s.cfg.ProduceTimeout)
 		defer cancel()
 		return s.deps.Producer.WriteMessages(pctx, msg)
@@ -228,15 +270,15 @@ func (s *Server) createOrder(w http.ResponseWriter, r *http.Request) {
 	event.EndSend(sendSpan, err)
 	s.deps.Metrics.ProduceSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		telemetry.RecordError(span, err)
-		s.releaseUnproduced(ctx, ev, res.Remaining, err, w)
+		telemetry.RecordError(trace.SpanFromContext(ctx), err)
+		s.releaseUnproduced(ctx, ev, p.Remaining, err, w)
 		// Given back (or its fate unknown): a retry waiting here asks again.
-		s.replays.settled(req.RequestID, fingerprint)
+		s.replays.settled(p.req.RequestID, p.fingerprint)
 		return
 	}
 	// Kafka has it: a retry may now be shown the orderNo (settleProduced).
-	s.settleProduced(ctx, item, req, ev.OrderNo, fingerprint)
-	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: res.Remaining,
+	s.settleProduced(ctx, p.Item, p.req, ev.OrderNo, p.fingerprint)
+	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: p.req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: p.Remaining,
 		PayBy: s.payBy(ev.ReservedAt)})
 }
 

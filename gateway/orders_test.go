@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -159,55 +158,4 @@ func placeR1(s *Server) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, req)
 	return w
-}
-
-// TestSaleArmedAfterTheCountWasRead: a request that read the item's bucket
-// count before the sale was armed (bucket 0's sale hash, which carries the
-// count, is written last) was routed as one bucket. Its reserve must not
-// take bucket 0's stock for a user of another bucket: the limit marker
-// would sit where neither the per-user limit nor the reconciler looks, and
-// the order's release would later run on the user's bucket. The script
-// answers the count, and the gateway reserves in the user's bucket.
-func TestSaleArmedAfterTheCountWasRead(t *testing.T) {
-	t.Parallel()
-	r := testenv.MustRedis(t)
-	st := stock.New(r.Client, r.Prefix)
-	it := stock.Item{ActivityID: 1, ItemID: 2}
-	ctx := context.Background()
-	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
-		EndsAt: time.Now().Add(time.Hour), Cap: 1, Buckets: 2}); err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{}, Deps{Stock: st, Producer: okProducer{}, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
-	// What route leaves for a request that read the count before the arming.
-	s.buckets.Store(it, 1)
-	user := int64(1)
-	for stock.BucketOf(user, 2) != 1 {
-		user++
-	}
-	req := httptest.NewRequest(http.MethodPost, "/v1/orders",
-		strings.NewReader(fmt.Sprintf(`{"requestId":"rb","userId":%d,"activityId":1,"itemId":2,"quantity":1}`, user)))
-	req.Header.Set("Content-Type", "application/json")
-	w := httptest.NewRecorder()
-	s.Handler().ServeHTTP(w, req)
-	var got struct{ OrderNo string }
-	if err := json.Unmarshal(w.Body.Bytes(), &got); w.Code != http.StatusAccepted || err != nil || !strings.HasSuffix(got.OrderNo, "-b1") {
-		t.Fatalf("answer %d %s, want 202 with an orderNo of bucket 1", w.Code, w.Body)
-	}
-	b1 := it
-	b1.Bucket = 1
-	k0, k1 := stocktest.KeysOf(st, it), stocktest.KeysOf(st, b1)
-	if v, _ := r.Client.Get(ctx, k1.Limit(user)).Result(); v != "rb" {
-		t.Errorf("bucket 1's limit marker of user %d is %q, want rb", user, v)
-	}
-	if n, _ := r.Client.Exists(ctx, k0.Limit(user)).Result(); n != 0 {
-		t.Errorf("bucket 0 holds a limit marker of user %d, who belongs to bucket 1", user)
-	}
-	left, err := st.BucketStocks(ctx, it, 2)
-	if err != nil || *left[0] != 5 || *left[1] != 4 {
-		t.Errorf("bucket stocks %v %v, want 5 and 4", left, err)
-	}
-	if n, ok := s.buckets.Load(it); !ok || n.(int) != 2 {
-		t.Errorf("the gateway routes the item by %v buckets now, want 2", n)
-	}
 }

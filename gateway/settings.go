@@ -1,10 +1,14 @@
 package gateway
 
-import "orderpipe/pkg/setting"
+import (
+	"orderpipe/pkg/setting"
+	"orderpipe/pkg/stock"
+)
 
 var (
 	addrVar           = setting.Var{Name: "HTTP_ADDR", Default: ":8080", Help: "gateway listen address"}
 	produceTimeoutVar = setting.Var{Name: "PRODUCE_TIMEOUT", Default: "3s", Help: "bound on one produce before the reservation is released and 503 answered"}
+	verdictTTLVar     = setting.Var{Name: "VERDICT_TTL", Default: "500ms", Help: "how long (at most 1s; 0 ⇒ off) a gateway refuses new order requests for an item from Redis's last refusal of it (sold out, outside the sale window) without running the reserve script: the bound on a unit given back being on sale again on every gateway"}
 	replayWaitVar     = setting.Var{Name: "REPLAY_WAIT", Default: "2s", Help: "how long (at most PRODUCE_TIMEOUT) a retry waits for its first attempt's event to be acknowledged by Kafka before answering 503 (a retry is shown the orderNo only once it is durable)"}
 )
 
@@ -20,6 +24,7 @@ var Settings = []setting.Var{
 	{Name: "RATE_LIMIT_GLOBAL_RPS", Default: "0", Help: "order requests per second per gateway (0 ⇒ off)"},
 	produceTimeoutVar,
 	replayWaitVar,
+	verdictTTLVar,
 }
 
 // Usage is `orderpipe gateway --help`.
@@ -38,7 +43,14 @@ func Read(r *setting.Reader) Config {
 	c := Config{Addr: r.Addr("HTTP_ADDR", true), AdminToken: r.String("ADMIN_TOKEN"), AdminAddr: r.Addr("ADMIN_ADDR", true),
 		APITokens: r.List("API_TOKENS"), Producer: r.String("GATEWAY_PRODUCER"), UserRPS: r.Float("RATE_LIMIT_USER_RPS"),
 		UserBurst: r.Int("RATE_LIMIT_USER_BURST"), GlobalRPS: r.Float("RATE_LIMIT_GLOBAL_RPS"),
-		ProduceTimeout: r.Duration("PRODUCE_TIMEOUT"), ReplayWait: r.Duration("REPLAY_WAIT")}
+		ProduceTimeout: r.Duration("PRODUCE_TIMEOUT"), ReplayWait: r.Duration("REPLAY_WAIT"),
+		VerdictTTL: r.Duration("VERDICT_TTL")}
+	if c.VerdictTTL > stock.MaxVerdictTTL {
+		r.Fail("VERDICT_TTL: at most %s, got %s", stock.MaxVerdictTTL, c.VerdictTTL)
+	}
+	if c.VerdictTTL == 0 {
+		c.VerdictTTL = -1 // off (a Config's zero is the default)
+	}
 	if c.Producer != "group" && c.Producer != "writer" {
 		r.Fail("GATEWAY_PRODUCER: want group or writer, got %q", c.Producer)
 	}

@@ -62,7 +62,10 @@ redis.replicate_commands()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ends = tonumber(sale[2])
-if now < tonumber(sale[1]) or now >= ends then return {'NOT_ON_SALE', 'window', 0} end
+-- Before the start it says how long is left (a gateway's verdict lives no
+-- longer: verdict.go).
+if now < tonumber(sale[1]) then return {'NOT_ON_SALE', 'window', tonumber(sale[1]) - now} end
+if now >= ends then return {'NOT_ON_SALE', 'window', 0} end
 local q = tonumber(ARGV[4])
 local cap = tonumber(sale[3])
 if q > cap then return {'OVER_CAP', '', cap} end

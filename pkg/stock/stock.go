@@ -299,6 +299,9 @@ type ReserveResult struct {
 	// OutsideWindow, with NotOnSale: the sale is in Redis and Redis's
 	// clock is outside its window (otherwise its keys are missing).
 	OutsideWindow bool
+	// OpensIn, with OutsideWindow: how long before the sale starts, by
+	// Redis's clock, the script ran (0: the sale has ended).
+	OpensIn time.Duration
 	// Unreplicated: the store waits for replicas (WaitForReplicas) and fewer
 	// than asked acknowledged this call's writes (and those its connection
 	// made before) in time. What the script wrote, or read as written, is on
@@ -339,6 +342,9 @@ func (s *Store) Reserve(ctx context.Context, r Reservation) (ReserveResult, erro
 	}
 	if len(res) == 4 {
 		out.ReservedAt = reservedAt(fmt.Sprint(res[3]))
+	}
+	if out.Outcome == NotOnSale {
+		out.OpensIn, out.Remaining = time.Duration(out.Remaining)*time.Millisecond, 0
 	}
 	return out, nil
 }

@@ -37,6 +37,9 @@ type Metrics struct {
 	// SaleChecks counts the gateway's lost-sale checks by result: queried,
 	// remembered (an answer reused or shared), refused (over its budget).
 	SaleChecks *prometheus.CounterVec
+	// VerdictRefusals counts new order requests refused from an item's
+	// verdict without the reserve script, by code (SOLD_OUT, NOT_ON_SALE).
+	VerdictRefusals *prometheus.CounterVec
 
 	BatchSize            prometheus.Histogram
 	BatchCommitSeconds   prometheus.Histogram
@@ -98,6 +101,8 @@ func NewMetrics() *Metrics {
 	latency := []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5}
 	m := &Metrics{
 		Registry: reg,
+		VerdictRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_verdict_refusals_total",
+			Help: "New order requests refused from the gateway's verdict of Redis's last refusal of the item (VERDICT_TTL), without running the reserve script, by code."}, []string{"code"}),
 		RateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_rate_limited_total",
 			Help: "Order requests refused with 429, by limit scope."}, []string{"scope"}),
 		BreakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderpipe_breaker_state",
@@ -192,7 +197,7 @@ func NewMetrics() *Metrics {
 		m.CompensationsFailed, m.CompensationsPending, m.OrdersClosed, m.Redriven, m.RedriveAcked, m.ReconcilerDrift,
 		m.ReconcilerMarkerDrift, m.ReconcilerSaleDrift, m.ReconcilerPasses, m.ReconcilerRepairs, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
 		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
-		m.SaleChecks, m.ReconcilerLastSuccess, m.ReconcilerInterval, m.ReconcilerLastPassError, m.ReconcilerLastPassRepaired,
+		m.SaleChecks, m.VerdictRefusals, m.ReconcilerLastSuccess, m.ReconcilerInterval, m.ReconcilerLastPassError, m.ReconcilerLastPassRepaired,
 		m.StatusPublished, m.StatusFailed, m.StatusPending, m.StatusOldest, m.StatusPruned, m.RelayPasses)
 	// Every result is a series from the start, so an alert on a rate of
 	// passes works before the first pass (and sees a component that never
@@ -213,6 +218,8 @@ func NewMetrics() *Metrics {
 		m.ReconcilerPasses.WithLabelValues(r)
 	}
 	m.RateLimited.WithLabelValues("user")
+	m.VerdictRefusals.WithLabelValues("SOLD_OUT")
+	m.VerdictRefusals.WithLabelValues("NOT_ON_SALE")
 	m.RateLimited.WithLabelValues("global")
 	return m
 }

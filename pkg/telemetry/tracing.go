@@ -27,7 +27,9 @@ const (
 	AttrRequestID = attribute.Key("order.request_id")
 	AttrOrderNo   = attribute.Key("order.no")
 	AttrOutcome   = attribute.Key("order.outcome")
-	AttrReason    = attribute.Key("order.reason")
+	// AttrFromVerdict marks a refusal answered from the item's verdict: no reserve script ran.
+	AttrFromVerdict = attribute.Key("order.from_verdict")
+	AttrReason      = attribute.Key("order.reason")
 )
 
 // InstrumentationName names the tracer of orderpipe's own spans.

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -137,6 +138,42 @@ func (c *ReserveCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (c *ReserveCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.see(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// ScriptCalls counts every script call (EVALSHA, EVAL) a store's client
+// sends: a test proves with it that a path ran no script.
+type ScriptCalls struct{ n atomic.Int64 }
+
+// CountScripts counts, from now on, the script calls sent on st's client.
+func CountScripts(st *stock.Store) *ScriptCalls {
+	c := &ScriptCalls{}
+	Client(st).AddHook(c)
+	return c
+}
+
+// N is how many script calls were sent so far.
+func (c *ScriptCalls) N() int64 { return c.n.Load() }
+
+func (c *ScriptCalls) see(cmd redis.Cmder) {
+	if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		c.n.Add(1)
+	}
+}
+
+// DialHook, ProcessHook and ProcessPipelineHook make it a redis.Hook.
+func (c *ScriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *ScriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.see(cmd); return next(ctx, cmd) }
+}
+
+func (c *ScriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
 			c.see(cmd)
