@@ -454,7 +454,7 @@ func TestGiveUpListAndReplay(t *testing.T) {
 	code, out := cmd("list", "--json")
 	var listed struct {
 		Failed []struct {
-			ID, Endpoint, Type string
+			ID, Endpoint, Type   string
 			Attempts, LastStatus int
 		}
 	}
