@@ -21,9 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/setting"
@@ -505,8 +505,7 @@ func TestNemesis(t *testing.T) {
 	r := mustReceiver(t)
 	cut := testenv.MustProxy(t, strings.TrimPrefix(r.srv.URL, "http://"))
 	pg := testenv.MustProxy(t, mustHostPort(t, e.db.URL))
-	pool := mustPool(t, e.db.URL, pg.Addr)
-	orders := order.NewStore(pool)
+	orders := mustOrders(t, e.db.URL, pg.Addr)
 	ep := r.endpoint(t, "http://"+cut.Addr+"/hooks")
 	cfg := mustKey(t, fast(ep))
 	cfg.Timeout, cfg.Lease = 500*time.Millisecond, 1500*time.Millisecond
@@ -563,25 +562,23 @@ func mustHostPort(tb testing.TB, dbURL string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// mustPool is a pool on dbURL's database through addr.
-func mustPool(tb testing.TB, dbURL, addr string) *pgxpool.Pool {
+// mustOrders is a store on dbURL's database through addr.
+func mustOrders(tb testing.TB, dbURL, addr string) *order.Store {
 	tb.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	u.Host = addr
-	cfg, err := pgxpool.ParseConfig(u.String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	q := u.Query()
+	q.Set("connect_timeout", "2")
+	u.RawQuery = q.Encode()
+	pool, err := database.Open(context.Background(), u.String(), 8)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(pool.Close)
-	return pool
+	return order.NewStore(pool)
 }
 
 // TestSettings: WEBHOOK_URLS set without a Standard Webhooks secret, or
