@@ -19,6 +19,7 @@ import (
 	"orderpipe/pkg/relay"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/version"
+	"orderpipe/pkg/webhook"
 	"orderpipe/reconciler"
 	"orderpipe/worker"
 )
@@ -55,11 +56,12 @@ const configHint = "\nConfiguration: environment variables (NAME, or NAME_FILE n
 // commands is every command, in the order `orderpipe help` lists them;
 // adding one is a row here.
 var commands = []command{
-	{name: "all", summary: "gateway + worker + closer + relay in one process; embedded Kafka unless KAFKA_BROKERS is set (dev builds)",
+	{name: "all", summary: "gateway + worker + closer + relay + webhook in one process; embedded Kafka unless KAFKA_BROKERS is set (dev builds)",
 		usage: `usage: orderpipe all
 
-Runs the gateway, the worker (with the journal redrive), the closer and the
-relay of orders.status in one process: the local default (make run). Creates the database if missing and
+Runs the gateway, the worker (with the journal redrive), the closer, the
+relay of orders.status and its webhook deliverer (when WEBHOOK_URLS is set)
+in one process: the local default (make run). Creates the database if missing and
 migrates it. With KAFKA_BROKERS set it uses that cluster and creates the
 topics if missing; without, a build with -tags dev (make run) starts an
 embedded Kafka-protocol broker on KAFKA_EMBEDDED_PORT, and stands in for
@@ -74,6 +76,8 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 		usage: closer.Usage + configHint, check: noArgs, run: runTarget("closer")},
 	{name: "relay", summary: "publishes the orders.status outbox to KAFKA_STATUS_TOPIC (needs KAFKA_BROKERS)",
 		usage: relay.Usage + configHint, check: noArgs, run: runTarget("relay")},
+	{name: "webhook", summary: "delivers the orders.status outbox to WEBHOOK_URLS as signed Standard Webhooks (no Kafka)",
+		usage: webhook.Usage + configHint, check: noArgs, run: runTarget("webhook")},
 	{name: "reconciler", summary: "compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run",
 		usage: reconciler.Usage + configHint, check: reconciler.CheckArgs, main: reconciler.Main},
 	{name: "locate", summary: "where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown",
@@ -82,6 +86,8 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 		check: events.CheckArgs, usageFunc: events.Usage, main: events.Main},
 	{name: "dlq", summary: "dead letters: orderpipe dlq list | show <p:o> | replay <p:o>...|--all [--json]; exit 1 if refused",
 		usage: dlq.Usage + configHint, check: dlq.CheckArgs, main: dlq.Main},
+	{name: "webhooks", summary: "webhooks that gave up: orderpipe webhooks list | replay <id>...|--all [--json]; exit 1 if refused",
+		usage: webhook.CommandUsage + configHint, check: webhook.CheckArgs, main: webhook.Main},
 	{name: "migrate", summary: "create the database if missing and apply the migrations",
 		usage: database.MigrateUsage + configHint, check: noArgs,
 		run: func(ctx context.Context, log *slog.Logger, cfg config) error {

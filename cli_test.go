@@ -174,7 +174,7 @@ func TestEveryCommandRuns(t *testing.T) {
 			}
 		}
 	}
-	if got := table.Resolve(components{"all"}); !slices.Equal(got, []string{"local", "gateway", "worker", "closer", "relay", "all"}) {
+	if got := table.Resolve(components{"all"}); !slices.Equal(got, []string{"local", "gateway", "worker", "closer", "relay", "webhook", "all"}) {
 		t.Errorf("all resolves to %v", got)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strconv"
+	"strings"
 
 	"orderpipe/closer"
 	"orderpipe/gateway"
@@ -16,6 +17,7 @@ import (
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/target"
 	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/webhook"
 	"orderpipe/reconciler"
 	"orderpipe/worker"
 )
@@ -26,7 +28,7 @@ import (
 // table mirrors this list (TestConfigDocDocumentsEveryVariable).
 func settings() []setting.Var {
 	return concat(database.Settings, redisconn.Settings, stock.Settings, event.Settings, devSettings(),
-		gateway.Settings, []setting.Var{breaker.OpenForVar}, worker.Settings, closer.Settings, relay.Settings, reconciler.Settings,
+		gateway.Settings, []setting.Var{breaker.OpenForVar}, worker.Settings, closer.Settings, relay.Settings, webhook.Settings, reconciler.Settings,
 		telemetry.Settings, locate.Settings, processSettings)
 }
 
@@ -51,6 +53,7 @@ type config struct {
 	Worker     worker.TargetConfig
 	Closer     closer.Config
 	Relay      relay.Config
+	Webhook    webhook.Config
 	Reconciler reconciler.Config
 	// TraceQueryURL is read by `locate`; here it is checked and its
 	// password kept out of every output.
@@ -70,6 +73,7 @@ func loadConfig() (config, error) {
 	c.Stock, c.Kafka, c.dev = stock.Read(r, c.Redis.Timeout), event.Read(r), readDev(r)
 	c.Gateway, c.BreakerOpenFor = gateway.Read(r), r.Duration(breaker.OpenForVar.Name)
 	c.Worker, c.Closer, c.Relay, c.Reconciler = worker.Read(r), closer.Read(r), relay.Read(r), reconciler.Read(r)
+	c.Webhook = webhook.Read(r)
 	c.Telemetry, c.TraceQueryURL = telemetry.Read(r), locate.ReadTraceQueryURL(r)
 	if g := r.String("GOGC"); g == "off" {
 		c.GCPercent = -1
@@ -94,6 +98,14 @@ func loadConfig() (config, error) {
 	secret.Register(getenv("KAFKA_SASL_PASSWORD"))
 	secret.Register(secret.URLPassword(c.TraceQueryURL)...)
 	secret.Register(c.Kafka.SigningKey)
+	// The webhook secret as set and its key part; an endpoint's URL may
+	// carry credentials (userinfo, a token in the query).
+	if raw := getenv("WEBHOOK_SECRET"); raw != "" {
+		secret.Register(raw, strings.TrimPrefix(raw, "whsec_"))
+	}
+	for _, ep := range c.Webhook.Endpoints {
+		secret.Register(ep.Secrets()...)
+	}
 	event.SetSigningKey(c.Kafka.SigningKey)
 	return c, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
+	"orderpipe/pkg/webhook"
 )
 
 // The files whose queries name orderpipe's metrics.
@@ -59,7 +60,18 @@ func (e exposition) add(raw []byte) {
 // metric or label breaks this test, not a silent alert.
 func TestMonitoringUsesExportedMetrics(t *testing.T) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "closer"}, nil)
+	hooks := mustHookReceiver(t) // the webhook series exist per endpoint
+	p := mustPipeline(t, components{"gateway", "worker", "closer", "webhook"}, func(c *config) {
+		eps, err := webhook.ParseEndpoints([]string{hooks.srv.URL + "/in"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := webhook.ParseSecret(webhookSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Webhook.Endpoints, c.Webhook.Secret = eps, key
+	})
 	it := stock.Item{ActivityID: 1, ItemID: 7}
 	p.mustSale(t, 1, 1, map[int64]int64{7: 2})
 	for i := range 3 { // two accepted, one sold out

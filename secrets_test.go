@@ -27,6 +27,8 @@ var secrets = map[string]string{
 	"REDIS_URL password":    "redisPw-Secret-5a3d",
 	"REDIS_PASSWORD":        "redisPw-Secret-6b4e",
 	"KAFKA_SASL_PASSWORD":   "kafkaPw-Secret-d41c",
+	"WEBHOOK_SECRET":        "aG9va0tleS1TZWNyZXQtNGIyYy0wMTIzNDU2Nzg5YWI=", // base64 of hookKey-Secret-4b2c-0123456789ab
+	"WEBHOOK_URLS password": "hookPw-Secret-3e9a",
 }
 
 // secretEnv sets every secret, directly (database and Redis at hostPort),
@@ -39,6 +41,8 @@ func secretEnv(hostPort string, env ...string) []string {
 		"REDIS_URL=redis://app:" + secrets["REDIS_URL password"] + "@" + hostPort,
 		"KAFKA_TLS=true", "KAFKA_SASL_MECHANISM=SCRAM-SHA-512", "KAFKA_SASL_USERNAME=app",
 		"KAFKA_SASL_PASSWORD=" + secrets["KAFKA_SASL_PASSWORD"],
+		"WEBHOOK_URLS=https://hooks:" + secrets["WEBHOOK_URLS password"] + "@" + hostPort + "/in",
+		"WEBHOOK_SECRET=whsec_" + secrets["WEBHOOK_SECRET"],
 	}, env...)
 }
 

@@ -15,6 +15,7 @@ import (
 	"orderpipe/pkg/relay"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/target"
+	"orderpipe/pkg/webhook"
 	"orderpipe/reconciler"
 	"orderpipe/worker"
 )
@@ -24,7 +25,7 @@ import (
 // elsewhere before the shared connections open.
 func targets(cfg *config) target.Table {
 	return target.Table{
-		"all":   {Deps: []string{"local", "gateway", "worker", "closer", "relay"}},
+		"all":   {Deps: []string{"local", "gateway", "worker", "closer", "relay", "webhook"}},
 		"local": {Setup: func(ctx context.Context, log *slog.Logger) (func(), error) { return localSetup(ctx, log, cfg) }},
 		"gateway": {Kafka: true,
 			Start: func(p *target.Process) (func(), error) {
@@ -42,6 +43,8 @@ func targets(cfg *config) target.Table {
 			Start: func(p *target.Process) (func(), error) { return closer.Start(p, cfg.Closer) }},
 		"relay": {Kafka: true, Postgres: true,
 			Start: func(p *target.Process) (func(), error) { return relay.Start(p, cfg.Relay) }},
+		"webhook": {Postgres: true,
+			Start: func(p *target.Process) (func(), error) { return webhook.Start(p, cfg.Webhook) }},
 		"reconciler": {Postgres: true,
 			Start: func(p *target.Process) (func(), error) { return reconciler.Start(p, cfg.Reconciler) }},
 	}

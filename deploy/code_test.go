@@ -329,6 +329,8 @@ var emptyByDesign = map[string]string{
 	"KAFKA_EMBEDDED_DIR":    "only `orderpipe all` reads it (the embedded broker); deployments use real Kafka",
 	"PPROF_ADDR":            "profiles expose internals: off unless someone measuring turns them on",
 	"DEV_CLOCK_OFFSET_FILE": "a fault-injection hook of dev builds (the nemesis's clock steps); production builds refuse it",
+	"WEBHOOK_URLS":          "webhooks are opt-in: no endpoint is known until a storefront gives one (docs/events.md#webhooks)",
+	"WEBHOOK_SECRET":        "needed only with WEBHOOK_URLS, which refuses to start without it (exit 2)",
 	"PUSHGATEWAY_URL":       "only a --once pass pushes its metrics (the Kubernetes reconciler CronJob sets it, deploy/k8s_test.go checks it); the compose reconciler loops and is scraped on METRICS_ADDR",
 	// TLS and authentication: what the platform's Redis and Kafka require
 	// (docs/deploy.md); the compose stack and the manifests' defaults

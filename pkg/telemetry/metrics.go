@@ -84,6 +84,11 @@ type Metrics struct {
 	StatusOldest    prometheus.Gauge
 	StatusPruned    prometheus.Counter
 	RelayPasses     *prometheus.CounterVec // result: ok, error
+
+	WebhookDeliveries *prometheus.CounterVec // endpoint, outcome: delivered, retried, failed
+	WebhookPending    *prometheus.GaugeVec   // endpoint
+	WebhookOldest     *prometheus.GaugeVec   // endpoint
+	WebhookFailed     *prometheus.GaugeVec   // endpoint
 }
 
 // NewMetrics registers every series on a fresh registry, with Go and
@@ -190,6 +195,14 @@ func NewMetrics() *Metrics {
 			Help: "Published orders.status outbox rows deleted after STATUS_RETENTION."}),
 		RelayPasses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_relay_passes_total",
 			Help: "Relay passes by result: ok (the outbox drained as far as it could), error (Postgres or the broker failed; retried with backoff)."}, []string{"result"}),
+		WebhookDeliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderpipe_webhook_deliveries_total",
+			Help: "Webhook attempts by endpoint (scheme://host/path, no credentials) and outcome: delivered (a 2xx), retried (any other answer or none in WEBHOOK_TIMEOUT; retried with backoff), failed (gave up after WEBHOOK_RETRY_FOR; kept for `orderpipe webhooks replay`)."}, []string{"endpoint", "outcome"}),
+		WebhookPending: endpointGauge("orderpipe_webhook_pending",
+			"orders.status events queued for the endpoint and not delivered yet (nor given up), as the deliverer last counted them."),
+		WebhookOldest: endpointGauge("orderpipe_webhook_oldest_undelivered_seconds",
+			"Age of the oldest orders.status event the endpoint has not received yet (database clock; events not queued yet count for every endpoint); 0 when none waits."),
+		WebhookFailed: endpointGauge("orderpipe_webhook_failed_deliveries",
+			"Deliveries to the endpoint that gave up after WEBHOOK_RETRY_FOR and were not replayed (`orderpipe webhooks list`)."),
 	}
 	// One list, so a new series cannot be declared and left unregistered.
 	reg.MustRegister(m.Requests, m.RateLimited, m.BreakerState, m.ReserveSeconds, m.ReserveUnreplicated, m.ProduceSeconds, m.ProduceBatch, m.BatchSize,
@@ -198,7 +211,8 @@ func NewMetrics() *Metrics {
 		m.ReconcilerMarkerDrift, m.ReconcilerSaleDrift, m.ReconcilerPasses, m.ReconcilerRepairs, m.HTTPSeconds, m.StockRemaining, m.BatchCommitSeconds,
 		m.CompensationsOldest, m.CloserPasses, m.RedrivePasses,
 		m.SaleChecks, m.VerdictRefusals, m.ReconcilerLastSuccess, m.ReconcilerInterval, m.ReconcilerLastPassError, m.ReconcilerLastPassRepaired,
-		m.StatusPublished, m.StatusFailed, m.StatusPending, m.StatusOldest, m.StatusPruned, m.RelayPasses)
+		m.StatusPublished, m.StatusFailed, m.StatusPending, m.StatusOldest, m.StatusPruned, m.RelayPasses,
+		m.WebhookDeliveries, m.WebhookPending, m.WebhookOldest, m.WebhookFailed)
 	// Every result is a series from the start, so an alert on a rate of
 	// passes works before the first pass (and sees a component that never
 	// completes one).
@@ -222,6 +236,11 @@ func NewMetrics() *Metrics {
 	m.VerdictRefusals.WithLabelValues("NOT_ON_SALE")
 	m.RateLimited.WithLabelValues("global")
 	return m
+}
+
+// endpointGauge is a gauge per webhook endpoint.
+func endpointGauge(name, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"endpoint"})
 }
 
 // Handler serves the registry in the Prometheus text format.

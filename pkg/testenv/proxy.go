@@ -106,6 +106,10 @@ func (p *Proxy) copy(dst, src net.Conn) {
 // answering without closing anything.
 func (p *Proxy) Hang() { p.hung.Store(true) }
 
+// Unhang forwards again what arrives from now on (what was dropped stays
+// lost, as on a network that came back).
+func (p *Proxy) Unhang() { p.hung.Store(false) }
+
 // Down refuses new connections and resets open ones.
 func (p *Proxy) Down() {
 	p.mu.Lock()

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"orderpipe/pkg/stock"
+	"orderpipe/pkg/testenv"
+	"orderpipe/pkg/webhook"
+)
+
+// webhookSecret is the tests' Standard Webhooks secret (32 bytes).
+const webhookSecret = "whsec_dGVzdHMtd2ViaG9vay1zZWNyZXQtMzItYnl0ZXMhIQ=="
+
+// hookRequest is a webhook as the receiver got it.
+type hookRequest struct {
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+}
+
+// hookReceiver is a webhook endpoint on a real port that accepts all and
+// keeps every request as it came.
+type hookReceiver struct {
+	srv *httptest.Server
+	mu  sync.Mutex
+	got []hookRequest
+}
+
+func mustHookReceiver(tb testing.TB) *hookReceiver {
+	h := &hookReceiver{}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req := hookRequest{Headers: map[string]string{}, Body: string(body)}
+		for _, k := range []string{"webhook-id", "webhook-timestamp", "webhook-signature", "content-type"} {
+			req.Headers[k] = r.Header.Get(k)
+		}
+		h.mu.Lock()
+		h.got = append(h.got, req)
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	tb.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hookReceiver) requests() []hookRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]hookRequest(nil), h.got...)
+}
+
+// TestWebhooksEndToEnd: orders placed, paid and cancelled through the
+// gateway reach a real HTTP receiver as Standard Webhooks: one per
+// orders.status event, its data the event the relay publishes, each
+// order's in version order; and the official standardwebhooks library
+// (Python, from PyPI) verifies every signature and refuses a tampered body.
+func TestWebhooksEndToEnd(t *testing.T) {
+	t.Parallel()
+	recv := mustHookReceiver(t)
+	p := mustPipeline(t, components{"gateway", "worker", "relay", "webhook"}, func(c *config) {
+		eps, err := webhook.ParseEndpoints([]string{recv.srv.URL + "/orderpipe"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := webhook.ParseSecret(webhookSecret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Webhook.Endpoints, c.Webhook.Secret, c.Webhook.Interval = eps, key, 20*time.Millisecond
+	})
+	it := stock.Item{ActivityID: 48, ItemID: 480}
+	p.mustSale(t, 48, 1, map[int64]int64{480: 10})
+	var nos []string
+	for u := int64(1); u <= 3; u++ {
+		r := p.order(t, orderBody{RequestID: fmt.Sprintf("wh-%d", u), UserID: u, ActivityID: 48, ItemID: 480, Quantity: 1})
+		nos = append(nos, r.Str("orderNo"))
+	}
+	for _, no := range nos {
+		p.waitStatus(t, no, "UNPAID")
+	}
+	if r := p.do(t, http.MethodPost, "/v1/orders/"+nos[0]+"/pay", "", nil); r.Status != http.StatusOK {
+		t.Fatalf("pay: %d %v", r.Status, r.Body)
+	}
+	if r := p.cancelOrder(t, nos[1], map[string]int64{"userId": 2}); r.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %v", r.Status, r.Body)
+	}
+	p.waitDrained(t, it)
+	p.assertInvariants(t, it)
+
+	want := map[string]string{} // webhook-id → status
+	for _, no := range nos {
+		evs, err := p.Orders.EventsOf(context.Background(), no)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			want[webhook.MessageID(no, e.Version)] = e.Status
+		}
+	}
+	if len(want) != 5 {
+		t.Fatalf("%d events, want 5 (3 UNPAID, a PAID, a CLOSED)", len(want))
+	}
+	testenv.WaitFor(t, 30*time.Second, "a webhook per event", func() bool { return len(recv.requests()) >= len(want) })
+	last := map[string]int{}
+	for _, r := range recv.requests() {
+		no, v, err := webhook.ParseMessageID(r.Headers["webhook-id"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Type string `json:"type"`
+			Data struct {
+				OrderNo string `json:"orderNo"`
+				Version int    `json:"version"`
+				Status  string `json:"status"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
+			t.Fatalf("body %s: %v", r.Body, err)
+		}
+		if st := want[r.Headers["webhook-id"]]; st == "" || body.Type != "order."+strings.ToLower(st) || body.Data.OrderNo != no ||
+			body.Data.Version != v || body.Data.Status != st || r.Headers["content-type"] != "application/json" {
+			t.Errorf("webhook %v: %s", r.Headers, r.Body)
+		}
+		if v < last[no] {
+			t.Errorf("order %s: version %d after %d", no, v, last[no])
+		}
+		last[no] = v
+	}
+	verifyWithOfficialLibrary(t, recv.requests())
+}
+
+// verifyWithOfficialLibrary runs the official Standard Webhooks library for
+// Python over the requests: every one must verify, and the same with a
+// byte of the body changed must not. The library is installed into a venv
+// under ~/.cache/orderpipe (pip, from PyPI) the first time.
+func verifyWithOfficialLibrary(t *testing.T, reqs []hookRequest) {
+	t.Helper()
+	py := mustStandardWebhooksPython(t)
+	in, err := json.Marshal(reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `
+import json, sys
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+hook = Webhook(sys.argv[1])
+ok = refused = 0
+for r in json.load(sys.stdin):
+    payload = hook.verify(r["body"], r["headers"])
+    assert payload["data"]["orderNo"], payload
+    ok += 1
+    tampered = r["body"].replace('"quantity":1', '"quantity":2')
+    assert tampered != r["body"]
+    try:
+        hook.verify(tampered, r["headers"])
+    except WebhookVerificationError:
+        refused += 1
+print(json.dumps({"verified": ok, "tamperedRefused": refused}))
+`
+	cmd := exec.Command(py, "-c", script, webhookSecret)
+	cmd.Stdin = strings.NewReader(string(in))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the standardwebhooks library refused a webhook: %v\n%s", err, out)
+	}
+	var res struct{ Verified, TamperedRefused int }
+	if err := json.Unmarshal(out, &res); err != nil || res.Verified != len(reqs) || res.TamperedRefused != len(reqs) {
+		t.Fatalf("standardwebhooks: %s (want %d verified and as many tampered refused)", out, len(reqs))
+	}
+}
+
+// mustStandardWebhooksPython is a python with the standardwebhooks package
+// (PyPI) importable; the test is skipped, saying why, when there is no
+// python3 here.
+func mustStandardWebhooksPython(t *testing.T) string {
+	t.Helper()
+	sys, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed: the check with the official standardwebhooks library (PyPI) needs it")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	venv := filepath.Join(home, ".cache", "orderpipe", "standardwebhooks-venv")
+	py := filepath.Join(venv, "bin", "python")
+	if exec.Command(py, "-c", "import standardwebhooks").Run() == nil {
+		return py
+	}
+	standardWebhooksInstall.Lock()
+	defer standardWebhooksInstall.Unlock()
+	for _, args := range [][]string{{sys, "-m", "venv", venv}, {py, "-m", "pip", "install", "-q", "standardwebhooks==1.1.0"}} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("installing the standardwebhooks library (%s): %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return py
+}
+
+var standardWebhooksInstall sync.Mutex
+
+// TestWebhookBadSettings: the webhook target (and all) with WEBHOOK_URLS
+// set and WEBHOOK_SECRET missing or malformed, or a URL that is not
+// http(s), exits 2 before anything starts, and shows neither the secret
+// nor a URL's password.
+func TestWebhookBadSettings(t *testing.T) {
+	env := deadEnds(t)
+	for _, tc := range []struct {
+		cmd     string
+		setting string
+		env     []string
+	}{
+		{"webhook", "WEBHOOK_SECRET", []string{"WEBHOOK_URLS=https://hooks.example/in"}},
+		{"all", "WEBHOOK_SECRET", []string{"WEBHOOK_URLS=https://hooks.example/in", "WEBHOOK_SECRET=whsec_c2hvcnQtS2V5LVNlY3JldA=="}},
+		{"webhook", "WEBHOOK_SECRET", []string{"WEBHOOK_URLS=https://hooks.example/in", "WEBHOOK_SECRET=plain-Secret-0f3e-plain-Secret"}},
+		{"webhook", "WEBHOOK_URLS", []string{"WEBHOOK_URLS=ftp://user:urlPw-Secret-7c1d@hooks.example/in", "WEBHOOK_SECRET=" + webhookSecret}},
+		{"webhook", "WEBHOOK_RETRY_FOR", []string{"WEBHOOK_RETRY_FOR=1h"}},
+	} {
+		res := runBinary(t, append(env, tc.env...), tc.cmd)
+		if res.code != 2 || !strings.Contains(res.stderr, "bad configuration") || !strings.Contains(res.stderr, tc.setting) {
+			t.Errorf("orderpipe %s with %v: want exit 2, bad configuration naming %s: %s", tc.cmd, tc.env, tc.setting, res)
+		}
+		for _, s := range []string{"c2hvcnQtS2V5LVNlY3JldA", "plain-Secret-0f3e", "urlPw-Secret-7c1d", "dGVzdHMtd2ViaG9v"} {
+			if strings.Contains(res.stdout+res.stderr, s) {
+				t.Errorf("orderpipe %s shows the secret %s: %s", tc.cmd, s, res)
+			}
+		}
+		if strings.Contains(res.stderr, `"msg":"starting"`) {
+			t.Errorf("orderpipe %s with %v started before it stopped: %s", tc.cmd, tc.env, res)
+		}
+	}
+}
