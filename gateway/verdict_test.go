@@ -164,6 +164,39 @@ func TestKillSwitchActsAtOnceBesideVerdicts(t *testing.T) {
 	if code, errCode, _ := g.post(t, it, "k2", 2); code != http.StatusNotFound || errCode != "NOT_ON_SALE" {
 		t.Fatalf("after the end: %d %s, want 404 NOT_ON_SALE", code, errCode)
 	}
+
+	t.Run("SoldOutVerdict", func(t *testing.T) {
+		// A sold-out item whose verdict both replicas hold: after the end
+		// each answers NOT_ON_SALE at its next request, not the SOLD_OUT it
+		// kept.
+		it := stock.Item{ActivityID: 46, ItemID: 4}
+		sale := stock.Sale{Item: it, Stock: 1, StartsAt: time.Now().Add(-time.Hour), EndsAt: time.Now().Add(time.Hour), Cap: 1}
+		if _, err := st.Preheat(ctx, sale); err != nil {
+			t.Fatal(err)
+		}
+		a, b := mustReplica(t, st, time.Second), mustReplica(t, st, time.Second)
+		if code, _, _ := a.post(t, it, "s1", 1); code != http.StatusAccepted {
+			t.Fatalf("the last unit: %d, want 202", code)
+		}
+		for i, g := range []*replica{a, b} {
+			for j := range 2 {
+				if code, errCode, _ := g.post(t, it, fmt.Sprintf("so-%d-%d", i, j), int64(100+10*i+j)); code != http.StatusConflict || errCode != "SOLD_OUT" {
+					t.Fatalf("sold out: %d %s, want 409 SOLD_OUT", code, errCode)
+				}
+			}
+		}
+		if a.fromVerdict("SOLD_OUT") == 0 || b.fromVerdict("SOLD_OUT") == 0 {
+			t.Fatalf("no SOLD_OUT verdict held (%v, %v): the check below would prove nothing", a.fromVerdict("SOLD_OUT"), b.fromVerdict("SOLD_OUT"))
+		}
+		if _, _, err := st.End(ctx, []stock.Sale{sale}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range []*replica{a, b} {
+			if code, errCode, _ := g.post(t, it, fmt.Sprintf("after-%d", i), int64(200+i)); code != http.StatusNotFound || errCode != "NOT_ON_SALE" {
+				t.Errorf("replica %d after the end, with a SOLD_OUT verdict: %d %s, want 404 NOT_ON_SALE", i, code, errCode)
+			}
+		}
+	})
 }
 
 // TestNotYetOpenFloodIsRefusedFromVerdict: before the start a flood is

@@ -126,10 +126,17 @@ func (r *Reserver) refuseFromVerdict(ctx context.Context, o Order, it Item) (a A
 		}
 		return Attempt{}, false, nil
 	}
-	if known, err := r.known.ask(ctx, r.store.keys(it).Req(o.RequestID), it); err != nil || known {
+	keys := r.store.keys(it)
+	known, ended, err := r.known.ask(ctx, keys.Req(o.RequestID), keys.Sale, it)
+	if err != nil || known {
 		return Attempt{}, false, nil
 	}
 	res := ReserveResult{Outcome: v.outcome, Remaining: v.remaining, OutsideWindow: v.outcome == NotOnSale}
+	if ended {
+		// The kill switch ended the sale since the verdict was taken: from
+		// then on every answer is NOT_ON_SALE (an ended sale stays ended).
+		res = ReserveResult{Outcome: NotOnSale, OutsideWindow: true}
+	}
 	return Attempt{ReserveResult: res, Item: it, FromVerdict: true}, true, nil
 }
 
@@ -146,17 +153,20 @@ type knownAsks struct {
 
 // knownAsk is one queued check.
 type knownAsk struct {
-	key   string
-	group Item
-	known bool
-	err   error
-	done  chan struct{}
+	key, sale string
+	group     Item
+	known     bool
+	ended     bool
+	err       error
+	done      chan struct{}
 }
 
-// ask says whether key (a dedup record of bucket it) exists; when several
-// checks of it went out together, whether any of theirs does.
-func (k *knownAsks) ask(ctx context.Context, key string, it Item) (bool, error) {
-	c := &knownAsk{key: key, group: it, done: make(chan struct{})}
+// ask says whether key (a dedup record of bucket it) exists — when several
+// checks of it went out together, whether any of theirs does — and whether
+// the kill switch has ended the bucket's sale (its sale hash's 'ended'
+// tombstone, end.lua), in the same round trip.
+func (k *knownAsks) ask(ctx context.Context, key, sale string, it Item) (known, ended bool, err error) {
+	c := &knownAsk{key: key, sale: sale, group: it, done: make(chan struct{})}
 	k.mu.Lock()
 	k.queue = append(k.queue, c)
 	if !k.sending {
@@ -166,10 +176,10 @@ func (k *knownAsks) ask(ctx context.Context, key string, it Item) (bool, error) 
 	k.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.known, c.err
+		return c.known, c.ended, c.err
 	case <-ctx.Done():
 		// The check is read only: abandoning it changes nothing.
-		return false, fmt.Errorf("checking the requestId: %w", context.Cause(ctx))
+		return false, false, fmt.Errorf("checking the requestId: %w", context.Cause(ctx))
 	}
 }
 
@@ -189,14 +199,15 @@ func (k *knownAsks) send() {
 	}
 }
 
-// exec sends one EXISTS per bucket of batch, in one pipeline bounded by
-// the client's timeouts.
+// exec sends one EXISTS and one HEXISTS of the sale's tombstone per bucket
+// of batch, in one pipeline bounded by the client's timeouts.
 func (k *knownAsks) exec(batch []*knownAsk) {
 	groups := map[Item][]*knownAsk{}
 	for _, c := range batch {
 		groups[c.group] = append(groups[c.group], c)
 	}
 	cmds := make(map[Item]*redis.IntCmd, len(groups))
+	endedCmds := make(map[Item]*redis.BoolCmd, len(groups))
 	_, err := k.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
 		for it, cs := range groups {
 			keys := make([]string, len(cs))
@@ -204,16 +215,21 @@ func (k *knownAsks) exec(batch []*knownAsk) {
 				keys[i] = c.key
 			}
 			cmds[it] = p.Exists(context.Background(), keys...)
+			endedCmds[it] = p.HExists(context.Background(), cs[0].sale, "ended")
 		}
 		return nil
 	})
 	for it, cs := range groups {
 		n, cerr := cmds[it].Result()
-		if cerr == nil && err != nil && n == 0 {
+		ended, eerr := endedCmds[it].Result()
+		if cerr == nil {
+			cerr = eerr
+		}
+		if cerr == nil && err != nil && n == 0 && !ended {
 			cerr = err
 		}
 		for _, c := range cs {
-			c.known, c.err = n > 0, cerr
+			c.known, c.ended, c.err = n > 0, ended, cerr
 			close(c.done)
 		}
 	}
