@@ -71,7 +71,7 @@ const (
 	outAccepted  = "accepted"  // order 202
 	outReplayed  = "replayed"  // order 200 replayed
 	outRefused   = "refused"   // order: a definite refusal (nothing reserved, for good)
-	outNoEffect  = "no-effect" // 429, or a 503 that says nothing was reserved
+	outNoEffect  = "no-effect" // 429, a 503 that says nothing was reserved, or 409 IDEMPOTENCY_KEY_IN_PROGRESS
 	outUnknown   = "unknown"   // no answer, or one that may have acted
 	outStatus    = "status"    // get 200
 	outNotFound  = "not-found" // 404 ORDER_NOT_FOUND
@@ -126,7 +126,11 @@ func linOutcome(o Op) linOutput {
 	if o.Status == 0 || o.Status >= 500 && (o.Kind != opOrder || o.Unknown) {
 		return linOutput{Outcome: outUnknown}
 	}
-	if o.Status == http.StatusTooManyRequests || o.Status == http.StatusServiceUnavailable {
+	// A 429, a 503 that says nothing was done, and a 409 saying the first
+	// request with this Idempotency-Key is not settled yet (its answer may
+	// have been sent, its durability mark not written: the client retries)
+	// decide nothing.
+	if o.Status == http.StatusTooManyRequests || o.Status == http.StatusServiceUnavailable || o.Code == "IDEMPOTENCY_KEY_IN_PROGRESS" {
 		return linOutput{Outcome: outNoEffect}
 	}
 	switch o.Kind {
