@@ -316,6 +316,7 @@ var needs = map[string][]string{
 	"worker":     {"DATABASE_URL", "REDIS_ADDR", "KAFKA_BROKERS", "EVENT_SIGNING_KEY"},
 	"closer":     {"DATABASE_URL", "REDIS_ADDR"},
 	"reconciler": {"DATABASE_URL", "REDIS_ADDR"},
+	"webhook":    {"DATABASE_URL"},
 }
 
 // emptyByDesign are table variables whose empty default is the right

@@ -38,6 +38,7 @@ var processes = []process{
 	{name: "worker", args: []string{"worker"}, serves: []string{"METRICS_ADDR"}, env: []string{"EVENT_SIGNING_KEY_FILE"}},
 	{name: "closer", args: []string{"closer"}, serves: []string{"METRICS_ADDR"}},
 	{name: "relay", args: []string{"relay"}, serves: []string{"METRICS_ADDR"}},
+	{name: "webhook", args: []string{"webhook"}, serves: []string{"METRICS_ADDR"}, env: []string{"WEBHOOK_SECRET_FILE"}},
 	{name: "reconciler", args: []string{"reconciler", "--fix"}, serves: []string{"METRICS_ADDR"}},
 }
 
@@ -53,6 +54,7 @@ var settings = map[string]string{
 	"REDRIVE_INTERVAL":            "5s",
 	"RECONCILE_INTERVAL":          "1m",
 	"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+	"WEBHOOK_URLS":                "", // off until an endpoint is known; compose passes the shell's through
 }
 
 // wiring are the variables every process gets whose values are the shape's

@@ -53,7 +53,7 @@ func TestComposeServices(t *testing.T) {
 	p := mustCompose(t)
 	c := mustCode(t)
 	want := []string{"postgres", "redis", "kafka", "kafka-init", "otel-collector", "jaeger", "prometheus", "grafana",
-		"migrate", "gateway", "worker", "closer", "reconciler", "relay"}
+		"migrate", "gateway", "worker", "closer", "reconciler", "relay", "webhook"}
 	for _, name := range want {
 		if _, ok := p.Services[name]; !ok {
 			t.Errorf("no service %q", name)
@@ -134,6 +134,7 @@ func TestComposeHealthAndOrder(t *testing.T) {
 			"redis": types.ServiceConditionHealthy},
 		"closer":     {"migrate": types.ServiceConditionCompletedSuccessfully, "redis": types.ServiceConditionHealthy},
 		"relay":      {"migrate": types.ServiceConditionCompletedSuccessfully, "kafka-init": types.ServiceConditionCompletedSuccessfully},
+		"webhook":    {"migrate": types.ServiceConditionCompletedSuccessfully},
 		"reconciler": {"migrate": types.ServiceConditionCompletedSuccessfully, "redis": types.ServiceConditionHealthy},
 	}
 	for name, deps := range wants {

@@ -29,8 +29,13 @@ if [ ! -f event_signing_key ]; then
   random > event_signing_key
   echo "created event_signing_key (signs each orders.requested event; the same for every gateway and worker)"
 fi
+if [ ! -f webhook_secret ]; then
+  # A Standard Webhooks secret: whsec_ and the base64 of 32 random bytes.
+  printf 'whsec_%s' "$(head -c 32 /dev/urandom | base64 | tr -d '\n')" > webhook_secret
+  echo "created webhook_secret (signs the webhooks to WEBHOOK_URLS; give it to the receivers)"
+fi
 if [ ! -f grafana_admin_password ]; then
   random > grafana_admin_password
   echo "created grafana_admin_password (Grafana's admin login at http://localhost:3000)"
 fi
-chmod 644 postgres_password database_url admin_token event_signing_key grafana_admin_password
+chmod 644 postgres_password database_url admin_token event_signing_key webhook_secret grafana_admin_password
