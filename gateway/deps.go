@@ -22,7 +22,7 @@ func (s *Server) inPostgres(ctx context.Context, fn func(ctx context.Context) er
 // transaction that waits on other work while it holds a lock.
 func (s *Server) inPostgresWithin(ctx context.Context, timeout time.Duration, fn func(ctx context.Context) error) error {
 	return guarded(ctx, s.pgCB.Do, timeout, fn, order.ErrNotFound, order.ErrOrderClosed, order.ErrOrderRejected, order.ErrOrderPaid, order.ErrStockBelowSold,
-		order.ErrBucketsFixed, order.ErrItemPreheated)
+		order.ErrBucketsFixed, order.ErrItemPreheated, order.ErrSaleEnded)
 }
 
 // inRedis runs fn through the Redis breaker, bounded by REDIS_TIMEOUT.

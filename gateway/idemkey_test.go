@@ -73,6 +73,12 @@ func TestKeyedOrderRequest(t *testing.T) {
 		{"Both", `{"requestId":"k-1","userId":1,"activityId":1,"itemId":1,"quantity":1}`, "k-1", "k-1"},
 		{"Differ", `{"requestId":"r-1","userId":1,"activityId":1,"itemId":1,"quantity":1}`, "k-1", ""},
 		{"Neither", `{"userId":1,"activityId":1,"itemId":1,"quantity":1}`, "", ""},
+		// An empty requestId is not a missing one: with a key it differs
+		// (make fuzz-api's find: it was taken as absent and replayed).
+		{"EmptyBodyWithKey", `{"requestId":"","userId":1,"activityId":1,"itemId":1,"quantity":1}`, "k-1", ""},
+		{"EmptyBodyAlone", `{"requestId":"","userId":1,"activityId":1,"itemId":1,"quantity":1}`, "", ""},
+		{"NullBodyWithKey", `{"requestId":null,"userId":1,"activityId":1,"itemId":1,"quantity":1}`, "k-1", ""},
+		{"NumberBodyWithKey", `{"requestId":7,"userId":1,"activityId":1,"itemId":1,"quantity":1}`, "k-1", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			req, apiErr := parseKeyedOrderRequest("application/json", strings.NewReader(c.body), c.key)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -52,11 +53,27 @@ func (o orderRequest) fingerprint() string {
 
 // orderBody is the wire form of an orderRequest (integers by value).
 type orderBody struct {
-	RequestID  string    `json:"requestId"`
-	UserID     jsonInt64 `json:"userId"`
-	ActivityID jsonInt64 `json:"activityId"`
-	ItemID     jsonInt64 `json:"itemId"`
-	Quantity   jsonInt64 `json:"quantity"`
+	RequestID  bodyRequestID `json:"requestId"`
+	UserID     jsonInt64     `json:"userId"`
+	ActivityID jsonInt64     `json:"activityId"`
+	ItemID     jsonInt64     `json:"itemId"`
+	Quantity   jsonInt64     `json:"quantity"`
+}
+
+// bodyRequestID is the body's requestId; set says the body gave one (the
+// Idempotency-Key header may stand in for a missing one, never for an empty
+// one or a null, which are refused as any other wrong requestId).
+type bodyRequestID struct {
+	v   string
+	set bool
+}
+
+func (r *bodyRequestID) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' {
+		return &json.UnmarshalTypeError{Value: "not a string", Type: reflect.TypeFor[string](), Field: "requestId"}
+	}
+	r.set = true
+	return json.Unmarshal(b, &r.v)
 }
 
 // parseOrderRequest decodes and validates an order request. It is pure, so
@@ -73,13 +90,18 @@ func parseKeyedOrderRequest(contentType string, body io.Reader, key string) (ord
 	if apiErr := decodeJSON(contentType, body, MaxBodyBytes, &b); apiErr != nil {
 		return orderRequest{}, apiErr
 	}
-	if key != "" {
-		if b.RequestID != "" && b.RequestID != key {
-			return orderRequest{}, invalid("the body's requestId differs from the Idempotency-Key header (%q, %q): send one, or both the same", b.RequestID, key)
-		}
-		b.RequestID = key
+	var rid string
+	switch {
+	case key != "" && b.RequestID.set && b.RequestID.v != key:
+		return orderRequest{}, invalid("the body's requestId differs from the Idempotency-Key header (%q, %q): send one, or both the same", b.RequestID.v, key)
+	case key != "":
+		rid = key
+	case !b.RequestID.set:
+		return orderRequest{}, invalid("no requestId: give it in the body or in the Idempotency-Key header")
+	default:
+		rid = b.RequestID.v
 	}
-	if err := validRequestID(b.RequestID); err != nil {
+	if err := validRequestID(rid); err != nil {
 		return orderRequest{}, err
 	}
 	for _, f := range []struct {
@@ -93,7 +115,7 @@ func parseKeyedOrderRequest(contentType string, body io.Reader, key string) (ord
 	if b.Quantity < 1 || b.Quantity > 100 {
 		return orderRequest{}, invalid("quantity must be between 1 and 100")
 	}
-	return orderRequest{RequestID: b.RequestID, UserID: int64(b.UserID), ActivityID: int64(b.ActivityID), ItemID: int64(b.ItemID),
+	return orderRequest{RequestID: rid, UserID: int64(b.UserID), ActivityID: int64(b.ActivityID), ItemID: int64(b.ItemID),
 		Quantity: int(b.Quantity), keyed: key != ""}, nil
 }
 
