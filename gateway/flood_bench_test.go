@@ -30,22 +30,7 @@ import (
 const floodClients = 16
 
 // flood sends n requests from floodClients clients and returns how long it took.
-func flood(n int, send func(i int)) time.Duration {
-	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range floodClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
-				send(i)
-			}
-		}()
-	}
-	wg.Wait()
-	return time.Since(start)
-}
+func flood(n int, send func(i int)) time.Duration { return floodC(n, floodClients, send) }
 
 // BenchmarkReadyzFlood: 1000 GET /readyz per iteration; reported are the
 // broker checks (a new connection each) and Redis pings they cost.
