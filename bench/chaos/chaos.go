@@ -194,6 +194,7 @@ type Suite struct {
 	// timeline), what its clients were told so far, and notes that faults
 	// add while they go on (async).
 	loadStart time.Time
+	schedule  []fault // the nemesis run's, while it runs
 	load      *loadResult
 	notesMu   sync.Mutex
 	notes     []string

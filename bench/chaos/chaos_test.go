@@ -271,4 +271,5 @@ func TestNemesis(t *testing.T) {
 	slices.Sort(byKind)
 	fmt.Printf("nemesis faults by kind: %s\n", strings.Join(byKind, ", "))
 	fmt.Printf("nemesis %s\n", lin)
+	fmt.Printf("nemesis %s\n", givebackSummary())
 }

@@ -25,7 +25,7 @@ import (
 type fault struct {
 	At     time.Duration // into the load
 	For    time.Duration // down, paused or toxic for
-	Kind   string        // kill, pause, pg-latency, pg-reset, poison, redis-*, clock-step, fix-move, preheat-cut
+	Kind   string        // kill, pause, pg-latency, pg-reset, poison, redis-*, clock-step, fix-move, preheat-cut, flood-giveback
 	Target string        // a process name, "redis" (the primary), "postgres" or "topic"
 	Step   time.Duration // clock-step: added to the target's wall clock
 }
@@ -43,7 +43,8 @@ func (f fault) String() string {
 // nemesisSchedule draws the faults of a load of loadFor from seed: the
 // process and link faults (processFaults), the store faults (storeFaults),
 // the clock steps (clockFaults), the fixes during moves (fixMoveFaults,
-// fault_fixmove.go) and the preheat cuts (preheatFaults), each from a
+// fault_fixmove.go), the preheat cuts (preheatFaults) and the flood with
+// units given back (givebackFaults, fault_giveback.go), each from a
 // random stream of its own, so adding one left the earlier streams — the
 // seeds' meaning before it — unchanged.
 func nemesisSchedule(seed uint64, loadFor time.Duration, comps, brokers []string, withPG, kafkaLink bool) []fault {
@@ -52,6 +53,7 @@ func nemesisSchedule(seed uint64, loadFor time.Duration, comps, brokers []string
 	out = append(out, clockFaults(seed, loadFor, comps)...)
 	out = append(out, fixMoveFaults(seed, loadFor)...)
 	out = append(out, preheatFaults(seed, loadFor, withPG, stores)...)
+	out = append(out, givebackFaults(seed, loadFor)...)
 	slices.SortStableFunc(out, func(a, b fault) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
@@ -322,6 +324,7 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 		}
 	}
 	res.Schedule = nemesisSchedule(nc.Seed, nc.LoadFor, comps, brokers, s.pg != nil, s.kafkaLink)
+	s.schedule = res.Schedule
 	s.logf("nemesis seed %d on sale %d, %s of load, %d faults:", nc.Seed, act, nc.LoadFor, len(res.Schedule))
 	for _, f := range res.Schedule {
 		s.logf("  %s", f)
@@ -470,6 +473,8 @@ func (s *Suite) inflict(ctx context.Context, f fault, act int64) (string, error)
 		return s.fixDuringMove(ctx, f, act)
 	case "preheat-cut":
 		return s.preheatCut(ctx, f, act)
+	case "flood-giveback":
+		return s.floodGiveback(ctx, f, act)
 	case "clock-step":
 		p := s.proc(f.Target)
 		if err := p.stepClock(f.Step); err != nil {

@@ -87,7 +87,7 @@ func TestSchedule(t *testing.T) {
 	}
 	for _, k := range []string{"kill", "pause", "pg-latency", "pg-reset", "poison", "redis-restart", "redis-failover",
 		"redis-latency", "redis-reset", "redis-bandwidth", "pg-restart", "kafka-latency", "kafka-reset", "kafka-bandwidth", "clock-step",
-		"fix-move", "preheat-cut"} {
+		"fix-move", "preheat-cut", "flood-giveback"} {
 		if kinds[k] == 0 {
 			t.Errorf("200 seeds never drew %s", k)
 		}
@@ -117,6 +117,8 @@ func streamOf(f fault) string {
 		return "fixes"
 	case f.Kind == "preheat-cut":
 		return "preheats"
+	case f.Kind == "flood-giveback":
+		return "floods"
 	case f.Kind == "pause" && (f.Target == "redis" || f.Target == "postgres"),
 		strings.HasPrefix(f.Kind, "redis-"), strings.HasPrefix(f.Kind, "kafka-"), f.Kind == "pg-restart":
 		return "stores"

@@ -1,0 +1,488 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	gwclient "orderpipe/gateway/client"
+	"orderpipe/pkg/stock"
+)
+
+// The flood-giveback fault: a flood of fresh buyers on a fresh sale of a
+// few units, from before it opens until after it sold out, while units are
+// given back one at a time (a buyer's cancel, or more stock through a PUT
+// and the reconciler's fix), each time with the flood on one gateway only,
+// so every gateway is judged on its own. The gateways refuse most of such
+// a flood from their verdicts (pkg/stock/verdict.go) without running the
+// reserve script; the rules it judges (docs/architecture.md, "The sold-out
+// flood") are that a verdict filters and never decides:
+//
+//   - once the sale has opened, no request sent MaxVerdictTTL + slack after
+//     the start is answered NOT_ON_SALE;
+//   - once a unit is back, no request sent MaxVerdictTTL + slack after it
+//     is answered SOLD_OUT while the unit is unsold, that is, answered
+//     before any request that may have taken it was sent (an answer 202,
+//     a 5xx, a timeout: any answer that is not a refusal);
+//   - a retry of an accepted requestId is answered its first orderNo (200)
+//     on every gateway while the item is sold out, never refused;
+//   - every 202 resolves through GET to an order or a REJECTED record, and
+//     more live orders (UNPAID, PAID) than units ever on sale is an
+//     oversell. (More 202s than units is not: a Redis failover may lose
+//     reservations, and Postgres rejects what it cannot sell.)
+//
+// A unit given back while a Redis fault held the store (restart, failover,
+// pause, a slowed or cut link) is not judged for the bound: the store may
+// have lost it or answered late, and the reconciler's check after the run
+// holds the fresh sale to I5 like the run's own items.
+
+// givebackFaults: one per seed's load, from a stream of its own (so the
+// other streams are unchanged), early enough that its phases fit in the
+// load.
+func givebackFaults(seed uint64, loadFor time.Duration) []fault {
+	rng := rand.New(rand.NewPCG(seed, 0x676976656261636b))
+	return []fault{{Kind: "flood-giveback", Target: "flood", At: between(rng, loadFor/10, loadFor*3/10),
+		For: between(rng, 700*time.Millisecond, 1500*time.Millisecond)}}
+}
+
+// givebackSlack is what the bound allows beyond MaxVerdictTTL: a loaded
+// two-core machine's answer time.
+const givebackSlack = 500 * time.Millisecond
+
+// givebackTally adds up the units given back over a run's seeds.
+type givebackTally struct {
+	mu                    sync.Mutex
+	units, judged, resold int
+	slowest               time.Duration // of the judged units sold again
+}
+
+var givebackStats givebackTally
+
+func (g *givebackTally) record(judged, resold bool, after time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.units++
+	if judged {
+		g.judged++
+		if resold {
+			g.resold++
+			g.slowest = max(g.slowest, after)
+		}
+	}
+}
+
+// givebackSummary is the run's line on the units given back.
+func givebackSummary() string {
+	g := &givebackStats
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return fmt.Sprintf("flood-giveback: %d units given back during a flood, %d judged (no Redis fault near), %d of those sold again, the slowest %s after it came back",
+		g.units, g.judged, g.resold, g.slowest.Round(time.Millisecond))
+}
+
+// givebackSales numbers the fresh activities within a run.
+var givebackSales atomic.Int64
+
+// floodAnswer is one request of the flood.
+type floodAnswer struct {
+	gateway    int
+	requestID  string
+	sent, recv time.Time
+	status     int    // 0: no answer (transport error, timeout)
+	code       string // the refusal's code
+	orderNo    string
+}
+
+// refused: the request was answered a refusal that took nothing.
+func (a floodAnswer) refused() bool {
+	return a.status >= 400 && a.status < 500 || a.code == "CONNECTION_REFUSED"
+}
+
+// flood is the fault's buyers: each client places orders as fresh users
+// back to back on the gateways it is told, and records every answer.
+type flood struct {
+	s       *Suite
+	it      stock.Item
+	next    atomic.Int64
+	targets atomic.Pointer[[]int] // the gateways the clients send to
+	mu      sync.Mutex
+	answers []floodAnswer
+	api     []*gwclient.Client
+	// cancelled are the orders given up already: a cancel answers 200
+	// again, but only the first gives a unit back.
+	cancelled map[string]bool
+}
+
+var floodHTTP = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+
+func (s *Suite) newFlood(it stock.Item) *flood {
+	f := &flood{s: s, it: it, cancelled: map[string]bool{}}
+	for _, u := range s.httpURLs {
+		api := gwclient.New(u)
+		api.HTTPClient = floodHTTP
+		f.api = append(f.api, api)
+	}
+	f.aim(nil)
+	return f
+}
+
+// aim sends the flood to gateways gws (nil: all of them).
+func (f *flood) aim(gws []int) {
+	if gws == nil {
+		for i := range f.api {
+			gws = append(gws, i)
+		}
+	}
+	f.targets.Store(&gws)
+}
+
+// run floods with clients until ctx ends.
+func (f *flood) run(ctx context.Context, clients int) {
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				gws := *f.targets.Load()
+				f.place(gws[c%len(gws)])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// place sends one order of a fresh user to gateway gw and records it.
+func (f *flood) place(gw int) floodAnswer {
+	n := f.next.Add(1)
+	a := floodAnswer{gateway: gw, requestID: fmt.Sprintf("fg-%d-%d", f.it.ActivityID, n), sent: time.Now()}
+	// Not bound to the fault's context: an answer in flight is recorded.
+	p, err := f.api[gw].PlaceOrder(context.Background(), gwclient.OrderRequest{RequestID: a.requestID,
+		UserID: n, ActivityID: f.it.ActivityID, ItemID: f.it.ItemID, Quantity: 1})
+	a.recv = time.Now()
+	var e *gwclient.Error
+	switch {
+	case err == nil:
+		a.status, a.orderNo = p.HTTPStatus, p.OrderNo
+	case errors.As(err, &e):
+		a.status, a.code = e.Status, string(e.Code)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		// The gateway is down (killed): nothing could be taken. Not
+		// hammered in a tight loop while it restarts.
+		a.status, a.code = http.StatusServiceUnavailable, "CONNECTION_REFUSED"
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.mu.Lock()
+	f.answers = append(f.answers, a)
+	f.mu.Unlock()
+	return a
+}
+
+func (f *flood) snapshot() []floodAnswer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.answers)
+}
+
+// accepted are the flood's 202s so far.
+func (f *flood) accepted() []floodAnswer {
+	var out []floodAnswer
+	for _, a := range f.snapshot() {
+		if a.status == http.StatusAccepted {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// waitFor waits up to d for an answer that cond holds for, sent after from.
+func (f *flood) waitFor(d time.Duration, from time.Time, cond func(floodAnswer) bool) (floodAnswer, bool) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		for _, a := range f.snapshot() {
+			if a.sent.After(from) && cond(a) {
+				return a, true
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return floodAnswer{}, false
+}
+
+// staleRefusals are the answers code to requests sent after from+bound and
+// answered before any request that may have taken a unit was sent (every
+// request answered after from that was not refused).
+func staleRefusals(answers []floodAnswer, code string, from time.Time, bound time.Duration) []floodAnswer {
+	var firstTaker time.Time
+	for _, a := range answers {
+		if a.recv.After(from) && !a.refused() && (firstTaker.IsZero() || a.sent.Before(firstTaker)) {
+			firstTaker = a.sent
+		}
+	}
+	var out []floodAnswer
+	for _, a := range answers {
+		if a.code == code && a.sent.After(from.Add(bound)) && (firstTaker.IsZero() || a.recv.Before(firstTaker)) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// floodGiveback runs one flood-giveback fault on a fresh activity of the
+// run's sale act.
+func (s *Suite) floodGiveback(ctx context.Context, f fault, act int64) (string, error) {
+	at := s.since()
+	id := act*1000 + 500 + givebackSales.Add(1)
+	// One bucket even in a bucketed run: a unit given back is then every
+	// new buyer's to take (in a bucketed sale only its bucket's users'),
+	// which the rules above take for granted.
+	const units, buckets = 2, 1
+	it := stock.Item{ActivityID: id, ItemID: 1}
+	bound := stock.MaxVerdictTTL + givebackSlack
+	desc := fmt.Sprintf("flood-giveback on sale %d (%d units, %d buckets) at %s", id, units, buckets, at)
+	// It opens on a whole second at least 1.5 s from now, preheated before.
+	opens := time.Now().Add(2500 * time.Millisecond).Truncate(time.Second)
+	total := int64(units)
+	put := func() error { // retried as an operator would: a gateway may be down
+		var last string
+		for range 20 {
+			code, errCode, err := coded(s.adminAPI().PutActivity(ctx, id, gwclient.ActivityUpsert{Name: fmt.Sprintf("flood %d", id),
+				StartsAt: opens, EndsAt: opens.Add(time.Hour), PerUserLimit: 1,
+				Items: []gwclient.ItemUpsert{{ItemID: 1, Stock: total, Buckets: buckets}}}))
+			if code == http.StatusOK {
+				return nil
+			}
+			last = answerText(code, errCode, err)
+			time.Sleep(300 * time.Millisecond)
+		}
+		return fmt.Errorf("PUT of the sale: %s", last)
+	}
+	if err := put(); err != nil {
+		return desc, err
+	}
+	if err := s.preheatUntilDone(ctx, id); err != nil {
+		return desc, err
+	}
+	fl := s.newFlood(it)
+	floodCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); fl.run(floodCtx, 8) }()
+	defer func() { stop(); <-done }()
+
+	var notes, findings []string
+	finding := func(format string, args ...any) {
+		findings = append(findings, fmt.Sprintf(format, args...))
+	}
+	// Before the sale: NOT_ON_SALE verdicts, then the start.
+	if _, ok := fl.waitFor(time.Until(opens)+bound+5*time.Second, opens, func(a floodAnswer) bool { return a.status == http.StatusAccepted }); !ok {
+		finding("flood-giveback: sale %d sold nothing in %s after it opened", id, bound+5*time.Second)
+	}
+	if _, ok := fl.waitFor(10*time.Second, opens, func(a floodAnswer) bool { return a.code == string(gwclient.CodeSoldOut) }); !ok {
+		finding("flood-giveback: sale %d of %d units never sold out under the flood", id, units)
+	}
+	for _, a := range staleRefusals(fl.snapshot(), string(gwclient.CodeNotOnSale), opens, bound) {
+		finding("flood-giveback: gateway %d answered %s NOT_ON_SALE, sent %s after sale %d opened",
+			a.gateway+1, a.requestID, a.sent.Sub(opens).Round(time.Millisecond), id)
+	}
+	notes = append(notes, fmt.Sprintf("opened at %s", s.sinceAt(opens)))
+
+	// Each gateway in turn: every gateway holds the verdict (the flood on
+	// all of them for a while), then the flood on that one only, and one
+	// unit back.
+	order := rand.Perm(len(fl.api))
+	for _, gw := range order {
+		fl.aim(nil)
+		time.Sleep(f.For)
+		s.replaySoldOut(fl, gw, finding)
+		fl.aim([]int{gw})
+		time.Sleep(100 * time.Millisecond)
+		how, back, err := s.giveBack(ctx, fl, put, &total)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("gateway %d: no unit given back (%v)", gw+1, err))
+			continue
+		}
+		sold, ok := fl.waitFor(bound+10*time.Second, back, func(a floodAnswer) bool { return a.status == http.StatusAccepted })
+		judged := !s.redisFaultDuring(back.Add(-time.Second), back.Add(bound+time.Second))
+		note := fmt.Sprintf("gateway %d: %s at %s", gw+1, how, s.sinceAt(back))
+		givebackStats.record(judged, ok, sold.recv.Sub(back))
+		switch {
+		case ok:
+			note += fmt.Sprintf(", sold again %s later", sold.recv.Sub(back).Round(time.Millisecond))
+		case judged:
+			finding("flood-giveback: the unit given back to sale %d by %s at %s was not sold again within %s",
+				id, how, s.sinceAt(back), bound+10*time.Second)
+		}
+		if !judged {
+			note += " (a Redis fault overlapped: the bound not judged)"
+		} else {
+			for _, a := range staleRefusals(fl.snapshot(), string(gwclient.CodeSoldOut), back, bound) {
+				finding("flood-giveback: gateway %d answered %s SOLD_OUT, sent %s after a unit of sale %d was given back (%s) and before anything took it",
+					a.gateway+1, a.requestID, a.sent.Sub(back).Round(time.Millisecond), id, how)
+			}
+		}
+		notes = append(notes, note)
+	}
+	stop()
+	<-done
+
+	answers := fl.snapshot()
+	byCode := map[string]int{}
+	for _, a := range answers {
+		k := a.code
+		if k == "" {
+			k = fmt.Sprint(a.status)
+		}
+		byCode[k]++
+	}
+	live, settled := s.settleFlood(ctx, fl.accepted(), finding)
+	if int64(live) > total {
+		finding("flood-giveback: sale %d holds %d live orders, %d units were ever on sale (oversold)", id, live, total)
+	}
+	notes = append(notes, fmt.Sprintf("%d accepted, %d live of %d units ever on sale; %s", len(fl.accepted()), live, total, settled))
+	for _, m := range findings {
+		preheatFinding("%s", m)
+	}
+	return fmt.Sprintf("%s: %s; answers %v; %d findings", desc, strings.Join(notes, "; "), byCode, len(findings)), nil
+}
+
+// giveBack gives one unit of the flood's sale back, by a buyer's cancel
+// (an accepted order, once the worker persisted it) or, when there is none
+// to cancel, by one more unit of stock (PUT, then the reconciler's fix);
+// back is when the unit is back in Redis.
+func (s *Suite) giveBack(ctx context.Context, fl *flood, put func() error, total *int64) (how string, back time.Time, err error) {
+	for _, a := range fl.accepted() {
+		if fl.cancelled[a.orderNo] || rand.IntN(3) == 0 {
+			continue // a third of the time: more stock instead
+		}
+		uid := userOfRequest(a.requestID)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			code, errCode, err := coded(s.adminAPI().Cancel(ctx, a.orderNo, uid))
+			switch {
+			case err == nil && code == http.StatusOK:
+				fl.cancelled[a.orderNo] = true
+				return "cancel of " + a.orderNo, time.Now(), nil
+			case errCode == string(gwclient.CodeOrderClosed), errCode == string(gwclient.CodeOrderRejected), errCode == string(gwclient.CodeOrderPaid):
+				deadline = time.Time{}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		fl.cancelled[a.orderNo] = true
+		break
+	}
+	*total++
+	if err := put(); err != nil {
+		*total--
+		return "", time.Time{}, err
+	}
+	for try := 0; try < 10; try++ {
+		if code, _ := s.reconcile(ctx, "--fix"); code == 0 {
+			return "one more unit (PUT, reconciler --fix)", time.Now(), nil
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	return "", time.Time{}, errors.New("the reconciler never fixed the raised stock")
+}
+
+// replaySoldOut retries every accepted request of the flood through
+// gateway gw while the sale is sold out: each must be answered its first
+// orderNo (200), never refused.
+func (s *Suite) replaySoldOut(fl *flood, gw int, finding func(string, ...any)) {
+	for _, a := range fl.accepted() {
+		p, err := fl.api[gw].PlaceOrder(context.Background(), gwclient.OrderRequest{RequestID: a.requestID,
+			UserID: userOfRequest(a.requestID), ActivityID: fl.it.ActivityID, ItemID: fl.it.ItemID, Quantity: 1})
+		var e *gwclient.Error
+		switch {
+		case err == nil && p.OrderNo != a.orderNo:
+			finding("flood-giveback: a retry of %s through gateway %d answered orderNo %s, first %s", a.requestID, gw+1, p.OrderNo, a.orderNo)
+		case errors.As(err, &e) && e.Status < 500 && e.Code != gwclient.CodeKeyInProgress && e.Code != gwclient.CodeRateLimited:
+			finding("flood-giveback: a retry of %s (accepted as %s) through gateway %d was refused %s", a.requestID, a.orderNo, gw+1, e.Code)
+		}
+	}
+}
+
+// userOfRequest is the flood user of requestId "fg-<sale>-<n>": n.
+func userOfRequest(requestID string) int64 {
+	var sale, n int64
+	fmt.Sscanf(requestID, "fg-%d-%d", &sale, &n)
+	return n
+}
+
+// preheatUntilDone preheats activity id, retrying as an operator would.
+func (s *Suite) preheatUntilDone(ctx context.Context, id int64) error {
+	var last string
+	for range 50 {
+		code, errCode, err := coded(s.adminAPI().Preheat(ctx, id))
+		if code == http.StatusOK {
+			return nil
+		}
+		last = answerText(code, errCode, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("preheat never finished (last answer %s)", last)
+}
+
+// redisFaultDuring reports whether a fault of the run's schedule held Redis
+// (or its link) at some time in [from, to].
+func (s *Suite) redisFaultDuring(from, to time.Time) bool {
+	for _, f := range s.schedule {
+		if f.Target != "redis" {
+			continue
+		}
+		start := s.loadStart.Add(f.At)
+		end := start.Add(f.For + storeSettle(f))
+		if start.Before(to) && from.Before(end) {
+			return true
+		}
+	}
+	return false
+}
+
+// sinceAt is t as an offset from the load's start, as since prints now.
+func (s *Suite) sinceAt(t time.Time) string {
+	return fmt.Sprintf("+%.1fs", t.Sub(s.loadStart).Seconds())
+}
+
+// settleFlood follows every accepted order of the flood through GET until
+// none is PENDING (90 s at most, as the run's drain) and counts the live
+// ones (UNPAID, PAID); an orderNo a 202 gave that GET does not find by
+// then is a finding.
+func (s *Suite) settleFlood(ctx context.Context, accepted []floodAnswer, finding func(string, ...any)) (live int, how string) {
+	start := time.Now()
+	deadline := start.Add(90 * time.Second)
+	statuses := map[string]int{}
+	for _, a := range accepted {
+		status := ""
+		// Not found yet may be a reservation Redis lost in a failover
+		// that the worker has not persisted yet: asked again too.
+		for status == "" || (status == gwclient.StatusPending || status == "NOT_FOUND") && time.Now().Before(deadline) {
+			if status != "" {
+				time.Sleep(200 * time.Millisecond)
+			}
+			o, err := s.adminAPI().GetOrder(ctx, a.orderNo)
+			var e *gwclient.Error
+			switch {
+			case err == nil:
+				status = o.Status
+			case errors.As(err, &e) && e.Code == gwclient.CodeOrderNotFound:
+				status = "NOT_FOUND"
+			default:
+				status = gwclient.StatusPending // unknown yet: asked again
+			}
+		}
+		statuses[status]++
+		switch status {
+		case gwclient.StatusUnpaid, gwclient.StatusPaid:
+			live++
+		case "NOT_FOUND", gwclient.StatusPending:
+			finding("flood-giveback: %s, answered 202 as %s, is %s after %s", a.requestID, a.orderNo, status, time.Since(start).Round(time.Second))
+		}
+	}
+	return live, fmt.Sprintf("statuses %v after %s", statuses, time.Since(start).Round(100*time.Millisecond))
+}
