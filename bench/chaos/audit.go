@@ -71,7 +71,8 @@ func (a *audit) finish() {
 func (s *Suite) checker() *invariant.Checker {
 	c := &invariant.Checker{Orders: s.orders, Stock: s.stock,
 		Status: &invariant.StatusTopic{Topic: event.StatusTopic, Wait: time.Minute,
-			Client: &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second}}}
+			Client: &kafka.Client{Addr: kafka.TCP(s.brokers...), Timeout: 10 * time.Second}},
+		Webhooks: []invariant.WebhookEndpoint{s.webhookEndpoint()}}
 	hc := &http.Client{Timeout: 10 * time.Second}
 	for _, u := range s.httpURLs {
 		api := gwclient.New(u)

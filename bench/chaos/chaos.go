@@ -46,6 +46,7 @@ import (
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/webhook"
 	"orderpipe/pkg/testenv"
 )
 
@@ -195,6 +196,10 @@ type Suite struct {
 	// add while they go on (async).
 	loadStart time.Time
 	schedule  []fault // the nemesis run's, while it runs
+	// hooks is the webhook deliverers' endpoint (webhooks.go), signed
+	// with hookSecret.
+	hooks      *hookReceiver
+	hookSecret webhook.Secret
 	load      *loadResult
 	notesMu   sync.Mutex
 	notes     []string
@@ -381,6 +386,11 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	comps = append(comps, s.newProc("relay", healthz("http://"+relayAddr+"/healthz"),
 		"DATABASE_URL="+s.proxiedURL, bootstrap, "METRICS_ADDR="+relayAddr))
+	hooks, err := s.startWebhooks()
+	if err != nil {
+		return s, err
+	}
+	comps = append(comps, hooks...)
 	for i := range max(cfg.Gateways, 1) {
 		addr := addrs[1]
 		if i > 0 {
@@ -408,7 +418,7 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 			return s, err
 		}
 	}
-	s.logf("started kafka %s, gateway %s, %s, closer, relay (postgres for workers and closer through toxiproxy %s)",
+	s.logf("started kafka %s, gateway %s, %s, closer, relay, webhook ×2 (postgres for workers and closer through toxiproxy %s)",
 		strings.Join(s.brokers, ","), strings.Join(s.httpURLs, ", "), strings.Join(workers, ", "), s.toxi.Addr)
 	return s, nil
 }
@@ -454,6 +464,9 @@ func (s *Suite) Close() {
 	}
 	if s.toxi != nil {
 		s.toxi.close()
+	}
+	if s.hooks != nil {
+		s.hooks.close()
 	}
 	if s.closeStores != nil {
 		s.closeStores()

@@ -21,17 +21,25 @@ import (
 // few units, from before it opens until after it sold out, while units are
 // given back one at a time (a buyer's cancel, or more stock through a PUT
 // and the reconciler's fix), each time with the flood on one gateway only,
-// so every gateway is judged on its own. The gateways refuse most of such
-// a flood from their verdicts (pkg/stock/verdict.go) without running the
+// so every gateway is judged on its own; the closer's closes give units
+// back too (CLOSE_AFTER is short here). The gateways refuse most of such a
+// flood from their verdicts (pkg/stock/verdict.go) without running the
 // reserve script; the rules it judges (docs/architecture.md, "The sold-out
 // flood") are that a verdict filters and never decides:
 //
 //   - once the sale has opened, no request sent MaxVerdictTTL + slack after
 //     the start is answered NOT_ON_SALE;
-//   - once a unit is back, no request sent MaxVerdictTTL + slack after it
-//     is answered SOLD_OUT while the unit is unsold, that is, answered
-//     before any request that may have taken it was sent (an answer 202,
-//     a 5xx, a timeout: any answer that is not a refusal);
+//   - while Redis holds stock of the sale, no request sent MaxVerdictTTL +
+//     slack after the stock came is answered SOLD_OUT unless something may
+//     have taken it first. Redis's stock is sampled every few milliseconds
+//     through the gateways' own link; a stretch of samples all above zero
+//     is stock Redis held throughout, and a SOLD_OUT answered inside such a
+//     stretch, to a request sent over the bound after it began, before any
+//     request that may have taken a unit was sent (a 202, a 5xx, no answer;
+//     anything but a refusal), is stale. However the unit came back (a
+//     cancel, a close, the reconciler, a rejection's compensation), and
+//     whatever the store did meanwhile (a failed or slow read ends the
+//     stretch);
 //   - a retry of an accepted requestId is answered its first orderNo (200)
 //     on every gateway while the item is sold out, never refused;
 //   - every 202 resolves through GET to an order or a REJECTED record, and
@@ -39,10 +47,8 @@ import (
 //     oversell. (More 202s than units is not: a Redis failover may lose
 //     reservations, and Postgres rejects what it cannot sell.)
 //
-// A unit given back while a Redis fault held the store (restart, failover,
-// pause, a slowed or cut link) is not judged for the bound: the store may
-// have lost it or answered late, and the reconciler's check after the run
-// holds the fresh sale to I5 like the run's own items.
+// The reconciler's check after the run holds the fresh sale to I5 like the
+// run's own items.
 
 // givebackFaults: one per seed's load, from a stream of its own (so the
 // other streams are unchanged), early enough that its phases fit in the
@@ -57,35 +63,32 @@ func givebackFaults(seed uint64, loadFor time.Duration) []fault {
 // two-core machine's answer time.
 const givebackSlack = 500 * time.Millisecond
 
-// givebackTally adds up the units given back over a run's seeds.
+// givebackTally adds up the stretches of stock under a flood over a run's
+// seeds.
 type givebackTally struct {
-	mu                    sync.Mutex
-	units, judged, resold int
-	slowest               time.Duration // of the judged units sold again
+	mu        sync.Mutex
+	floods    int
+	stretches int
+	longest   time.Duration
 }
 
 var givebackStats givebackTally
 
-func (g *givebackTally) record(judged, resold bool, after time.Duration) {
+func (g *givebackTally) record(stretches int, longest time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.units++
-	if judged {
-		g.judged++
-		if resold {
-			g.resold++
-			g.slowest = max(g.slowest, after)
-		}
-	}
+	g.floods++
+	g.stretches += stretches
+	g.longest = max(g.longest, longest)
 }
 
-// givebackSummary is the run's line on the units given back.
+// givebackSummary is the run's line on the floods.
 func givebackSummary() string {
 	g := &givebackStats
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return fmt.Sprintf("flood-giveback: %d units given back during a flood, %d judged (no Redis fault near), %d of those sold again, the slowest %s after it came back",
-		g.units, g.judged, g.resold, g.slowest.Round(time.Millisecond))
+	return fmt.Sprintf("flood-giveback: %d floods; Redis held stock under them in %d stretches, the longest once on sale %s (a verdict may refuse for %s at most; a store fault may hold the gateways off longer)",
+		g.floods, g.stretches, g.longest.Round(time.Millisecond), stock.MaxVerdictTTL)
 }
 
 // givebackSales numbers the fresh activities within a run.
@@ -119,6 +122,67 @@ type flood struct {
 	// cancelled are the orders given up already: a cancel answers 200
 	// again, but only the first gives a unit back.
 	cancelled map[string]bool
+	samples   []stockSample
+}
+
+// stockSample is one read of the sale's stock in Redis, made between
+// before and after; n < 0: the read failed.
+type stockSample struct {
+	before, after time.Time
+	n             int64
+}
+
+// sample reads the sale's stock in Redis every few milliseconds until ctx
+// ends.
+func (f *flood) sample(ctx context.Context) {
+	for ctx.Err() == nil {
+		b := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		v, err := f.s.stock.BucketStocks(rctx, f.it, 1)
+		cancel()
+		n := int64(-1)
+		if err == nil && v[0] != nil {
+			n = *v[0]
+		}
+		f.mu.Lock()
+		f.samples = append(f.samples, stockSample{before: b, after: time.Now(), n: n})
+		f.mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// stretch is a time Redis held stock of the sale throughout.
+type stretch struct{ from, to time.Time }
+
+// stretches are the runs of samples above zero, each read begun within gap
+// of the end of the one before: from the end of the first read to the
+// start of the last.
+func (f *flood) stretches(gap time.Duration) []stretch {
+	f.mu.Lock()
+	samples := slices.Clone(f.samples)
+	f.mu.Unlock()
+	var out []stretch
+	var cur *stretch
+	var prev stockSample
+	for _, x := range samples {
+		switch {
+		case x.n > 0 && cur != nil && x.before.Sub(prev.after) <= gap:
+			cur.to = x.before
+		default:
+			if cur != nil && cur.to.After(cur.from) {
+				out = append(out, *cur)
+			}
+			cur = nil
+			if x.n > 0 {
+				cur = &stretch{from: x.after, to: x.after}
+			}
+		}
+		prev = x
+	}
+	if cur != nil && cur.to.After(cur.from) {
+		out = append(out, *cur)
+	}
+	return out
 }
 
 var floodHTTP = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
@@ -273,24 +337,29 @@ func (s *Suite) floodGiveback(ctx context.Context, f fault, act int64) (string, 
 	floodCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); fl.run(floodCtx, 8) }()
-	defer func() { stop(); <-done }()
+	sampled := make(chan struct{})
+	go func() { defer close(sampled); fl.sample(floodCtx) }()
+	defer func() { stop(); <-done; <-sampled }()
 
 	var notes, findings []string
 	finding := func(format string, args ...any) {
 		findings = append(findings, fmt.Sprintf(format, args...))
 	}
-	// Before the sale: NOT_ON_SALE verdicts, then the start.
-	if _, ok := fl.waitFor(time.Until(opens)+bound+5*time.Second, opens, func(a floodAnswer) bool { return a.status == http.StatusAccepted }); !ok {
-		finding("flood-giveback: sale %d sold nothing in %s after it opened", id, bound+5*time.Second)
+	// Before the sale: NOT_ON_SALE verdicts, then the start, then sold out
+	// (how soon is the faults' business: only the verdicts are judged).
+	first, sold := fl.waitFor(time.Until(opens)+bound+5*time.Second, opens, func(a floodAnswer) bool { return a.status == http.StatusAccepted })
+	if sold {
+		notes = append(notes, fmt.Sprintf("opened at %s, first sold %s later", s.sinceAt(opens), first.recv.Sub(opens).Round(time.Millisecond)))
+	} else {
+		notes = append(notes, fmt.Sprintf("opened at %s, nothing sold in %s", s.sinceAt(opens), bound+5*time.Second))
 	}
 	if _, ok := fl.waitFor(10*time.Second, opens, func(a floodAnswer) bool { return a.code == string(gwclient.CodeSoldOut) }); !ok {
-		finding("flood-giveback: sale %d of %d units never sold out under the flood", id, units)
+		notes = append(notes, "not sold out within 10 s")
 	}
 	for _, a := range staleRefusals(fl.snapshot(), string(gwclient.CodeNotOnSale), opens, bound) {
 		finding("flood-giveback: gateway %d answered %s NOT_ON_SALE, sent %s after sale %d opened",
 			a.gateway+1, a.requestID, a.sent.Sub(opens).Round(time.Millisecond), id)
 	}
-	notes = append(notes, fmt.Sprintf("opened at %s", s.sinceAt(opens)))
 
 	// Each gateway in turn: every gateway holds the verdict (the flood on
 	// all of them for a while), then the flood on that one only, and one
@@ -307,31 +376,37 @@ func (s *Suite) floodGiveback(ctx context.Context, f fault, act int64) (string, 
 			notes = append(notes, fmt.Sprintf("gateway %d: no unit given back (%v)", gw+1, err))
 			continue
 		}
-		sold, ok := fl.waitFor(bound+10*time.Second, back, func(a floodAnswer) bool { return a.status == http.StatusAccepted })
-		judged := !s.redisFaultDuring(back.Add(-time.Second), back.Add(bound+time.Second))
+		sold, ok := fl.waitFor(10*time.Second, back, func(a floodAnswer) bool { return a.status == http.StatusAccepted })
 		note := fmt.Sprintf("gateway %d: %s at %s", gw+1, how, s.sinceAt(back))
-		givebackStats.record(judged, ok, sold.recv.Sub(back))
-		switch {
-		case ok:
+		if ok {
 			note += fmt.Sprintf(", sold again %s later", sold.recv.Sub(back).Round(time.Millisecond))
-		case judged:
-			finding("flood-giveback: the unit given back to sale %d by %s at %s was not sold again within %s",
-				id, how, s.sinceAt(back), bound+10*time.Second)
-		}
-		if !judged {
-			note += " (a Redis fault overlapped: the bound not judged)"
 		} else {
-			for _, a := range staleRefusals(fl.snapshot(), string(gwclient.CodeSoldOut), back, bound) {
-				finding("flood-giveback: gateway %d answered %s SOLD_OUT, sent %s after a unit of sale %d was given back (%s) and before anything took it",
-					a.gateway+1, a.requestID, a.sent.Sub(back).Round(time.Millisecond), id, how)
-			}
+			note += ", not sold again within 10 s"
 		}
 		notes = append(notes, note)
 	}
 	stop()
 	<-done
+	<-sampled
 
 	answers := fl.snapshot()
+	stretches := fl.stretches(20 * time.Millisecond)
+	var longest time.Duration
+	for _, st := range stretches {
+		if st.to.After(opens) {
+			// The sale's stock before it opened is no stock on sale.
+			longest = max(longest, st.to.Sub(later(st.from, opens)))
+		}
+		for _, a := range staleRefusals(answers, string(gwclient.CodeSoldOut), st.from, bound) {
+			if a.recv.After(st.to) {
+				continue
+			}
+			finding("flood-giveback: gateway %d answered %s SOLD_OUT, sent %s after Redis held stock of sale %d (all along until %s later) and before anything took it",
+				a.gateway+1, a.requestID, a.sent.Sub(st.from).Round(time.Millisecond), id, st.to.Sub(a.recv).Round(time.Millisecond))
+		}
+	}
+	givebackStats.record(len(stretches), longest)
+	notes = append(notes, fmt.Sprintf("Redis held stock in %d stretches, the longest since the sale opened %s", len(stretches), longest.Round(time.Millisecond)))
 	byCode := map[string]int{}
 	for _, a := range answers {
 		k := a.code
@@ -428,22 +503,6 @@ func (s *Suite) preheatUntilDone(ctx context.Context, id int64) error {
 	return fmt.Errorf("preheat never finished (last answer %s)", last)
 }
 
-// redisFaultDuring reports whether a fault of the run's schedule held Redis
-// (or its link) at some time in [from, to].
-func (s *Suite) redisFaultDuring(from, to time.Time) bool {
-	for _, f := range s.schedule {
-		if f.Target != "redis" {
-			continue
-		}
-		start := s.loadStart.Add(f.At)
-		end := start.Add(f.For + storeSettle(f))
-		if start.Before(to) && from.Before(end) {
-			return true
-		}
-	}
-	return false
-}
-
 // sinceAt is t as an offset from the load's start, as since prints now.
 func (s *Suite) sinceAt(t time.Time) string {
 	return fmt.Sprintf("+%.1fs", t.Sub(s.loadStart).Seconds())
@@ -485,4 +544,12 @@ func (s *Suite) settleFlood(ctx context.Context, accepted []floodAnswer, finding
 		}
 	}
 	return live, fmt.Sprintf("statuses %v after %s", statuses, time.Since(start).Round(100*time.Millisecond))
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -46,5 +47,26 @@ func TestStaleRefusals(t *testing.T) {
 				t.Errorf("stale: got %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// TestStretches: a stretch is Redis holding stock throughout: runs of reads
+// above zero with no gap between them, from the end of the first read to
+// the start of the last; a zero, a failed read or a gap ends one.
+func TestStretches(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	read := func(ms int, n int64) stockSample { return stockSample{before: at(ms), after: at(ms + 1), n: n} }
+	f := &flood{samples: []stockSample{
+		read(0, 0), read(5, 1), read(10, 2), read(15, 1), read(20, 0), // 6–15
+		read(25, 1), read(30, -1), // a single read: no stretch; a failed one ends it
+		read(35, 1), read(40, 1), read(45, 1), read(100, 1), read(105, 1), // a gap at 46–100
+	}}
+	var got []string
+	for _, s := range f.stretches(20 * time.Millisecond) {
+		got = append(got, fmt.Sprintf("%d-%d", s.from.Sub(t0).Milliseconds(), s.to.Sub(t0).Milliseconds()))
+	}
+	if want := []string{"6-15", "36-45", "101-105"}; !slices.Equal(got, want) {
+		t.Errorf("stretches %v, want %v", got, want)
 	}
 }

@@ -43,17 +43,19 @@ func (f fault) String() string {
 // nemesisSchedule draws the faults of a load of loadFor from seed: the
 // process and link faults (processFaults), the store faults (storeFaults),
 // the clock steps (clockFaults), the fixes during moves (fixMoveFaults,
-// fault_fixmove.go), the preheat cuts (preheatFaults) and the flood with
-// units given back (givebackFaults, fault_giveback.go), each from a
+// fault_fixmove.go), the preheat cuts (preheatFaults), the flood with
+// units given back (givebackFaults, fault_giveback.go) and the webhook
+// deliverers' and receiver's faults (webhookFaults, webhooks.go), each from a
 // random stream of its own, so adding one left the earlier streams — the
 // seeds' meaning before it — unchanged.
-func nemesisSchedule(seed uint64, loadFor time.Duration, comps, brokers []string, withPG, kafkaLink bool) []fault {
+func nemesisSchedule(seed uint64, loadFor time.Duration, comps, brokers, deliverers []string, withPG, kafkaLink bool) []fault {
 	stores := storeFaults(seed, loadFor, withPG, kafkaLink)
 	out := append(processFaults(seed, loadFor, comps, brokers), stores...)
 	out = append(out, clockFaults(seed, loadFor, comps)...)
 	out = append(out, fixMoveFaults(seed, loadFor)...)
 	out = append(out, preheatFaults(seed, loadFor, withPG, stores)...)
 	out = append(out, givebackFaults(seed, loadFor)...)
+	out = append(out, webhookFaults(seed, loadFor, deliverers)...)
 	slices.SortStableFunc(out, func(a, b fault) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
@@ -313,17 +315,19 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 	res := &NemesisResult{Seed: nc.Seed, Act: act}
 	fail := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
 	items := []int64{1, 2}
-	var comps, brokers []string
+	var comps, brokers, deliverers []string
 	for _, p := range s.procs {
 		switch {
 		case p.store:
 		case strings.HasPrefix(p.name, "kafka"):
 			brokers = append(brokers, p.name)
+		case strings.HasPrefix(p.name, "webhook"):
+			deliverers = append(deliverers, p.name)
 		default:
 			comps = append(comps, p.name)
 		}
 	}
-	res.Schedule = nemesisSchedule(nc.Seed, nc.LoadFor, comps, brokers, s.pg != nil, s.kafkaLink)
+	res.Schedule = nemesisSchedule(nc.Seed, nc.LoadFor, comps, brokers, deliverers, s.pg != nil, s.kafkaLink)
 	s.schedule = res.Schedule
 	s.logf("nemesis seed %d on sale %d, %s of load, %d faults:", nc.Seed, act, nc.LoadFor, len(res.Schedule))
 	for _, f := range res.Schedule {
@@ -397,6 +401,12 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 		return res
 	}
 	res.Check = check
+	got := s.hooks.receipts()
+	ids := map[string]bool{}
+	for _, g := range got {
+		ids[g.ID] = true
+	}
+	s.logf("nemesis seed %d: the webhook receiver holds %d webhooks, %d events (every run's so far)", nc.Seed, len(got), len(ids))
 	// Beside the history; written only for a history that fails.
 	check.checkLinearizable(ops, filepath.Join(s.Dir, fmt.Sprintf("linearizability-seed%d-sale%d.html", nc.Seed, act)))
 	if check.reconcileExit != 0 {
@@ -475,6 +485,8 @@ func (s *Suite) inflict(ctx context.Context, f fault, act int64) (string, error)
 		return s.preheatCut(ctx, f, act)
 	case "flood-giveback":
 		return s.floodGiveback(ctx, f, act)
+	case "webhook-reset", "webhook-hang", "webhook-500":
+		return s.inflictWebhook(f, at)
 	case "clock-step":
 		p := s.proc(f.Target)
 		if err := p.stepClock(f.Step); err != nil {

@@ -18,9 +18,10 @@ import (
 // runs its own, and never while a store fault holds that target.
 func TestSchedule(t *testing.T) {
 	comps := []string{"worker", "worker-2", "closer", "gateway", "gateway-2"}
+	hooks := []string{"webhook", "webhook-2"}
 	load := 12 * time.Second
-	a := nemesisSchedule(1, load, comps, []string{"kafka"}, true, true)
-	if b := nemesisSchedule(1, load, comps, []string{"kafka"}, true, true); !slices.Equal(a, b) {
+	a := nemesisSchedule(1, load, comps, []string{"kafka"}, hooks, true, true)
+	if b := nemesisSchedule(1, load, comps, []string{"kafka"}, hooks, true, true); !slices.Equal(a, b) {
 		t.Fatalf("seed 1 drew two schedules:\n%v\n%v", a, b)
 	}
 	var first []string
@@ -48,7 +49,7 @@ func TestSchedule(t *testing.T) {
 			if real {
 				brokers, link = []string{"kafka-1", "kafka-2", "kafka-3"}, false
 			}
-			fs := nemesisSchedule(seed, load, comps, brokers, true, link)
+			fs := nemesisSchedule(seed, load, comps, brokers, hooks, true, link)
 			until := map[string]time.Duration{}
 			for i, f := range fs {
 				if i > 0 && f.At < fs[i-1].At {
@@ -87,7 +88,7 @@ func TestSchedule(t *testing.T) {
 	}
 	for _, k := range []string{"kill", "pause", "pg-latency", "pg-reset", "poison", "redis-restart", "redis-failover",
 		"redis-latency", "redis-reset", "redis-bandwidth", "pg-restart", "kafka-latency", "kafka-reset", "kafka-bandwidth", "clock-step",
-		"fix-move", "preheat-cut", "flood-giveback"} {
+		"fix-move", "preheat-cut", "flood-giveback", "webhook-reset", "webhook-hang", "webhook-500"} {
 		if kinds[k] == 0 {
 			t.Errorf("200 seeds never drew %s", k)
 		}
@@ -119,6 +120,8 @@ func streamOf(f fault) string {
 		return "preheats"
 	case f.Kind == "flood-giveback":
 		return "floods"
+	case strings.HasPrefix(f.Kind, "webhook-"), strings.HasPrefix(f.Target, "webhook"):
+		return "webhooks"
 	case f.Kind == "pause" && (f.Target == "redis" || f.Target == "postgres"),
 		strings.HasPrefix(f.Kind, "redis-"), strings.HasPrefix(f.Kind, "kafka-"), f.Kind == "pg-restart":
 		return "stores"

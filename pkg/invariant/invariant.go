@@ -60,6 +60,8 @@ type Checker struct {
 	Gateways []*client.Client
 	// Status, when set, is where I7 is read.
 	Status *StatusTopic
+	// Webhooks, when set, are endpoints I7 is judged on too (webhooks.go).
+	Webhooks []WebhookEndpoint
 }
 
 // StatusTopic is where the orders.status events are.
@@ -141,6 +143,15 @@ func (c *Checker) Inspect(ctx context.Context, s Scope) (*Result, error) {
 	}
 	if c.Status != nil {
 		for _, p := range c.status(ctx, s.ActivityID) {
+			j.violate(I7, "", "%s", p)
+		}
+	}
+	if len(c.Webhooks) > 0 {
+		problems, err := c.webhooks(ctx, s.ActivityID)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range problems {
 			j.violate(I7, "", "%s", p)
 		}
 	}
