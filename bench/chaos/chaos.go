@@ -46,8 +46,8 @@ import (
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
-	"orderpipe/pkg/webhook"
 	"orderpipe/pkg/testenv"
+	"orderpipe/pkg/webhook"
 )
 
 // Config is one run of the suite.
@@ -200,10 +200,10 @@ type Suite struct {
 	// with hookSecret.
 	hooks      *hookReceiver
 	hookSecret webhook.Secret
-	load      *loadResult
-	notesMu   sync.Mutex
-	notes     []string
-	asyncWG   sync.WaitGroup
+	load       *loadResult
+	notesMu    sync.Mutex
+	notes      []string
+	asyncWG    sync.WaitGroup
 }
 
 func (s *Suite) note(n string) {
