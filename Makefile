@@ -95,7 +95,8 @@ E2E_TESTS := TestHelpTouchesNothing TestBadCommandLinesExit2 TestLogLinesAreJSON
 	TestProductionBuildHasNoTestFakes TestProductionBuildHasNoEmbeddedBroker TestProductionBuildHasNoSteppedClock \
 	TestStartRidesOutUnreachableStores TestStartWaitsForRedisToLoad TestStartWaitsForRedisFailover \
 	TestStartWaitsForPostgresToRecover TestMigrateWaitsForPostgresToRecover TestTopicsWaitsForAStartingBroker TestSecretsNeverShown TestBinaryReachesRedisOverTLS \
-	TestBinaryReachesPostgresOverTLS TestKafkaOverSASLSSL TestMakeRunCtrlCEndsClean TestHealthyPipelineLogsNoWarnings
+	TestBinaryReachesPostgresOverTLS TestKafkaOverSASLSSL TestMakeRunCtrlCEndsClean TestHealthyPipelineLogsNoWarnings \
+	TestWebhookEndpointDownForMinutes
 # Those of them that run on TEST_KAFKA_BROKERS: `make test-kafka` runs them
 # too (the others would only repeat `make e2e`; TestKafkaOverSASLSSL starts
 # a SASL_SSL Kafka of its own in either tier, so make e2e's run is the one).

@@ -10,11 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"orderpipe/pkg/invariant"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
 	"orderpipe/pkg/webhook"
@@ -241,4 +244,97 @@ func TestWebhookBadSettings(t *testing.T) {
 			t.Errorf("orderpipe %s with %v started before it stopped: %s", tc.cmd, tc.env, res)
 		}
 	}
+}
+
+// webhookDownFor is how long TestWebhookEndpointDownForMinutes keeps its
+// endpoint down.
+const webhookDownFor = 2 * time.Minute
+
+// TestWebhookEndpointDownForMinutes: an endpoint that drops every
+// connection for minutes while orders are placed, paid and cancelled gets
+// every event once it is back — with the real backoff (1 s doubling, full
+// jitter) capped at WEBHOOK_BACKOFF_MAX=20s — each order's in version
+// order, every signature verifying (the one invariant checker, I7 on the
+// endpoint).
+func TestWebhookEndpointDownForMinutes(t *testing.T) {
+	var down atomic.Bool
+	var refused atomic.Int64
+	var mu sync.Mutex
+	var got []invariant.WebhookReceipt
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if down.Load() {
+			// Down: the connection dropped, no answer.
+			refused.Add(1)
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		mu.Lock()
+		got = append(got, invariant.WebhookReceipt{ID: r.Header.Get("webhook-id"), Timestamp: r.Header.Get("webhook-timestamp"),
+			Signature: r.Header.Get("webhook-signature"), Body: body})
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	receipts := func() []invariant.WebhookReceipt {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+	key, err := webhook.ParseSecret(webhookSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := mustPipeline(t, components{"gateway", "worker", "relay", "webhook"}, func(c *config) {
+		eps, err := webhook.ParseEndpoints([]string{srv.URL + "/orderpipe"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Webhook.Endpoints, c.Webhook.Secret, c.Webhook.BackoffMax = eps, key, 20*time.Second
+	})
+	it := stock.Item{ActivityID: 49, ItemID: 490}
+	p.mustSale(t, 49, 1, map[int64]int64{490: 10})
+	place := func(u int64) string {
+		r := p.order(t, orderBody{RequestID: fmt.Sprintf("whd-%d", u), UserID: u, ActivityID: 49, ItemID: 490, Quantity: 1})
+		no := r.Str("orderNo")
+		p.waitStatus(t, no, "UNPAID")
+		return no
+	}
+	first := place(1)
+	testenv.WaitFor(t, 30*time.Second, "the first webhook while the endpoint is up", func() bool { return len(receipts()) >= 1 })
+
+	down.Store(true)
+	downAt := time.Now()
+	var nos []string
+	for u := int64(2); u <= 5; u++ {
+		nos = append(nos, place(u))
+	}
+	if r := p.do(t, http.MethodPost, "/v1/orders/"+first+"/pay", "", nil); r.Status != http.StatusOK {
+		t.Fatalf("pay: %d %v", r.Status, r.Body)
+	}
+	if r := p.cancelOrder(t, nos[0], map[string]int64{"userId": 2}); r.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %v", r.Status, r.Body)
+	}
+	// The fault lasts its time: what is waited on is the outage itself.
+	time.Sleep(time.Until(downAt.Add(webhookDownFor)))
+	n := len(receipts())
+	down.Store(false)
+	if n != 1 || refused.Load() < 6 {
+		t.Fatalf("while down: %d webhooks accepted (want only the first), %d attempts dropped (want at least one per event, 6)", n, refused.Load())
+	}
+	p.waitDrained(t, it)
+	c := &invariant.Checker{Orders: p.Orders, Stock: p.Stock,
+		Webhooks: []invariant.WebhookEndpoint{{Name: srv.URL, Secret: key, Receipts: receipts, Wait: 90 * time.Second}}}
+	back := time.Now()
+	vs, err := c.Check(context.Background(), invariant.Scope{ActivityID: 49, Items: []int64{490}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Error(v)
+	}
+	t.Logf("down %s: %d attempts dropped; every event there %s after it came back (%d webhooks)",
+		webhookDownFor, refused.Load(), time.Since(back).Round(time.Second), len(receipts()))
 }

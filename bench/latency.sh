@@ -15,9 +15,10 @@
 # Redis, PostgreSQL, the load tool); keeps each run's report in $OUT.
 #   bench/latency.sh                              1000, 2000 and 4000 req/s, 15 s each
 #   RATES=2000 SECONDS_EACH=30 bench/latency.sh
-#   PROFILE=2000 bench/latency.sh                 also, at 2000 req/s, a 5 s CPU profile and a 2 s
-#                                                 execution trace of orderpipe all ($OUT/latency-<run>-*.pprof/.trace),
-#                                                 and the trace's requests split by what they waited in (bench/tracesplit)
+#   PROFILE=2000 bench/latency.sh                 also, at 2000 req/s, in the middle of each half, a 5 s CPU, block
+#                                                 and mutex profile and a 2 s execution trace of the floor pipeline
+#                                                 and of orderpipe all ($OUT/latency-<run>-<rate>.{floor,all}.*),
+#                                                 each trace's requests split by what they waited in (bench/tracesplit)
 #   GOGC=400 bench/latency.sh                     any variable of docs/config.md (and Go's GOGC,
 #                                                 GOMEMLIMIT) passes through to orderpipe all
 # Exit status: 0 every run's invariants held, 1 one failed, 2 could not run.
@@ -56,6 +57,7 @@ pprof_port=$(free_port)
 floor_port=$(free_port)
 export HTTP_ADDR="127.0.0.1:$http_port" KAFKA_EMBEDDED_PORT="$kafka_port"
 [ -n "$PROFILE" ] && export PPROF_ADDR="127.0.0.1:$pprof_port"
+floor_pprof_port=$(free_port)
 "$BIN" all >>"$log" 2>&1 &
 pid=$!
 # The floor gets none of orderpipe all's settings.
@@ -66,8 +68,10 @@ case "$FLOOR" in
   pipeline)
     floor_name="floor pipeline"
     go build -o bin/floorpipe ./bench/floorpipe || { echo "latency: building bench/floorpipe failed" >&2; exit 2; }
+    floor_pprof=()
+    [ -n "$PROFILE" ] && floor_pprof=(-pprof "127.0.0.1:$floor_pprof_port")
     env -u GOGC -u GOMEMLIMIT bin/floorpipe -addr "127.0.0.1:$floor_port" -db "$DATABASE_URL" -redis "${REDIS_ADDR:-127.0.0.1:6379}" \
-      -prefix "${REDIS_KEY_PREFIX}floor:" >"$log.floor" 2>&1 & ;;
+      -prefix "${REDIS_KEY_PREFIX}floor:" "${floor_pprof[@]}" >"$log.floor" 2>&1 & ;;
   *) echo "latency: FLOOR=$FLOOR: want pipeline or trivial" >&2; exit 2 ;;
 esac
 floor_pid=$!
@@ -92,11 +96,21 @@ for rate in $RATES; do
   txt="$OUT/latency-$run-$rate.txt"
   prof=""
   if [ "$PROFILE" = "$rate" ]; then
-    # Into the gateway's half of the run: the floor's half takes SECONDS_EACH.
+    # The middle of each half, the floor's first (its half takes
+    # SECONDS_EACH): at once a 5 s CPU profile, 5 s of the block and mutex
+    # profiles and a 2 s execution trace of each process.
     (
-      sleep $((SECONDS_EACH + SECONDS_EACH / 2 - 3))
-      curl -sf -o "$OUT/latency-$run-$rate.cpu.pprof" "http://$PPROF_ADDR/debug/pprof/profile?seconds=5" || echo "latency: no CPU profile" >&2
-      curl -sf -o "$OUT/latency-$run-$rate.trace" "http://$PPROF_ADDR/debug/pprof/trace?seconds=2" || echo "latency: no trace" >&2
+      profiles() { # ADDR NAME
+        curl -sf -o "$OUT/latency-$run-$rate.$2.cpu.pprof" "http://$1/debug/pprof/profile?seconds=5" || echo "latency: no CPU profile of $2" >&2 &
+        curl -sf -o "$OUT/latency-$run-$rate.$2.block.pprof" "http://$1/debug/pprof/block?seconds=5" || echo "latency: no block profile of $2" >&2 &
+        curl -sf -o "$OUT/latency-$run-$rate.$2.mutex.pprof" "http://$1/debug/pprof/mutex?seconds=5" || echo "latency: no mutex profile of $2" >&2 &
+        curl -sf -o "$OUT/latency-$run-$rate.$2.trace" "http://$1/debug/pprof/trace?seconds=2" || echo "latency: no trace of $2" >&2 &
+        wait
+      }
+      sleep $((SECONDS_EACH / 2 - 3))
+      [ "$FLOOR" = pipeline ] && profiles "127.0.0.1:$floor_pprof_port" floor
+      sleep $((SECONDS_EACH - 5))
+      profiles "$PPROF_ADDR" all
     ) &
     prof=$!
   fi
@@ -155,11 +169,28 @@ for rate in $RATES; do
   cat "$OUT/latency-$run-$rate.waits"
 done
 echo "the reports: $OUT/latency-$run-<rate>.txt and .html; orderpipe all's log: $log"
-if [ -n "$PROFILE" ] && [ -s "$OUT/latency-$run-$PROFILE.trace" ]; then
-  echo "the gateway's requests in the trace at $PROFILE req/s, by where their time on the server went (ms; the tracer slows them):"
-  go run ./bench/tracesplit "$OUT/latency-$run-$PROFILE.trace" || echo "latency: bench/tracesplit failed" >&2
-fi
 if [ -n "$PROFILE" ]; then
-  echo "profiles at $PROFILE req/s: go tool pprof -top $BIN $OUT/latency-$run-$PROFILE.cpu.pprof; go tool trace $OUT/latency-$run-$PROFILE.trace"
+  # The same split of both processes' requests: blocked in the Redis client
+  # (the reserve) or the Kafka client (the produce; the gateway's producer
+  # goroutine is pkg/event), or elsewhere.
+  p="$OUT/latency-$run-$PROFILE"
+  if [ -s "$p.floor.trace" ]; then
+    echo "the floor's requests in its trace at $PROFILE req/s, by where their time on the server went (ms; the tracer slows them):"
+    go run ./bench/tracesplit -wait reserve=github.com/redis/go-redis -wait produce=github.com/segmentio/kafka-go "$p.floor.trace" ||
+      echo "latency: bench/tracesplit failed" >&2
+  fi
+  if [ -s "$p.all.trace" ]; then
+    echo "the gateway's requests in the trace at $PROFILE req/s, by where their time on the server went (ms; the tracer slows them):"
+    go run ./bench/tracesplit -wait reserve=orderpipe/pkg/stock. -wait reserve=github.com/redis/go-redis \
+      -wait produce=orderpipe/pkg/event. -wait produce=github.com/segmentio/kafka-go "$p.all.trace" || echo "latency: bench/tracesplit failed" >&2
+  fi
+  for kind in block mutex; do
+    for who in floor all; do
+      [ -s "$p.$who.$kind.pprof" ] || continue
+      echo "the $kind profile of the $who process at $PROFILE req/s (5 s; the top 8):"
+      go tool pprof -top -nodecount 8 "$p.$who.$kind.pprof" 2>/dev/null | sed -n '/flat%/,$p' || true
+    done
+  done
+  echo "profiles at $PROFILE req/s: go tool pprof -top $BIN $p.all.cpu.pprof (and .floor., .block., .mutex.); go tool trace $p.all.trace"
 fi
 exit "$status"

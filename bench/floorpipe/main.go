@@ -43,6 +43,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/standin"
+	"orderpipe/pkg/telemetry"
 )
 
 const topic = "floor.orders.requested"
@@ -201,7 +202,15 @@ func main() {
 	dbURL := flag.String("db", "postgres://postgres@127.0.0.1:5432/orderpipe?sslmode=disable", "Postgres URL (its floor_orders table is created if missing)")
 	prefix := flag.String("prefix", "floor:", "Redis key prefix")
 	stock := flag.Int64("stock", 1_000_000_000, "an item's stock at its first order")
+	pprofAddr := flag.String("pprof", "", "serve Go's profiles (CPU, trace, block, mutex) on this address, as PPROF_ADDR does for orderpipe; empty: off")
 	flag.Parse()
+	if *pprofAddr != "" {
+		go func() {
+			if err := telemetry.ServePprof(context.Background(), *pprofAddr); err != nil {
+				log.Printf("floorpipe: %v", err)
+			}
+		}()
+	}
 	if err := run(*addr, *redisAddr, *dbURL, *prefix, *stock); err != nil {
 		log.Printf("floorpipe: %v", err)
 		os.Exit(1)

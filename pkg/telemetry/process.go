@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"time"
 )
 
@@ -48,8 +49,15 @@ func ServeMetrics(ctx context.Context, addr string, m *Metrics) error {
 }
 
 // ServePprof serves Go's runtime profiles (PPROF_ADDR) on their own
-// listener, so they are never reachable through the public API port.
+// listener, so they are never reachable through the public API port. The
+// block and mutex profiles sample while it serves (one blocking event per
+// 10 µs blocked, one contention in 100), so /debug/pprof/block and /mutex
+// (?seconds=N for the last N seconds) say where goroutines wait.
 func ServePprof(ctx context.Context, addr string) error {
+	runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
+	runtime.SetMutexProfileFraction(100)
+	defer runtime.SetBlockProfileRate(0)
+	defer runtime.SetMutexProfileFraction(0)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

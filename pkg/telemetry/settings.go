@@ -6,7 +6,7 @@ import "orderpipe/pkg/setting"
 // (OTEL_* are the OpenTelemetry SDK's own, not declared here).
 var Settings = []setting.Var{
 	{Name: "METRICS_ADDR", Default: ":9090", Help: "/metrics listener of a process without the gateway"},
-	{Name: "PPROF_ADDR", Default: "", Help: "serve Go's net/http/pprof profiles on this address (keep it private); empty ⇒ off"},
+	{Name: "PPROF_ADDR", Default: "", Help: "serve Go's net/http/pprof profiles on this address (keep it private; the block and mutex profiles sample while it is set); empty ⇒ off"},
 	{Name: "TRACE_STORE_DIR", Default: "", Help: "append every span to JSON-lines files in this directory, for `orderpipe locate` (local runs); empty ⇒ off"},
 	// Read before the configuration (the logger exists first).
 	{Name: "LOG_LEVEL", Default: "info", Help: "debug for more (any other value means info)"},
