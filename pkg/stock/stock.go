@@ -427,18 +427,29 @@ const (
 
 // Release gives a reservation's stock, and the user's limit marker, back:
 // the one release script, applied at most once per reservation however
-// often it is called.
+// often it is called. With the store's ReplicaWait on, the release is
+// acknowledged by the replicas before it is reported done: what a release
+// answers is told to a client ("nothing was reserved") or marks a
+// compensation applied, and a failover right after a release only the
+// primary held would bring the reservation back — an order its client was
+// told does not exist. Fewer acknowledgements than asked return the
+// script's outcome with ErrUnreplicated: it holds on the primary alone,
+// and the caller retries (the script is safe to run again).
 func (s *Store) Release(ctx context.Context, cause Cause, r Release) (ReleaseOutcome, error) {
 	if cause != Unproduced && cause != Compensation {
 		return "", fmt.Errorf("releasing %s: unknown cause %q", r.RequestID, cause)
 	}
 	k := s.keys(r.Item)
-	res, err := releaseScript.Run(ctx, s.rdb,
+	cmd, werr := s.runWaited(ctx, releaseScript,
 		[]string{k.Stock, k.Limit(r.UserID), k.Journal, k.Fate(r.OrderNo), k.Req(r.RequestID), k.Order(r.OrderNo), k.MarkerIndex()},
 		r.RequestID, r.OrderNo, r.Quantity, string(cause), r.LimitOwner, int64(FateLifetime/time.Second), r.UserID,
-	).Text()
+	)
+	res, err := cmd.Text()
 	if err != nil {
 		return "", fmt.Errorf("running release script: %w", err)
+	}
+	if werr != nil {
+		return ReleaseOutcome(res), fmt.Errorf("releasing %s: %w", r.RequestID, werr)
 	}
 	return ReleaseOutcome(res), nil
 }

@@ -118,3 +118,57 @@ func TestClaimWaitsForReplicas(t *testing.T) {
 		t.Errorf("release on the promoted replica: %s %v, want CLAIMED", out, err)
 	}
 }
+
+// With a ReplicaWait a release is reported done only once a replica has
+// it: the gateway tells its client "nothing was reserved" on the strength
+// of it, and a release a failover loses brings the reservation back on the
+// promoted replica — an order the client was told does not exist. With the
+// replica away it returns what it did with ErrUnreplicated; run again once
+// the replica is back, it is acknowledged and the promoted replica holds
+// it released.
+func TestReleaseWaitsForReplicas(t *testing.T) {
+	t.Parallel()
+	pair := testenv.MustRedisPair(t)
+	rdb := redis.NewClient(&redis.Options{Addr: pair.Primary.Addr})
+	defer rdb.Close()
+	s := stock.New(rdb, "")
+	if err := s.WaitForReplicas(stock.ReplicaWait{Replicas: 1, Timeout: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	it := stock.Item{ActivityID: 1, ItemID: 4}
+	now := time.Now()
+	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Reserve(ctx, stock.Reservation{Item: it, RequestID: "r1", OrderNo: "o1", UserID: 1, Quantity: 1,
+		Fingerprint: stock.Fingerprint(1, 1, 4, 1), Event: []byte(`{"orderNo":"o1","quantity":1}`)})
+	if err != nil || res.Outcome != stock.Reserved || res.Unreplicated {
+		t.Fatalf("reserve with the replica running: %+v %v, want RESERVED, replicated", res, err)
+	}
+	rel := stock.Release{Item: it, Ref: stock.Ref{RequestID: "r1", OrderNo: "o1"}, UserID: 1, Quantity: 1}
+
+	pair.Replica.Pause(t)
+	out, err := s.Release(ctx, stock.Unproduced, rel)
+	pair.Replica.Resume(t)
+	if out != stock.Released || !errors.Is(err, stock.ErrUnreplicated) {
+		t.Fatalf("release with the replica paused: %s %v, want RELEASED with ErrUnreplicated", out, err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the release acknowledged once the replica is back", func() bool {
+		_, err := s.Release(ctx, stock.Unproduced, rel)
+		return err == nil
+	})
+	// The replica has it: promoted, it holds the stock given back.
+	replica := redis.NewClient(&redis.Options{Addr: pair.Replica.Addr})
+	defer replica.Close()
+	if err := replica.Do(ctx, "replicaof", "no", "one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := stock.New(replica, "").Release(ctx, stock.Unproduced, rel); err != nil || out == stock.Claimed || out == stock.Shown {
+		t.Errorf("release again on the promoted replica: %s %v, want it released already", out, err)
+	}
+	n, err := stock.New(replica, "").BucketStocks(ctx, it, 1)
+	if err != nil || n[0] == nil || *n[0] != 10 {
+		t.Errorf("stock on the promoted replica: %v %v, want 10 (the unit given back)", n, err)
+	}
+}
