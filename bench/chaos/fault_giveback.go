@@ -299,131 +299,171 @@ func staleRefusals(answers []floodAnswer, code string, from time.Time, bound tim
 }
 
 // floodGiveback runs one flood-giveback fault on a fresh activity of the
-// run's sale act.
+// run's sale act: the sale, the flood from before it opens, a unit given
+// back per gateway, then the judgement of every answer.
 func (s *Suite) floodGiveback(ctx context.Context, f fault, act int64) (string, error) {
-	at := s.since()
 	id := act*1000 + 500 + givebackSales.Add(1)
-	// One bucket even in a bucketed run: a unit given back is then every
-	// new buyer's to take (in a bucketed sale only its bucket's users'),
-	// which the rules above take for granted.
-	const units, buckets = 2, 1
-	it := stock.Item{ActivityID: id, ItemID: 1}
-	bound := stock.MaxVerdictTTL + givebackSlack
-	desc := fmt.Sprintf("flood-giveback on sale %d (%d units, %d buckets) at %s", id, units, buckets, at)
-	// It opens on a whole second at least 1.5 s from now, preheated before.
-	opens := time.Now().Add(2500 * time.Millisecond).Truncate(time.Second)
-	total := int64(units)
-	put := func() error { // retried as an operator would: a gateway may be down
-		var last string
-		for range 20 {
-			code, errCode, err := coded(s.adminAPI().PutActivity(ctx, id, gwclient.ActivityUpsert{Name: fmt.Sprintf("flood %d", id),
-				StartsAt: opens, EndsAt: opens.Add(time.Hour), PerUserLimit: 1,
-				Items: []gwclient.ItemUpsert{{ItemID: 1, Stock: total, Buckets: buckets}}}))
-			if code == http.StatusOK {
-				return nil
-			}
-			last = answerText(code, errCode, err)
-			time.Sleep(300 * time.Millisecond)
-		}
-		return fmt.Errorf("PUT of the sale: %s", last)
-	}
-	if err := put(); err != nil {
+	r := &floodRun{s: s, id: id, bound: stock.MaxVerdictTTL + givebackSlack, total: floodUnits,
+		// It opens on a whole second at least 1.5 s from now, preheated before.
+		opens: time.Now().Add(2500 * time.Millisecond).Truncate(time.Second)}
+	desc := fmt.Sprintf("flood-giveback on sale %d (%d units, 1 bucket) at %s", id, floodUnits, s.since())
+	if err := r.put(ctx); err != nil {
 		return desc, err
 	}
 	if err := s.preheatUntilDone(ctx, id); err != nil {
 		return desc, err
 	}
-	fl := s.newFlood(it)
+	r.fl = s.newFlood(stock.Item{ActivityID: id, ItemID: 1})
 	floodCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); fl.run(floodCtx, 8) }()
+	go func() { defer close(done); r.fl.run(floodCtx, 8) }()
 	sampled := make(chan struct{})
-	go func() { defer close(sampled); fl.sample(floodCtx) }()
+	go func() { defer close(sampled); r.fl.sample(floodCtx) }()
 	defer func() { stop(); <-done; <-sampled }()
 
-	var notes, findings []string
-	finding := func(format string, args ...any) {
-		findings = append(findings, fmt.Sprintf(format, args...))
-	}
-	// Before the sale: NOT_ON_SALE verdicts, then the start, then sold out
-	// (how soon is the faults' business: only the verdicts are judged).
-	first, sold := fl.waitFor(time.Until(opens)+bound+5*time.Second, opens, func(a floodAnswer) bool { return a.status == http.StatusAccepted })
-	if sold {
-		notes = append(notes, fmt.Sprintf("opened at %s, first sold %s later", s.sinceAt(opens), first.recv.Sub(opens).Round(time.Millisecond)))
-	} else {
-		notes = append(notes, fmt.Sprintf("opened at %s, nothing sold in %s", s.sinceAt(opens), bound+5*time.Second))
-	}
-	if _, ok := fl.waitFor(10*time.Second, opens, func(a floodAnswer) bool { return a.code == string(gwclient.CodeSoldOut) }); !ok {
-		notes = append(notes, "not sold out within 10 s")
-	}
-	for _, a := range staleRefusals(fl.snapshot(), string(gwclient.CodeNotOnSale), opens, bound) {
-		finding("flood-giveback: gateway %d answered %s NOT_ON_SALE, sent %s after sale %d opened",
-			a.gateway+1, a.requestID, a.sent.Sub(opens).Round(time.Millisecond), id)
-	}
-
+	r.open()
 	// Each gateway in turn: every gateway holds the verdict (the flood on
 	// all of them for a while), then the flood on that one only, and one
 	// unit back.
-	order := rand.Perm(len(fl.api))
-	for _, gw := range order {
-		fl.aim(nil)
-		time.Sleep(f.For)
-		s.replaySoldOut(fl, gw, finding)
-		fl.aim([]int{gw})
-		time.Sleep(100 * time.Millisecond)
-		how, back, err := s.giveBack(ctx, fl, put, &total)
-		if err != nil {
-			notes = append(notes, fmt.Sprintf("gateway %d: no unit given back (%v)", gw+1, err))
-			continue
-		}
-		sold, ok := fl.waitFor(10*time.Second, back, func(a floodAnswer) bool { return a.status == http.StatusAccepted })
-		note := fmt.Sprintf("gateway %d: %s at %s", gw+1, how, s.sinceAt(back))
-		if ok {
-			note += fmt.Sprintf(", sold again %s later", sold.recv.Sub(back).Round(time.Millisecond))
-		} else {
-			note += ", not sold again within 10 s"
-		}
-		notes = append(notes, note)
+	for _, gw := range rand.Perm(len(r.fl.api)) {
+		r.giveBackThrough(ctx, gw, f.For)
 	}
 	stop()
 	<-done
 	<-sampled
+	r.judgeStretches()
+	r.settle(ctx)
+	for _, m := range r.findings {
+		preheatFinding("%s", m)
+	}
+	return fmt.Sprintf("%s: %s; answers %v; %d findings", desc, strings.Join(r.notes, "; "), r.fl.byCode(), len(r.findings)), nil
+}
 
-	answers := fl.snapshot()
-	stretches := fl.stretches(20 * time.Millisecond)
+// floodUnits is the flood's sale's stock. One bucket even in a bucketed
+// run: a unit given back is then every new buyer's to take (in a bucketed
+// sale only its bucket's users'), which the rules above take for granted.
+const floodUnits = 2
+
+// floodRun is one flood-giveback fault as it goes.
+type floodRun struct {
+	s               *Suite
+	fl              *flood
+	id              int64
+	opens           time.Time
+	bound           time.Duration
+	total           int64 // units ever on sale
+	notes, findings []string
+}
+
+func (r *floodRun) finding(format string, args ...any) {
+	r.findings = append(r.findings, fmt.Sprintf(format, args...))
+}
+
+// put creates the sale, or raises its stock to r.total, retried as an
+// operator would: a gateway may be down.
+func (r *floodRun) put(ctx context.Context) error {
+	var last string
+	for range 20 {
+		code, errCode, err := coded(r.s.adminAPI().PutActivity(ctx, r.id, gwclient.ActivityUpsert{Name: fmt.Sprintf("flood %d", r.id),
+			StartsAt: r.opens, EndsAt: r.opens.Add(time.Hour), PerUserLimit: 1,
+			Items: []gwclient.ItemUpsert{{ItemID: 1, Stock: r.total, Buckets: 1}}}))
+		if code == http.StatusOK {
+			return nil
+		}
+		last = answerText(code, errCode, err)
+		time.Sleep(300 * time.Millisecond)
+	}
+	return fmt.Errorf("PUT of the sale: %s", last)
+}
+
+// open waits for the sale to open and sell out under the flood (how soon
+// is the faults' business) and judges the NOT_ON_SALE verdicts.
+func (r *floodRun) open() {
+	fl, opens, bound := r.fl, r.opens, r.bound
+	first, sold := fl.waitFor(time.Until(opens)+bound+5*time.Second, opens, func(a floodAnswer) bool { return a.status == http.StatusAccepted })
+	if sold {
+		r.notes = append(r.notes, fmt.Sprintf("opened at %s, first sold %s later", r.s.sinceAt(opens), first.recv.Sub(opens).Round(time.Millisecond)))
+	} else {
+		r.notes = append(r.notes, fmt.Sprintf("opened at %s, nothing sold in %s", r.s.sinceAt(opens), bound+5*time.Second))
+	}
+	if _, ok := fl.waitFor(10*time.Second, opens, func(a floodAnswer) bool { return a.code == string(gwclient.CodeSoldOut) }); !ok {
+		r.notes = append(r.notes, "not sold out within 10 s")
+	}
+	for _, a := range staleRefusals(fl.snapshot(), string(gwclient.CodeNotOnSale), opens, bound) {
+		r.finding("flood-giveback: gateway %d answered %s NOT_ON_SALE, sent %s after sale %d opened",
+			a.gateway+1, a.requestID, a.sent.Sub(opens).Round(time.Millisecond), r.id)
+	}
+}
+
+// giveBackThrough floods every gateway for hold (each holds its sold-out
+// verdict), retries the accepted requests through gateway gw, then floods
+// gw alone and gives one unit back.
+func (r *floodRun) giveBackThrough(ctx context.Context, gw int, hold time.Duration) {
+	fl := r.fl
+	fl.aim(nil)
+	time.Sleep(hold)
+	r.s.replaySoldOut(fl, gw, r.finding)
+	fl.aim([]int{gw})
+	time.Sleep(100 * time.Millisecond)
+	how, back, err := r.s.giveBack(ctx, fl, func() error { return r.put(ctx) }, &r.total)
+	if err != nil {
+		r.notes = append(r.notes, fmt.Sprintf("gateway %d: no unit given back (%v)", gw+1, err))
+		return
+	}
+	note := fmt.Sprintf("gateway %d: %s at %s", gw+1, how, r.s.sinceAt(back))
+	if sold, ok := fl.waitFor(10*time.Second, back, func(a floodAnswer) bool { return a.status == http.StatusAccepted }); ok {
+		note += fmt.Sprintf(", sold again %s later", sold.recv.Sub(back).Round(time.Millisecond))
+	} else {
+		note += ", not sold again within 10 s"
+	}
+	r.notes = append(r.notes, note)
+}
+
+// judgeStretches judges every SOLD_OUT against the stretches Redis held
+// stock (the rules above).
+func (r *floodRun) judgeStretches() {
+	answers := r.fl.snapshot()
+	stretches := r.fl.stretches(20 * time.Millisecond)
 	var longest time.Duration
 	for _, st := range stretches {
-		if st.to.After(opens) {
+		if st.to.After(r.opens) {
 			// The sale's stock before it opened is no stock on sale.
-			longest = max(longest, st.to.Sub(later(st.from, opens)))
+			longest = max(longest, st.to.Sub(later(st.from, r.opens)))
 		}
-		for _, a := range staleRefusals(answers, string(gwclient.CodeSoldOut), st.from, bound) {
+		for _, a := range staleRefusals(answers, string(gwclient.CodeSoldOut), st.from, r.bound) {
 			if a.recv.After(st.to) {
 				continue
 			}
-			finding("flood-giveback: gateway %d answered %s SOLD_OUT, sent %s after Redis held stock of sale %d (all along until %s later) and before anything took it",
-				a.gateway+1, a.requestID, a.sent.Sub(st.from).Round(time.Millisecond), id, st.to.Sub(a.recv).Round(time.Millisecond))
+			r.finding("flood-giveback: gateway %d answered %s SOLD_OUT, sent %s after Redis held stock of sale %d (all along until %s later) and before anything took it",
+				a.gateway+1, a.requestID, a.sent.Sub(st.from).Round(time.Millisecond), r.id, st.to.Sub(a.recv).Round(time.Millisecond))
 		}
 	}
 	givebackStats.record(len(stretches), longest)
-	notes = append(notes, fmt.Sprintf("Redis held stock in %d stretches, the longest since the sale opened %s", len(stretches), longest.Round(time.Millisecond)))
-	byCode := map[string]int{}
-	for _, a := range answers {
+	r.notes = append(r.notes, fmt.Sprintf("Redis held stock in %d stretches, the longest since the sale opened %s", len(stretches), longest.Round(time.Millisecond)))
+}
+
+// settle follows the accepted orders to their decision and judges the
+// oversell.
+func (r *floodRun) settle(ctx context.Context) {
+	accepted := r.fl.accepted()
+	live, settled := r.s.settleFlood(ctx, accepted, r.finding)
+	if int64(live) > r.total {
+		r.finding("flood-giveback: sale %d holds %d live orders, %d units were ever on sale (oversold)", r.id, live, r.total)
+	}
+	r.notes = append(r.notes, fmt.Sprintf("%d accepted, %d live of %d units ever on sale; %s", len(accepted), live, r.total, settled))
+}
+
+// byCode counts the flood's answers by code (status when there is none).
+func (f *flood) byCode() map[string]int {
+	out := map[string]int{}
+	for _, a := range f.snapshot() {
 		k := a.code
 		if k == "" {
 			k = fmt.Sprint(a.status)
 		}
-		byCode[k]++
+		out[k]++
 	}
-	live, settled := s.settleFlood(ctx, fl.accepted(), finding)
-	if int64(live) > total {
-		finding("flood-giveback: sale %d holds %d live orders, %d units were ever on sale (oversold)", id, live, total)
-	}
-	notes = append(notes, fmt.Sprintf("%d accepted, %d live of %d units ever on sale; %s", len(fl.accepted()), live, total, settled))
-	for _, m := range findings {
-		preheatFinding("%s", m)
-	}
-	return fmt.Sprintf("%s: %s; answers %v; %d findings", desc, strings.Join(notes, "; "), byCode, len(findings)), nil
+	return out
 }
 
 // giveBack gives one unit of the flood's sale back, by a buyer's cancel
