@@ -18,18 +18,8 @@ import (
 func TestReserveReportsUnreplicated(t *testing.T) {
 	t.Parallel()
 	pair := testenv.MustRedisPair(t)
-	rdb := redis.NewClient(&redis.Options{Addr: pair.Primary.Addr})
-	defer rdb.Close()
-	s := stock.New(rdb, "")
-	if err := s.WaitForReplicas(stock.ReplicaWait{Replicas: 1, Timeout: 300 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	s, it := onSaleWaiting(t, pair.Primary.Addr, 2)
 	ctx := context.Background()
-	it := stock.Item{ActivityID: 1, ItemID: 2}
-	now := time.Now()
-	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
-		t.Fatal(err)
-	}
 	reserve := func(rid, orderNo string, user int64) stock.ReserveResult {
 		t.Helper()
 		res, err := s.Reserve(ctx, stock.Reservation{Item: it, RequestID: rid, OrderNo: orderNo, UserID: user, Quantity: 1,
@@ -129,18 +119,8 @@ func TestClaimWaitsForReplicas(t *testing.T) {
 func TestReleaseWaitsForReplicas(t *testing.T) {
 	t.Parallel()
 	pair := testenv.MustRedisPair(t)
-	rdb := redis.NewClient(&redis.Options{Addr: pair.Primary.Addr})
-	defer rdb.Close()
-	s := stock.New(rdb, "")
-	if err := s.WaitForReplicas(stock.ReplicaWait{Replicas: 1, Timeout: 300 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
+	s, it := onSaleWaiting(t, pair.Primary.Addr, 4)
 	ctx := context.Background()
-	it := stock.Item{ActivityID: 1, ItemID: 4}
-	now := time.Now()
-	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
-		t.Fatal(err)
-	}
 	res, err := s.Reserve(ctx, stock.Reservation{Item: it, RequestID: "r1", OrderNo: "o1", UserID: 1, Quantity: 1,
 		Fingerprint: stock.Fingerprint(1, 1, 4, 1), Event: []byte(`{"orderNo":"o1","quantity":1}`)})
 	if err != nil || res.Outcome != stock.Reserved || res.Unreplicated {
@@ -171,4 +151,23 @@ func TestReleaseWaitsForReplicas(t *testing.T) {
 	if err != nil || n[0] == nil || *n[0] != 10 {
 		t.Errorf("stock on the promoted replica: %v %v, want 10 (the unit given back)", n, err)
 	}
+}
+
+// onSaleWaiting is a store on the primary at addr that waits for one
+// replica (300 ms), and item itemID of activity 1 on sale there with 10
+// units.
+func onSaleWaiting(t *testing.T, addr string, itemID int64) (*stock.Store, stock.Item) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	s := stock.New(rdb, "")
+	if err := s.WaitForReplicas(stock.ReplicaWait{Replicas: 1, Timeout: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	it := stock.Item{ActivityID: 1, ItemID: itemID}
+	now := time.Now()
+	if _, err := s.Preheat(context.Background(), stock.Sale{Item: it, Stock: 10, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return s, it
 }
