@@ -71,29 +71,8 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, orderNo string, 
 	}
 	err := cancel()
 	if errors.Is(err, order.ErrNotFound) {
-		// Maybe still only reserved: the worker has not persisted it yet.
-		// Only the buyer's own reservation is told apart from none.
-		var raw []byte
-		var found bool
-		perr := s.inRedis(r.Context(), func(ctx context.Context) error {
-			var err error
-			raw, found, err = s.deps.Stock.Pending(ctx, item, orderNo)
-			return err
-		})
-		if perr != nil {
-			s.deps.Log.ErrorContext(r.Context(), "looking up pending order", "order_no", orderNo, "err", perr)
-			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
-			return
-		}
-		if !found || userOf(raw) != userID {
-			writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
-			return
-		}
-		// The worker may have committed between the two reads: Postgres wins.
-		err = cancel()
-		if errors.Is(err, order.ErrNotFound) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusConflict, "ORDER_PENDING", "order is not persisted yet; retry shortly")
+		var done bool
+		if done, err = s.whenNotPersisted(w, r, item, orderNo, func(raw []byte) bool { return userOf(raw) == userID }, cancel); done {
 			return
 		}
 	}

@@ -36,28 +36,8 @@ func (s *Server) pay(w http.ResponseWriter, r *http.Request, orderNo string, ite
 	}
 	err := pay()
 	if errors.Is(err, order.ErrNotFound) {
-		// Maybe still only reserved: the worker has not persisted it yet.
-		var found bool
-		perr := s.inRedis(r.Context(), func(ctx context.Context) error {
-			var err error
-			_, found, err = s.deps.Stock.Pending(ctx, item, orderNo)
-			return err
-		})
-		if perr != nil {
-			s.deps.Log.ErrorContext(r.Context(), "looking up pending order", "order_no", orderNo, "err", perr)
-			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
-			return
-		}
-		if !found {
-			writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
-			return
-		}
-		// The dedup record outlives the commit, and the worker may have
-		// committed between the two reads: Postgres wins.
-		err = pay()
-		if errors.Is(err, order.ErrNotFound) {
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusConflict, "ORDER_PENDING", "order is not persisted yet; retry shortly")
+		var done bool
+		if done, err = s.whenNotPersisted(w, r, item, orderNo, nil, pay); done {
 			return
 		}
 	}
@@ -72,4 +52,40 @@ func (s *Server) pay(w http.ResponseWriter, r *http.Request, orderNo string, ite
 		s.deps.Log.ErrorContext(r.Context(), "paying order", "order_no", orderNo, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 	}
+}
+
+// whenNotPersisted answers a pay or cancel of an order Postgres does not
+// know, which may still be only reserved (the worker has not persisted it
+// yet): 503 if Redis cannot say, 404 ORDER_NOT_FOUND unless Redis holds its
+// reservation — and, with mine set, one mine says is the caller's (only
+// the buyer's own reservation is told apart from none). Otherwise the
+// change is tried again, as the worker may have committed between the two
+// reads (Postgres wins), and if Postgres still does not know the order,
+// 409 ORDER_PENDING with Retry-After. done: an answer was written; else
+// err is the retried change's.
+func (s *Server) whenNotPersisted(w http.ResponseWriter, r *http.Request, item stock.Item, orderNo string,
+	mine func(raw []byte) bool, again func() error) (done bool, err error) {
+	var raw []byte
+	var found bool
+	perr := s.inRedis(r.Context(), func(ctx context.Context) error {
+		var err error
+		raw, found, err = s.deps.Stock.Pending(ctx, item, orderNo)
+		return err
+	})
+	if perr != nil {
+		s.deps.Log.ErrorContext(r.Context(), "looking up pending order", "order_no", orderNo, "err", perr)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable")
+		return true, nil
+	}
+	if !found || mine != nil && !mine(raw) {
+		writeError(w, http.StatusNotFound, "ORDER_NOT_FOUND", "no such order")
+		return true, nil
+	}
+	err = again()
+	if errors.Is(err, order.ErrNotFound) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusConflict, "ORDER_PENDING", "order is not persisted yet; retry shortly")
+		return true, nil
+	}
+	return false, err
 }
