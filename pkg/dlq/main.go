@@ -67,40 +67,18 @@ func CheckArgs(args []string) error { _, err := parseArgs(args); return err }
 
 func parseArgs(args []string) (mainArgs, error) {
 	a := mainArgs{limit: 100}
-	if len(args) == 0 {
-		return a, errors.New("want a subcommand: list, show or replay")
+	sub, fs, err := setting.Subcommand("dlq", args, &a.json, "list", "show", "replay")
+	if err != nil {
+		return a, err
 	}
-	switch args[0] {
-	case "-h", "-help", "--help":
-		return a, flag.ErrHelp
-	case "list", "show", "replay":
-		a.sub = args[0]
-	default:
-		if strings.HasPrefix(args[0], "-") {
-			// A flag before the subcommand: name it as the flag package would.
-			return a, fmt.Errorf("flag provided but not defined: %s", args[0])
-		}
-		return a, fmt.Errorf("unknown subcommand %q: want list, show or replay", args[0])
-	}
-	fs := flag.NewFlagSet("dlq "+a.sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.BoolVar(&a.json, "json", false, "JSON output")
+	a.sub = sub
 	if a.sub == "list" {
 		fs.IntVar(&a.limit, "limit", 100, "newest N only (0: all)")
 	}
 	if a.sub == "replay" {
 		fs.BoolVar(&a.all, "all", false, "every dead letter not replayed yet")
 	}
-	// Positions may come before, between or after the flags.
-	var pos []string
-	rest := args[1:]
-	var err error
-	for {
-		if err = fs.Parse(rest); err != nil || fs.NArg() == 0 {
-			break
-		}
-		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
-	}
+	pos, err := setting.ParseInterleaved(fs, args[1:])
 	if err != nil {
 		return a, err
 	}

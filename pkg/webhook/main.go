@@ -57,38 +57,18 @@ func CheckArgs(args []string) error { _, err := parseArgs(args); return err }
 
 func parseArgs(args []string) (mainArgs, error) {
 	a := mainArgs{limit: 100}
-	if len(args) == 0 {
-		return a, errors.New("want a subcommand: list or replay")
+	sub, fs, err := setting.Subcommand("webhooks", args, &a.json, "list", "replay")
+	if err != nil {
+		return a, err
 	}
-	switch args[0] {
-	case "-h", "-help", "--help":
-		return a, flag.ErrHelp
-	case "list", "replay":
-		a.sub = args[0]
-	default:
-		if strings.HasPrefix(args[0], "-") {
-			return a, fmt.Errorf("flag provided but not defined: %s", args[0])
-		}
-		return a, fmt.Errorf("unknown subcommand %q: want list or replay", args[0])
-	}
-	fs := flag.NewFlagSet("webhooks "+a.sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.BoolVar(&a.json, "json", false, "JSON output")
+	a.sub = sub
 	if a.sub == "list" {
 		fs.IntVar(&a.limit, "limit", 100, "newest N only (0: all)")
 	} else {
 		fs.BoolVar(&a.all, "all", false, "every failed delivery")
 		fs.StringVar(&a.endpoint, "endpoint", "", "only deliveries to this endpoint")
 	}
-	rest := args[1:]
-	var err error
-	for {
-		if err = fs.Parse(rest); err != nil || fs.NArg() == 0 {
-			break
-		}
-		a.ids, rest = append(a.ids, fs.Arg(0)), fs.Args()[1:]
-	}
-	if err != nil {
+	if a.ids, err = setting.ParseInterleaved(fs, args[1:]); err != nil {
 		return a, err
 	}
 	for _, id := range a.ids {

@@ -1,0 +1,55 @@
+package setting
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Subcommand reads the first argument of `orderpipe <command> <sub> ...` as
+// one of subs: flag.ErrHelp for -h/--help, else a clear error naming the
+// choices. fs is a flag set for the subcommand's flags (its own output
+// discarded: the caller prints the usage), with --json already defined
+// into json.
+func Subcommand(command string, args []string, json *bool, subs ...string) (sub string, fs *flag.FlagSet, err error) {
+	want := strings.Join(subs[:len(subs)-1], ", ") + " or " + subs[len(subs)-1]
+	if len(subs) == 1 {
+		want = subs[0]
+	}
+	if len(args) == 0 {
+		return "", nil, errors.New("want a subcommand: " + want)
+	}
+	switch a := args[0]; {
+	case a == "-h" || a == "-help" || a == "--help":
+		return "", nil, flag.ErrHelp
+	case strings.HasPrefix(a, "-"):
+		// A flag before the subcommand: name it as the flag package would.
+		return "", nil, fmt.Errorf("flag provided but not defined: %s", a)
+	}
+	for _, s := range subs {
+		if args[0] == s {
+			fs = flag.NewFlagSet(command+" "+s, flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			fs.BoolVar(json, "json", false, "JSON output")
+			return s, fs, nil
+		}
+	}
+	return "", nil, fmt.Errorf("unknown subcommand %q: want %s", args[0], want)
+}
+
+// ParseInterleaved parses args with fs, operands allowed before, between
+// and after the flags, and returns the operands in order.
+func ParseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return operands, nil
+		}
+		operands, args = append(operands, fs.Arg(0)), fs.Args()[1:]
+	}
+}
