@@ -38,40 +38,12 @@ if [ ! -x "$VENV/bin/st" ]; then
 fi
 [ -x "$BIN" ] || { log "$BIN is missing: make build-dev"; exit 1; }
 
-free_port() { # a port in $1-$2 nothing listens on
-  local p
-  for p in $(seq "$1" "$2"); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
-  done
-  log "no free port in $1-$2"; return 1
-}
-HTTP_PORT=$(free_port 18080 18179)
-KAFKA_PORT=$(free_port 19092 19191)
-METRICS_PORT=$(free_port 19292 19391)
 DB=orderpipe_fuzz_$$
-PIPELINE=""
-
-rm -rf "$OUT" && mkdir -p "$OUT"
-stop() {
-  if [ -n "$PIPELINE" ]; then kill "$PIPELINE" 2>/dev/null || true; wait "$PIPELINE" 2>/dev/null || true; fi
-  psql "$PG/postgres?sslmode=disable" -XAtqc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
-}
-trap stop EXIT
-
 REDIS=${TEST_REDIS_ADDR:-127.0.0.1:6379}
-log "pipeline on 127.0.0.1:$HTTP_PORT (database $DB, Redis $REDIS, embedded Kafka on $KAFKA_PORT); log in $OUT/orderpipe.log"
-HTTP_ADDR=127.0.0.1:$HTTP_PORT METRICS_ADDR=127.0.0.1:$METRICS_PORT KAFKA_BROKERS= KAFKA_EMBEDDED_PORT=$KAFKA_PORT \
-  DATABASE_URL="$PG/$DB?sslmode=disable" REDIS_ADDR=$REDIS REDIS_URL= REDIS_KEY_PREFIX="fuzz-api-$$:" \
-  ADMIN_TOKEN=fuzz-admin-token ADMIN_ADDR= API_TOKENS= RATE_LIMIT_USER_RPS=0 \
-  "$BIN" all >"$OUT/orderpipe.log" 2>&1 &
-PIPELINE=$!
-BASE=http://127.0.0.1:$HTTP_PORT
-for _ in $(seq 300); do
-  curl -fsS "$BASE/readyz" >/dev/null 2>&1 && break
-  kill -0 "$PIPELINE" 2>/dev/null || { log "the pipeline exited:"; tail -20 "$OUT/orderpipe.log" >&2; exit 1; }
-  sleep 0.2
-done
-curl -fsS "$BASE/readyz" >/dev/null || { log "the pipeline is not ready"; tail -20 "$OUT/orderpipe.log" >&2; exit 1; }
+PREFIX="fuzz-api-$$:"
+rm -rf "$OUT" && mkdir -p "$OUT"
+. deploy/local/pipeline.sh
+start_pipeline 18080 19092 19292 ADMIN_TOKEN=fuzz-admin-token RATE_LIMIT_USER_RPS=0
 
 # A sale on the documents' example ids (activity 1, item 10086), so the
 # generated orders that use them reach the reserve script, the worker and

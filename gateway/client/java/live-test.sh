@@ -25,40 +25,13 @@ log() { echo "test-java: $*" >&2; }
 [ -n "${TEST_REDIS_ADDR:-}" ] || { log "TEST_REDIS_ADDR is empty: run under deploy/local/test-redis.sh (needs redis-server: make services)"; exit 1; }
 command -v mvn >/dev/null || { log "mvn not found: install Maven (Debian: apt-get install maven)"; exit 1; }
 
-free_port() { # a port in $1-$2 nothing listens on
-  local p
-  for p in $(seq "$1" "$2"); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
-  done
-  log "no free port in $1-$2"; return 1
-}
-HTTP_PORT=$(free_port 18180 18279)
-KAFKA_PORT=$(free_port 19192 19291)
-METRICS_PORT=$(free_port 19392 19491)
 DB=orderpipe_java_$$
 TOKEN=java-admin-token-$$
-PIPELINE=""
-
+REDIS=$TEST_REDIS_ADDR
+PREFIX="java-$$:"
 rm -rf "$OUT" && mkdir -p "$OUT"
-stop() {
-  if [ -n "$PIPELINE" ]; then kill "$PIPELINE" 2>/dev/null || true; wait "$PIPELINE" 2>/dev/null || true; fi
-  psql "$PG/postgres?sslmode=disable" -XAtqc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
-}
-trap stop EXIT
-
-log "pipeline on 127.0.0.1:$HTTP_PORT (database $DB, Redis $TEST_REDIS_ADDR, embedded Kafka on $KAFKA_PORT); logs in $OUT"
-HTTP_ADDR=127.0.0.1:$HTTP_PORT METRICS_ADDR=127.0.0.1:$METRICS_PORT KAFKA_BROKERS= KAFKA_EMBEDDED_PORT=$KAFKA_PORT \
-  DATABASE_URL="$PG/$DB?sslmode=disable" REDIS_ADDR=$TEST_REDIS_ADDR REDIS_URL= REDIS_KEY_PREFIX="java-$$:" \
-  ADMIN_TOKEN=$TOKEN ADMIN_ADDR= API_TOKENS= RATE_LIMIT_USER_RPS=0.01 RATE_LIMIT_USER_BURST=20 RATE_LIMIT_GLOBAL_RPS=0 \
-  "$BIN" all >"$OUT/orderpipe.log" 2>&1 &
-PIPELINE=$!
-BASE=http://127.0.0.1:$HTTP_PORT
-for _ in $(seq 300); do
-  curl -fsS "$BASE/readyz" >/dev/null 2>&1 && break
-  kill -0 "$PIPELINE" 2>/dev/null || { log "the pipeline exited:"; tail -20 "$OUT/orderpipe.log" >&2; exit 1; }
-  sleep 0.2
-done
-curl -fsS "$BASE/readyz" >/dev/null || { log "the pipeline is not ready"; tail -20 "$OUT/orderpipe.log" >&2; exit 1; }
+. deploy/local/pipeline.sh
+start_pipeline 18180 19192 19392 ADMIN_TOKEN="$TOKEN" RATE_LIMIT_USER_RPS=0.01 RATE_LIMIT_USER_BURST=20 RATE_LIMIT_GLOBAL_RPS=0
 
 # -q: Maven says nothing but failures (-ntp: no download lines either); the
 # generator's banner goes to the log with the rest.
