@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// Storage has one owner (docs/architecture.md, "Who owns storage"): every
+// Storage has one owner (docs/stores.md, "Who owns storage"): every
 // Redis key and script is pkg/stock's, every SQL statement pkg/order's.
 // TestStorageHasOneOwner reads every Go file of the module, whatever its
 // build tags, and finds where each kind of storage access is:
@@ -36,7 +36,7 @@ func TestStorageHasOneOwner(t *testing.T) {
 			if storageAllowed(kind, file) {
 				continue
 			}
-			t.Errorf("%s: %s outside its owner (%s); call a typed method of the owner instead (docs/architecture.md, Who owns storage)",
+			t.Errorf("%s: %s outside its owner (%s); call a typed method of the owner instead (docs/stores.md, Who owns storage)",
 				file, kind, storageOwners[kind])
 		}
 	}

@@ -24,8 +24,8 @@ import (
 // so every gateway is judged on its own; the closer's closes give units
 // back too (CLOSE_AFTER is short here). The gateways refuse most of such a
 // flood from their verdicts (pkg/stock/verdict.go) without running the
-// reserve script; the rules it judges (docs/architecture.md, "The sold-out
-// flood") are that a verdict filters and never decides:
+// reserve script; the rules it judges (docs/stores.md, "The sold-out
+// flood: verdicts") are that a verdict filters and never decides:
 //
 //   - once the sale has opened, no request sent MaxVerdictTTL + slack after
 //     the start is answered NOT_ON_SALE;

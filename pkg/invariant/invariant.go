@@ -1,5 +1,6 @@
-// Package invariant is the one checker of the invariants of docs/architecture.md
-// (design.md I1–I7) and of "every orderNo a client saw in a 2xx resolves":
+// Package invariant is the one checker of the invariants I1–I7 (docs/architecture.md,
+// "Invariants: where each is enforced and tested") and of "every orderNo a client
+// saw in a 2xx resolves":
 // the end-to-end tests (assertInvariants), the load tool's audit and the
 // chaos suite's history checker all judge the stores with it. It reads
 // Postgres through order.Store and Redis through stock.Store, asks the

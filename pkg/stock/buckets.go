@@ -2,7 +2,7 @@ package stock
 
 // Bucketed stock: one hot item's stock split over B buckets, each under its
 // own hash tag, so B Redis shards run its scripts instead of one
-// (docs/capacity.md "Bucketed stock"). A user always lands in the same
+// (docs/stores.md "Bucketed stock"). A user always lands in the same
 // bucket, FNV-1a(userId) mod B, so their limit marker and dedup records are
 // in one place and the per-user limit stays as exact as with one bucket; the
 // scripts do not change, only the keys they are given. B = 1 is the plain
