@@ -121,84 +121,153 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "orderpipe dlq: %v\n%s", err, Usage)
 		return exitCode(2)
 	}
-	cannot := func(err error) error {
-		fmt.Fprintf(stderr, "orderpipe dlq %s: could not run: %v\n", a.sub, secret.Scrub(err.Error()))
-		return exitCode(2)
+	c := &session{args: a, stdout: stdout, stderr: stderr}
+	closeAll, err := c.open(ctx, env)
+	if err != nil {
+		return c.cannot(err)
 	}
-	r := &setting.Reader{Env: env}
-	cfg := struct {
+	defer closeAll()
+	switch a.sub {
+	case "list":
+		return c.list(ctx)
+	case "show":
+		return c.show(ctx)
+	}
+	return c.replay(ctx)
+}
+
+// session is one `orderpipe dlq` run: its arguments, settings, the
+// dead-letter topic's reader and what Postgres says was replayed.
+type session struct {
+	args           mainArgs
+	stdout, stderr io.Writer
+	cfg            struct {
 		KafkaBrokers                           []string
 		KafkaSecurity                          event.Security
 		KafkaTopic, KafkaDLQTopic, DatabaseURL string
-	}{r.List("KAFKA_BROKERS"), event.ReadSecurity(r), r.String("KAFKA_TOPIC"), r.String("KAFKA_DLQ_TOPIC"), r.String("DATABASE_URL")}
+	}
+	reader  Reader
+	orders  *order.Store
+	replays map[Position]Replay
+}
+
+// cannot reports err as the reason the command could not run (exit 2).
+func (c *session) cannot(err error) error {
+	fmt.Fprintf(c.stderr, "orderpipe dlq %s: could not run: %v\n", c.args.sub, secret.Scrub(err.Error()))
+	return exitCode(2)
+}
+
+// open reads the settings and connects; closeAll releases what it opened.
+func (c *session) open(ctx context.Context, env setting.Env) (closeAll func(), err error) {
+	r := &setting.Reader{Env: env}
+	c.cfg.KafkaBrokers, c.cfg.KafkaSecurity = r.List("KAFKA_BROKERS"), event.ReadSecurity(r)
+	c.cfg.KafkaTopic, c.cfg.KafkaDLQTopic, c.cfg.DatabaseURL = r.String("KAFKA_TOPIC"), r.String("KAFKA_DLQ_TOPIC"), r.String("DATABASE_URL")
 	if err := r.Err(); err != nil {
-		return cannot(err)
+		return nil, err
 	}
-	if len(cfg.KafkaBrokers) == 0 {
-		return cannot(errors.New("KAFKA_BROKERS is empty: the dead-letter topic is on a Kafka cluster"))
+	if len(c.cfg.KafkaBrokers) == 0 {
+		return nil, errors.New("KAFKA_BROKERS is empty: the dead-letter topic is on a Kafka cluster")
 	}
-	tr := cfg.KafkaSecurity.Transport(5 * time.Second)
-	defer tr.CloseIdleConnections()
-	reader := Reader{Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 15 * time.Second, Transport: tr},
-		Topic: cfg.KafkaDLQTopic}
-	pool, err := database.Open(ctx, cfg.DatabaseURL, 2)
+	tr := c.cfg.KafkaSecurity.Transport(5 * time.Second)
+	c.reader = Reader{Client: &kafka.Client{Addr: kafka.TCP(c.cfg.KafkaBrokers...), Timeout: 15 * time.Second, Transport: tr},
+		Topic: c.cfg.KafkaDLQTopic}
+	pool, err := database.Open(ctx, c.cfg.DatabaseURL, 2)
 	if err != nil {
-		return cannot(err)
+		tr.CloseIdleConnections()
+		return nil, err
 	}
-	defer pool.Close()
-	replays, err := Replays(ctx, order.NewStore(pool), cfg.KafkaDLQTopic)
+	closeAll = func() { pool.Close(); tr.CloseIdleConnections() }
+	c.orders = order.NewStore(pool)
+	if c.replays, err = Replays(ctx, c.orders, c.cfg.KafkaDLQTopic); err != nil {
+		closeAll()
+		return nil, err
+	}
+	return closeAll, nil
+}
+
+// withReplay is l with its replay, if it had one.
+func (c *session) withReplay(l Letter) Letter {
+	if r, ok := c.replays[l.Position]; ok {
+		l.Replay = &r
+	}
+	return l
+}
+
+func (c *session) list(ctx context.Context) error {
+	letters, err := listLetters(ctx, c.reader, c.args.limit)
 	if err != nil {
-		return cannot(err)
+		return c.cannot(err)
 	}
-	withReplay := func(l Letter) Letter {
-		if r, ok := replays[l.Position]; ok {
-			l.Replay = &r
-		}
-		return l
+	for i := range letters {
+		letters[i] = c.withReplay(letters[i])
 	}
-
-	switch a.sub {
-	case "list":
-		letters, err := listLetters(ctx, reader, a.limit)
-		if err != nil {
-			return cannot(err)
-		}
-		for i := range letters {
-			letters[i] = withReplay(letters[i])
-		}
-		if a.json {
-			return writeJSONLine(stdout, struct {
-				Topic   string   `json:"topic"`
-				Letters []Letter `json:"letters"`
-			}{cfg.KafkaDLQTopic, letters})
-		}
-		writeLetterTable(stdout, cfg.KafkaDLQTopic, letters)
-		return nil
-
-	case "show":
-		l, err := reader.Read(ctx, a.positions[0])
-		if errors.Is(err, ErrNotFound) {
-			fmt.Fprintf(stderr, "orderpipe dlq show: %v\n", err)
-			return exitCode(1)
-		}
-		if err != nil {
-			return cannot(err)
-		}
-		l = withReplay(l)
-		if a.json {
-			return writeJSONLine(stdout, letterDetail(l))
-		}
-		writeLetter(stdout, cfg.KafkaDLQTopic, l)
-		return nil
+	if c.args.json {
+		return writeJSONLine(c.stdout, struct {
+			Topic   string   `json:"topic"`
+			Letters []Letter `json:"letters"`
+		}{c.cfg.KafkaDLQTopic, letters})
 	}
+	writeLetterTable(c.stdout, c.cfg.KafkaDLQTopic, letters)
+	return nil
+}
 
-	// replay
-	w := event.NewWriter(event.WriterConfig{Brokers: cfg.KafkaBrokers, Topic: cfg.KafkaTopic, Security: cfg.KafkaSecurity,
+func (c *session) show(ctx context.Context) error {
+	l, err := c.reader.Read(ctx, c.args.positions[0])
+	if errors.Is(err, ErrNotFound) {
+		fmt.Fprintf(c.stderr, "orderpipe dlq show: %v\n", err)
+		return exitCode(1)
+	}
+	if err != nil {
+		return c.cannot(err)
+	}
+	l = c.withReplay(l)
+	if c.args.json {
+		return writeJSONLine(c.stdout, letterDetail(l))
+	}
+	writeLetter(c.stdout, c.cfg.KafkaDLQTopic, l)
+	return nil
+}
+
+// replay replays the letters asked for (or --all not replayed yet) and
+// reports what was done, even when a later letter could not be.
+func (c *session) replay(ctx context.Context) error {
+	w := event.NewWriter(event.WriterConfig{Brokers: c.cfg.KafkaBrokers, Topic: c.cfg.KafkaTopic, Security: c.cfg.KafkaSecurity,
 		WriteTimeout: 5 * time.Second})
 	defer w.Close()
-	rp := Replayer{Orders: order.NewStore(pool), Producer: w, DLQTopic: cfg.KafkaDLQTopic, Topic: cfg.KafkaTopic}
-	var results []Result
-	refused := false
+	rp := Replayer{Orders: c.orders, Producer: w, DLQTopic: c.cfg.KafkaDLQTopic, Topic: c.cfg.KafkaTopic}
+	results, refused, runErr := c.replayAll(ctx, rp)
+	if c.args.json {
+		out := struct {
+			Topic   string   `json:"topic"`
+			To      string   `json:"to"`
+			Results []Result `json:"results"`
+			Error   string   `json:"error,omitempty"`
+		}{Topic: c.cfg.KafkaDLQTopic, To: c.cfg.KafkaTopic, Results: results}
+		if runErr != nil {
+			out.Error = secret.Scrub(runErr.Error())
+		}
+		if results == nil {
+			out.Results = []Result{}
+		}
+		if err := writeJSONLine(c.stdout, out); err != nil {
+			return err
+		}
+	} else {
+		writeReplayResults(c.stdout, c.cfg.KafkaDLQTopic, c.cfg.KafkaTopic, results)
+	}
+	switch {
+	case runErr != nil:
+		return c.cannot(runErr)
+	case refused:
+		return exitCode(1)
+	}
+	return nil
+}
+
+// replayAll replays each letter asked for: refused when one was not found
+// or the schema still refuses it; runErr stops at the first letter that
+// could not be replayed.
+func (c *session) replayAll(ctx context.Context, rp Replayer) (results []Result, refused bool, runErr error) {
 	replay := func(l Letter) error {
 		res, err := rp.Replay(ctx, l)
 		if err != nil {
@@ -208,62 +277,34 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 		results = append(results, res)
 		return nil
 	}
-	var runErr error
-	if a.all {
-		parts, err := reader.Partitions(ctx)
+	if c.args.all {
+		parts, err := c.reader.Partitions(ctx)
 		if err != nil {
-			return cannot(err)
+			return nil, false, err
 		}
-		runErr = reader.Scan(ctx, parts, func(l Letter) error {
-			if _, done := replays[l.Position]; done {
+		runErr = c.reader.Scan(ctx, parts, func(l Letter) error {
+			if _, done := c.replays[l.Position]; done {
 				return nil // replayed before: --all is about the rest
 			}
 			return replay(l)
 		})
-	} else {
-		for _, at := range a.positions {
-			l, err := reader.Read(ctx, at)
-			if errors.Is(err, ErrNotFound) {
-				refused = true
-				results = append(results, Result{Position: at, Outcome: NotFound, Reason: "no dead letter at this position"})
-				continue
-			}
-			if err == nil {
-				err = replay(l)
-			}
-			if err != nil {
-				runErr = err
-				break
-			}
+		return results, refused, runErr
+	}
+	for _, at := range c.args.positions {
+		l, err := c.reader.Read(ctx, at)
+		if errors.Is(err, ErrNotFound) {
+			refused = true
+			results = append(results, Result{Position: at, Outcome: NotFound, Reason: "no dead letter at this position"})
+			continue
+		}
+		if err == nil {
+			err = replay(l)
+		}
+		if err != nil {
+			return results, refused, err
 		}
 	}
-	// What was done is reported even when a later letter could not be.
-	if a.json {
-		out := struct {
-			Topic   string   `json:"topic"`
-			To      string   `json:"to"`
-			Results []Result `json:"results"`
-			Error   string   `json:"error,omitempty"`
-		}{Topic: cfg.KafkaDLQTopic, To: cfg.KafkaTopic, Results: results}
-		if runErr != nil {
-			out.Error = secret.Scrub(runErr.Error())
-		}
-		if results == nil {
-			out.Results = []Result{}
-		}
-		if err := writeJSONLine(stdout, out); err != nil {
-			return err
-		}
-	} else {
-		writeReplayResults(stdout, cfg.KafkaDLQTopic, cfg.KafkaTopic, results)
-	}
-	switch {
-	case runErr != nil:
-		return cannot(runErr)
-	case refused:
-		return exitCode(1)
-	}
-	return nil
+	return results, refused, nil
 }
 
 // listLetters reads the newest limit dead letters (all for 0), oldest first.
