@@ -62,126 +62,163 @@ func (r *Reconciler) buckets(ctx context.Context, si order.SaleItem, markers mar
 		}
 	}
 	err := r.deps.Orders.WithItemLocked(ctx, si.ActivityID, si.ItemID, opts, func(ctx context.Context, li *order.LockedItem) error {
-		if l != nil {
-			if err := r.finishTransfers(ctx, base, B, fence); err != nil {
-				return err
-			}
+		if l == nil {
+			return r.bucketsLocked(ctx, li, base, B, markers, -1, &rep)
 		}
-		type bucket struct {
-			want stock.Expected
-			rep  ItemReport
-			cur  int64 // stock as read
+		if err := r.finishTransfers(ctx, base, B, fence); err != nil {
+			return err
 		}
-		bs := make([]bucket, B)
-		var inflight, redis int64
-		stockKey, sale := "ok", "ok"
-		for b := range B {
-			it := base
-			it.Bucket = b
-			rids, err := r.deps.Stock.JournalIDs(ctx, it)
-			if err != nil {
-				return err
-			}
-			created, err := li.CreatedAmong(ctx, rids)
-			if err != nil {
-				return err
-			}
-			users := slices.Clone(markers.users[it])
-			for u := range li.Live {
-				if stock.BucketOf(u, B) == b {
-					users = append(users, u)
-				}
-			}
-			slices.Sort(users)
-			users = slices.Compact(users)
-			var comps []order.Compensation
-			for _, c := range li.Pending {
-				if stock.BucketOf(c.UserID, B) == b {
-					comps = append(comps, c)
-				}
-			}
-			want := expected(li, 0, created, comps, users)
-			want.Buckets, want.Scanned = B, markers.scanned[it]
-			o, err := r.deps.Stock.Check(ctx, it, want)
-			if err != nil {
-				return err
-			}
-			br := ItemReport{}
-			decode(o, 0, &br)
-			bs[b] = bucket{want: want, rep: br}
-			if br.RedisStock != nil {
-				bs[b].cur = *br.RedisStock
-				redis += *br.RedisStock
-			}
-			inflight += br.InFlight
-			rep.InFlightReservations += br.InFlightReservations
-			rep.PendingCompensations += br.PendingCompensations
-			rep.UnreadableEntries += br.UnreadableEntries
-			rep.MissingMarkers = append(rep.MissingMarkers, br.MissingMarkers...)
-			rep.ExtraMarkers = append(rep.ExtraMarkers, br.ExtraMarkers...)
-			rep.WrongMarkers = append(rep.WrongMarkers, br.WrongMarkers...)
-			if br.StockKey != "ok" && stockKey == "ok" || br.StockKey == "missing" {
-				stockKey = br.StockKey
-			}
-			if br.Sale != "ok" && sale != "missing" {
-				sale = br.Sale
-			}
-		}
-		if n, _, err := r.deps.Stock.Buckets(ctx, base); (err != nil || n != B) && sale == "ok" {
-			sale = "differs" // the gateway would route by another count
-		}
-		transfers, err := r.deps.Stock.Transfers(ctx, base, B)
+		return r.bucketsLocked(ctx, li, base, B, markers, fence, &rep)
+	})
+	return rep, err
+}
+
+// bucketsLocked checks the B buckets of base under the item's row lock
+// into rep; with a fence (≥ 0: the bucket lock is held) it fixes what
+// drifted.
+func (r *Reconciler) bucketsLocked(ctx context.Context, li *order.LockedItem, base stock.Item, B int, markers markerView, fence int64, rep *ItemReport) error {
+	bs := make([]bucketCheck, B)
+	var inflight, redis int64
+	stockKey, sale := "ok", "ok"
+	for b := range B {
+		it := base
+		it.Bucket = b
+		c, err := r.checkBucket(ctx, li, markers, it, B)
 		if err != nil {
 			return err
 		}
-		for _, t := range transfers {
-			if !t.Given {
-				rep.InTransit += t.Units
-			}
+		bs[b] = c
+		if c.rep.RedisStock != nil {
+			redis += *c.rep.RedisStock
 		}
-		rep.DBStock = li.Stock
-		rep.InFlight = inflight + rep.InTransit
-		rep.ExpectedRedisStock = li.Stock - rep.InFlight
-		rep.StockKey = stockKey
-		if stockKey == "ok" {
-			rep.RedisStock = &redis
+		inflight += c.rep.InFlight
+		stockKey, sale = rep.addBucket(c.rep, stockKey, sale)
+	}
+	if n, _, err := r.deps.Stock.Buckets(ctx, base); (err != nil || n != B) && sale == "ok" {
+		sale = "differs" // the gateway would route by another count
+	}
+	transfers, err := r.deps.Stock.Transfers(ctx, base, B)
+	if err != nil {
+		return err
+	}
+	for _, t := range transfers {
+		if !t.Given {
+			rep.InTransit += t.Units
 		}
-		rep.Drift = redis - rep.ExpectedRedisStock
-		rep.Sale = sale
-		// An incomplete marker index is fixed without drift too: the fix
-		// script completes it (stock and sale then stay as read).
-		if l == nil || !rep.Drifted() && rep.MarkerIndex != "incomplete" {
-			return nil
-		}
-
-		// Fix. No transfer is left (finished above, and no mover can start
-		// one while the bucket lock is held); one that is means the lock
-		// did not hold, and the shares would count its units twice.
-		if len(transfers) > 0 {
-			return fmt.Errorf("fixing %s: %d transfers appeared under the bucket lock", base, len(transfers))
-		}
-		resetStock := rep.Drift != 0 || stockKey != "ok"
-		shares := stock.Split(max(li.Stock-inflight, 0), B)
-		for b := range B {
-			it := base
-			it.Bucket = b
-			// The script sets stock to its DB stock argument minus what is
-			// in flight in the bucket now; from the check's in flight, that
-			// is the share (or the stock as read: unchanged) less what was
-			// reserved since.
-			want := bs[b].cur
-			if resetStock {
-				want = shares[b]
-			}
-			fix := bs[b].want
-			fix.Stock, fix.Fence = want+bs[b].rep.InFlight, fence
-			if _, err := r.deps.Stock.Fix(ctx, it, fix); err != nil {
-				return err
-			}
-		}
+	}
+	rep.DBStock = li.Stock
+	rep.InFlight = inflight + rep.InTransit
+	rep.ExpectedRedisStock = li.Stock - rep.InFlight
+	rep.StockKey = stockKey
+	if stockKey == "ok" {
+		rep.RedisStock = &redis
+	}
+	rep.Drift = redis - rep.ExpectedRedisStock
+	rep.Sale = sale
+	// An incomplete marker index is fixed without drift too: the fix
+	// script completes it (stock and sale then stay as read).
+	if fence < 0 || !rep.Drifted() && rep.MarkerIndex != "incomplete" {
 		return nil
-	})
-	return rep, err
+	}
+	// No transfer is left (finished before, and no mover can start one
+	// while the bucket lock is held); one that is means the lock did not
+	// hold, and the shares would count its units twice.
+	if len(transfers) > 0 {
+		return fmt.Errorf("fixing %s: %d transfers appeared under the bucket lock", base, len(transfers))
+	}
+	return r.fixBuckets(ctx, base, bs, rep.Drift != 0 || stockKey != "ok", max(li.Stock-inflight, 0), fence)
+}
+
+// bucketCheck is one bucket's check under the item's row lock.
+type bucketCheck struct {
+	want stock.Expected
+	rep  ItemReport
+	cur  int64 // stock as read
+}
+
+// checkBucket checks bucket it of a B-bucket item against what Postgres
+// holds of it: its users' live orders and markers, its journal's requests
+// Postgres created, its pending compensations.
+func (r *Reconciler) checkBucket(ctx context.Context, li *order.LockedItem, markers markerView, it stock.Item, B int) (bucketCheck, error) {
+	rids, err := r.deps.Stock.JournalIDs(ctx, it)
+	if err != nil {
+		return bucketCheck{}, err
+	}
+	created, err := li.CreatedAmong(ctx, rids)
+	if err != nil {
+		return bucketCheck{}, err
+	}
+	users := slices.Clone(markers.users[it])
+	for u := range li.Live {
+		if stock.BucketOf(u, B) == it.Bucket {
+			users = append(users, u)
+		}
+	}
+	slices.Sort(users)
+	users = slices.Compact(users)
+	var comps []order.Compensation
+	for _, c := range li.Pending {
+		if stock.BucketOf(c.UserID, B) == it.Bucket {
+			comps = append(comps, c)
+		}
+	}
+	want := expected(li, 0, created, comps, users)
+	want.Buckets, want.Scanned = B, markers.scanned[it]
+	o, err := r.deps.Stock.Check(ctx, it, want)
+	if err != nil {
+		return bucketCheck{}, err
+	}
+	c := bucketCheck{want: want}
+	decode(o, 0, &c.rep)
+	if c.rep.RedisStock != nil {
+		c.cur = *c.rep.RedisStock
+	}
+	return c, nil
+}
+
+// addBucket adds a bucket's findings to the item's report, and its stock
+// key's and sale's states to the item's so far (missing wins over any
+// other finding, any finding over ok).
+func (rep *ItemReport) addBucket(br ItemReport, stockKey, sale string) (string, string) {
+	rep.InFlightReservations += br.InFlightReservations
+	rep.PendingCompensations += br.PendingCompensations
+	rep.UnreadableEntries += br.UnreadableEntries
+	rep.MissingMarkers = append(rep.MissingMarkers, br.MissingMarkers...)
+	rep.ExtraMarkers = append(rep.ExtraMarkers, br.ExtraMarkers...)
+	rep.WrongMarkers = append(rep.WrongMarkers, br.WrongMarkers...)
+	if br.StockKey != "ok" && stockKey == "ok" || br.StockKey == "missing" {
+		stockKey = br.StockKey
+	}
+	if br.Sale != "ok" && sale != "missing" {
+		sale = br.Sale
+	}
+	return stockKey, sale
+}
+
+// fixBuckets fixes every bucket: with resetStock the stock split anew into
+// shares of available (Postgres's stock less what was in flight at the
+// check), else each bucket's stock as read; markers, index and sale as the
+// check wanted them.
+func (r *Reconciler) fixBuckets(ctx context.Context, base stock.Item, bs []bucketCheck, resetStock bool, available, fence int64) error {
+	shares := stock.Split(available, len(bs))
+	for b := range bs {
+		it := base
+		it.Bucket = b
+		// The script sets stock to its DB stock argument minus what is in
+		// flight in the bucket now; from the check's in flight, that is the
+		// share (or the stock as read: unchanged) less what was reserved
+		// since.
+		want := bs[b].cur
+		if resetStock {
+			want = shares[b]
+		}
+		fix := bs[b].want
+		fix.Stock, fix.Fence = want+bs[b].rep.InFlight, fence
+		if _, err := r.deps.Stock.Fix(ctx, it, fix); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // finishTransfers completes the transfers a mover left (it died between
