@@ -266,129 +266,14 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 		bspan.End()
 	}()
 
-	// A message is only a pointer to a reservation: which item, requestId
-	// and orderNo. What the reservation is — the user, the quantity — is the
-	// journal entry the gateway wrote, read back by the claim. So a corrupt,
-	// truncated or altered copy of an event, dead-lettered or not, can
-	// neither create, nor release, nor alter an order.
-	ptrs := map[pointerKey]*pointer{}
-	var order_ []*pointer // in batch order, for a deterministic batch
-	var dead []kafka.Message
-	var deadIdx []int // dead's messages in batch
-	for i, m := range batch {
-		ev, err := event.Decode(m.Value)
-		if err == nil && !event.Signed(m) {
-			// Valid, but not the gateway's (foreign, or a copy whose value
-			// was changed): only a pointer, like any invalid message.
-			err = event.ErrNotSigned
-		}
-		valid := err == nil
-		if !valid {
-			telemetry.RecordError(msgs[i].span, err)
-			msgs[i].outcome("DEAD_LETTERED", "")
-			dead = append(dead, deadLetter(m, err))
-			deadIdx = append(deadIdx, i)
-			var ok bool
-			if ev, ok = event.DecodeRef(m.Value); !ok {
-				continue // names no reservation: nothing more to do
-			}
-		}
-		msgs[i].order(ev.RequestID, ev.OrderNo)
-		k := pointerKey{it: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket},
-			ref: stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}}
-		p := ptrs[k]
-		if p == nil {
-			p = &pointer{key: k}
-			ptrs[k] = p
-			order_ = append(order_, p)
-		}
-		p.msgs = append(p.msgs, i)
-		if valid && p.msg == nil {
-			e := ev
-			p.msg = &e
-		}
-		if !valid {
-			p.dead = append(p.dead, i)
-		}
+	ptrs, dead, deadIdx := pointersOf(batch, msgs)
+	msgOf := messagesOf(ctx, ptrs, msgs)
+	if err := w.deadLetter(ctx, batch, msgs, dead, deadIdx); err != nil {
+		return err
 	}
-	// ctxOf is the context of the (first) message that named a reservation.
-	ctxOf := map[stock.Ref]context.Context{}
-	idxOf := map[stock.Ref][]int{} // its valid messages, whose spans get the outcome
-	for _, p := range order_ {
-		if _, ok := ctxOf[p.key.ref]; !ok {
-			ctxOf[p.key.ref] = msgs[p.msgs[0]].ctx
-		}
-		for _, i := range p.msgs {
-			if !slices.Contains(p.dead, i) {
-				idxOf[p.key.ref] = append(idxOf[p.key.ref], i)
-			}
-		}
-	}
-	msgOf := func(ref stock.Ref) (context.Context, []int) {
-		if c, ok := ctxOf[ref]; ok {
-			return c, idxOf[ref]
-		}
-		return ctx, nil
-	}
-
-	if len(dead) > 0 {
-		if err := w.deps.DLQ.WriteMessages(ctx, dead...); err != nil {
-			return fmt.Errorf("writing dead letters: %w", err)
-		}
-		w.deps.Metrics.DLQ.Add(float64(len(dead)))
-		for j, m := range dead {
-			src := batch[deadIdx[j]]
-			attrs := []any{"error", event.Header(m, event.HeaderError), "partition", src.Partition, "offset", src.Offset}
-			// The request-id header when the message has one; else the
-			// requestId its value names, which the context carries, so the
-			// line is found by the id all the same.
-			if rid := event.Header(m, event.HeaderRequestID); rid != "" {
-				attrs = append(attrs, "request_id", rid)
-			}
-			w.deps.Log.WarnContext(msgs[deadIdx[j]].ctx, "message dead-lettered", attrs...)
-		}
-	}
-
-	byItem := map[stock.Item][]*pointer{}
-	var items []stock.Item
-	for _, p := range order_ {
-		if byItem[p.key.it] == nil {
-			items = append(items, p.key.it)
-		}
-		byItem[p.key.it] = append(byItem[p.key.it], p)
-	}
-	var live []order.Request
-	var invalid []invalidEntry
-	for _, it := range items {
-		ps := byItem[it]
-		refs := make([]stock.Ref, len(ps))
-		for i, p := range ps {
-			refs[i] = p.key.ref
-		}
-		claims, err := w.deps.Stock.ClaimEntries(ctx, it, refs)
-		if err != nil {
-			return fmt.Errorf("claiming reservations of %s: %w", it, err)
-		}
-		for i, p := range ps {
-			mctx := msgs[p.msgs[0]].ctx
-			r, decided := w.decide(mctx, p, claims[i])
-			switch {
-			case decided == decideGhost:
-				w.deps.Metrics.Ghosts.Inc()
-				for _, k := range p.msgs {
-					if !slices.Contains(p.dead, k) {
-						msgs[k].outcome("GHOST", "")
-					}
-				}
-				w.deps.Log.InfoContext(mctx, "skipping event of an aborted reservation", "request_id", p.key.ref.RequestID, "order_no", p.key.ref.OrderNo)
-			case decided == decideInvalidEntry:
-				invalid = append(invalid, invalidEntry{it: it, ref: p.key.ref, entry: claims[i].Entry, ctx: mctx})
-			case decided == decideOrder:
-				r.TraceParent = telemetry.TraceParent(mctx) // the order's status events continue its trace
-				r.PayBy = r.ReservedAt.Add(w.cfg.CloseAfter)
-				live = append(live, r)
-			}
-		}
+	live, invalid, err := w.claimAndDecide(ctx, ptrs, msgs)
+	if err != nil {
+		return err
 	}
 	if err := w.releaseInvalid(invalid); err != nil {
 		return err
@@ -418,6 +303,150 @@ func (w *Worker) ProcessBatch(ctx context.Context, batch []kafka.Message) (err e
 	}
 	w.afterCommit(ctx, decisions, msgOf)
 	return nil
+}
+
+// pointersOf reads the batch as pointers to reservations, in batch order
+// (for a deterministic batch), and the dead letters of its invalid
+// messages with their index in the batch.
+//
+// A message is only a pointer to a reservation: which item, requestId and
+// orderNo. What the reservation is — the user, the quantity — is the
+// journal entry the gateway wrote, read back by the claim. So a corrupt,
+// truncated or altered copy of an event, dead-lettered or not, can neither
+// create, nor release, nor alter an order.
+func pointersOf(batch []kafka.Message, msgs []msgTrace) (ptrs []*pointer, dead []kafka.Message, deadIdx []int) {
+	byKey := map[pointerKey]*pointer{}
+	for i, m := range batch {
+		ev, err := event.Decode(m.Value)
+		if err == nil && !event.Signed(m) {
+			// Valid, but not the gateway's (foreign, or a copy whose value
+			// was changed): only a pointer, like any invalid message.
+			err = event.ErrNotSigned
+		}
+		valid := err == nil
+		if !valid {
+			telemetry.RecordError(msgs[i].span, err)
+			msgs[i].outcome("DEAD_LETTERED", "")
+			dead = append(dead, deadLetter(m, err))
+			deadIdx = append(deadIdx, i)
+			var ok bool
+			if ev, ok = event.DecodeRef(m.Value); !ok {
+				continue // names no reservation: nothing more to do
+			}
+		}
+		msgs[i].order(ev.RequestID, ev.OrderNo)
+		k := pointerKey{it: stock.Item{ActivityID: ev.ActivityID, ItemID: ev.ItemID, Bucket: ev.Bucket},
+			ref: stock.Ref{RequestID: ev.RequestID, OrderNo: ev.OrderNo}}
+		p := byKey[k]
+		if p == nil {
+			p = &pointer{key: k}
+			byKey[k] = p
+			ptrs = append(ptrs, p)
+		}
+		p.msgs = append(p.msgs, i)
+		if valid && p.msg == nil {
+			e := ev
+			p.msg = &e
+		}
+		if !valid {
+			p.dead = append(p.dead, i)
+		}
+	}
+	return ptrs, dead, deadIdx
+}
+
+// messagesOf maps a reservation to the context of the (first) message that
+// named it and its valid messages, whose spans get the outcome (the
+// batch's context and none for a reservation no message named).
+func messagesOf(ctx context.Context, ptrs []*pointer, msgs []msgTrace) func(stock.Ref) (context.Context, []int) {
+	ctxOf := map[stock.Ref]context.Context{}
+	idxOf := map[stock.Ref][]int{}
+	for _, p := range ptrs {
+		if _, ok := ctxOf[p.key.ref]; !ok {
+			ctxOf[p.key.ref] = msgs[p.msgs[0]].ctx
+		}
+		for _, i := range p.msgs {
+			if !slices.Contains(p.dead, i) {
+				idxOf[p.key.ref] = append(idxOf[p.key.ref], i)
+			}
+		}
+	}
+	return func(ref stock.Ref) (context.Context, []int) {
+		if c, ok := ctxOf[ref]; ok {
+			return c, idxOf[ref]
+		}
+		return ctx, nil
+	}
+}
+
+// deadLetter writes the batch's dead letters to the DLQ topic and logs
+// each with the requestId it names.
+func (w *Worker) deadLetter(ctx context.Context, batch []kafka.Message, msgs []msgTrace, dead []kafka.Message, deadIdx []int) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	if err := w.deps.DLQ.WriteMessages(ctx, dead...); err != nil {
+		return fmt.Errorf("writing dead letters: %w", err)
+	}
+	w.deps.Metrics.DLQ.Add(float64(len(dead)))
+	for j, m := range dead {
+		src := batch[deadIdx[j]]
+		attrs := []any{"error", event.Header(m, event.HeaderError), "partition", src.Partition, "offset", src.Offset}
+		// The request-id header when the message has one; else the
+		// requestId its value names, which the context carries, so the
+		// line is found by the id all the same.
+		if rid := event.Header(m, event.HeaderRequestID); rid != "" {
+			attrs = append(attrs, "request_id", rid)
+		}
+		w.deps.Log.WarnContext(msgs[deadIdx[j]].ctx, "message dead-lettered", attrs...)
+	}
+	return nil
+}
+
+// claimAndDecide claims the reservations item by item and decides each
+// from its claim: the orders to decide in Postgres (live), the entries too
+// broken to decide (invalid), ghosts skipped.
+func (w *Worker) claimAndDecide(ctx context.Context, ptrs []*pointer, msgs []msgTrace) (live []order.Request, invalid []invalidEntry, err error) {
+	byItem := map[stock.Item][]*pointer{}
+	var items []stock.Item
+	for _, p := range ptrs {
+		if byItem[p.key.it] == nil {
+			items = append(items, p.key.it)
+		}
+		byItem[p.key.it] = append(byItem[p.key.it], p)
+	}
+	for _, it := range items {
+		ps := byItem[it]
+		refs := make([]stock.Ref, len(ps))
+		for i, p := range ps {
+			refs[i] = p.key.ref
+		}
+		claims, err := w.deps.Stock.ClaimEntries(ctx, it, refs)
+		if err != nil {
+			return nil, nil, fmt.Errorf("claiming reservations of %s: %w", it, err)
+		}
+		for i, p := range ps {
+			mctx := msgs[p.msgs[0]].ctx
+			r, decided := w.decide(mctx, p, claims[i])
+			switch decided {
+			case decideGhost:
+				w.deps.Metrics.Ghosts.Inc()
+				for _, k := range p.msgs {
+					if !slices.Contains(p.dead, k) {
+						msgs[k].outcome("GHOST", "")
+					}
+				}
+				w.deps.Log.InfoContext(mctx, "skipping event of an aborted reservation", "request_id", p.key.ref.RequestID, "order_no", p.key.ref.OrderNo)
+			case decideInvalidEntry:
+				invalid = append(invalid, invalidEntry{it: it, ref: p.key.ref, entry: claims[i].Entry, ctx: mctx})
+			case decideOrder:
+				r.TraceParent = telemetry.TraceParent(mctx) // the order's status events continue its trace
+				r.PayBy = r.ReservedAt.Add(w.cfg.CloseAfter)
+				live = append(live, r)
+			}
+		}
+	}
+	return live, invalid, nil
 }
 
 // afterCommit acks created orders' journal entries and applies the batch's
