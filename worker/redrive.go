@@ -267,11 +267,60 @@ func (r *Redriver) item(ctx context.Context, it stock.Item, res *RedriveResult, 
 	})
 }
 
-// page is item's work on one page of the journal.
+// page is item's work on one page of the journal: the entries old enough,
+// acked when decided, re-published when not.
 func (r *Redriver) page(ctx context.Context, it stock.Item, entries map[string]string, res *RedriveResult, seen map[stock.Ref]bool) error {
-	now, tick := r.deps.NowFunc(), r.deps.TickFunc()
-	var old []journaled
-	var ids []string
+	tick := r.deps.TickFunc()
+	old, ids := r.oldEntries(it, entries, res, seen, r.deps.NowFunc(), tick)
+	if len(old) == 0 {
+		return nil
+	}
+	processed, err := r.deps.Orders.ProcessedAmong(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var acks, refs []stock.Ref
+	var msgs []kafka.Message
+	for _, j := range old {
+		ref := stock.Ref{RequestID: j.ev.RequestID, OrderNo: j.ev.OrderNo}
+		p, decided := processed[ref.RequestID]
+		switch {
+		case decided && p.OrderNo == ref.OrderNo && p.Outcome == order.Created:
+			acks = append(acks, ref)
+		case decided && p.OrderNo == ref.OrderNo:
+			res.Rejected++
+		default:
+			// Not decided, or the requestId was decided for another
+			// reservation: the worker rejects this one and gives it back.
+			if s, ok := r.sent[ref]; ok && tick.Before(s.next) {
+				continue
+			}
+			if !r.consumedPast(ref) {
+				res.Behind++
+				continue
+			}
+			msgs = append(msgs, redriven(j))
+			refs = append(refs, ref)
+		}
+	}
+	if len(acks) > 0 {
+		n, err := r.deps.Stock.Ack(ctx, it, acks)
+		if err != nil {
+			return err
+		}
+		res.Acked += int(n)
+		r.deps.Metrics.RedriveAcked.Add(float64(n))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return r.republish(ctx, it, msgs, refs, res, tick)
+}
+
+// oldEntries are the page's entries REDRIVE_AFTER old, by their stamp or
+// by how long the redrive has seen them, with their requestIds; an
+// unreadable entry is counted (once) and logged.
+func (r *Redriver) oldEntries(it stock.Item, entries map[string]string, res *RedriveResult, seen map[stock.Ref]bool, now, tick time.Time) (old []journaled, ids []string) {
 	for rid, raw := range entries {
 		var ev event.OrderRequested
 		if err := json.Unmarshal([]byte(raw), &ev); err != nil || ev.OrderNo == "" || ev.ReservedAt.IsZero() {
@@ -306,78 +355,42 @@ func (r *Redriver) page(ctx context.Context, it stock.Item, entries map[string]s
 		old = append(old, journaled{ev: ev, raw: raw})
 		ids = append(ids, rid)
 	}
-	if len(old) == 0 {
-		return nil
+	return old, ids
+}
+
+// republish sends the stranded reservations' events again, marks them
+// published and backs each off before its next send.
+func (r *Redriver) republish(ctx context.Context, it stock.Item, msgs []kafka.Message, refs []stock.Ref, res *RedriveResult, tick time.Time) error {
+	// With REDIS_WAIT_REPLICAS only entries a failover keeps are
+	// published: an entry on the primary alone (a reserve whose WAIT has
+	// not answered, seen early through a gateway clock running behind)
+	// would become an order from its event after a failover that lost it,
+	// while its gateway answers 503 and the client's retry reserves a
+	// second orderNo.
+	if err := r.deps.Stock.AwaitReplicas(ctx); err != nil {
+		return fmt.Errorf("before re-publishing %d events: %w", len(msgs), err)
 	}
-	processed, err := r.deps.Orders.ProcessedAmong(ctx, ids)
+	ctxs, spans := r.startSends(ctx, it, refs, msgs)
+	err := r.deps.Events.WriteMessages(ctx, msgs...)
+	for _, span := range spans {
+		event.EndSend(span, err)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("re-publishing %d events: %w", len(msgs), err)
 	}
-	var acks []stock.Ref
-	var msgs []kafka.Message
-	var refs []stock.Ref
-	for _, j := range old {
-		ref := stock.Ref{RequestID: j.ev.RequestID, OrderNo: j.ev.OrderNo}
-		p, decided := processed[ref.RequestID]
-		switch {
-		case decided && p.OrderNo == ref.OrderNo && p.Outcome == order.Created:
-			acks = append(acks, ref)
-		case decided && p.OrderNo == ref.OrderNo:
-			res.Rejected++
-		default:
-			// Not decided, or the requestId was decided for another
-			// reservation: the worker rejects this one and gives it back.
-			if s, ok := r.sent[ref]; ok && tick.Before(s.next) {
-				continue
-			}
-			if !r.consumedPast(ref) {
-				res.Behind++
-				continue
-			}
-			msgs = append(msgs, redriven(j))
-			refs = append(refs, ref)
-		}
+	res.Republished += len(msgs)
+	r.deps.Metrics.Redriven.Add(float64(len(msgs)))
+	// Kafka has them now: their requests' retries may be shown the orderNo.
+	if _, err := r.deps.Stock.MarkPublished(ctx, it, refs); err != nil {
+		r.deps.Log.Warn("marking re-published reservations published failed", "item", it.String(), "err", err)
 	}
-	if len(acks) > 0 {
-		n, err := r.deps.Stock.Ack(ctx, it, acks)
-		if err != nil {
-			return err
-		}
-		res.Acked += int(n)
-		r.deps.Metrics.RedriveAcked.Add(float64(n))
-	}
-	if len(msgs) > 0 {
-		// With REDIS_WAIT_REPLICAS only entries a failover keeps are
-		// published: an entry on the primary alone (a reserve whose WAIT
-		// has not answered, seen early through a gateway clock running
-		// behind) would become an order from its event after a failover
-		// that lost it, while its gateway answers 503 and the client's
-		// retry reserves a second orderNo.
-		if err := r.deps.Stock.AwaitReplicas(ctx); err != nil {
-			return fmt.Errorf("before re-publishing %d events: %w", len(msgs), err)
-		}
-		ctxs, spans := r.startSends(ctx, it, refs, msgs)
-		err := r.deps.Events.WriteMessages(ctx, msgs...)
-		for _, span := range spans {
-			event.EndSend(span, err)
-		}
-		if err != nil {
-			return fmt.Errorf("re-publishing %d events: %w", len(msgs), err)
-		}
-		res.Republished += len(msgs)
-		r.deps.Metrics.Redriven.Add(float64(len(msgs)))
-		// Kafka has them now: their requests' retries may be shown the orderNo.
-		if _, err := r.deps.Stock.MarkPublished(ctx, it, refs); err != nil {
-			r.deps.Log.Warn("marking re-published reservations published failed", "item", it.String(), "err", err)
-		}
-		for i, ref := range refs {
-			s := r.sent[ref]
-			s.times++
-			s.next = tick.Add(min(r.cfg.After<<min(s.times-1, 16), r.cfg.MaxBackoff))
-			r.sent[ref] = s
-			r.deps.Log.InfoContext(ctxs[i], "re-published stranded reservation", "request_id", ref.RequestID, "order_no", ref.OrderNo,
-				"item", it.String(), "times", s.times)
-		}
+	for i, ref := range refs {
+		s := r.sent[ref]
+		s.times++
+		s.next = tick.Add(min(r.cfg.After<<min(s.times-1, 16), r.cfg.MaxBackoff))
+		r.sent[ref] = s
+		r.deps.Log.InfoContext(ctxs[i], "re-published stranded reservation", "request_id", ref.RequestID, "order_no", ref.OrderNo,
+			"item", it.String(), "times", s.times)
 	}
 	return nil
 }
