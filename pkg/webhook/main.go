@@ -120,22 +120,13 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 	}
 	defer pool.Close()
 	orders := order.NewStore(pool)
-
 	if a.sub == "list" {
 		fs, err := orders.FailedWebhooks(ctx, a.limit)
 		if err != nil {
 			return cannot(err)
 		}
-		if a.json {
-			return writeJSON(stdout, struct {
-				Failed []failure `json:"failed"`
-			}{failures(fs)})
-		}
-		fmt.Fprintf(stdout, "%d failed webhook deliver%s\n", len(fs), plural(len(fs), "y", "ies"))
-		writeTable(stdout, fs)
-		return nil
+		return writeList(stdout, fs, a.json)
 	}
-
 	var evs []order.WebhookEvent
 	if !a.all {
 		evs = []order.WebhookEvent{}
@@ -148,17 +139,35 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 	if err != nil {
 		return cannot(err)
 	}
+	return writeReplayed(stdout, done, a.ids, a.json)
+}
+
+// writeList writes `webhooks list`'s answer: the failed deliveries.
+func writeList(stdout io.Writer, fs []order.WebhookFailure, asJSON bool) error {
+	if asJSON {
+		return writeJSON(stdout, struct {
+			Failed []failure `json:"failed"`
+		}{failures(fs)})
+	}
+	fmt.Fprintf(stdout, "%d failed webhook deliver%s\n", len(fs), plural(len(fs), "y", "ies"))
+	writeTable(stdout, fs)
+	return nil
+}
+
+// writeReplayed writes `webhooks replay`'s answer: what was replayed, and
+// each id asked for that had no failed delivery (then exit 1).
+func writeReplayed(stdout io.Writer, done []order.WebhookFailure, ids []string, asJSON bool) error {
 	found := map[string]bool{}
 	for _, f := range done {
 		found[MessageID(f.OrderNo, f.Version)] = true
 	}
 	var missing []string
-	for _, id := range a.ids {
+	for _, id := range ids {
 		if !found[id] {
 			missing = append(missing, id)
 		}
 	}
-	if a.json {
+	if asJSON {
 		if err := writeJSON(stdout, struct {
 			Replayed []failure `json:"replayed"`
 			NotFound []string  `json:"notFound"`
