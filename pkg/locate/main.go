@@ -150,60 +150,11 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 	if err != nil {
 		return couldNotRun(fmt.Errorf("locating %s: %w", rid, err))
 	}
-	var storeErr error
-	// Where the spans come from: the Jaeger query service when one is
-	// configured, else the local span store.
-	source, fromJaeger := cfg.TraceStoreDir, cfg.TraceQueryURL != ""
-	if rep.TraceID == "" && (fromJaeger || source != "") {
-		// No record names a trace (a refused request, an expired dedup
-		// record, Redis unreadable): the spans carry the requestId.
-		var spans []telemetry.StoredSpan
-		if fromJaeger {
-			sctx, cancel := context.WithTimeout(ctx, traceQueryTimeout)
-			spans, storeErr = telemetry.QueryRequestSpans(sctx, nil, cfg.TraceQueryURL, rid)
-			cancel()
-		} else {
-			spans, storeErr = telemetry.RequestSpans(source, rid)
-		}
-		if trace, status, ok := telemetry.GatewayAnswer(spans); ok {
-			rep.Answered(trace, status)
-		}
-		if storeErr != nil {
-			source = cmpOr(redactURL(cfg.TraceQueryURL), source)
-			rep.SpansError = secret.Scrub(fmt.Sprintf("searching %s for the requestId: %v", source, storeErr))
-		}
-	}
-	switch {
-	case storeErr != nil:
-	case rep.TraceID == "":
-	case fromJaeger:
-		source = redactURL(cfg.TraceQueryURL)
-		rep.Spans, storeErr = readJaegerTrace(ctx, cfg.TraceQueryURL, rep.TraceID)
-		if storeErr != nil {
-			rep.SpansError = secret.Scrub("trace store unreachable: " + storeErr.Error())
-		}
-	case source != "":
-		rep.Spans, storeErr = telemetry.ReadTrace(source, rep.TraceID)
-		if storeErr != nil {
-			rep.SpansError = fmt.Sprintf("could not read %s: %v", source, storeErr)
-		}
-	}
+	spans := attachSpans(ctx, cfg.TraceStoreDir, cfg.TraceQueryURL, rid, &rep)
 	if *asJSON {
 		err = writeJSONLine(stdout, rep)
 	} else {
-		text := rep.Text()
-		if len(rep.Spans) > 0 {
-			text += "\nspans (" + source + "):\n" + SpanTree(rep.Spans)
-		}
-		switch {
-		case storeErr != nil:
-			text += "\nspans: " + rep.SpansError + "\n"
-		case len(rep.Spans) == 0 && rep.TraceID != "" && fromJaeger:
-			text += "\nspans: none of trace " + rep.TraceID + " in " + source + " (not sampled, not exported yet, or past Jaeger's retention)\n"
-		case len(rep.Spans) == 0 && rep.TraceID != "" && source != "":
-			text += "\nspans: none of trace " + rep.TraceID + " in " + source + " (not sampled, or not exported yet: spans are written within about a second)\n"
-		}
-		_, err = io.WriteString(stdout, text)
+		_, err = io.WriteString(stdout, rep.Text()+spans.text(rep))
 	}
 	if err != nil {
 		return err
@@ -217,6 +168,72 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 		return exitCode(1)
 	}
 	return nil
+}
+
+// spanSource is where a report's spans were read: the Jaeger query service
+// when one is configured, else the local span store; err is the read's.
+type spanSource struct {
+	source     string
+	fromJaeger bool
+	err        error
+}
+
+// attachSpans reads the request's spans into rep: by its trace id, or,
+// when no record names a trace (a refused request, an expired dedup record,
+// Redis unreadable), by the requestId the spans carry.
+func attachSpans(ctx context.Context, storeDir, queryURL, rid string, rep *Report) spanSource {
+	ss := spanSource{source: storeDir, fromJaeger: queryURL != ""}
+	if rep.TraceID == "" && (ss.fromJaeger || ss.source != "") {
+		var spans []telemetry.StoredSpan
+		if ss.fromJaeger {
+			sctx, cancel := context.WithTimeout(ctx, traceQueryTimeout)
+			spans, ss.err = telemetry.QueryRequestSpans(sctx, nil, queryURL, rid)
+			cancel()
+		} else {
+			spans, ss.err = telemetry.RequestSpans(ss.source, rid)
+		}
+		if trace, status, ok := telemetry.GatewayAnswer(spans); ok {
+			rep.Answered(trace, status)
+		}
+		if ss.err != nil {
+			ss.source = cmpOr(redactURL(queryURL), ss.source)
+			rep.SpansError = secret.Scrub(fmt.Sprintf("searching %s for the requestId: %v", ss.source, ss.err))
+		}
+	}
+	switch {
+	case ss.err != nil:
+	case rep.TraceID == "":
+	case ss.fromJaeger:
+		ss.source = redactURL(queryURL)
+		rep.Spans, ss.err = readJaegerTrace(ctx, queryURL, rep.TraceID)
+		if ss.err != nil {
+			rep.SpansError = secret.Scrub("trace store unreachable: " + ss.err.Error())
+		}
+	case ss.source != "":
+		rep.Spans, ss.err = telemetry.ReadTrace(ss.source, rep.TraceID)
+		if ss.err != nil {
+			rep.SpansError = fmt.Sprintf("could not read %s: %v", ss.source, ss.err)
+		}
+	}
+	return ss
+}
+
+// text is the spans' part of the text report: their tree, or why there is
+// none.
+func (ss spanSource) text(rep Report) string {
+	text := ""
+	if len(rep.Spans) > 0 {
+		text += "\nspans (" + ss.source + "):\n" + SpanTree(rep.Spans)
+	}
+	switch {
+	case ss.err != nil:
+		text += "\nspans: " + rep.SpansError + "\n"
+	case len(rep.Spans) == 0 && rep.TraceID != "" && ss.fromJaeger:
+		text += "\nspans: none of trace " + rep.TraceID + " in " + ss.source + " (not sampled, not exported yet, or past Jaeger's retention)\n"
+	case len(rep.Spans) == 0 && rep.TraceID != "" && ss.source != "":
+		text += "\nspans: none of trace " + rep.TraceID + " in " + ss.source + " (not sampled, or not exported yet: spans are written within about a second)\n"
+	}
+	return text
 }
 
 // traceQueryTimeout bounds reading a trace, and the traces it links, from
