@@ -65,20 +65,9 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 		}
 		return ExitError
 	}
-	once, fix, asJSON := &a.once, &a.fix, &a.json
 	log := slog.Default().With("component", "reconciler")
-	r := &setting.Reader{Env: env}
-	cfg := struct {
-		DatabaseURL, RedisPrefix, MetricsAddr, Pushgateway string
-		ReconcileInterval                                  time.Duration
-		redis                                              redisconn.Config
-	}{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.Addr("METRICS_ADDR", false), r.String("PUSHGATEWAY_URL"),
-		r.Duration("RECONCILE_INTERVAL"), redisconn.Read(r)}
-	secret.Register(secret.URLPassword(cfg.Pushgateway)...) // the safety net under redactURL
-	if err := checkPushgateway(cfg.Pushgateway); err != nil {
-		r.Fail("%v", err)
-	}
-	if err := r.Err(); err != nil {
+	cfg, err := readMainConfig(env)
+	if err != nil {
 		log.Error("reconciler cannot run", "err", err)
 		return ExitError
 	}
@@ -90,47 +79,21 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 	defer stopTracing()
 
 	metrics := telemetry.NewMetrics()
-	// published is what a --once run does with its pass's metrics: nothing,
-	// or (PUSHGATEWAY_URL) push them, a failed pass's too. A scheduled run
-	// (the Kubernetes CronJob) is never scraped, so this is how its pass
-	// reaches Prometheus. A push that fails turns a clean exit into 2.
-	published := func(code int) int {
-		if !*once || cfg.Pushgateway == "" {
-			return code
-		}
-		metrics.ReconcilerInterval.Set(cfg.ReconcileInterval.Seconds())
-		if err := pushPass(ctx, cfg.Pushgateway, metrics.Registry); err != nil {
-			log.Error("pushing the pass's metrics", "pushgateway", redactURL(cfg.Pushgateway), "err", err)
-			if code == ExitClean { // drift (1) says more
-				code = ExitError
-			}
-		}
-		return code
-	}
+	published := cfg.publisher(ctx, a.once, metrics, log)
 	cannotRun := func(err error) int {
 		log.Error("reconciler cannot run", "err", err)
 		metrics.ReconcilerPasses.WithLabelValues("error").Inc()
 		metrics.ReconcilerLastPassError.Set(1)
 		return published(ExitError)
 	}
-
-	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
+	st, err := openStores(ctx, cfg)
 	if err != nil {
 		return cannotRun(err)
 	}
-	defer pool.Close()
-	rdb, err := cfg.redis.New(redisconn.Options{PoolSize: 8, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
-	if err != nil {
-		return cannotRun(err)
-	}
-	defer rdb.Close()
-	telemetry.InstrumentRedis(rdb)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return cannotRun(fmt.Errorf("reaching redis at %s: %w", cfg.redis, err))
-	}
+	defer st.close()
 	write := func(res Result) {
 		var err error
-		if *asJSON {
+		if a.json {
 			err = res.WriteJSON(stdout)
 		} else {
 			err = res.WriteText(stdout)
@@ -139,12 +102,10 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 			log.Warn("writing report", "err", err)
 		}
 	}
-	rec := New(Config{Interval: cfg.ReconcileInterval, Fix: *fix}, Deps{
-		Orders: order.NewStore(pool), Stock: stock.New(rdb, cfg.RedisPrefix), Locker: lock.New(rdb, cfg.RedisPrefix),
-		Metrics: metrics, Log: log, ReportFunc: write,
+	rec := New(Config{Interval: cfg.ReconcileInterval, Fix: a.fix}, Deps{
+		Orders: st.orders, Stock: st.stock, Locker: st.locker, Metrics: metrics, Log: log, ReportFunc: write,
 	})
-
-	if *once {
+	if a.once {
 		res, err := rec.RunOnce(ctx) // counts an error itself
 		if err != nil {
 			log.Error("reconciler cannot run", "err", err)
@@ -156,16 +117,88 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 	if cfg.Pushgateway != "" {
 		log.Warn("PUSHGATEWAY_URL is for --once: the loop serves /metrics on METRICS_ADDR")
 	}
+	return loop(ctx, rec, cfg.MetricsAddr, metrics, log, cfg.ReconcileInterval, a.fix)
+}
 
+// mainConfig is the reconciler command's settings.
+type mainConfig struct {
+	DatabaseURL, RedisPrefix, MetricsAddr, Pushgateway string
+	ReconcileInterval                                  time.Duration
+	redis                                              redisconn.Config
+}
+
+func readMainConfig(env setting.Env) (mainConfig, error) {
+	r := &setting.Reader{Env: env}
+	cfg := mainConfig{r.String("DATABASE_URL"), r.String("REDIS_KEY_PREFIX"), r.Addr("METRICS_ADDR", false), r.String("PUSHGATEWAY_URL"),
+		r.Duration("RECONCILE_INTERVAL"), redisconn.Read(r)}
+	secret.Register(secret.URLPassword(cfg.Pushgateway)...) // the safety net under redactURL
+	if err := checkPushgateway(cfg.Pushgateway); err != nil {
+		r.Fail("%v", err)
+	}
+	return cfg, r.Err()
+}
+
+// publisher is what a --once run does with its pass's metrics before it
+// exits with code: nothing, or (PUSHGATEWAY_URL) push them, a failed
+// pass's too. A scheduled run (the Kubernetes CronJob) is never scraped,
+// so this is how its pass reaches Prometheus. A push that fails turns a
+// clean exit into 2.
+func (cfg mainConfig) publisher(ctx context.Context, once bool, metrics *telemetry.Metrics, log *slog.Logger) func(code int) int {
+	return func(code int) int {
+		if !once || cfg.Pushgateway == "" {
+			return code
+		}
+		metrics.ReconcilerInterval.Set(cfg.ReconcileInterval.Seconds())
+		if err := pushPass(ctx, cfg.Pushgateway, metrics.Registry); err != nil {
+			log.Error("pushing the pass's metrics", "pushgateway", redactURL(cfg.Pushgateway), "err", err)
+			if code == ExitClean { // drift (1) says more
+				code = ExitError
+			}
+		}
+		return code
+	}
+}
+
+// stores are the reconciler's Postgres and Redis, and how to close them.
+type stores struct {
+	orders *order.Store
+	stock  *stock.Store
+	locker *lock.Locker
+	close  func()
+}
+
+// openStores opens Postgres and Redis and checks that Redis answers.
+func openStores(ctx context.Context, cfg mainConfig) (stores, error) {
+	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
+	if err != nil {
+		return stores{}, err
+	}
+	rdb, err := cfg.redis.New(redisconn.Options{PoolSize: 8, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
+	if err != nil {
+		pool.Close()
+		return stores{}, err
+	}
+	closeAll := func() { rdb.Close(); pool.Close() }
+	telemetry.InstrumentRedis(rdb)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		closeAll()
+		return stores{}, fmt.Errorf("reaching redis at %s: %w", cfg.redis, err)
+	}
+	return stores{orders: order.NewStore(pool), stock: stock.New(rdb, cfg.RedisPrefix), locker: lock.New(rdb, cfg.RedisPrefix), close: closeAll}, nil
+}
+
+// loop runs passes every interval, serving /metrics on metricsAddr, until
+// ctx ends.
+func loop(ctx context.Context, rec *Reconciler, metricsAddr string, metrics *telemetry.Metrics, log *slog.Logger, interval time.Duration, fix bool) int {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	metricsErr := make(chan error, 1)
 	go func() {
-		err := telemetry.ServeMetrics(ctx, cfg.MetricsAddr, metrics)
+		err := telemetry.ServeMetrics(ctx, metricsAddr, metrics)
 		cancel()
 		metricsErr <- err
 	}()
-	log.Info("reconciler starting", "interval", cfg.ReconcileInterval.String(), "fix", *fix, "metrics", cfg.MetricsAddr)
+	log.Info("reconciler starting", "interval", interval.String(), "fix", fix, "metrics", metricsAddr)
 	runErr := rec.Run(ctx)
 	cancel()
 	if runErr != nil {
