@@ -46,6 +46,7 @@ type halvesView struct {
 	Floor string // the floor's name; empty: the pipeline's column only
 	Rows  [][4]string
 	Notes []string
+	Tick  string // the CPU figures' resolution
 }
 
 func (r *Report) halvesView() *halvesView {
@@ -53,7 +54,8 @@ func (r *Report) halvesView() *halvesView {
 		return nil
 	}
 	rows := halfRows(r.Floor, r.Pipeline, r.Scenario.SoldOut)
-	v := &halvesView{Title: "CPU of the named processes over the load", Notes: procNotes(r.Floor, r.Pipeline)}
+	v := &halvesView{Title: "CPU of the named processes over the load", Notes: procNotes(r.Floor, r.Pipeline),
+		Tick: fmt.Sprintf("%.2f", tickResolution(r.Pipeline.Requests))}
 	if r.Floor != nil {
 		v.Title = fmt.Sprintf("The floor (%s) beside the pipeline, the same %d requests each", r.Floor.Name, r.Requests)
 		v.Floor, v.Rows = r.Floor.Name, rows
@@ -463,7 +465,7 @@ svg .tick{font:11px sans-serif;fill:#444}svg .label{font:12px sans-serif;fill:#2
 <table><tr><th></th>{{if .Floor}}<th>{{.Floor}}</th>{{end}}<th>pipeline</th>{{if .Floor}}<th>pipeline ÷ floor</th>{{end}}</tr>
 {{range .Rows}}<tr><th>{{index . 0}}</th>{{if $.Halves.Floor}}<td>{{index . 1}}</td>{{end}}<td>{{index . 2}}</td>{{if $.Halves.Floor}}<td>{{index . 3}}</td>{{end}}</tr>
 {{end}}</table>
-{{range .Notes}}<p>note: {{.}}</p>{{end}}<p>CPU from /proc/PID/stat at both ends of each half (--proc); latency {{if $.OpenLoop}}from each request's intended time{{else}}from each request's send{{end}}.</p>{{end}}
+{{range .Notes}}<p>note: {{.}}</p>{{end}}<p>CPU from /proc/PID/stat at both ends of each half (--proc), in 10 ms clock ticks: ±{{.Tick}} µs per request; latency {{if $.OpenLoop}}from each request's intended time{{else}}from each request's send{{end}}.</p>{{end}}
 <h2>Invariants (the audit after the pipeline drained)</h2>
 <table>{{range .Checks}}<tr><td>{{if .OK}}<span class="ok">ok</span>{{else}}<span class="fail">FAIL</span>{{end}}</td><th>{{.Name}}</th><td>{{.Detail}}</td></tr>{{end}}</table>
 <h2>Answers by outcome</h2>

@@ -124,10 +124,12 @@ func TestHTMLFloorBesidePipeline(t *testing.T) {
 		row("max ms", "16.00", "31.00", "×1.94"),
 		row("requests/s achieved", "10000", "4000", "×0.40"),
 		row("refusals/s", "10000", "4000", "×0.40"),
-		row("floor CPU µs/request", "20.0", "0.0", "×0.00"),
+		row("floor CPU µs/request", "20.0", "0.0", ""),
 		row("redis CPU µs/request", "0.0", "15.0", ""),
 		row("redis CPU µs/refusal", "0.0", "15.0", ""),
 		row("postgres CPU µs/request", "n/a", "1.0", ""),
+		row("all named CPU µs/request", "n/a", "16.0", ""),
+		"in 10 ms clock ticks: ±1.00 µs per request",
 		"note: trivial handler, postgres: not counted: pid 9: no such process at the start",
 	} {
 		if !strings.Contains(p, want) {

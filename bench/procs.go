@@ -269,7 +269,9 @@ func halfRows(floor, pipe *Half, soldOut bool) [][4]string {
 		if floor != nil {
 			f := val(floor)
 			r[1] = unknown(f, format)
-			if f > 0 && p >= 0 {
+			// A process idle in one half (the floor's while the pipeline
+			// runs) has CPU but no ratio worth printing.
+			if f > 0 && (p > 0 || !strings.Contains(name, "CPU") && p == 0) {
 				r[3] = fmt.Sprintf("×%.2f", p/f)
 			}
 		}
@@ -310,8 +312,25 @@ func halfRows(floor, pipe *Half, soldOut bool) [][4]string {
 			return -1
 		})
 	}
+	if len(pipe.Procs) > 1 {
+		total := func(h *Half) float64 {
+			var sum float64
+			for _, p := range h.Procs {
+				if p.CPUPerRequest < 0 {
+					return -1
+				}
+				sum += p.CPUPerRequest
+			}
+			return sum
+		}
+		add("all named CPU µs/request", "%.1f", total)
+	}
 	return rows
 }
+
+// tickResolution is the CPU per request one clock tick of /proc/PID/stat
+// amounts to over n requests, in µs: the figures' resolution.
+func tickResolution(n int) float64 { return 1e6 / clockTicks / float64(max(n, 1)) }
 
 // procNotes are the --proc processes a half could not read, one line each.
 func procNotes(halves ...*Half) []string {

@@ -330,6 +330,9 @@ func (r *Report) writeHalves(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	if len(r.Pipeline.Procs) > 0 {
+		fmt.Fprintf(w, "  CPU from /proc/PID/stat at both ends of each half, in 10 ms clock ticks: ±%.2f µs per request\n", tickResolution(r.Pipeline.Requests))
+	}
 	for _, n := range procNotes(r.Floor, r.Pipeline) {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
