@@ -137,3 +137,16 @@ func mustExitedPID(tb testing.TB) int {
 	}
 	return cmd.Process.Pid
 }
+
+// TestSoldOutRefusesAStock: --sold-out with a stock or a share of retries
+// or repeats is a contradiction, named before anything is touched.
+func TestSoldOutRefusesAStock(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"--sold-out", "--stock", "5"}, {"--sold-out", "--retry-share", "0.1", "--repeat-share", "0"}} {
+		var stdout, stderr strings.Builder
+		code := run(t.Context(), Env{}, args, &stdout, &stderr)
+		if code != ExitError || !strings.Contains(stderr.String(), "--sold-out sells no stock to new buyers only: drop --") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
+}
