@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -71,4 +73,67 @@ func TestBenchOpenLoop(t *testing.T) {
 		t.Errorf("the report has no side-by-side ratio line:\n%s", out.String())
 	}
 	p.assertInvariants(t, stock.Item{ActivityID: rep.Scenario.ActivityID, ItemID: 1})
+}
+
+// TestBenchSoldOutFlood runs the load tool's sold-out flood in a closed loop
+// against the real pipeline, the trivial handler answering SOLD_OUT as the
+// floor: every answer of both halves is a refusal, nothing is sold, and
+// both halves carry the CPU of the named process (this one, which serves
+// both here).
+func TestBenchSoldOutFlood(t *testing.T) {
+	t.Parallel()
+	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan net.Addr, 1)
+	floorDone := make(chan error, 1)
+	go func() {
+		floorDone <- bench.ServeFloorStatus(ctx, "127.0.0.1:0", http.StatusConflict, func(a net.Addr) { addrc <- a })
+	}()
+	var floorURL string
+	select {
+	case a := <-addrc:
+		floorURL = "http://" + a.String()
+	case err := <-floorDone:
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-floorDone; err != nil {
+			t.Errorf("floor server: %v", err)
+		}
+	})
+	const requests = 400
+	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,
+		Redis: redisconn.Config{Addr: testenv.RedisAddr()}, RedisPrefix: p.Redis.Prefix, Concurrency: 20, Requests: requests, Items: 1,
+		Seed: 11, SoldOut: true, FloorURL: floorURL, FloorName: "trivial handler", Procs: []bench.Proc{{Name: "test", PIDs: []int{os.Getpid()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.WriteText(&out)
+	t.Log(out.String())
+	if !rep.OK {
+		t.Fatalf("audit failed:\n%s", out.String())
+	}
+	if rep.OpenLoop != nil || rep.Floor == nil || rep.Pipeline == nil {
+		t.Fatalf("closed loop with a floor: open loop %v, floor %v, pipeline %v", rep.OpenLoop, rep.Floor, rep.Pipeline)
+	}
+	if rep.Accepted != 0 || rep.OrdersInDB != 0 || rep.RejectedByCode["SOLD_OUT"] != requests {
+		t.Errorf("the flood sold something: %d accepted, %d orders, refusals %v", rep.Accepted, rep.OrdersInDB, rep.RejectedByCode)
+	}
+	for _, h := range []*bench.Half{rep.Floor, rep.Pipeline} {
+		if h.Requests != requests || h.Refusals != requests || h.RefusalsPerSec <= 0 || h.Latency.P50 <= 0 || h.Latency.Max < h.Latency.P99 {
+			t.Errorf("%s: %d requests, %d refusals at %.0f/s, latency %+v; want all %d refused", h.Name, h.Requests, h.Refusals,
+				h.RefusalsPerSec, h.Latency, requests)
+		}
+		if len(h.Procs) != 1 || h.Procs[0].Name != "test" || h.Procs[0].CPUPerRequest < 0 || h.Procs[0].Note != "" {
+			t.Errorf("%s: procs %+v, want this process's CPU per request", h.Name, h.Procs)
+		}
+	}
+	if rep.Floor.URL != floorURL || rep.Pipeline.URL != p.URL {
+		t.Errorf("halves at %s and %s, want %s and %s", rep.Floor.URL, rep.Pipeline.URL, floorURL, p.URL)
+	}
+	if !strings.Contains(out.String(), "trivial handler beside the pipeline") || !strings.Contains(out.String(), "test CPU µs/refusal") {
+		t.Errorf("the report does not set the floor beside the pipeline:\n%s", out.String())
+	}
 }

@@ -77,12 +77,19 @@ type Config struct {
 	// Rate > 0 is the open loop: request i is sent at start + i/Rate over
 	// at most Concurrency connections, and its latency runs from then.
 	Rate float64
-	// FloorURL, with Rate, is a trivial handler (--serve-floor) measured
-	// first at the same rate with the same requests, as the floor.
+	// FloorURL is a floor (the trivial handler of --serve-floor, or
+	// bench/floorpipe) measured first with the same requests the same way:
+	// at the same rate, or in a closed loop at the same concurrency.
 	FloorURL string
 	// FloorName names what serves FloorURL in the reports (default
 	// "trivial handler"; bench/latency.sh: "floor pipeline").
 	FloorName string
+	// SoldOut is the sold-out flood: the sale has no stock and every
+	// request is a new buyer, so every answer of the gateway is a refusal.
+	SoldOut bool
+	// Procs are the processes whose CPU each measured half reads from /proc
+	// (--proc NAME=PID): the floor, orderpipe all, Redis, PostgreSQL.
+	Procs []Proc
 
 	Timeout      time.Duration // per HTTP request
 	WaitReady    time.Duration // how long to wait for /readyz before starting
@@ -133,8 +140,8 @@ func (c Config) validate() error {
 	if c.Rate < 0 {
 		errs = append(errs, "--rate must not be negative (0: closed loop)")
 	}
-	if c.FloorURL != "" && c.Rate <= 0 {
-		errs = append(errs, "--floor-url needs --rate")
+	if c.SoldOut && (c.Stock != 0 || c.RetryShare != 0 || c.RepeatShare != 0) {
+		errs = append(errs, "--sold-out sells no stock to new buyers only: it takes no --stock, --retry-share or --repeat-share")
 	}
 	if c.Quantity > 100 {
 		errs = append(errs, "--quantity must be between 1 and 100")
@@ -163,6 +170,14 @@ time, so a stall is charged to every request due meanwhile. With --floor-url
 it first sends the same requests at the same rate to a trivial handler
 (--serve-floor ADDR serves one) and prints both side by side.
 
+With --floor-url and no --rate, the floor and then the gateway each get the
+same requests from -c workers (closed loop). --sold-out makes that a
+sold-out flood: no stock, every request a new buyer, so every answer is a
+refusal (the floor: --serve-floor ADDR --floor-status 409). --proc NAME=PID
+(repeatable; PID,PID,... sums several) reads each process's CPU from /proc
+at both ends of each half and reports it per request: pass the floor, the
+pipeline, Redis and PostgreSQL.
+
 With --purge-keys it deletes every Redis key under REDIS_KEY_PREFIX (which
 must not be empty) and exits: how make bench cleans up its throwaway pipeline.
 
@@ -181,6 +196,7 @@ type modes struct {
 	strategies *bool
 	purge      *bool
 	floor      *string
+	floorCode  *int
 }
 
 // flagSet defines every flag of `orderpipe bench` on a fresh set, writing
@@ -204,9 +220,12 @@ func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 	fs.DurationVar(&cfg.WaitReady, "wait-ready", 10*time.Second, "wait this long for /readyz before starting")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", time.Minute, "how long the pipeline may take to drain")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: send at this constant rate (req/s), each request at its intended time, latency measured from it (0: closed loop of -c workers)")
-	fs.StringVar(&cfg.FloorURL, "floor-url", "", "with --rate: first measure the floor at this base URL (the trivial handler of --serve-floor, or bench/floorpipe) at the same rate")
+	fs.StringVar(&cfg.FloorURL, "floor-url", "", "first measure the floor at this base URL (the trivial handler of --serve-floor, or bench/floorpipe) with the same requests, at the same --rate or -c")
 	fs.StringVar(&cfg.FloorName, "floor-name", "trivial handler", "what serves --floor-url, as the reports name it")
+	fs.BoolVar(&cfg.SoldOut, "sold-out", false, "sold-out flood: a sale with no stock, every request a new buyer, so every answer is a refusal (sets --stock 0 and no retries or repeats)")
+	fs.Var((*procFlags)(&cfg.Procs), "proc", "NAME=PID[,PID...]: report this process's CPU per request in each half, from /proc (repeatable)")
 	var m modes
+	m.floorCode = fs.Int("floor-status", 202, "with --serve-floor: the status of every answer, 202 (accepted) or 409 (SOLD_OUT, the floor of --sold-out)")
 	m.jsonOut = fs.String("json-out", "", "also write the report as JSON to this file")
 	m.htmlOut = fs.String("html-out", "", "also write the report as one self-contained HTML page (charts inline, no network) to this file")
 	m.strategies = fs.Bool("redis-strategies", false, "race naive / lock / reserve script directly on Redis")
@@ -273,6 +292,12 @@ func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return ExitError
 	}
+	if cfg.SoldOut {
+		if err := applySoldOut(fs, &cfg); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return ExitError
+		}
+	}
 	// Flags are checked as given: a zero or negative value is a mistake to
 	// report, not something for defaults() to paper over.
 	if err := checkFlags(cfg); err != nil && !*purge && *m.floor == "" {
@@ -282,7 +307,9 @@ func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 	}
 
 	if *m.floor != "" {
-		err := ServeFloor(ctx, *m.floor, func(a net.Addr) { fmt.Fprintf(stderr, "bench: trivial handler on %s\n", a) })
+		err := ServeFloorStatus(ctx, *m.floor, *m.floorCode, func(a net.Addr) {
+			fmt.Fprintf(stderr, "bench: trivial handler answering %d on %s\n", *m.floorCode, a)
+		})
 		if err != nil {
 			fmt.Fprintf(stderr, "bench: %v\n", err)
 			return ExitError
@@ -340,6 +367,23 @@ func finish[R report](rep R, err error, jsonOut string, stdout, stderr io.Writer
 		return ExitFailed
 	}
 	return ExitOK
+}
+
+// applySoldOut sets the sold-out flood's sale and workload, refusing flags
+// given that would contradict it.
+func applySoldOut(fs *flag.FlagSet, cfg *Config) error {
+	var clash []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "stock", "retry-share", "repeat-share":
+			clash = append(clash, "--"+f.Name)
+		}
+	})
+	if len(clash) > 0 {
+		return fmt.Errorf("--sold-out sells no stock to new buyers only: drop %s", strings.Join(clash, ", "))
+	}
+	cfg.Stock, cfg.RetryShare, cfg.RepeatShare = 0, 0, 0
+	return nil
 }
 
 // checkFlags refuses values defaults() would otherwise silently replace.

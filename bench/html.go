@@ -30,12 +30,43 @@ func (r *Report) WriteHTML(w io.Writer) error {
 }
 
 type htmlView struct {
+	OpenLoop bool
 	Title    string
 	Summary  [][2]string
 	Checks   []Check
 	OK       bool
 	Charts   []template.HTML
 	Outcomes template.HTML
+	Halves   *halvesView // nil: no floor and no --proc
+}
+
+// halvesView is the table of the floor beside the pipeline.
+type halvesView struct {
+	Title string
+	Floor string // the floor's name; empty: the pipeline's column only
+	Rows  [][4]string
+	Notes []string
+	Tick  string // the CPU figures' resolution
+}
+
+func (r *Report) halvesView() *halvesView {
+	if r.Pipeline == nil || (r.Floor == nil && len(r.Pipeline.Procs) == 0) {
+		return nil
+	}
+	rows := halfRows(r.Floor, r.Pipeline, r.Scenario.SoldOut)
+	v := &halvesView{Title: "CPU of the named processes over the load", Notes: procNotes(r.Floor, r.Pipeline),
+		Tick: fmt.Sprintf("%.2f", tickResolution(r.Pipeline.Requests))}
+	if r.Floor != nil {
+		v.Title = fmt.Sprintf("The floor (%s) beside the pipeline, the same %d requests each", r.Floor.Name, r.Requests)
+		v.Floor, v.Rows = r.Floor.Name, rows
+		return v
+	}
+	for _, row := range rows {
+		if strings.Contains(row[0], "CPU") {
+			v.Rows = append(v.Rows, row)
+		}
+	}
+	return v
 }
 
 func (r *Report) htmlView() htmlView {
@@ -57,10 +88,12 @@ func (r *Report) htmlView() htmlView {
 			{"drain", fmt.Sprintf("%.0f ms after the load, %.0f ms after the last 202", r.DrainMs, r.DrainAfterLastAcceptMs)},
 			{"gateway RSS", fmt.Sprintf("peak %s, end %s", unknown(r.PeakRSSBytes/(1<<20), "%.1f MiB"), unknown(r.RSSBytes/(1<<20), "%.1f MiB"))},
 		},
-		Checks: r.Checks,
-		OK:     r.OK,
+		Checks:   r.Checks,
+		OK:       r.OK,
+		OpenLoop: s.Rate > 0,
 	}
 	v.Outcomes = outcomeBars(r)
+	v.Halves = r.halvesView()
 	t := r.timeline
 	if t == nil || len(t.answers) == 0 {
 		return v
@@ -428,6 +461,11 @@ svg .tick{font:11px sans-serif;fill:#444}svg .label{font:12px sans-serif;fill:#2
 <h1>{{.Title}}</h1>
 <p>Verdict: {{if .OK}}<span class="ok">every invariant held</span>{{else}}<span class="fail">an invariant failed</span>{{end}}</p>
 <table>{{range .Summary}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>
+{{with .Halves}}<h2>{{.Title}}</h2>
+<table><tr><th></th>{{if .Floor}}<th>{{.Floor}}</th>{{end}}<th>pipeline</th>{{if .Floor}}<th>pipeline ÷ floor</th>{{end}}</tr>
+{{range .Rows}}<tr><th>{{index . 0}}</th>{{if $.Halves.Floor}}<td>{{index . 1}}</td>{{end}}<td>{{index . 2}}</td>{{if $.Halves.Floor}}<td>{{index . 3}}</td>{{end}}</tr>
+{{end}}</table>
+{{range .Notes}}<p>note: {{.}}</p>{{end}}<p>CPU from /proc/PID/stat at both ends of each half (--proc), in 10 ms clock ticks: ±{{.Tick}} µs per request; latency {{if $.OpenLoop}}from each request's intended time{{else}}from each request's send{{end}}.</p>{{end}}
 <h2>Invariants (the audit after the pipeline drained)</h2>
 <table>{{range .Checks}}<tr><td>{{if .OK}}<span class="ok">ok</span>{{else}}<span class="fail">FAIL</span>{{end}}</td><th>{{.Name}}</th><td>{{.Detail}}</td></tr>{{end}}</table>
 <h2>Answers by outcome</h2>

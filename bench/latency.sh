@@ -12,7 +12,9 @@
 # from each request's intended time. Prints one row per rate and the CPU
 # seconds `orderpipe all` used in each, then, for the middle of each half,
 # how busy the machine was and each part's CPU per request (orderpipe all,
-# Redis, PostgreSQL, the load tool); keeps each run's report in $OUT.
+# Redis, PostgreSQL, the load tool); keeps each run's report in $OUT (its
+# HTML sets the floor beside the pipeline, with the CPU per request of the
+# floor, orderpipe all, Redis and PostgreSQL over each whole half: --proc).
 #   bench/latency.sh                              1000, 2000 and 4000 req/s, 15 s each
 #   RATES=2000 SECONDS_EACH=30 bench/latency.sh
 #   PROFILE=2000 bench/latency.sh                 also, at 2000 req/s, in the middle of each half, a 5 s CPU, block
@@ -117,9 +119,12 @@ for rate in $RATES; do
   curl -s "http://$HTTP_ADDR/metrics" >"$OUT/latency-$run-$rate.waits0" || true
   before=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   rstatus=0
+  # The HTML report's table of the floor beside the pipeline carries each
+  # part's CPU per request over the whole of each half.
+  mapfile -t procs_flags < <(proc_flags part_pids floor all redis postgres)
   # KAFKA_BROKERS: the audit reads orders.status from the embedded broker (I7).
   env -u GOGC -u GOMEMLIMIT KAFKA_BROKERS="127.0.0.1:$kafka_port" "$BIN" bench -c "$C" --rate "$rate" -n "$n" --stock "$n" --retry-share 0 --repeat-share 0 --wait-ready 60s \
-    --url "http://$HTTP_ADDR" --floor-url "http://127.0.0.1:$floor_port" --floor-name "$floor_name" \
+    --url "http://$HTTP_ADDR" --floor-url "http://127.0.0.1:$floor_port" --floor-name "$floor_name" "${procs_flags[@]}" \
     --json-out "$OUT/latency-$run-$rate.json" --html-out "$OUT/latency-$run-$rate.html" >"$txt" 2>"$txt.err" &
   load_pid=$!
   cpu_window "$txt.err" "the floor first" "$SECONDS_EACH" "$OUT/latency-$run-$rate.cpu-floor" part_pids floor redis postgres load &

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by bench/run.sh, bench/cpu.sh and bench/rss.sh (sourced, not run): free ports and
+# Shared by bench/run.sh, bench/cpu.sh, bench/rss.sh, bench/latency.sh and bench/flood.sh (sourced, not run): free ports and
 # per-process CPU readings, and the pids of each part.
 
 # free_port prints a port below the kernel's ephemeral range that nothing
@@ -82,6 +82,18 @@ procs() {
     redis) if [ "${SHARED:-0}" = 1 ]; then pgrep -f "redis-server [^ ]*:${REDIS_PORT:-6379}\$" || true; else pgrep -x redis-server || true; fi ;;
     postgres) if [ "${SHARED:-0}" = 1 ]; then psql "$PG/postgres" -Atc "SELECT pid FROM pg_stat_activity WHERE datname = '$db'" 2>/dev/null || true; else pgrep -x postgres || true; fi ;;
   esac
+}
+
+# proc_flags PIDS NAME...: the load tool's --proc flags (one word a line, for
+# mapfile -t), NAME=PID,PID... for each named part whose pids the function
+# PIDS prints now; a part with none is left out.
+proc_flags() {
+  local pids=$1 name ps
+  shift
+  for name in "$@"; do
+    ps=$("$pids" "$name" | grep -E '^[0-9]+$' | paste -sd, - || true)
+    if [ -n "$ps" ]; then printf -- '--proc\n%s=%s\n' "$name" "$ps"; fi
+  done
 }
 
 # waits_summary BEFORE AFTER: the gateway's intake, reserve and produce histograms

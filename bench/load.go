@@ -80,17 +80,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
 		cfg.ActivityID, cfg.Items, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.URL, cfg.Seed)
 	var floor *Arrival
-	if cfg.Rate > 0 && cfg.FloorURL != "" {
-		if floor, err = measureFloor(ctx, client, cfg, work); err != nil {
+	var floorHalf *Half
+	if cfg.FloorURL != "" {
+		if floor, floorHalf, err = measureFloor(ctx, client, cfg, work); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(cfg.Progress, "bench: then the gateway: %d requests at %.0f req/s over at most %d connections at %s\n",
-			len(work), cfg.Rate, cfg.Concurrency, cfg.URL)
+		fmt.Fprintf(cfg.Progress, "bench: then the gateway: %d requests %s at %s\n", len(work), cfg.loop(), cfg.URL)
 	}
+	meter := startProcMeter(cfg.Procs)
 	answers, loadTime, lastAccept, open, err := drive(ctx, client, cfg, work, scr)
 	if err != nil {
 		return nil, err
 	}
+	procs := meter.stop(len(work))
 	loadEnd := time.Now()
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("load interrupted: %w", err)
@@ -108,9 +110,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := newReport(cfg, work, answers, loadTime, audit)
 	rep.timeline = &timeline{start: loadEnd.Add(-loadTime), answers: answers}
 	rep.timeline.procs, rep.timeline.lag = scr.timeline()
+	elapsed := loadTime
 	if cfg.Rate > 0 {
 		rep.OpenLoop = newOpenLoop(cfg, newArrival(cfg.URL, answers, open), floor)
+		elapsed = open.elapsed
 	}
+	rep.Floor, rep.Pipeline = floorHalf, newHalf("pipeline", cfg.URL, answers, elapsed, procs)
 	rep.DrainMs, rep.DrainAfterLastAcceptMs = ms(drainedAt.Sub(loadEnd)), ms(drainedAt.Sub(lastAccept))
 	if drainErr != nil {
 		rep.DrainError = drainErr.Error()
@@ -305,7 +310,7 @@ func drive(ctx context.Context, client *http.Client, cfg Config, work []request,
 	if cfg.Rate > 0 {
 		answers, st, err = driveOpen(ctx, client, cfg.URL, cfg, work, cnt.count)
 	} else {
-		answers, err = driveClosed(ctx, client, cfg, work, &cnt)
+		answers, err = driveClosed(ctx, client, cfg.URL, cfg, work, &cnt)
 	}
 	elapsed := time.Since(start)
 	close(stop)
@@ -320,13 +325,14 @@ func drive(ctx context.Context, client *http.Client, cfg Config, work []request,
 	return answers, elapsed, last, st, nil
 }
 
-// driveClosed sends the planned requests from cfg.Concurrency goroutines,
-// each waiting for its answer before it sends the next.
-func driveClosed(ctx context.Context, client *http.Client, cfg Config, work []request, cnt *counters) ([]answer, error) {
+// driveClosed sends the planned requests to base+"/v1/orders" from
+// cfg.Concurrency goroutines, each waiting for its answer before it sends
+// the next.
+func driveClosed(ctx context.Context, client *http.Client, base string, cfg Config, work []request, cnt *counters) ([]answer, error) {
 	senders := make([]*sender, cfg.Concurrency)
 	for i := range senders {
 		var err error
-		if senders[i], err = newSender(client, cfg.URL, cfg.Timeout); err != nil {
+		if senders[i], err = newSender(client, base, cfg.Timeout); err != nil {
 			return nil, err
 		}
 	}

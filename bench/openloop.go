@@ -192,23 +192,48 @@ func statusName(status int) string {
 	return strconv.Itoa(status)
 }
 
-// measureFloor runs the open-loop schedule of cfg against the trivial
-// handler at cfg.FloorURL, with the same requests as the gateway's run.
-func measureFloor(ctx context.Context, client *http.Client, cfg Config, work []request) (*Arrival, error) {
+// measureFloor sends work to the floor at cfg.FloorURL as the gateway will
+// get it: on the open-loop schedule of cfg.Rate (its Arrival, nil in a
+// closed loop) or from cfg.Concurrency workers; the Half has its figures
+// and the CPU of every --proc.
+func measureFloor(ctx context.Context, client *http.Client, cfg Config, work []request) (*Arrival, *Half, error) {
 	if err := waitReady(ctx, newAPI(client, cfg.FloorURL, ""), cfg.WaitReady); err != nil {
-		return nil, fmt.Errorf("the %s (--floor-url): %w", cfg.FloorName, err)
+		return nil, nil, fmt.Errorf("the %s (--floor-url): %w", cfg.FloorName, err)
 	}
-	fmt.Fprintf(cfg.Progress, "bench: the floor first: %d requests at %.0f req/s over at most %d connections against the %s at %s\n",
-		len(work), cfg.Rate, cfg.Concurrency, cfg.FloorName, cfg.FloorURL)
-	answers, st, err := driveOpen(ctx, client, cfg.FloorURL, cfg, work, nil)
+	fmt.Fprintf(cfg.Progress, "bench: the floor first: %d requests %s against the %s at %s\n",
+		len(work), cfg.loop(), cfg.FloorName, cfg.FloorURL)
+	meter := startProcMeter(cfg.Procs)
+	var answers []answer
+	var st openStats
+	var err error
+	start := time.Now()
+	if cfg.Rate > 0 {
+		answers, st, err = driveOpen(ctx, client, cfg.FloorURL, cfg, work, nil)
+	} else {
+		answers, err = driveClosed(ctx, client, cfg.FloorURL, cfg, work, &counters{})
+		st.elapsed = time.Since(start)
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	procs := meter.stop(len(work))
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("floor run interrupted: %w", err)
+		return nil, nil, fmt.Errorf("floor run interrupted: %w", err)
+	}
+	h := newHalf(cfg.FloorName, cfg.FloorURL, answers, st.elapsed, procs)
+	if cfg.Rate <= 0 {
+		return nil, h, nil
 	}
 	a := newArrival(cfg.FloorURL, answers, st)
-	return &a, nil
+	return &a, h, nil
+}
+
+// loop says how a half is sent, for the progress lines.
+func (c Config) loop() string {
+	if c.Rate > 0 {
+		return fmt.Sprintf("at %.0f req/s over at most %d connections", c.Rate, c.Concurrency)
+	}
+	return fmt.Sprintf("from %d workers (closed loop)", c.Concurrency)
 }
 
 func newOpenLoop(cfg Config, gw Arrival, floor *Arrival) *OpenLoop {

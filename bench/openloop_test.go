@@ -64,7 +64,7 @@ func TestLatencyOf(t *testing.T) {
 		lat[i] = time.Duration((i*7919)%2000+1) * time.Millisecond
 	}
 	got := latencyOf(lat)
-	want := Latency{P50: 1000, P95: 1900, P99: 1980, P999: 1998, Max: 2000, Mean: 1000.5}
+	want := Latency{P50: 1000, P90: 1800, P95: 1900, P99: 1980, P999: 1998, Max: 2000, Mean: 1000.5}
 	if got != want {
 		t.Errorf("latencyOf = %+v, want %+v", got, want)
 	}
@@ -193,4 +193,45 @@ func TestDriveOpen(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFloorServerRefuses: with status 409 the trivial handler answers what
+// the gateway answers a sold-out sale, so the flood's floor is a refusal
+// the client reads as SOLD_OUT; any other status than 202 or 409 is refused.
+func TestFloorServerRefuses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan net.Addr, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- ServeFloorStatus(ctx, "127.0.0.1:0", http.StatusConflict, func(a net.Addr) { addrc <- a })
+	}()
+	var base string
+	select {
+	case a := <-addrc:
+		base = "http://" + a.String()
+	case err := <-errc:
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("ServeFloorStatus after shutdown: %v", err)
+		}
+	}()
+	res, err := http.Post(base+"/v1/orders", "application/json",
+		strings.NewReader(`{"requestId":"r1","userId":1,"activityId":1,"itemId":1,"quantity":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	a := answerOf(res.StatusCode, raw, time.Millisecond)
+	if a.status != http.StatusConflict || a.code != "SOLD_OUT" || !refused(a) {
+		t.Errorf("POST /v1/orders: %d %s (code %q), want a 409 SOLD_OUT refusal", res.StatusCode, raw, a.code)
+	}
+	if err := ServeFloorStatus(context.Background(), "127.0.0.1:0", http.StatusInternalServerError, nil); err == nil ||
+		!strings.Contains(err.Error(), "want 202 or 409") {
+		t.Errorf("status 500: %v, want an error", err)
+	}
 }

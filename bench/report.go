@@ -27,11 +27,13 @@ type Scenario struct {
 	RepeatShare float64 `json:"repeatShare"`
 	Seed        int64   `json:"seed"`
 	Rate        float64 `json:"rate,omitempty"` // open loop: req/s scheduled
+	SoldOut     bool    `json:"soldOut,omitempty"`
 }
 
 // Latency percentiles, in milliseconds, measured at the client per request.
 type Latency struct {
 	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
 	P95  float64 `json:"p95"`
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p999"`
@@ -51,7 +53,7 @@ func latencyOf(lat []time.Duration) Latency {
 	for _, d := range lat {
 		sum += d
 	}
-	return Latency{P50: ms(pct(lat, .50)), P95: ms(pct(lat, .95)), P99: ms(pct(lat, .99)), P999: ms(pct(lat, .999)),
+	return Latency{P50: ms(pct(lat, .50)), P90: ms(pct(lat, .90)), P95: ms(pct(lat, .95)), P99: ms(pct(lat, .99)), P999: ms(pct(lat, .999)),
 		Max: ms(lat[n-1]), Mean: ms(sum / time.Duration(n))}
 }
 
@@ -107,6 +109,10 @@ type Report struct {
 
 	// OpenLoop is the open-loop run's figures (--rate), nil in a closed loop.
 	OpenLoop *OpenLoop `json:"openLoop,omitempty"`
+	// Floor and Pipeline are the measured halves side by side (Floor nil:
+	// no --floor-url), with the CPU of every --proc process in each.
+	Floor    *Half `json:"floor,omitempty"`
+	Pipeline *Half `json:"pipeline,omitempty"`
 
 	Checks []Check `json:"checks"`
 	OK     bool    `json:"ok"`
@@ -118,7 +124,7 @@ func newReport(cfg Config, work []request, answers []answer, load time.Duration,
 	r := &Report{
 		Scenario: Scenario{URL: cfg.URL, ActivityID: cfg.ActivityID, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
 			Items: cfg.Items, Stock: cfg.Stock, Quantity: cfg.Quantity, Buckets: cfg.Buckets, RetryShare: cfg.RetryShare, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed,
-			Rate: cfg.Rate},
+			Rate: cfg.Rate, SoldOut: cfg.SoldOut},
 		Requests: len(work), RejectedByCode: map[string]int{}, Audit: au, LoadMs: ms(load),
 	}
 	lat := make([]time.Duration, 0, len(answers))
@@ -292,6 +298,7 @@ func (r *Report) WriteText(w io.Writer) {
 	if r.OpenLoop != nil {
 		r.OpenLoop.WriteText(w)
 	}
+	r.writeHalves(w)
 	fmt.Fprintln(w, "invariants:")
 	for _, c := range r.Checks {
 		mark := "ok  "
@@ -299,6 +306,35 @@ func (r *Report) WriteText(w io.Writer) {
 			mark = "FAIL"
 		}
 		fmt.Fprintf(w, "  %s %s: %s\n", mark, c.Name, c.Detail)
+	}
+}
+
+// writeHalves writes the floor beside the pipeline, when there is a floor
+// or a --proc to show.
+func (r *Report) writeHalves(w io.Writer) {
+	if r.Pipeline == nil || (r.Floor == nil && len(r.Pipeline.Procs) == 0) {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if r.Floor != nil {
+		fmt.Fprintf(w, "%s beside the pipeline, the same %d requests each:\n", r.Floor.Name, r.Requests)
+		fmt.Fprintf(tw, "  \t%s\tpipeline\tpipeline ÷ floor\n", r.Floor.Name)
+	} else {
+		fmt.Fprintln(w, "CPU of the named processes (--proc) over the load:")
+	}
+	for _, row := range halfRows(r.Floor, r.Pipeline, r.Scenario.SoldOut) {
+		if r.Floor != nil {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", row[0], row[1], row[2], row[3])
+		} else if strings.Contains(row[0], "CPU") {
+			fmt.Fprintf(tw, "  %s\t%s\n", row[0], row[2])
+		}
+	}
+	tw.Flush()
+	if len(r.Pipeline.Procs) > 0 {
+		fmt.Fprintf(w, "  CPU from /proc/PID/stat at both ends of each half, in 10 ms clock ticks: ±%.2f µs per request\n", tickResolution(r.Pipeline.Requests))
+	}
+	for _, n := range procNotes(r.Floor, r.Pipeline) {
+		fmt.Fprintf(w, "  note: %s\n", n)
 	}
 }
 
