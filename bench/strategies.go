@@ -136,14 +136,14 @@ func RunStrategies(ctx context.Context, cfg StrategyConfig) (*StrategyReport, er
 		prefix := cfg.KeyPrefix + name + ":"
 		res, err := func() (StrategyResult, error) {
 			st := stock.New(rdb, prefix)
-			defer rediskeys.Unlink(context.WithoutCancel(ctx), rdb, strategyKeys(st, prefix, item, users)...) //nolint:errcheck // best effort
+			defer rediskeys.Unlink(context.WithoutCancel(ctx), rdb, strategyKeys(prefix, item, users)...) //nolint:errcheck // best effort
 			now := time.Now()
 			// Preheat as the product does: the reserve script also needs the sale window.
 			if _, err := st.Preheat(ctx, stock.Sale{Item: item, Stock: cfg.Stock, StartsAt: now.Add(-time.Minute),
 				EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
 				return StrategyResult{}, err
 			}
-			s := newStrategy(name, st, lock.New(rdb, prefix), item, cfg.LockWait)
+			s := newStrategy(name, st, stocktest.On(rdb, prefix), lock.New(rdb, prefix), item, cfg.LockWait)
 			fmt.Fprintf(cfg.Progress, "bench: strategy %s: %d requests at c=%d on %d units\n", name, cfg.Requests, cfg.Concurrency, cfg.Stock)
 			res := race(ctx, s, users, cfg)
 			final, err := st.BucketStocks(ctx, item, 1)
@@ -185,12 +185,12 @@ func strategyUsers(cfg StrategyConfig) (users []int64, repeats int) {
 	return users, repeats
 }
 
-func newStrategy(name string, st *stock.Store, lk *lock.Locker, item stock.Item, lockWait time.Duration) strategy {
+func newStrategy(name string, st *stock.Store, sr stocktest.Redis, lk *lock.Locker, item stock.Item, lockWait time.Duration) strategy {
 	// checkAndTake is the critical section written the obvious way: read,
 	// decide in the client, write. Four round trips with gaps between them.
 	// It reaches behind the store through stocktest, as only a test tool may.
 	checkAndTake := func(ctx context.Context, user int64) (outcome, error) {
-		out, err := stocktest.CheckAndTake(ctx, st, item, user)
+		out, err := stocktest.CheckAndTake(ctx, sr, item, user)
 		if err != nil {
 			return failed, err
 		}
@@ -257,8 +257,8 @@ func strategyOrderNo(i int) string   { return "o" + strconv.Itoa(i) }
 // strategyKeys names every key a strategy run can have written, for its
 // cleanup to delete by name: a SCAN would walk the whole keyspace of a
 // shared Redis. TestRedisStrategies checks by SCAN that nothing is left.
-func strategyKeys(st *stock.Store, prefix string, it stock.Item, users []int64) []string {
-	k := stocktest.KeysOf(st, it)
+func strategyKeys(prefix string, it stock.Item, users []int64) []string {
+	k := stocktest.KeysOf(stocktest.On(nil, prefix), it)
 	names := []string{k.Stock, k.Sale, k.Journal, k.MarkerIndex(), prefix + "lock:" + lockName(it), prefix + "fence:" + lockName(it)}
 	seen := map[int64]bool{}
 	for i, u := range users {

@@ -25,8 +25,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"orderpipe/pkg/order/internal/handle"
 )
 
 // Order statuses. PENDING and REJECTED are never stored in orders: PENDING
@@ -74,8 +72,6 @@ type Store struct {
 
 // NewStore wraps a pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
-
-func init() { handle.Pool = func(store any) *pgxpool.Pool { return store.(*Store).pool } }
 
 // Activity is a sale with its items.
 type Activity struct {
