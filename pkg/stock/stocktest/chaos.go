@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/stock"
 )
 
-// The helpers of the test tools that are not tests (the chaos suite, the
-// bench's strategies and reconcilepass): they return errors instead of
-// failing a test, as a fault runs on while Redis is cut.
+// The helpers of the test tools that are not tests (the chaos suite and
+// the bench's reconcilepass): they return errors instead of failing a test,
+// as a fault runs on while Redis is cut.
 
 // ShiftSaleStart moves the item's (bucket's) sale start by delta ms, if it
 // has a sale (one unreadable is left alone): drift only a fix repairs.
@@ -92,35 +91,6 @@ func Lose(ctx context.Context, r Redis, losses ...Loss) (int, error) {
 		n += int(c.Val())
 	}
 	return n, nil
-}
-
-// CheckAndTake is the reserve's "check the stock, check the user's marker,
-// take one" written the obvious way, in the client: four round trips with
-// gaps between them and nothing atomic, as the strategies bench compares it
-// with the reserve script. It answers Reserved, SoldOut or AlreadyPurchased.
-func CheckAndTake(ctx context.Context, r Redis, it stock.Item, userID int64) (stock.Outcome, error) {
-	rdb, k := r.Client, KeysOf(r, it)
-	n, err := rdb.Get(ctx, k.Stock).Int64()
-	if err != nil {
-		return "", err
-	}
-	if n < 1 {
-		return stock.SoldOut, nil
-	}
-	held, err := rdb.Exists(ctx, k.Limit(userID)).Result()
-	if err != nil {
-		return "", err
-	}
-	if held == 1 {
-		return stock.AlreadyPurchased, nil
-	}
-	if err := rdb.DecrBy(ctx, k.Stock, 1).Err(); err != nil {
-		return "", err
-	}
-	if err := rdb.Set(ctx, k.Limit(userID), "1", time.Hour).Err(); err != nil {
-		return "", err
-	}
-	return stock.Reserved, nil
 }
 
 // Flush empties the store's Redis database: for a bench command that owns
