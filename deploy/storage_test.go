@@ -42,7 +42,7 @@ func TestStorageHasOneOwner(t *testing.T) {
 	}
 	// The owners hand out neither their client nor their pool.
 	for _, owner := range []struct{ dir, typ string }{{"pkg/stock", "Store"}, {"pkg/order", "Store"}} {
-		for _, m := range exportedMethodsReturning(t, owner.dir, owner.typ, "redis", "pgx", "pgxpool", "pgconn", "layout", "handle") {
+		for _, m := range exportedMethodsReturning(t, owner.dir, owner.typ, "redis", "pgx", "pgxpool", "pgconn", "layout") {
 			t.Errorf("%s.%s.%s hands out the storage itself; return a typed value", owner.dir, owner.typ, m)
 		}
 	}
