@@ -81,7 +81,7 @@ func TestAdminReadsActivity(t *testing.T) {
 	if err := client.RetryIdempotent(ctx, func() error { _, err := p.api().Pay(ctx, paidNo); return err }); err != nil {
 		t.Fatalf("pay: %v", err)
 	}
-	ordertest.AgeOrders(t, p.Orders, time.Hour, closedNo)
+	ordertest.AgeOrders(t, p.DB.Pool, time.Hour, closedNo)
 	testenv.WaitFor(t, 20*time.Second, "the aged order CLOSED and its stock back in Redis", func() bool {
 		n, err := p.Orders.CountPendingCompensations(ctx)
 		return err == nil && n == 0 && p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil).Str("status") == "CLOSED"

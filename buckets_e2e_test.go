@@ -146,22 +146,22 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 	for b := range 3 {
 		bi := it
 		bi.Bucket = b
-		if v := stocktest.SaleField(t, p.Stock, bi, "buckets"); v != "3" {
+		if v := stocktest.SaleField(t, p.StockRedis, bi, "buckets"); v != "3" {
 			t.Errorf("bucket %d's sale holds buckets %q, want 3", b, v)
 		}
 	}
 	// Item 2 has one bucket: today's keys exactly (their names are
 	// pkg/stock's TestBucketTagsAndRouting's).
 	plain := stock.Item{ActivityID: 61, ItemID: 2}
-	sale := stocktest.Sale(t, p.Stock, plain)
+	sale := stocktest.Sale(t, p.StockRedis, plain)
 	if _, bucketed := sale["buckets"]; p.redisStock(t, plain) != 7 || bucketed {
 		t.Errorf("item 2: stock %d, sale %v; want 7 and no buckets field", p.redisStock(t, plain), sale)
 	}
-	if keys := stocktest.BucketKeys(t, p.Stock, plain); len(keys) != 0 {
+	if keys := stocktest.BucketKeys(t, p.StockRedis, plain); len(keys) != 0 {
 		t.Errorf("item 2 has %d bucket keys", len(keys))
 	}
 	// A second preheat keeps each bucket's running stock.
-	stocktest.AddStock(t, p.Stock, stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}, -2)
+	stocktest.AddStock(t, p.StockRedis, stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}, -2)
 	if r := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...); r.Status != http.StatusOK {
 		t.Fatalf("second preheat: %d %v", r.Status, r.Body)
 	}
@@ -343,7 +343,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	ctx := context.Background()
 	b2 := stock.Item{ActivityID: 65, ItemID: 1, Bucket: 2}
 	t.Run("NudgedBucket", func(t *testing.T) {
-		stocktest.AddStock(t, p.Stock, b2, 4)
+		stocktest.AddStock(t, p.StockRedis, b2, 4)
 		if code, _, r := p.reconcileJSON(t, it, "--once"); code != 1 || r.Drift != 4 {
 			t.Errorf("exit %d, drift %d; want 1, +4", code, r.Drift)
 		}
@@ -356,7 +356,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	})
 	t.Run("LostBucket", func(t *testing.T) {
 		b1 := stock.Item{ActivityID: 65, ItemID: 1, Bucket: 1}
-		stocktest.DropSale(t, p.Stock, b1)
+		stocktest.DropSale(t, p.StockRedis, b1)
 		if code, _, r := p.reconcileJSON(t, it, "--once"); code != 1 || r.StockKey != "missing" || r.Sale != "missing" {
 			t.Errorf("exit %d, %+v; want drift with stock and sale missing", code, r)
 		}
@@ -366,7 +366,7 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 		if got := p.bucketStocks(t, it, B); fmt.Sprint(got) != "[8 8 8]" {
 			t.Errorf("after the fix: buckets %v, want the split of 24: [8 8 8]", got)
 		}
-		if v := stocktest.SaleField(t, p.Stock, b1, "buckets"); v != "3" {
+		if v := stocktest.SaleField(t, p.StockRedis, b1, "buckets"); v != "3" {
 			t.Errorf("restored sale's buckets %q", v)
 		}
 	})

@@ -118,7 +118,7 @@ embedded broker.
 			}
 			return cfg.Kafka.CreateTopics(ctx, log)
 		}},
-	{name: "bench", summary: "load-test a running pipeline and audit the invariants [-c N] [-n N] [--redis-strategies] (bench -h; dev builds)",
+	{name: "bench", summary: "load-test a running pipeline and audit the invariants [-c N] [-n N] (bench -h; dev builds)",
 		check: benchCheck, usageFunc: benchUsage, main: benchMain},
 	{name: "env", summary: "print every environment variable with its default",
 		usage: `usage: orderpipe env

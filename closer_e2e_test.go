@@ -115,7 +115,7 @@ func TestPayOrder(t *testing.T) {
 	})
 	t.Run("ClosedIs409AndPaidStaysPaid", func(t *testing.T) {
 		// Both orders look an hour old; the next closer pass sees both.
-		ordertest.AgeOrders(t, p.Orders, time.Hour, paidNo, closedNo)
+		ordertest.AgeOrders(t, p.DB.Pool, time.Hour, paidNo, closedNo)
 		testenv.WaitFor(t, 20*time.Second, "the aged unpaid order CLOSED", func() bool {
 			return p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil).Str("status") == "CLOSED"
 		})
@@ -133,7 +133,7 @@ func TestPayOrder(t *testing.T) {
 		}
 	})
 	t.Run("RejectedIs409", func(t *testing.T) {
-		ordertest.PutRejected(t, p.Orders, 44, 40, 9, "pay-rejected", "44-40-rejected", "DB_STOCK_MISMATCH")
+		ordertest.PutRejected(t, p.DB.Pool, 44, 40, 9, "pay-rejected", "44-40-rejected", "DB_STOCK_MISMATCH")
 		if r := pay("44-40-rejected"); r.Status != http.StatusConflict || r.Code() != "ORDER_REJECTED" {
 			t.Errorf("pay of a rejected request: %d %v, want 409 ORDER_REJECTED", r.Status, r.Body)
 		}
@@ -172,7 +172,7 @@ func TestPayPendingOrder(t *testing.T) {
 	if g := p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil); g.Str("status") != "PENDING" {
 		t.Errorf("order after the pay attempts: %v, want PENDING", g.Body)
 	}
-	if n := ordertest.CountOrders(t, p.Orders); n != 0 {
+	if n := ordertest.CountOrders(t, p.DB.Pool); n != 0 {
 		t.Errorf("orders in postgres: %d, want 0", n)
 	}
 }

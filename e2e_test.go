@@ -75,10 +75,10 @@ func (p *pipeline) state(tb testing.TB) string {
 	// The sale's keys only: background singletons (the redrive's lock and
 	// fencing counter) come and go on their own.
 	var b strings.Builder
-	for _, line := range stocktest.Dump(tb, p.Stock) {
+	for _, line := range stocktest.Dump(tb, p.StockRedis) {
 		fmt.Fprintln(&b, line)
 	}
-	fmt.Fprintf(&b, "%+v\n", ordertest.CountAll(tb, p.Orders))
+	fmt.Fprintf(&b, "%+v\n", ordertest.CountAll(tb, p.DB.Pool))
 	return b.String()
 }
 
@@ -225,7 +225,7 @@ func TestAdminAPI(t *testing.T) {
 	if r := p.do(t, "POST", "/admin/v1/activities/3/preheat", "", nil, auth...); r.Status != 404 || r.Code() != "ACTIVITY_NOT_FOUND" {
 		t.Errorf("preheat unknown: %d %v", r.Status, r.Body)
 	}
-	if activities, items := ordertest.CountSales(t, p.Orders); activities != 0 || items != 0 {
+	if activities, items := ordertest.CountSales(t, p.DB.Pool); activities != 0 || items != 0 {
 		t.Fatalf("rejected requests created %d activities and %d items", activities, items)
 	}
 	if keys := testenv.Keys(t, p.Redis.Client, p.Redis.Prefix); len(keys) != 0 {
@@ -256,7 +256,7 @@ func TestAdminAPI(t *testing.T) {
 	if r := p.do(t, "POST", "/admin/v1/activities/4/preheat", "", nil, auth...); r.Status != 409 || r.Code() != "SALE_ENDED" {
 		t.Errorf("preheat of an ended sale: %d %v", r.Status, r.Body)
 	}
-	if n, ok := stocktest.Stock(t, p.Stock, stock.Item{ActivityID: 4, ItemID: 1}); ok {
+	if n, ok := stocktest.Stock(t, p.StockRedis, stock.Item{ActivityID: 4, ItemID: 1}); ok {
 		t.Errorf("an ended sale was loaded: stock %d", n)
 	}
 	// PUT replaces the items: one left out goes while no preheat of it began,
@@ -413,8 +413,8 @@ func TestKafkaUnreachable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fmt.Sprintf("stock=%d journal=%v marker=%q dedup=%+v", p.redisStock(t, it), stocktest.Journal(t, p.Stock, it),
-			stocktest.MarkerOwner(t, p.Stock, it, 5), tr[0].Dedup)
+		return fmt.Sprintf("stock=%d journal=%v marker=%q dedup=%+v", p.redisStock(t, it), stocktest.Journal(t, p.StockRedis, it),
+			stocktest.MarkerOwner(t, p.StockRedis, it, 5), tr[0].Dedup)
 	}
 	before := snapshot()
 	if p.Kafka.Cluster == nil {

@@ -35,10 +35,12 @@ type pipeline struct {
 	Kafka  testenv.Kafka
 	Stock  *stock.Store
 	Orders *order.Store
-	Admin  string // admin token
-	comps  components
-	cancel context.CancelFunc
-	done   chan error
+	// StockRedis is Stock's client and prefix, for stocktest.
+	StockRedis stocktest.Redis
+	Admin      string // admin token
+	comps      components
+	cancel     context.CancelFunc
+	done       chan error
 
 	mu       sync.Mutex
 	accepted map[string]string // orderNo → requestId of every 2xx (202 or replayed 200) this test saw
@@ -92,6 +94,7 @@ func mustPipelineLogging(tb testing.TB, comps components, mod func(*config), log
 	}
 	p.URL = "http://" + ln.Addr().String()
 	p.Stock = stock.New(p.Redis.Client, p.Redis.Prefix)
+	p.StockRedis = stocktest.On(p.Redis.Client, p.Redis.Prefix)
 	p.Orders = order.NewStore(p.DB.Pool)
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	if os.Getenv("TEST_LOG") != "" {
@@ -303,7 +306,7 @@ func (p *pipeline) mustActivity(tb testing.TB, id int64, starts, ends time.Time,
 // redisStock is the item's Redis stock (-1 if the key is missing).
 func (p *pipeline) redisStock(tb testing.TB, it stock.Item) int64 {
 	tb.Helper()
-	n, ok := stocktest.Stock(tb, p.Stock, it)
+	n, ok := stocktest.Stock(tb, p.StockRedis, it)
 	if !ok {
 		return -1
 	}

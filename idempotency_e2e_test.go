@@ -272,7 +272,7 @@ func TestIdempotencyKeyOnPayAndCancel(t *testing.T) {
 	})
 
 	t.Run("InProgress", func(t *testing.T) {
-		hold := ordertest.HoldOrderRow(t, p.Orders, c)
+		hold := ordertest.HoldOrderRow(t, p.DB.Pool, c)
 		defer hold.Release()
 		first := make(chan apiResponse, 1)
 		go func() { first <- pay(p, c, `"pay-c"`) }()

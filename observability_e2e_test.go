@@ -282,7 +282,7 @@ func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
 
 	// Two orders; the second is refused by Postgres (its stock was taken
 	// behind Redis's back) and given back.
-	ordertest.SetStock(t, p.Orders, 3, 31, 0)
+	ordertest.SetStock(t, p.DB.Pool, 3, 31, 0)
 	for i, item := range []int64{30, 31} {
 		r := p.order(t, orderBody{RequestID: fmt.Sprintf("m-%d", i), UserID: 9, ActivityID: 3, ItemID: item, Quantity: 1})
 		if r.Status != http.StatusAccepted {
@@ -358,7 +358,7 @@ func TestLocate(t *testing.T) {
 	}
 	wantStatus("loc-created", "UNPAID")
 	// Rejected: Postgres has no stock left that Redis still sells.
-	ordertest.SetStock(t, p.Orders, 4, 41, 0)
+	ordertest.SetStock(t, p.DB.Pool, 4, 41, 0)
 	if r := p.order(t, orderBody{RequestID: "loc-rejected", UserID: 3, ActivityID: 4, ItemID: 41, Quantity: 1}); r.Status != http.StatusAccepted {
 		t.Fatalf("order: %d %v", r.Status, r.Body)
 	}

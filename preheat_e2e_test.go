@@ -76,10 +76,10 @@ func (p *pipeline) assertNotOnSale(tb testing.TB, it stock.Item, buckets int, wa
 		if n := p.journalLen(tb, bi); n != 0 {
 			tb.Errorf("bucket %d: %d journal entries", b, n)
 		}
-		if n := stocktest.CountMarkers(tb, p.Stock, bi); n != 0 {
+		if n := stocktest.CountMarkers(tb, p.StockRedis, bi); n != 0 {
 			tb.Errorf("bucket %d: %d limit markers", b, n)
 		}
-		if v := stocktest.Sale(tb, p.Stock, bi); len(v) != 0 {
+		if v := stocktest.Sale(tb, p.StockRedis, bi); len(v) != 0 {
 			tb.Errorf("bucket %d has a sale %v before the preheat finished", b, v)
 		}
 	}
@@ -91,7 +91,7 @@ func (p *pipeline) assertNotOnSale(tb testing.TB, it stock.Item, buckets int, wa
 func (p *pipeline) assertLayoutRefused(tb testing.TB, it stock.Item, name string, units int64, buckets int) {
 	tb.Helper()
 	ctx := context.Background()
-	keysBefore, stocksBefore := stocktest.ItemKeys(tb, p.Stock, it), p.bucketStocks(tb, it, buckets+2)
+	keysBefore, stocksBefore := stocktest.ItemKeys(tb, p.StockRedis, it), p.bucketStocks(tb, it, buckets+2)
 	before := p.dbStock(tb, it)
 	r := p.putSale(tb, it.ActivityID, "renamed", units, buckets+2)
 	if r.Status != http.StatusConflict || r.Code() != "BUCKETS_FIXED" {
@@ -104,7 +104,7 @@ func (p *pipeline) assertLayoutRefused(tb testing.TB, it stock.Item, name string
 	if a, err := p.Orders.GetActivity(ctx, it.ActivityID); err != nil || a.Name != name {
 		tb.Errorf("a refused layout change changed the activity: %+v %v", a, err)
 	}
-	if keys, stocks := stocktest.ItemKeys(tb, p.Stock, it), p.bucketStocks(tb, it, buckets+2); !slices.Equal(keys, keysBefore) || !slices.Equal(stocks, stocksBefore) {
+	if keys, stocks := stocktest.ItemKeys(tb, p.StockRedis, it), p.bucketStocks(tb, it, buckets+2); !slices.Equal(keys, keysBefore) || !slices.Equal(stocks, stocksBefore) {
 		tb.Errorf("a refused layout change changed Redis: keys %v with stocks %v, were %v with %v", keys, stocks, keysBefore, stocksBefore)
 	}
 }
@@ -125,7 +125,7 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 		return s.InitialStock-s.Stock == int64(len(users))
 	})
 	p.assertBucketInvariants(tb, it, buckets)
-	if v := stocktest.SaleField(tb, p.Stock, it.Base(), "buckets"); v != fmt.Sprint(buckets) {
+	if v := stocktest.SaleField(tb, p.StockRedis, it.Base(), "buckets"); v != fmt.Sprint(buckets) {
 		tb.Errorf("the sale's bucket count in Redis is %q, want %d (Postgres's)", v, buckets)
 	}
 }
@@ -160,7 +160,7 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 	// waits on an advisory lock the test holds, so the link is cut exactly
 	// while that statement is in flight, and its backend ended before it
 	// can go on.
-	hold := ordertest.HoldPreheatMark(t, p.Orders)
+	hold := ordertest.HoldPreheatMark(t, p.DB.Pool)
 	defer hold.Close()
 	answer := make(chan apiResponse, 1)
 	go func() { answer <- p.preheat(t, act) }()

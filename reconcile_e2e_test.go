@@ -191,7 +191,7 @@ func TestReconcilerNudgedStock(t *testing.T) {
 			t.Fatalf("order: %d %v", r.Status, r.Body)
 		}
 	}
-	testenv.WaitFor(t, 20*time.Second, "5 orders", func() bool { return ordertest.CountOrders(t, p.Orders) == 5 })
+	testenv.WaitFor(t, 20*time.Second, "5 orders", func() bool { return ordertest.CountOrders(t, p.DB.Pool) == 5 })
 	p.waitDrained(t, it)
 	if code, out := p.reconcile(t, "--once"); code != 0 {
 		t.Fatalf("before the nudge: exit %d\n%s", code, out)
@@ -201,7 +201,7 @@ func TestReconcilerNudgedStock(t *testing.T) {
 		nudge int64
 	}{{"Plus5", 5}, {"Minus5", -5}} {
 		t.Run(tc.name, func(t *testing.T) {
-			stocktest.AddStock(t, p.Stock, it, tc.nudge)
+			stocktest.AddStock(t, p.StockRedis, it, tc.nudge)
 			code, _, r := p.reconcileJSON(t, it, "--once")
 			if code != 1 || r.Drift != tc.nudge || !r.Drifted() {
 				t.Errorf("exit %d, drift %d; want exit 1, drift %+d", code, r.Drift, tc.nudge)
@@ -247,7 +247,7 @@ func TestReconcilerRedisLoss(t *testing.T) {
 	// Failover: every key of the sale is gone, the journal of the six
 	// reservations with it (their events are in Kafka).
 	ctx := context.Background()
-	if n := stocktest.DropItem(t, p.Stock, it); n == 0 {
+	if n := stocktest.DropItem(t, p.StockRedis, it); n == 0 {
 		t.Fatal("no keys to lose")
 	}
 	// The sale is preheated and on in Postgres: the gateway fails closed
@@ -329,7 +329,7 @@ func TestReconcilerRedisLoss(t *testing.T) {
 		t.Errorf("redis stock after the fix %d, want 0", got)
 	}
 	for u := int64(4); u <= 6; u++ {
-		if got, want := stocktest.MarkerOwner(t, p.Stock, it, u), fmt.Sprintf("before-%d", u); got != want {
+		if got, want := stocktest.MarkerOwner(t, p.StockRedis, it, u), fmt.Sprintf("before-%d", u); got != want {
 			t.Errorf("marker of user %d = %q, want %q", u, got, want)
 		}
 	}
@@ -473,7 +473,7 @@ func TestReconcilerFixAfterRedisLostTheFence(t *testing.T) {
 	p.mustSale(t, 4, 1, map[int64]int64{1: 10})
 	ctx := context.Background()
 	for i := range 2 { // two drifted fixes: Postgres records token 2
-		stocktest.SetStock(t, p.Stock, it, int64(3+i))
+		stocktest.SetStock(t, p.StockRedis, it, int64(3+i))
 		if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
 			t.Fatalf("fix %d: exit %d\n%s", i+1, code, out)
 		}

@@ -49,7 +49,7 @@ func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
 	pair := testenv.MustRedisPair(t)
 	p := replicaWaitPipeline(t, pair.Primary.Addr, 1)
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
-	onPrimary := stock.New(pair.Primary.Client(t), "")
+	onPrimary := stocktest.On(pair.Primary.Client(t), "")
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	body := orderBody{RequestID: "wait-1", UserID: 7, ActivityID: 1, ItemID: 1, Quantity: 1}
 
@@ -229,7 +229,8 @@ func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
 	}
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
-	onPrimary := stock.New(primaryServer.Client(t), "")
+	primary := primaryServer.Client(t)
+	onPrimary, stockOnPrimary := stocktest.On(primary, ""), stock.New(primary, "")
 
 	// The gateway's produce requests are held, then failed once the test
 	// says so (its producer tries three times, each bounded at 2 s, so the
@@ -266,7 +267,7 @@ func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
 	answer := make(chan apiResponse, 1)
 	go func() { answer <- p.order(t, body) }()
 	<-held
-	entry, ok, err := onPrimary.Journaled(ctx, it, body.RequestID)
+	entry, ok, err := stockOnPrimary.Journaled(ctx, it, body.RequestID)
 	if err != nil || !ok {
 		t.Fatalf("the reservation's journal entry on the primary: %v %v", ok, err)
 	}

@@ -55,7 +55,7 @@ func TestRedisDownFailsClosed(t *testing.T) {
 		c.Stock.Prefix = ""
 		c.BreakerOpenFor = 300 * time.Millisecond
 	})
-	st := stock.New(rs.Client(t), "")
+	sr := stocktest.On(rs.Client(t), "")
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	p.mustSale(t, 1, 1, map[int64]int64{1: 100000})
 
@@ -115,20 +115,20 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	// Every accepted order reaches Postgres once Redis is back.
 	ctx := context.Background()
 	testenv.WaitFor(t, 30*time.Second, "accepted orders persisted", func() bool {
-		return ordertest.CountOrdersAmong(t, p.Orders, accepted) == len(accepted)
+		return ordertest.CountOrdersAmong(t, p.DB.Pool, accepted) == len(accepted)
 	})
 	// A reserve whose reply was lost as Redis died may still be in the
 	// journal: it is in flight, and I5's in-flight form must hold exactly.
 	testenv.WaitFor(t, 10*time.Second, "db and redis to agree", func() bool {
 		db := p.dbStock(t, it)
-		redisStock, _ := stocktest.Stock(t, st, it)
-		rids := slices.Collect(maps.Keys(stocktest.Journal(t, st, it)))
+		redisStock, _ := stocktest.Stock(t, sr, it)
+		rids := slices.Collect(maps.Keys(stocktest.Journal(t, sr, it)))
 		done, err := p.Orders.ProcessedAmong(ctx, rids)
 		if err != nil {
 			return false
 		}
 		inflight := int64(len(rids) - len(done))
-		live := ordertest.CountLive(t, p.Orders)
+		live := ordertest.CountLive(t, p.DB.Pool)
 		return db.InitialStock == db.Stock+live && db.Stock-redisStock == inflight
 	})
 }
@@ -263,13 +263,13 @@ func TestWorkerWaitsForPostgres(t *testing.T) {
 	if got := committedOffsets(t, p); got != 0 {
 		t.Fatalf("worker committed %d offsets while Postgres was down", got)
 	}
-	if n := ordertest.CountOrders(t, p.Orders); n != 0 {
+	if n := ordertest.CountOrders(t, p.DB.Pool); n != 0 {
 		t.Fatalf("%d orders written while Postgres was unreachable?", n)
 	}
 	proxy.Up(t)
 	p.waitDrained(t, it)
 	testenv.WaitFor(t, 20*time.Second, "offsets committed", func() bool { return committedOffsets(t, p) == orders })
-	if n := ordertest.CountOrders(t, p.Orders); n != orders {
+	if n := ordertest.CountOrders(t, p.DB.Pool); n != orders {
 		t.Errorf("%d orders after Postgres returned, want %d", n, orders)
 	}
 	p.assertInvariants(t, it)
@@ -395,8 +395,8 @@ func TestHungRedisAnswers503InTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left := p.redisStock(t, it); left != 10 || stocktest.MarkerOwner(t, p.Stock, it, 7) != "" || tr[0].Dedup != nil ||
-		len(stocktest.Journal(t, p.Stock, it)) != 0 {
+	if left := p.redisStock(t, it); left != 10 || stocktest.MarkerOwner(t, p.StockRedis, it, 7) != "" || tr[0].Dedup != nil ||
+		len(stocktest.Journal(t, p.StockRedis, it)) != 0 {
 		t.Errorf("a hung Redis left a reservation: stock %d", left)
 	}
 }

@@ -39,9 +39,8 @@ func readDev(r *setting.Reader) devConfig {
 // kafkaMain is `orderpipe kafka`.
 var kafkaMain = standin.KafkaMain
 
-// `orderpipe bench`, the load tool: it audits with the invariant checker
-// and races strategies through the stores' test helpers, test tooling the
-// production build does not link.
+// `orderpipe bench`, the load tool: it audits with the invariant checker,
+// test tooling the production build does not link.
 var (
 	benchCheck = bench.CheckArgs
 	benchUsage = bench.Usage

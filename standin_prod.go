@@ -49,7 +49,7 @@ func startBroker(config) (brokers []string, dial dialFunc, stop func(), err erro
 }
 
 // errNoBench: the load tool is test tooling (it audits with the invariant
-// checker and races strategies through the stores' test helpers).
+// checker).
 var errNoBench = errors.New("orderpipe bench, the load tool, is only in development builds (make build-dev: bin/orderpipe-dev bench); the production build links no test tooling")
 
 // benchCheck refuses every command line but a request for help, naming

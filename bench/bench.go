@@ -2,14 +2,13 @@
 // API of a running pipeline with a flash-sale workload (random users, client
 // retries that reuse their requestId, repeats of the same user), waits until
 // the pipeline has drained, and audits Postgres and Redis for the invariants
-// of the design (I1–I5). With --redis-strategies it races three ways of
-// taking stock directly against Redis instead, so the reason for the reserve
-// script is measured rather than quoted.
+// of the design (I1–I5). (The race of three ways of taking stock directly
+// against Redis is a Go benchmark of pkg/stock, BenchmarkStrategies.)
 //
 // It only reads the pipeline's state to audit it and never repairs anything;
 // the one thing it deletes is Redis keys under a prefix it is explicitly
-// given (--purge-keys, and its own --redis-strategies keys). It sends traffic
-// only to the URL and the Redis it is given.
+// given (--purge-keys). It sends traffic only to the URL and the Redis it is
+// given.
 package bench
 
 import (
@@ -153,7 +152,6 @@ func (c Config) validate() error {
 }
 
 const usage = `usage: orderpipe bench [flags]
-       orderpipe bench --redis-strategies [flags]
 
 Drives the HTTP API of a running pipeline, waits for it to drain and audits
 Postgres and Redis for the invariants I1–I5. Creates and preheats its own
@@ -181,22 +179,16 @@ pipeline, Redis and PostgreSQL.
 With --purge-keys it deletes every Redis key under REDIS_KEY_PREFIX (which
 must not be empty) and exits: how make bench cleans up its throwaway pipeline.
 
-With --redis-strategies it races naive GET+DECRBY, a SET NX PX lock and the
-reserve script on one item directly against Redis (no HTTP), under unique
-keys it deletes afterwards; exit 1 if the reserve script oversold or granted
-a user twice.
-
 flags:
 `
 
 // modes are the flags that pick what Main does instead of a load run.
 type modes struct {
-	jsonOut    *string
-	htmlOut    *string
-	strategies *bool
-	purge      *bool
-	floor      *string
-	floorCode  *int
+	jsonOut   *string
+	htmlOut   *string
+	purge     *bool
+	floor     *string
+	floorCode *int
 }
 
 // flagSet defines every flag of `orderpipe bench` on a fresh set, writing
@@ -228,7 +220,6 @@ func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 	m.floorCode = fs.Int("floor-status", 202, "with --serve-floor: the status of every answer, 202 (accepted) or 409 (SOLD_OUT, the floor of --sold-out)")
 	m.jsonOut = fs.String("json-out", "", "also write the report as JSON to this file")
 	m.htmlOut = fs.String("html-out", "", "also write the report as one self-contained HTML page (charts inline, no network) to this file")
-	m.strategies = fs.Bool("redis-strategies", false, "race naive / lock / reserve script directly on Redis")
 	m.purge = fs.Bool("purge-keys", false, "delete every Redis key under REDIS_KEY_PREFIX and exit (refuses an empty prefix)")
 	m.floor = fs.String("serve-floor", "", "serve the trivial handler (POST /v1/orders → a fixed JSON 202) on this address until interrupted, for --floor-url")
 	return fs, m
@@ -278,7 +269,7 @@ func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 		Progress: stderr}
 	fs, m := flagSet(env, &cfg)
 	fs.Usage = func() { Usage(stderr) }
-	jsonOut, strategies, purge := m.jsonOut, m.strategies, m.purge
+	jsonOut, purge := m.jsonOut, m.purge
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			Usage(stdout)
@@ -326,15 +317,6 @@ func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "bench: deleted %d keys under %s\n", n, cfg.RedisPrefix)
 		return ExitOK
 	}
-	if *strategies {
-		if *m.htmlOut != "" {
-			fmt.Fprintln(stderr, "bench: --html-out is for a load run; --redis-strategies has a text and JSON report only")
-			return ExitError
-		}
-		rep, err := RunStrategies(ctx, StrategyConfig{Redis: cfg.Redis, Concurrency: cfg.Concurrency, Requests: cfg.Requests,
-			Stock: cfg.Stock, RepeatShare: cfg.RepeatShare, Seed: cfg.Seed, Progress: stderr})
-		return finish(rep, err, *jsonOut, stdout, stderr)
-	}
 	rep, err := Run(ctx, cfg)
 	if err == nil && *m.htmlOut != "" {
 		if err := writeHTMLFile(*m.htmlOut, rep); err != nil {
@@ -346,14 +328,8 @@ func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 	return finish(rep, err, *jsonOut, stdout, stderr)
 }
 
-// report is what both modes print and save.
-type report interface {
-	WriteText(io.Writer)
-	Passed() bool
-}
-
 // finish prints a run's report, saves it as JSON and turns it into the exit code.
-func finish[R report](rep R, err error, jsonOut string, stdout, stderr io.Writer) int {
+func finish(rep *Report, err error, jsonOut string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return ExitError

@@ -98,7 +98,7 @@ func TestAuditCatches(t *testing.T) {
 	t.Parallel()
 	db := testenv.MustDatabase(t)
 	rd := testenv.MustRedis(t)
-	st := stock.New(rd.Client, rd.Prefix)
+	st, sr := stock.New(rd.Client, rd.Prefix), stocktest.On(rd.Client, rd.Prefix)
 	orders := order.NewStore(db.Pool)
 	item := func(a *auditor) stock.Item { return stock.Item{ActivityID: a.activityID, ItemID: 1} }
 
@@ -113,42 +113,42 @@ func TestAuditCatches(t *testing.T) {
 			acc["never-processed"] = &acceptance{orderNo: "x", accepts: 1}
 		}, []string{"I4 nothing lost"}},
 		{"Oversold", false, func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			ordertest.SetStock(t, orders, a.activityID, 1, 0)
-			stocktest.SetStock(t, st, item(a), 0)
+			ordertest.SetStock(t, db.Pool, a.activityID, 1, 0)
+			stocktest.SetStock(t, sr, item(a), 0)
 		}, []string{"I1 no oversell"}},
 		{"RedisStockDrift", false, func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			stocktest.SetStock(t, st, item(a), 2)
+			stocktest.SetStock(t, sr, item(a), 2)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"LimitMarkerMissing", false, func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			stocktest.DropMarker(t, st, item(a), 2)
+			stocktest.DropMarker(t, sr, item(a), 2)
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"ExtraLimitMarker", false, func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			stocktest.SetMarker(t, st, item(a), 3, "stray")
+			stocktest.SetMarker(t, sr, item(a), 3, "stray")
 		}, []string{"I5 Redis agrees with Postgres"}},
 		{"ReplayNamedAnotherOrder", false, func(t *testing.T, a *auditor, acc map[string]*acceptance) {
 			acc[fmt.Sprintf("a%d-u1", a.activityID)].orderNo = "someone-else"
 		}, []string{"I3 one order per requestId", "I4 nothing lost"}},
 		{"StockGivenBackTwice", false, func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			ordertest.SetStock(t, orders, a.activityID, 1, 2)
-			stocktest.SetStock(t, st, item(a), 2)
+			ordertest.SetStock(t, db.Pool, a.activityID, 1, 2)
+			stocktest.SetStock(t, sr, item(a), 2)
 		}, []string{"I1 no oversell"}},
 		// The last cases take the table's rules away (for this test's
 		// database), to see that the audit does not rely on them.
 		{"SecondLiveOrder", true, func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			ordertest.PutOrder(t, orders, a.activityID, order.SnapshotOrder{OrderNo: fmt.Sprintf("o%d-again", a.activityID),
+			ordertest.PutOrder(t, db.Pool, a.activityID, order.SnapshotOrder{OrderNo: fmt.Sprintf("o%d-again", a.activityID),
 				RequestID: fmt.Sprintf("a%d-again", a.activityID), UserID: 1, ItemID: 1, Quantity: 1, Status: order.StatusUnpaid})
 		}, []string{"I1 no oversell", "I2 one live order per user"}},
 		{"PaidAndClosed", true, func(t *testing.T, a *auditor, acc map[string]*acceptance) {
-			ordertest.PutOrder(t, orders, a.activityID, order.SnapshotOrder{OrderNo: fmt.Sprintf("o%d-pc", a.activityID),
+			ordertest.PutOrder(t, db.Pool, a.activityID, order.SnapshotOrder{OrderNo: fmt.Sprintf("o%d-pc", a.activityID),
 				RequestID: fmt.Sprintf("a%d-pc", a.activityID), UserID: 4, ItemID: 1, Quantity: 1, Status: order.StatusClosed, Paid: true, Closed: true})
 		}, []string{"I6 never paid and closed"}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a := &auditor{orders: orders, st: st, activityID: int64(100 + i), items: []int64{1}}
-			acc := mustSmallSale(t, a)
+			acc := mustSmallSale(t, a, db.Pool, sr)
 			if tt.dropRules {
-				ordertest.DropOrderRules(t, orders)
+				ordertest.DropOrderRules(t, db.Pool)
 			}
 			if tt.breakFunc != nil {
 				tt.breakFunc(t, a, acc)
@@ -173,7 +173,7 @@ func TestAuditCatches(t *testing.T) {
 
 // mustSmallSale: 3 units, two users hold one live order each, one unit left,
 // in Postgres and Redis alike; it returns what the client was told.
-func mustSmallSale(t *testing.T, a *auditor) map[string]*acceptance {
+func mustSmallSale(t *testing.T, a *auditor, pool ordertest.DB, sr stocktest.Redis) map[string]*acceptance {
 	t.Helper()
 	id := a.activityID
 	err := a.orders.UpsertActivity(context.Background(), order.Activity{ID: id, Name: "audit", StartsAt: time.Now(),
@@ -181,15 +181,15 @@ func mustSmallSale(t *testing.T, a *auditor) map[string]*acceptance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ordertest.SetStock(t, a.orders, id, 1, 1)
+	ordertest.SetStock(t, pool, id, 1, 1)
 	it := stock.Item{ActivityID: id, ItemID: 1}
-	stocktest.SetStock(t, a.st, it, 1)
+	stocktest.SetStock(t, sr, it, 1)
 	acc := map[string]*acceptance{}
 	for user := int64(1); user <= 2; user++ {
 		rid, no := fmt.Sprintf("a%d-u%d", id, user), fmt.Sprintf("%d-1-%d", id, user)
-		ordertest.PutOrder(t, a.orders, id, order.SnapshotOrder{OrderNo: no, RequestID: rid, UserID: user, ItemID: 1, Quantity: 1,
+		ordertest.PutOrder(t, pool, id, order.SnapshotOrder{OrderNo: no, RequestID: rid, UserID: user, ItemID: 1, Quantity: 1,
 			Status: order.StatusUnpaid})
-		stocktest.SetMarker(t, a.st, it, user, rid)
+		stocktest.SetMarker(t, sr, it, user, rid)
 		acc[rid] = &acceptance{orderNo: no, accepts: 1}
 	}
 	return acc

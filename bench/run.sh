@@ -32,8 +32,7 @@ ITEMS=${ITEMS:-1}
 RETRY=${RETRY:-0.10}
 REPEAT=${REPEAT:-0.05}
 RB_N=${RB_N:-$N}              # redis-benchmark requests (stock scaled to keep N:STOCK)
-STRAT_N=${STRAT_N:-20000}     # the strategies race: the lock strategy is slow, so a smaller run
-STRAT_STOCK=${STRAT_STOCK:-5000}
+STRAT_N=${STRAT_N:-20000}     # the strategies race (BenchmarkStrategies, for N/4 units at c=500): the lock strategy is slow, so a smaller run
 OPEN=${OPEN:-1}               # 0: skip the open loop
 MAX_N=${MAX_N:-30000}         # the closed-loop maximum of the all-accepted workload (every request a new user, stock for all)
 RATE=${RATE:-}                # open-loop req/s; empty: half the maximum just measured
@@ -341,10 +340,10 @@ if ! alive; then
 fi
 
 sstatus=0
-phase $((phases - 1)) "the Redis strategies race: naive, lock, reserve script; c=$C, $STRAT_N requests for $STRAT_STOCK units"
-"$BIN" bench --redis-strategies -c "$C" -n "$STRAT_N" --stock "$STRAT_STOCK" --repeat-share "$REPEAT" \
-  --json-out "$OUT/strategies-$run.json" >"$OUT/strategies-$run.txt" || sstatus=$?
-sed -n '/^  strategy/,$p' "$OUT/strategies-$run.txt"
+phase $((phases - 1)) "the Redis strategies race (pkg/stock's BenchmarkStrategies): naive, lock, reserve script; c=500, $STRAT_N requests for $((STRAT_N / 4)) units"
+TEST_REDIS_ADDR="$REDIS_ADDR" go test -tags dev -run '^$' -bench Strategies -benchtime "${STRAT_N}x" ./pkg/stock/ \
+  >"$OUT/strategies-$run.txt" 2>&1 || sstatus=$?
+grep '^BenchmarkStrategies' "$OUT/strategies-$run.txt" || true
 phase "$phases" "stopping the pipeline, removing its database and keys"
 
 # One screen: the figures that matter, each with where its detail is.

@@ -34,6 +34,8 @@ type env struct {
 	Redis  testenv.Redis
 	Orders *order.Store
 	Stock  *stock.Store
+	// StockRedis is Stock's client and prefix, for stocktest.
+	StockRedis stocktest.Redis
 }
 
 // placed is an order persisted the way the worker does it.
@@ -50,6 +52,7 @@ func mustEnv(tb testing.TB) env {
 	e := env{DB: testenv.MustDatabase(tb), Redis: testenv.MustRedis(tb)}
 	e.Orders = order.NewStore(e.DB.Pool)
 	e.Stock = stock.New(e.Redis.Client, e.Redis.Prefix)
+	e.StockRedis = stocktest.On(e.Redis.Client, e.Redis.Prefix)
 	ctx := context.Background()
 	a := order.Activity{ID: activityID, Name: "closer test", StartsAt: time.Now().Add(-time.Hour), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 3}
 	for _, it := range items {
@@ -130,7 +133,7 @@ func mustAge(tb testing.TB, e env, ps ...placed) {
 	for i, p := range ps {
 		nos[i] = p.OrderNo
 	}
-	ordertest.AgeOrders(tb, e.Orders, time.Hour, nos...)
+	ordertest.AgeOrders(tb, e.DB.Pool, time.Hour, nos...)
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -187,7 +190,7 @@ func statusesOf(snap order.ActivitySnapshot) map[string]string {
 
 func redisStock(tb testing.TB, e env, it stock.Item) int64 {
 	tb.Helper()
-	return stocktest.MustStock(tb, e.Stock, it)
+	return stocktest.MustStock(tb, e.StockRedis, it)
 }
 
 // assertSettled checks, with nothing in flight, I1 and I6 in Postgres, one
@@ -210,7 +213,7 @@ func assertSettled(tb testing.TB, e env, ps []placed) {
 			live[p.Item] += int64(p.Quantity)
 			liveReq[marker{p.Item, p.UserID}] = p.RequestID
 		case order.StatusClosed:
-			if fate := stocktest.Fate(tb, e.Stock, p.Item, p.OrderNo); fate != "released:"+p.OrderNo {
+			if fate := stocktest.Fate(tb, e.StockRedis, p.Item, p.OrderNo); fate != "released:"+p.OrderNo {
 				tb.Errorf("%s is CLOSED but its reservation fate is %q", p.OrderNo, fate)
 			}
 		default:
@@ -232,7 +235,7 @@ func assertSettled(tb testing.TB, e env, ps []placed) {
 		tb.Errorf("I6: %d orders whose status and paid_at/closed_at disagree", badI6)
 	}
 	var wrongComps int64
-	comps := ordertest.Compensations(tb, e.Orders)
+	comps := ordertest.Compensations(tb, e.DB.Pool)
 	closedUnpaid := map[string]bool{} // orderNo → has a CLOSED_UNPAID compensation
 	for _, c := range comps {
 		if c.Reason == order.ReasonClosedUnpaid {
@@ -271,13 +274,13 @@ func assertSettled(tb testing.TB, e env, ps []placed) {
 	}
 	markers := 0
 	for _, it := range items {
-		markers += stocktest.CountMarkers(tb, e.Stock, it)
+		markers += stocktest.CountMarkers(tb, e.StockRedis, it)
 	}
 	if markers != len(liveReq) {
 		tb.Errorf("I5: %d limit markers for %d live orders", markers, len(liveReq))
 	}
 	for m, rid := range liveReq {
-		if v := stocktest.MarkerOwner(tb, e.Stock, m.item, m.user); v != rid {
+		if v := stocktest.MarkerOwner(tb, e.StockRedis, m.item, m.user); v != rid {
 			tb.Errorf("I5: marker of user %d on %s = %q, want %s", m.user, m.item, v, rid)
 		}
 	}
@@ -303,7 +306,7 @@ func TestPayCloseRace(t *testing.T) {
 			defer wg.Done()
 			for i := range work {
 				p := ps[i]
-				ordertest.AgeOrders(offGoroutine{t}, e.Orders, time.Hour, p.OrderNo)
+				ordertest.AgeOrders(offGoroutine{t}, e.DB.Pool, time.Hour, p.OrderNo)
 				start := make(chan struct{})
 				var race sync.WaitGroup
 				race.Add(2)
@@ -529,7 +532,7 @@ func TestRedisDown(t *testing.T) {
 	}
 	var attempts int64
 	var lastErr string
-	for _, c := range ordertest.Compensations(t, e.Orders) {
+	for _, c := range ordertest.Compensations(t, e.DB.Pool) {
 		attempts += int64(c.Attempts)
 		lastErr = max(lastErr, c.LastError)
 	}

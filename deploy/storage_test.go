@@ -42,7 +42,7 @@ func TestStorageHasOneOwner(t *testing.T) {
 	}
 	// The owners hand out neither their client nor their pool.
 	for _, owner := range []struct{ dir, typ string }{{"pkg/stock", "Store"}, {"pkg/order", "Store"}} {
-		for _, m := range exportedMethodsReturning(t, owner.dir, owner.typ, "redis", "pgx", "pgxpool", "pgconn", "layout", "handle") {
+		for _, m := range exportedMethodsReturning(t, owner.dir, owner.typ, "redis", "pgx", "pgxpool", "pgconn", "layout") {
 			t.Errorf("%s.%s.%s hands out the storage itself; return a typed value", owner.dir, owner.typ, m)
 		}
 	}
@@ -61,12 +61,11 @@ var storageOwners = map[string]string{
 	// keys (under its own prefix) and a table (floor_orders) orderpipe never
 	// reads; it owns those.
 	"redis": "pkg/stock pkg/redisconn pkg/lock pkg/telemetry pkg/rediskeys pkg/testenv pkg/target bench/floorpipe",
-	// pkg/database connects and migrates; pkg/lock owns the lock_fences
-	// table of its fencing check (fence.go); pkg/target opens the pool
-	// it hands to order.NewStore; pkg/standin and pkg/testenv start and create
-	// databases.
-	"pgx":    "pkg/order pkg/database pkg/lock pkg/target pkg/standin pkg/testenv bench/floorpipe",
-	"sql":    "pkg/order pkg/database pkg/lock pkg/testenv bench/floorpipe",
+	// pkg/database connects and migrates; pkg/target opens the pool it
+	// hands to order.NewStore; pkg/standin and pkg/testenv start and create
+	// databases. A lock's fencing check (lock_fences) is pkg/order's.
+	"pgx":    "pkg/order pkg/database pkg/target pkg/standin pkg/testenv bench/floorpipe",
+	"sql":    "pkg/order pkg/database pkg/testenv bench/floorpipe",
 	"key":    "pkg/stock bench/floorpipe",
 	"helper": "pkg/stock pkg/order",
 }

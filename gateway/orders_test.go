@@ -58,7 +58,7 @@ func TestFailedProduce(t *testing.T) {
 				Log: slog.New(slog.DiscardHandler)})
 			w := placeR1(s)
 
-			k := stocktest.KeysOf(st, it)
+			k := stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it)
 			left, _ := r.Client.Get(ctx, k.Stock).Int64()
 			journal, _ := r.Client.HLen(ctx, k.Journal).Result()
 			marker, _ := r.Client.Exists(ctx, k.Limit(7)).Result()
@@ -113,7 +113,7 @@ func TestUnknownOutcomeIsReleasedOnceRedisAnswers(t *testing.T) {
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "outcome is unknown") {
 		t.Fatalf("answer %d %s, want 503 outcome unknown", w.Code, w.Body)
 	}
-	k := stocktest.KeysOf(st, it)
+	k := stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it)
 	state := func() (left, journal, marker int64) {
 		left, _ = r.Client.Get(ctx, k.Stock).Int64()
 		journal, _ = r.Client.HLen(ctx, k.Journal).Result()

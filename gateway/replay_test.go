@@ -85,7 +85,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 			r := testenv.MustRedis(t)
 			const requestID, user = "stormed", 7
 			st := stock.New(r.Client, r.Prefix)
-			counter := stocktest.CountReserves(t, st, requestID, stock.Fingerprint(user, 1, 1, 1))
+			counter := stocktest.CountReserves(t, stocktest.On(r.Client, r.Prefix), requestID, stock.Fingerprint(user, 1, 1, 1))
 			it := stock.Item{ActivityID: 1, ItemID: 1}
 			if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
 				EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
@@ -226,7 +226,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 					t.Fatalf("retries answered %v, want one 202 and %d replays of its orderNo", got, n-1)
 				}
 			}
-			if left, ok := stocktest.Stock(t, st, it); !ok || left != 9 {
+			if left, ok := stocktest.Stock(t, stocktest.On(r.Client, r.Prefix), it); !ok || left != 9 {
 				t.Fatalf("redis stock %d (key present %t), want 9: one unit reserved", left, ok)
 			}
 		})
@@ -248,7 +248,7 @@ func BenchmarkRetryStorm(b *testing.B) {
 		requestID, user := fmt.Sprintf("storm-%d", i), int64(7+i)
 		r := testenv.MustRedis(b)
 		st := stock.New(r.Client, r.Prefix)
-		counter := stocktest.CountReserves(b, st, requestID, stock.Fingerprint(user, 1, 1, 1))
+		counter := stocktest.CountReserves(b, stocktest.On(r.Client, r.Prefix), requestID, stock.Fingerprint(user, 1, 1, 1))
 		it := stock.Item{ActivityID: 1, ItemID: 1}
 		if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
 			EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {

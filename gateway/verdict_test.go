@@ -73,7 +73,7 @@ func TestSoldOutFloodRunsNoScript(t *testing.T) {
 	t.Parallel()
 	r := testenv.MustRedis(t)
 	st := stock.New(r.Client, r.Prefix)
-	scripts := stocktest.CountScripts(st)
+	scripts := stocktest.CountScripts(stocktest.On(r.Client, r.Prefix))
 	it := stock.Item{ActivityID: 46, ItemID: 1}
 	ctx := context.Background()
 	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 2, StartsAt: time.Now().Add(-time.Hour),
@@ -207,7 +207,7 @@ func TestNotYetOpenFloodIsRefusedFromVerdict(t *testing.T) {
 	t.Parallel()
 	r := testenv.MustRedis(t)
 	st := stock.New(r.Client, r.Prefix)
-	scripts := stocktest.CountScripts(st)
+	scripts := stocktest.CountScripts(stocktest.On(r.Client, r.Prefix))
 	it := stock.Item{ActivityID: 46, ItemID: 3}
 	const opensIn = 300 * time.Millisecond
 	if _, err := st.Preheat(context.Background(), stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(opensIn),

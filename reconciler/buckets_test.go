@@ -22,6 +22,7 @@ import (
 type bucketEnv struct {
 	orders *order.Store
 	st     *stock.Store
+	sr     stocktest.Redis // st's client and prefix
 	rdb    testenv.Redis
 	fixer  *reconciler.Reconciler
 	it     stock.Item
@@ -32,7 +33,7 @@ type bucketEnv struct {
 func mustBucketEnv(tb testing.TB, units int64, buckets int) *bucketEnv {
 	tb.Helper()
 	db, r := testenv.MustDatabase(tb), testenv.MustRedis(tb)
-	e := &bucketEnv{orders: order.NewStore(db.Pool), st: stock.New(r.Client, r.Prefix), rdb: r,
+	e := &bucketEnv{orders: order.NewStore(db.Pool), st: stock.New(r.Client, r.Prefix), sr: stocktest.On(r.Client, r.Prefix), rdb: r,
 		it: stock.Item{ActivityID: 8, ItemID: 1}, B: buckets}
 	ctx := context.Background()
 	e.a = order.Activity{ID: 8, Name: "buckets", StartsAt: time.Now().Add(-time.Minute).Truncate(time.Millisecond),
@@ -183,7 +184,7 @@ func TestFixWaitsForMover(t *testing.T) {
 	t.Parallel()
 	e := mustBucketEnv(t, 30, 3)
 	ctx := context.Background()
-	b1 := stocktest.KeysOf(e.st, stock.Item{ActivityID: 8, ItemID: 1, Bucket: 1})
+	b1 := stocktest.KeysOf(e.sr, stock.Item{ActivityID: 8, ItemID: 1, Bucket: 1})
 	if err := e.rdb.Client.IncrBy(ctx, b1.Stock, 4).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -53,14 +53,14 @@ func TestStaleFixerCannotWrite(t *testing.T) {
 
 	nudge := func() {
 		t.Helper()
-		stocktest.SetStock(t, st, it, 15)
+		stocktest.SetStock(t, stocktest.On(r.Client, r.Prefix), it, 15)
 	}
 	nudge()
 	rep, err := rec.pass(ctx, []stock.Item{it}, cur)
 	if err != nil || len(rep.Items) != 1 || rep.Items[0].Error != "" || rep.Items[0].Drift != 5 {
 		t.Fatalf("current holder's fix: %+v %v", rep, err)
 	}
-	if got := r.Client.Get(ctx, stocktest.KeysOf(st, it).Stock).Val(); got != "10" {
+	if got := r.Client.Get(ctx, stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it).Stock).Val(); got != "10" {
 		t.Fatalf("stock after the current holder's fix %s, want 10", got)
 	}
 
@@ -69,7 +69,7 @@ func TestStaleFixerCannotWrite(t *testing.T) {
 	if err != nil || len(rep.Items) != 1 || !strings.Contains(rep.Items[0].Error, lock.ErrStaleFence.Error()) {
 		t.Fatalf("stale holder's fix: %+v %v; want a stale fence error", rep, err)
 	}
-	if got := r.Client.Get(ctx, stocktest.KeysOf(st, it).Stock).Val(); got != "15" {
+	if got := r.Client.Get(ctx, stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it).Stock).Val(); got != "15" {
 		t.Errorf("stale holder changed the stock to %s", got)
 	}
 }

@@ -24,8 +24,8 @@ func TestMarkersOfAnIncompleteIndex(t *testing.T) {
 	ctx := context.Background()
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1))...)
 	// As an older binary leaves the item: markers, and no index.
-	stocktest.DropMarkerIndex(t, e.st, e.it)
-	stocktest.SetMarker(t, e.st, e.it, 99, "nobody")
+	stocktest.DropMarkerIndex(t, e.sr, e.it)
+	stocktest.SetMarker(t, e.sr, e.it, 99, "nobody")
 	r := e.check(t, e.it)
 	if !slices.Equal(r.ExtraMarkers, []int64{99}) || len(r.MissingMarkers)+len(r.WrongMarkers) != 0 || r.MarkerIndex != "incomplete" {
 		t.Fatalf("incomplete index: extra %v missing %v wrong %v index %q; want extra [99], incomplete",
@@ -39,14 +39,14 @@ func TestMarkersOfAnIncompleteIndex(t *testing.T) {
 	if err := res.WriteText(&out); err != nil || !strings.Contains(out.String(), "activity 7 item 1: marker index incomplete") {
 		t.Errorf("the fix's report does not say the index was incomplete (%v):\n%s", err, out.String())
 	}
-	if stocktest.MarkerOwner(t, e.st, e.it, 99) != "" {
+	if stocktest.MarkerOwner(t, e.sr, e.it, 99) != "" {
 		t.Error("extra marker survived the fix")
 	}
 	users, complete, err := e.st.Markers(ctx, e.it)
 	if err != nil || !complete || !slices.Equal(users, []int64{1}) {
 		t.Errorf("index after the fix: %v complete %v (%v); want [1] complete", users, complete, err)
 	}
-	if ttl := stocktest.MarkerIndexTTL(t, e.st, e.it); ttl <= time.Hour {
+	if ttl := stocktest.MarkerIndexTTL(t, e.sr, e.it); ttl <= time.Hour {
 		t.Errorf("index TTL after the fix %s; want the sale end + a day", ttl)
 	}
 	if r := e.check(t, e.it); r.Drifted() || r.MarkerIndex != "ok" {
@@ -55,8 +55,8 @@ func TestMarkersOfAnIncompleteIndex(t *testing.T) {
 
 	// A stale member (its marker gone outside the scripts) is no drift, and
 	// a fix drops it.
-	stocktest.AddToMarkerIndex(t, e.st, e.it, 42)
-	stocktest.SetStock(t, e.st, e.it, 3) // some drift, so the fix runs
+	stocktest.AddToMarkerIndex(t, e.sr, e.it, 42)
+	stocktest.SetStock(t, e.sr, e.it, 3) // some drift, so the fix runs
 	if r := e.check(t, e.it); len(r.MissingMarkers)+len(r.ExtraMarkers)+len(r.WrongMarkers) != 0 {
 		t.Errorf("a stale member reported as marker drift: %+v", r)
 	}
@@ -80,10 +80,10 @@ func TestPassReadsOnlyTheItemsMarkers(t *testing.T) {
 		users[i%7] = append(users[i%7], int64(i))
 	}
 	for item, us := range users {
-		stocktest.SetMarkers(t, e.st, stock.Item{ActivityID: 9, ItemID: int64(item)}, "old", us...)
+		stocktest.SetMarkers(t, e.sr, stock.Item{ActivityID: 9, ItemID: int64(item)}, "old", us...)
 	}
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1), e.reserve(t, e.it, "b", 2, 1))...)
-	stocktest.DropMarker(t, e.st, e.it, 2)
+	stocktest.DropMarker(t, e.sr, e.it, 2)
 
 	cc := testenv.CountCommands(e.rdb.Client)
 	r := e.check(t, e.it)
@@ -114,9 +114,9 @@ func TestBucketMarkerIndexes(t *testing.T) {
 	b1 := e.it.ForUser(user, e.B)
 	b2 := e.it
 	b2.Bucket = 2
-	stocktest.DropMarkerIndex(t, e.st, b1)
-	stocktest.DropMarkerIndex(t, e.st, b2)
-	stocktest.SetMarker(t, e.st, b1, user, "nobody")
+	stocktest.DropMarkerIndex(t, e.sr, b1)
+	stocktest.DropMarkerIndex(t, e.sr, b2)
+	stocktest.SetMarker(t, e.sr, b1, user, "nobody")
 	res, err := e.fixer.RunOnce(ctx)
 	if err != nil || res.ExitCode() != reconciler.ExitClean || len(res.Found.Items) != 1 {
 		t.Fatalf("fix: exit %d, %v, %+v", res.ExitCode(), err, res)
@@ -134,11 +134,11 @@ func TestBucketMarkerIndexes(t *testing.T) {
 			t.Errorf("bucket %d after the fix: %v complete %v (%v); want [] complete", b, users, complete, err)
 		}
 	}
-	if stocktest.MarkerOwner(t, e.st, b1, user) != "" {
+	if stocktest.MarkerOwner(t, e.sr, b1, user) != "" {
 		t.Error("extra marker survived the fix")
 	}
 	// No drift, only an incomplete index: the fix completes it all the same.
-	stocktest.DropMarkerIndex(t, e.st, b2)
+	stocktest.DropMarkerIndex(t, e.sr, b2)
 	if res, err := e.fixer.RunOnce(ctx); err != nil || res.ExitCode() != reconciler.ExitClean || res.After == nil {
 		t.Fatalf("second fix: exit %d, %v, %+v", res.ExitCode(), err, res)
 	}

@@ -29,7 +29,7 @@ func TestOncePushesThePass(t *testing.T) {
 	t.Parallel()
 	gw := mustPushgateway(t)
 	e := mustEnv(t, 10)
-	stocktest.AddStock(t, e.st, e.it, 1) // Redis holds a unit Postgres does not know of
+	stocktest.AddStock(t, e.sr, e.it, 1) // Redis holds a unit Postgres does not know of
 	runCtx := func(ctx context.Context, vals map[string]string, args ...string) int {
 		t.Helper()
 		vals["REDIS_ADDR"], vals["REDIS_KEY_PREFIX"], vals["RECONCILE_INTERVAL"] = testenv.RedisAddr(), e.rdb.Prefix, "1m"

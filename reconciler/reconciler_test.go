@@ -29,8 +29,10 @@ import (
 // env is one sale item on real Postgres and Redis, driven step by step the
 // way the gateway, worker and closer drive it, without Kafka in between.
 type env struct {
+	pool    ordertest.DB // behind orders
 	orders  *order.Store
 	st      *stock.Store
+	sr      stocktest.Redis // st's client and prefix
 	rdb     testenv.Redis
 	rec     *reconciler.Reconciler
 	fixer   *reconciler.Reconciler
@@ -43,7 +45,7 @@ type env struct {
 func mustEnv(tb testing.TB, initial int64) *env {
 	tb.Helper()
 	db, r := testenv.MustDatabase(tb), testenv.MustRedis(tb)
-	e := &env{orders: order.NewStore(db.Pool), st: stock.New(r.Client, r.Prefix), rdb: r,
+	e := &env{pool: db.Pool, orders: order.NewStore(db.Pool), st: stock.New(r.Client, r.Prefix), sr: stocktest.On(r.Client, r.Prefix), rdb: r,
 		it: stock.Item{ActivityID: 7, ItemID: 1}, other: stock.Item{ActivityID: 7, ItemID: 2}, metrics: telemetry.NewMetrics(), dbURL: db.URL}
 	ctx := context.Background()
 	a := order.Activity{ID: 7, Name: "test", StartsAt: time.Now().Add(-time.Minute), EndsAt: time.Now().Add(time.Hour), PerUserLimit: 5,
@@ -159,7 +161,7 @@ func (e *env) wantClean(tb testing.TB, it stock.Item, step string, inFlight int6
 
 func (e *env) redisStock(tb testing.TB, it stock.Item) int64 {
 	tb.Helper()
-	n, err := e.rdb.Client.Get(context.Background(), stocktest.KeysOf(e.st, it).Stock).Int64()
+	n, err := e.rdb.Client.Get(context.Background(), stocktest.KeysOf(e.sr, it).Stock).Int64()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -231,7 +233,7 @@ func TestRejectionCountedOnce(t *testing.T) {
 	e := mustEnv(t, 1)
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1))...)
 	e.wantClean(t, e.it, "sold out", 0)
-	stocktest.AddStock(t, e.st, e.it, 1)
+	stocktest.AddStock(t, e.sr, e.it, 1)
 	e.wantDrift(t, "nudged", 1, 0)
 	b := e.reserve(t, e.it, "b", 2, 1)
 	e.wantDrift(t, "oversold reservation in flight", 1, 1)
@@ -259,7 +261,7 @@ func TestMarkers(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	k := stocktest.KeysOf(e.st, e.it)
+	k := stocktest.KeysOf(e.sr, e.it)
 	e.ack(t, e.decide(t, e.reserve(t, e.it, "a", 1, 1), e.reserve(t, e.it, "b", 2, 1), e.reserve(t, e.it, "c", 3, 1))...)
 	e.reserve(t, e.it, "d", 4, 1) // in flight: its marker is legitimate
 	e.wantClean(t, e.it, "before tampering", 1)
@@ -313,7 +315,7 @@ func TestFixKeepsInFlight(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	k := stocktest.KeysOf(e.st, e.it)
+	k := stocktest.KeysOf(e.sr, e.it)
 	a := e.reserve(t, e.it, "a", 1, 3)
 	// Redis loses the stock key and the sale window, as after a failover.
 	if err := e.rdb.Client.Del(ctx, k.Stock, k.Sale).Err(); err != nil {
@@ -368,7 +370,7 @@ func TestFixKeepsInFlight(t *testing.T) {
 func TestFixOutlastsADeadFixersLock(t *testing.T) {
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	k := stocktest.KeysOf(e.st, e.it)
+	k := stocktest.KeysOf(e.sr, e.it)
 	if err := e.rdb.Client.Del(ctx, k.Stock).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +395,7 @@ func TestStoppedFixLogsNoError(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx, stop := context.WithCancel(context.Background())
-	k := stocktest.KeysOf(e.st, e.it)
+	k := stocktest.KeysOf(e.sr, e.it)
 	if err := e.rdb.Client.Del(ctx, k.Stock).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +427,7 @@ func TestNotPreheatedIsSkipped(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t, 10)
 	ctx := context.Background()
-	ordertest.Unpreheat(t, e.orders, e.other.ActivityID, e.other.ItemID)
+	ordertest.Unpreheat(t, e.pool, e.other.ActivityID, e.other.ItemID)
 	res, err := e.rec.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -454,7 +456,7 @@ func TestLastSuccessGauge(t *testing.T) {
 	}
 
 	// Drift: Redis holds a unit Postgres does not know of.
-	stocktest.AddStock(t, e.st, e.it, 1)
+	stocktest.AddStock(t, e.sr, e.it, 1)
 	if r := e.check(t, e.it); !r.Drifted() {
 		t.Fatalf("no drift after INCRBY: %+v", r)
 	}
@@ -499,7 +501,7 @@ func TestLastSuccessGauge(t *testing.T) {
 func TestLostSaleIsItsOwnGauge(t *testing.T) {
 	t.Parallel()
 	e := mustEnv(t, 10)
-	k := stocktest.KeysOf(e.st, e.it)
+	k := stocktest.KeysOf(e.sr, e.it)
 	if err := e.rdb.Client.Del(context.Background(), k.Sale).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func TestForeignEventsChangeNothing(t *testing.T) {
 				if o := snap.Orders[0]; o.RequestID != "real" || o.OrderNo != "1-2-real" || o.UserID != 3 || o.Quantity != 1 || o.Status != order.StatusUnpaid {
 					t.Errorf("order %+v, want real's as reserved", o)
 				}
-				if got := stocktest.MarkerOwner(t, f.stock, f.item, 3); got != "real" {
+				if got := stocktest.MarkerOwner(t, f.sr, f.item, 3); got != "real" {
 					t.Errorf("user 3's marker is %q, want real's", got)
 				}
 			}
@@ -117,7 +117,7 @@ func TestForeignEventsChangeNothing(t *testing.T) {
 			if len(snap.Refused) != 0 {
 				t.Errorf("refused %+v, want none", snap.Refused)
 			}
-			if n := len(ordertest.Compensations(t, f.orders)); n != 0 {
+			if n := len(ordertest.Compensations(t, f.db.Pool)); n != 0 {
 				t.Errorf("%d compensations, want none", n)
 			}
 			if got := f.redisStock(t); got != stockLeft {
@@ -126,7 +126,7 @@ func TestForeignEventsChangeNothing(t *testing.T) {
 			if got := f.dbStock(t); got != stockLeft {
 				t.Errorf("db stock %d, want %d", got, stockLeft)
 			}
-			if got := stocktest.MarkerOwner(t, f.stock, f.item, 9); got != "" {
+			if got := stocktest.MarkerOwner(t, f.sr, f.item, 9); got != "" {
 				t.Errorf("user 9 holds a marker of %q", got)
 			}
 		})

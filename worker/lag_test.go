@@ -262,7 +262,7 @@ func TestLagGaugeMovesWhilePostgresIsDown(t *testing.T) {
 
 	proxy.Up(t)
 	testenv.WaitFor(t, 30*time.Second, "the lag gauge to fall to 0", func() bool { return gauge() == 0 })
-	if n := ordertest.CountOrders(t, order.NewStore(db.Pool)); n != items {
+	if n := ordertest.CountOrders(t, db.Pool); n != items {
 		t.Errorf("%d orders once the lag read 0, want %d", n, items)
 	}
 }

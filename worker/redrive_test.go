@@ -49,7 +49,7 @@ func TestRedrivePass(t *testing.T) {
 		t.Fatalf("created decided %s", d.Outcome)
 	}
 	rejected := reserve("rejected", 3, old)
-	ordertest.SetStock(t, orders, it.ActivityID, it.ItemID, 0)
+	ordertest.SetStock(t, f.db.Pool, it.ActivityID, it.ItemID, 0)
 	if d := decide(rejected); d.Outcome != order.Rejected {
 		t.Fatalf("rejected decided %s", d.Outcome)
 	}
@@ -69,7 +69,7 @@ func TestRedrivePass(t *testing.T) {
 	if res.Republished != 1 || res.Acked != 1 || res.Rejected != 1 || res.Entries != 4 {
 		t.Errorf("pass %+v; want 1 republished, 1 acked, 1 rejected of 4 entries", res)
 	}
-	journal := r.Client.HKeys(ctx, stocktest.KeysOf(st, it).Journal).Val()
+	journal := r.Client.HKeys(ctx, stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it).Journal).Val()
 	if len(journal) != 3 || contains(journal, "created") {
 		t.Errorf("journal after the pass %v; want it without the created entry", journal)
 	}

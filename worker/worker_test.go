@@ -25,6 +25,7 @@ type fixture struct {
 	rdb    testenv.Redis
 	orders *order.Store
 	stock  *stock.Store
+	sr     stocktest.Redis // stock's client and prefix
 	item   stock.Item
 	dlq    *recordingProducer
 	w      *Worker
@@ -44,6 +45,7 @@ func mustFixture(t *testing.T, initial int64) *fixture {
 	f := &fixture{db: testenv.MustDatabase(t), rdb: testenv.MustRedis(t), item: stock.Item{ActivityID: 1, ItemID: 2}, dlq: &recordingProducer{}}
 	f.orders = order.NewStore(f.db.Pool)
 	f.stock = stock.New(f.rdb.Client, f.rdb.Prefix)
+	f.sr = stocktest.On(f.rdb.Client, f.rdb.Prefix)
 	ctx := context.Background()
 	now := time.Now()
 	if err := f.orders.UpsertActivity(ctx, order.Activity{ID: 1, Name: "t", StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour),
@@ -121,7 +123,7 @@ func (f *fixture) countDecisions(t *testing.T, match func(order.Decided) bool) i
 func (f *fixture) countCompensations(t *testing.T, match func(ordertest.CompensationRow) bool) int64 {
 	t.Helper()
 	var n int64
-	for _, c := range ordertest.Compensations(t, f.orders) {
+	for _, c := range ordertest.Compensations(t, f.db.Pool) {
 		if match(c) {
 			n++
 		}
@@ -141,7 +143,7 @@ func (f *fixture) dbStock(t *testing.T) int64 {
 
 func (f *fixture) redisStock(t *testing.T) int64 {
 	t.Helper()
-	return stocktest.MustStock(t, f.stock, f.item)
+	return stocktest.MustStock(t, f.sr, f.item)
 }
 
 func TestRedeliveryMakesOneOrder(t *testing.T) {
@@ -155,7 +157,7 @@ func TestRedeliveryMakesOneOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := int64(ordertest.CountOrders(t, f.orders)); n != 2 {
+	if n := int64(ordertest.CountOrders(t, f.db.Pool)); n != 2 {
 		t.Errorf("%d orders, want 2", n)
 	}
 	if n := f.dbStock(t); n != 8 {
@@ -164,7 +166,7 @@ func TestRedeliveryMakesOneOrder(t *testing.T) {
 	if got := f.redisStock(t); got != 8 {
 		t.Errorf("redis stock %d, want 8", got)
 	}
-	if n := int64(len(stocktest.Journal(t, f.stock, f.item))); n != 0 {
+	if n := int64(len(stocktest.Journal(t, f.sr, f.item))); n != 0 {
 		t.Errorf("%d journal entries left after commit", n)
 	}
 }
@@ -174,7 +176,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	// Postgres has fewer units than Redis believes (someone sold 9 elsewhere).
-	ordertest.ResizeStock(t, f.orders, f.item.ActivityID, f.item.ItemID, 1)
+	ordertest.ResizeStock(t, f.db.Pool, f.item.ActivityID, f.item.ItemID, 1)
 	a, b := f.reserve(t, "a", 1), f.reserve(t, "b", 2)
 	if got := f.redisStock(t); got != 8 {
 		t.Fatalf("redis stock after two reserves %d", got)
@@ -198,7 +200,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d, want 9", got)
 	}
-	if stocktest.MarkerOwner(t, f.stock, f.item, 2) != "" {
+	if stocktest.MarkerOwner(t, f.sr, f.item, 2) != "" {
 		t.Error("rejected user's limit marker was not freed")
 	}
 	// Applying the same compensation again (a sweeper racing) changes nothing.
@@ -209,7 +211,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock after repeated compensation %d, want 9", got)
 	}
-	if n := int64(ordertest.CountOrders(t, f.orders)); n != 1 {
+	if n := int64(ordertest.CountOrders(t, f.db.Pool)); n != 1 {
 		t.Errorf("%d orders, want 1", n)
 	}
 }
@@ -223,7 +225,7 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Redis lost the user's marker (a failover); the same user reserves again.
-	stocktest.DropMarker(t, f.stock, f.item, 1)
+	stocktest.DropMarker(t, f.sr, f.item, 1)
 	second := f.reserve(t, "second", 1)
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{second}); err != nil {
 		t.Fatal(err)
@@ -237,7 +239,7 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d, want 9", got)
 	}
-	if owner := stocktest.MarkerOwner(t, f.stock, f.item, 1); owner != "first" {
+	if owner := stocktest.MarkerOwner(t, f.sr, f.item, 1); owner != "first" {
 		t.Errorf("marker owner %q, want the live order's request", owner)
 	}
 }
@@ -298,7 +300,7 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 	if len(errs) != 2 {
 		t.Errorf("dead letters: %v", errs)
 	}
-	if n := int64(ordertest.CountOrders(t, f.orders)); n != 2 {
+	if n := int64(ordertest.CountOrders(t, f.db.Pool)); n != 2 {
 		t.Errorf("%d orders, want the good one and the one the bad message pointed to", n)
 	}
 	// 10 - 2 reserved, both units now in Postgres.
@@ -358,7 +360,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
 	ctx := context.Background()
-	ordertest.ResizeStock(t, f.orders, f.item.ActivityID, f.item.ItemID, 1)
+	ordertest.ResizeStock(t, f.db.Pool, f.item.ActivityID, f.item.ItemID, 1)
 	f.reserve(t, "a", 1)
 	f.reserve(t, "b", 2)
 	refs := []stock.Ref{{RequestID: "a", OrderNo: "1-2-a"}, {RequestID: "b", OrderNo: "1-2-b"}}
@@ -391,7 +393,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	if got := f.redisStock(t); got != 9 {
 		t.Errorf("redis stock %d after the sweep, want 9 (b's unit back, once)", got)
 	}
-	if stocktest.MarkerOwner(t, f.stock, f.item, 2) != "" {
+	if stocktest.MarkerOwner(t, f.sr, f.item, 2) != "" {
 		t.Error("the refused user's limit marker was not freed")
 	}
 }
@@ -432,10 +434,10 @@ func TestCorruptCopyIsDecidedByTheJournal(t *testing.T) {
 	if got := f.redisStock(t); got != 8 {
 		t.Errorf("redis stock %d, want 8 (nothing given back)", got)
 	}
-	if got := stocktest.MarkerOwner(t, f.stock, f.item, 3); got != "victim" {
+	if got := stocktest.MarkerOwner(t, f.sr, f.item, 3); got != "victim" {
 		t.Errorf("user 3's marker is %q, want victim's", got)
 	}
-	if got := stocktest.MarkerOwner(t, f.stock, f.item, 4); got != "bystander" {
+	if got := stocktest.MarkerOwner(t, f.sr, f.item, 4); got != "bystander" {
 		t.Errorf("user 4's marker is %q, want bystander's", got)
 	}
 }
@@ -468,7 +470,7 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 			if got := f.redisStock(t); got != 9 {
 				t.Errorf("redis stock %d, want 9 (the live order keeps its unit)", got)
 			}
-			if got := stocktest.MarkerOwner(t, f.stock, f.item, 1); got != "a" {
+			if got := stocktest.MarkerOwner(t, f.sr, f.item, 1); got != "a" {
 				t.Errorf("user 1's marker is %q, want a's", got)
 			}
 			if n := f.countOrders(t, func(o order.SnapshotOrder) bool {
@@ -476,7 +478,7 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 			}); n != 1 {
 				t.Errorf("%d live orders of a as reserved, want 1", n)
 			}
-			if n := len(ordertest.Compensations(t, f.orders)); n != 0 {
+			if n := len(ordertest.Compensations(t, f.db.Pool)); n != 0 {
 				t.Errorf("%d compensations, want none", n)
 			}
 		})
@@ -491,7 +493,7 @@ func TestInvalidJournalEntryIsReleased(t *testing.T) {
 	f := mustFixture(t, 10)
 	ctx := context.Background()
 	msg := f.reserve(t, "broken", 5)
-	stocktest.SetJournalEntry(t, f.stock, f.item, "broken",
+	stocktest.SetJournalEntry(t, f.sr, f.item, "broken",
 		`{"requestId":"broken","orderNo":"1-2-broken","userId":5,"activityId":1,"itemId":2,"quantity":1}`)
 	if err := f.w.ProcessBatch(ctx, []kafka.Message{msg}); err != nil {
 		t.Fatal(err)
@@ -499,10 +501,10 @@ func TestInvalidJournalEntryIsReleased(t *testing.T) {
 	if got := f.redisStock(t); got != 10 {
 		t.Errorf("redis stock %d, want 10 (the unit back)", got)
 	}
-	if stocktest.MarkerOwner(t, f.stock, f.item, 5) != "" {
+	if stocktest.MarkerOwner(t, f.sr, f.item, 5) != "" {
 		t.Error("the released reservation's user keeps the marker")
 	}
-	if n := int64(ordertest.CountOrders(t, f.orders)); n != 0 {
+	if n := int64(ordertest.CountOrders(t, f.db.Pool)); n != 0 {
 		t.Errorf("%d orders from an invalid journal entry", n)
 	}
 }

@@ -44,8 +44,10 @@ import (
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 	"orderpipe/pkg/webhook"
 )
@@ -173,7 +175,9 @@ type Suite struct {
 	baseEnv       []string
 
 	orders *order.Store
-	stock  *stock.Store // through the proxy, as the processes
+	pool   ordertest.DB    // behind orders, for ordertest
+	stock  *stock.Store    // through the proxy, as the processes
+	sr     stocktest.Redis // behind stock, for stocktest
 	// closeStores closes the pool and the client behind orders and stock.
 	closeStores func()
 	toxi        *toxi
@@ -300,7 +304,8 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 		pool.Close()
 		rdb.Close()
 	}
-	s.orders, s.stock = order.NewStore(pool), stock.New(rdb, s.prefix)
+	s.orders, s.pool = order.NewStore(pool), pool
+	s.stock, s.sr = stock.New(rdb, s.prefix), stocktest.On(rdb, s.prefix)
 	if err := s.stock.Ping(ctx); err != nil {
 		return s, fmt.Errorf("reaching redis through the proxy %s: %w", s.redisAddr, err)
 	}

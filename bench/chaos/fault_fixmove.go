@@ -64,7 +64,7 @@ func (s *Suite) fixDuringMove(ctx context.Context, f fault, act int64) (string, 
 			}
 		}
 		// Drift for another reason than the stock: a sale window 1 ms wider.
-		errs = append(errs, stocktest.ShiftSaleStart(ctx, s.stock, it, -1))
+		errs = append(errs, stocktest.ShiftSaleStart(ctx, s.sr, it, -1))
 	}
 	time.Sleep(f.For)
 	fixAt := s.since()
@@ -137,7 +137,7 @@ func (s *Suite) dieMidMove(ctx context.Context, it stock.Item) (*deadMove, strin
 func (s *Suite) staleGive(ctx context.Context, d deadMove) (string, error) {
 	dst := d.it
 	dst.Bucket = d.t.To
-	fence, err := stocktest.BucketFence(ctx, s.stock, dst) // 0: Redis lost it, nobody claimed since
+	fence, err := stocktest.BucketFence(ctx, s.sr, dst) // 0: Redis lost it, nobody claimed since
 	if err != nil {
 		return fmt.Sprintf("item %d: the dead mover's fence unreadable", d.it.ItemID), err
 	}

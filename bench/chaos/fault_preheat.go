@@ -135,7 +135,7 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 			n, err := s.stock.BucketStocks(ctx, it, 1)
 			return err == nil && n[0] != nil
 		}
-		p, err := ordertest.PreheatOf(ctx, s.orders, id, 1)
+		p, err := ordertest.PreheatOf(ctx, s.pool, id, 1)
 		return err == nil && p.Started
 	}
 	var firstAnswer string
@@ -196,7 +196,7 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 	stopProbe()
 	accepted := <-probe
 
-	p, err := ordertest.PreheatOf(ctx, s.orders, id, 1)
+	p, err := ordertest.PreheatOf(ctx, s.pool, id, 1)
 	if err != nil {
 		return desc, fmt.Errorf("reading the item: %w", err)
 	}
@@ -285,7 +285,7 @@ func (s *Suite) itemKeysHeld(ctx context.Context, it stock.Item, buckets int) st
 	for b := range buckets {
 		bi := it
 		bi.Bucket = b
-		held = append(held, stocktest.HeldKeys(ctx, s.stock, bi)...)
+		held = append(held, stocktest.HeldKeys(ctx, s.sr, bi)...)
 	}
 	return strings.Join(held, ", ")
 }

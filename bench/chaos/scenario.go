@@ -422,7 +422,7 @@ func (s *Suite) inFlight(ctx context.Context, act int64, items []int64, accepted
 		}
 		f.journal += n
 	}
-	pg, err := ordertest.InFlight(ctx, s.orders, act, accepted)
+	pg, err := ordertest.InFlight(ctx, s.pool, act, accepted)
 	if err != nil {
 		return f, err
 	}
@@ -495,7 +495,7 @@ func (s *Suite) loseSale(ctx context.Context, act int64) (int, error) {
 	for _, l := range losses {
 		all = append(all, *l)
 	}
-	n, err := stocktest.Lose(ctx, s.stock, all...)
+	n, err := stocktest.Lose(ctx, s.sr, all...)
 	if err != nil {
 		return 0, fmt.Errorf("deleting the sale's keys: %w", err)
 	}

@@ -47,8 +47,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	orders, st := order.NewStore(pool), stock.New(rdb, "")
-	if err := stocktest.Flush(ctx, st); err != nil {
+	orders, st, sr := order.NewStore(pool), stock.New(rdb, ""), stocktest.On(rdb, "")
+	if err := stocktest.Flush(ctx, sr); err != nil {
 		log.Fatal(err)
 	}
 	it := stock.Item{ActivityID: 1, ItemID: 1}
@@ -105,7 +105,7 @@ func main() {
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rec := reconciler.New(reconciler.Config{}, reconciler.Deps{Orders: orders, Stock: st, Locker: lock.New(rdb, ""), Log: quiet})
-	base, err := stocktest.KeyCount(ctx, st)
+	base, err := stocktest.KeyCount(ctx, sr)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -117,10 +117,10 @@ func main() {
 		// DEBUG POPULATE n makes keys <prefix>0..n-1 exist (it skips those
 		// that do), so n is the total: dedup-record lookalikes of another
 		// sale, never matching a limit marker.
-		if err := stocktest.PopulateLookalikes(ctx, st, extra, stock.Item{ActivityID: 9, ItemID: 9}); err != nil {
+		if err := stocktest.PopulateLookalikes(ctx, sr, extra, stock.Item{ActivityID: 9, ItemID: 9}); err != nil {
 			log.Fatal(err)
 		}
-		n, _ := stocktest.KeyCount(ctx, st)
+		n, _ := stocktest.KeyCount(ctx, sr)
 		var took []time.Duration
 		for range *passes {
 			t0 := time.Now()

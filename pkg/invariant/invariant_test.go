@@ -27,7 +27,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 	db := testenv.MustDatabase(t)
 	rd := testenv.MustRedis(t)
 	orders := order.NewStore(db.Pool)
-	st := stock.New(rd.Client, rd.Prefix)
+	st, sr := stock.New(rd.Client, rd.Prefix), stocktest.On(rd.Client, rd.Prefix)
 	c := &invariant.Checker{Orders: orders, Stock: st}
 	// The same checker reading orders.status, for the I7 cases: a topic the
 	// staged sale's states were never published on.
@@ -54,35 +54,35 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		{"Consistent", false, false, nil, nil},
 		{"StatesNeverPublished", false, true, nil, []string{"I7"}},
 		{"Oversold", false, false, func(t *testing.T, s *sale) {
-			ordertest.SetStock(t, orders, s.id, 1, 0)
-			stocktest.SetStock(t, st, s.it, 0)
+			ordertest.SetStock(t, db.Pool, s.id, 1, 0)
+			stocktest.SetStock(t, sr, s.it, 0)
 		}, []string{"I1"}},
 		{"RedisBelowZero", false, false, func(t *testing.T, s *sale) {
-			stocktest.SetStock(t, st, s.it, -1)
+			stocktest.SetStock(t, sr, s.it, -1)
 		}, []string{"I1", "I5"}},
 		{"RedisStockDrift", false, false, func(t *testing.T, s *sale) {
-			stocktest.SetStock(t, st, s.it, 2)
+			stocktest.SetStock(t, sr, s.it, 2)
 		}, []string{"I5"}},
 		{"RedisStockLost", false, false, func(t *testing.T, s *sale) {
-			stocktest.DropSale(t, st, s.it)
+			stocktest.DropSale(t, sr, s.it)
 		}, []string{"I5"}},
 		{"LimitMarkerMissing", false, false, func(t *testing.T, s *sale) {
-			stocktest.DropMarker(t, st, s.it, 2)
+			stocktest.DropMarker(t, sr, s.it, 2)
 		}, []string{"I5"}},
 		{"StrayLimitMarkerFoundByScan", false, false, func(t *testing.T, s *sale) {
-			stocktest.SetMarker(t, st, s.it, 3, "stray")
+			stocktest.SetMarker(t, sr, s.it, 3, "stray")
 		}, []string{"I5"}},
 		{"StrayLimitMarkerOfAKnownUser", false, false, func(t *testing.T, s *sale) {
-			stocktest.SetMarker(t, st, s.it, 3, "stray")
+			stocktest.SetMarker(t, sr, s.it, 3, "stray")
 			s.scope.Users = []int64{1, 2, 3}
 		}, []string{"I5"}},
 		{"LimitMarkerInAnotherBucket", false, false, func(t *testing.T, s *sale) {
 			// Two buckets: user 2 belongs to bucket 1, yet its live order's
 			// marker is in bucket 0 (a reserve routed by a stale count).
-			ordertest.SetBuckets(t, orders, s.id, 1, 2)
+			ordertest.SetBuckets(t, db.Pool, s.id, 1, 2)
 			b1 := s.it
 			b1.Bucket = 1
-			stocktest.SetStock(t, st, b1, 0)
+			stocktest.SetStock(t, sr, b1, 0)
 			if stock.BucketOf(2, 2) != 1 || stock.BucketOf(1, 2) != 0 {
 				t.Fatal("users 1 and 2 are no longer in buckets 0 and 1")
 			}
@@ -97,22 +97,22 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			s.scope.Observed[fmt.Sprintf("%d-1-other", s.id)] = fmt.Sprintf("a%d-u1", s.id)
 		}, []string{"I3", "I4"}},
 		{"CompensationPendingInFlight", false, false, func(t *testing.T, s *sale) {
-			ordertest.PutPendingCompensation(t, orders, s.id, 1, 3, fmt.Sprintf("a%d-u3", s.id), fmt.Sprintf("%d-1-u3", s.id))
+			ordertest.PutPendingCompensation(t, db.Pool, s.id, 1, 3, fmt.Sprintf("a%d-u3", s.id), fmt.Sprintf("%d-1-u3", s.id))
 		}, nil}, // in flight, a pending compensation is no violation
 		{"CompensationPendingWhenDrained", false, false, func(t *testing.T, s *sale) {
-			ordertest.PutPendingCompensation(t, orders, s.id, 1, 3, fmt.Sprintf("a%d-u3", s.id), fmt.Sprintf("%d-1-u3", s.id))
+			ordertest.PutPendingCompensation(t, db.Pool, s.id, 1, 3, fmt.Sprintf("a%d-u3", s.id), fmt.Sprintf("%d-1-u3", s.id))
 			s.scope.Drained = true
 		}, []string{"I5"}},
 		{"SecondLiveOrder", true, false, func(t *testing.T, s *sale) {
-			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-u1b", s.id),
+			ordertest.PutOrder(t, db.Pool, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-u1b", s.id),
 				RequestID: fmt.Sprintf("a%d-u1b", s.id), UserID: 1, ItemID: 1, Quantity: 1, Status: order.StatusUnpaid})
 		}, []string{"I1", "I2"}},
 		{"TwoOrdersOneRequest", true, false, func(t *testing.T, s *sale) {
-			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-again", s.id),
+			ordertest.PutOrder(t, db.Pool, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-again", s.id),
 				RequestID: fmt.Sprintf("a%d-u1", s.id), UserID: 5, ItemID: 1, Quantity: 1, Status: order.StatusClosed, Closed: true})
 		}, []string{"I3"}},
 		{"PaidAndClosed", true, false, func(t *testing.T, s *sale) {
-			ordertest.PutOrder(t, orders, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-pc", s.id),
+			ordertest.PutOrder(t, db.Pool, s.id, order.SnapshotOrder{OrderNo: fmt.Sprintf("%d-1-pc", s.id),
 				RequestID: fmt.Sprintf("a%d-pc", s.id), UserID: 6, ItemID: 1, Quantity: 1, Status: order.StatusClosed, Paid: true, Closed: true})
 		}, []string{"I6"}},
 	}
@@ -120,9 +120,9 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &sale{id: int64(100 + i)}
 			s.it = stock.Item{ActivityID: s.id, ItemID: 1}
-			s.scope = mustSmallSale(t, orders, st, s.id)
+			s.scope = mustSmallSale(t, db, rd, s.id)
 			if tt.dropRules {
-				ordertest.DropOrderRules(t, orders)
+				ordertest.DropOrderRules(t, db.Pool)
 			}
 			if tt.breakFunc != nil {
 				tt.breakFunc(t, s)
@@ -152,26 +152,27 @@ func TestCheckFindsEachViolation(t *testing.T) {
 // holding one live order each, user 3's request rejected (DB_STOCK_MISMATCH),
 // one unit left in Postgres and Redis, each live order's limit marker set.
 // It returns the scope a client that saw the three 2xx answers would check.
-func mustSmallSale(t *testing.T, orders *order.Store, st *stock.Store, id int64) invariant.Scope {
+func mustSmallSale(t *testing.T, db testenv.Database, rd testenv.Redis, id int64) invariant.Scope {
 	t.Helper()
+	orders, sr := order.NewStore(db.Pool), stocktest.On(rd.Client, rd.Prefix)
 	err := orders.UpsertActivity(context.Background(), order.Activity{ID: id, Name: "checker", StartsAt: time.Now(),
 		EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1, Items: []order.ItemStock{{ItemID: 1, InitialStock: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ordertest.SetStock(t, orders, id, 1, 1)
+	ordertest.SetStock(t, db.Pool, id, 1, 1)
 	it := stock.Item{ActivityID: id, ItemID: 1}
-	stocktest.SetStock(t, st, it, 1)
+	stocktest.SetStock(t, sr, it, 1)
 	scope := invariant.Scope{ActivityID: id, Observed: map[string]string{}}
 	for user := int64(1); user <= 2; user++ {
 		rid, no := fmt.Sprintf("a%d-u%d", id, user), fmt.Sprintf("%d-1-u%d", id, user)
-		ordertest.PutOrder(t, orders, id, order.SnapshotOrder{OrderNo: no, RequestID: rid, UserID: user, ItemID: 1, Quantity: 1,
+		ordertest.PutOrder(t, db.Pool, id, order.SnapshotOrder{OrderNo: no, RequestID: rid, UserID: user, ItemID: 1, Quantity: 1,
 			Status: order.StatusUnpaid})
-		stocktest.SetMarker(t, st, it, user, rid)
+		stocktest.SetMarker(t, sr, it, user, rid)
 		scope.Observed[no] = rid
 	}
 	rid, no := fmt.Sprintf("a%d-u3", id), fmt.Sprintf("%d-1-u3", id)
-	ordertest.PutRejected(t, orders, id, 1, 3, rid, no, order.ReasonDBStockMismatch)
+	ordertest.PutRejected(t, db.Pool, id, 1, 3, rid, no, order.ReasonDBStockMismatch)
 	scope.Observed[no] = rid
 	return scope
 }

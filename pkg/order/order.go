@@ -1,11 +1,11 @@
 // Package order owns the Postgres side: activities and their item stock,
 // orders and their state machine, the idempotency table, the outbox of
 // Redis compensations, the outbox of orders.status (order_events: every
-// change of an order writes its event row in its own transaction) and the
-// records of replayed dead letters. Every SQL statement is here, but
-// pkg/database's migrations and pkg/lock's fences: others call typed
-// methods (tests that must reach behind them use ordertest), and the store
-// hands out no pool.
+// change of an order writes its event row in its own transaction), the
+// records of replayed dead letters and the fencing tokens of package lock's
+// locks (lock_fences, CheckFence). Every SQL statement is here, but
+// pkg/database's migrations: others call typed methods (tests that must
+// reach behind them use ordertest), and the store hands out no pool.
 // One place decides what a batch of reservations does (DecideBatch). It
 // never talks to Redis or Kafka.
 //
@@ -25,8 +25,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"orderpipe/pkg/order/internal/handle"
 )
 
 // Order statuses. PENDING and REJECTED are never stored in orders: PENDING
@@ -74,8 +72,6 @@ type Store struct {
 
 // NewStore wraps a pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
-
-func init() { handle.Pool = func(store any) *pgxpool.Pool { return store.(*Store).pool } }
 
 // Activity is a sale with its items.
 type Activity struct {

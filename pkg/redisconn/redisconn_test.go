@@ -134,16 +134,17 @@ func TestTLSAndAuth(t *testing.T) {
 				t.Errorf("logged in as %s, want %s", who, tc.user)
 			}
 			// The scripts the pipeline runs, over this connection.
-			st := stock.New(rdb, testenv.UniqueName("t")+":")
+			prefix := testenv.UniqueName("t") + ":"
+			st, sr := stock.New(rdb, prefix), stocktest.On(rdb, prefix)
 			it := stock.Item{ActivityID: 1, ItemID: 2}
 			now := time.Now()
 			if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 7, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
 				t.Fatalf("preheat: %v", err)
 			}
-			if n, err := rdb.Get(ctx, stocktest.KeysOf(st, it).Stock).Int(); err != nil || n != 7 {
+			if n, err := rdb.Get(ctx, stocktest.KeysOf(sr, it).Stock).Int(); err != nil || n != 7 {
 				t.Errorf("stock %d %v, want 7", n, err)
 			}
-			rdb.Del(ctx, stocktest.KeysOf(st, it).Stock, stocktest.KeysOf(st, it).Sale)
+			rdb.Del(ctx, stocktest.KeysOf(sr, it).Stock, stocktest.KeysOf(sr, it).Sale)
 		})
 	}
 }
@@ -168,7 +169,7 @@ func TestCluster(t *testing.T) {
 	}
 	ctx := context.Background()
 	prefix := testenv.UniqueName("t") + ":"
-	st := stock.New(rdb, prefix)
+	st, sr := stock.New(rdb, prefix), stocktest.On(rdb, prefix)
 	now := time.Now()
 	shards := map[string]bool{}
 	for i := range 30 {
@@ -176,10 +177,10 @@ func TestCluster(t *testing.T) {
 		if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: int64(i + 1), StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
 			t.Fatalf("preheat item %d: %v", i, err)
 		}
-		if n, err := rdb.Get(ctx, stocktest.KeysOf(st, it).Stock).Int(); err != nil || n != i+1 {
+		if n, err := rdb.Get(ctx, stocktest.KeysOf(sr, it).Stock).Int(); err != nil || n != i+1 {
 			t.Errorf("item %d: stock %d %v", i, n, err)
 		}
-		node, err := cc.MasterForKey(ctx, stocktest.KeysOf(st, it).Stock)
+		node, err := cc.MasterForKey(ctx, stocktest.KeysOf(sr, it).Stock)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,16 +16,16 @@ import (
 
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/lock"
-	"orderpipe/pkg/order"
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
 )
 
-// mustRedis starts the stand-in Redis, and a stock store and a lock on it
-// (no key prefix), all closed at cleanup.
-func mustRedis(t *testing.T) (*Redis, *stock.Store, *lock.Locker) {
+// mustRedis starts the stand-in Redis, and a stock store (with its client
+// and prefix for stocktest) and a lock on it (no key prefix), all closed at
+// cleanup.
+func mustRedis(t *testing.T) (*Redis, *stock.Store, stocktest.Redis, *lock.Locker) {
 	t.Helper()
 	r, err := StartRedis("127.0.0.1:0")
 	if err != nil {
@@ -33,7 +33,7 @@ func mustRedis(t *testing.T) (*Redis, *stock.Store, *lock.Locker) {
 	}
 	t.Cleanup(r.Close)
 	rdb := testenv.RedisClient(t, r.Addr, 0)
-	return r, stock.New(rdb, ""), lock.New(rdb, "")
+	return r, stock.New(rdb, ""), stocktest.On(rdb, ""), lock.New(rdb, "")
 }
 
 // TestRedisRunsStockScripts runs every pkg/stock script on miniredis through
@@ -41,7 +41,7 @@ func mustRedis(t *testing.T) (*Redis, *stock.Store, *lock.Locker) {
 // SET ... KEEPTTL in release, EVALSHA with the NOSCRIPT fallback, and the
 // MULTI/EXEC of preheat.
 func TestRedisRunsStockScripts(t *testing.T) {
-	_, st, _ := mustRedis(t)
+	_, st, sr, _ := mustRedis(t)
 	ctx := context.Background()
 	it := stock.Item{ActivityID: 1, ItemID: 7}
 	now := time.Now()
@@ -82,11 +82,11 @@ func TestRedisRunsStockScripts(t *testing.T) {
 		t.Errorf("over cap: %+v", r)
 	}
 	// EXAT: the limit marker lives until a day after the sale ends.
-	ttl := stocktest.MarkerTTL(t, st, it, 1)
+	ttl := stocktest.MarkerTTL(t, sr, it, 1)
 	if want := time.Until(ends.Add(24 * time.Hour)); ttl < want-time.Minute || ttl > want+time.Minute {
 		t.Errorf("limit marker TTL %s, want about %s", ttl, want)
 	}
-	if got := stocktest.MarkerOwner(t, st, it, 1); got != "r1" {
+	if got := stocktest.MarkerOwner(t, sr, it, 1); got != "r1" {
 		t.Errorf("limit marker = %q, want r1", got)
 	}
 
@@ -98,7 +98,7 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	if n, err := st.Ack(ctx, it, []stock.Ref{{RequestID: "r1", OrderNo: "o1"}}); err != nil || n != 1 {
 		t.Fatalf("ack: %d %v", n, err)
 	}
-	if n := len(stocktest.Journal(t, st, it)); n != 0 {
+	if n := len(stocktest.Journal(t, sr, it)); n != 0 {
 		t.Errorf("journal has %d entries after ack", n)
 	}
 
@@ -113,10 +113,10 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	if err != nil || out != stock.Released {
 		t.Fatalf("abort: %s %v", out, err)
 	}
-	if s := stocktest.MustStock(t, st, it); s != 2 {
+	if s := stocktest.MustStock(t, sr, it); s != 2 {
 		t.Errorf("stock after abort = %d, want 2", s)
 	}
-	if marker, rec := stocktest.MarkerOwner(t, st, it, 2) != "", stocktest.HasRequest(t, st, it, "r2"); marker || rec {
+	if marker, rec := stocktest.MarkerOwner(t, sr, it, 2) != "", stocktest.HasRequest(t, sr, it, "r2"); marker || rec {
 		t.Errorf("abort left the marker (%t) or the dedup record (%t)", marker, rec)
 	}
 
@@ -124,23 +124,23 @@ func TestRedisRunsStockScripts(t *testing.T) {
 	if r := reserve("r4", "o4", 4, 1, "fp-r4"); r.Outcome != stock.Reserved {
 		t.Fatalf("reserve r4: %+v", r)
 	}
-	before := stocktest.MarkerTTL(t, st, it, 4)
+	before := stocktest.MarkerTTL(t, sr, it, 4)
 	rel := stock.Release{Item: it, Ref: stock.Ref{RequestID: "r4", OrderNo: "o4"}, UserID: 4, Quantity: 1, LimitOwner: "r-live"}
 	if out, err := st.Release(ctx, stock.Compensation, rel); err != nil || out != stock.Released {
 		t.Fatalf("compensate: %s %v", out, err)
 	}
-	if got, ttl := stocktest.MarkerOwner(t, st, it, 4), stocktest.MarkerTTL(t, st, it, 4); got != "r-live" || ttl <= 0 || ttl > before {
+	if got, ttl := stocktest.MarkerOwner(t, sr, it, 4), stocktest.MarkerTTL(t, sr, it, 4); got != "r-live" || ttl <= 0 || ttl > before {
 		t.Errorf("marker after compensate with owner: %q ttl %s (was %s); want r-live with the TTL kept", got, ttl, before)
 	}
 	if out, err := st.Release(ctx, stock.Compensation, rel); err != nil || out != stock.AlreadyReleased {
 		t.Errorf("second compensate: %s %v", out, err)
 	}
-	if s := stocktest.MustStock(t, st, it); s != 2 {
+	if s := stocktest.MustStock(t, sr, it); s != 2 {
 		t.Errorf("stock after compensate = %d, want 2", s)
 	}
 
 	// EVALSHA falls back to EVAL after SCRIPT FLUSH.
-	stocktest.FlushScripts(t, st)
+	stocktest.FlushScripts(t, sr)
 	if r := reserve("r5", "o5", 5, 1, "fp-r5"); r.Outcome != stock.Reserved || r.Remaining != 1 {
 		t.Errorf("reserve after SCRIPT FLUSH: %+v", r)
 	}
@@ -149,7 +149,7 @@ func TestRedisRunsStockScripts(t *testing.T) {
 // TestRedisKeysExpireOnTheWallClock: miniredis ages keys only when told;
 // the stand-in tells it, so a crashed lock holder's lock does expire.
 func TestRedisKeysExpireOnTheWallClock(t *testing.T) {
-	_, _, lk := mustRedis(t)
+	_, _, _, lk := mustRedis(t)
 	ctx := context.Background()
 	held, err := lk.TryAcquire(ctx, "{standin}", 300*time.Millisecond)
 	if err != nil {
@@ -205,7 +205,7 @@ func TestPostgresLocalBinaries(t *testing.T) {
 	if err != nil || len(applied) == 0 {
 		t.Fatalf("migrate: %v %v", applied, err)
 	}
-	if n := ordertest.CountOrders(t, order.NewStore(pool)); n != 0 {
+	if n := ordertest.CountOrders(t, pool); n != 0 {
 		t.Errorf("orders: %d", n)
 	}
 	pool.Close()
@@ -241,7 +241,7 @@ func TestEmbeddedFallbackFailsClearly(t *testing.T) {
 }
 
 func TestReachable(t *testing.T) {
-	r, _, _ := mustRedis(t)
+	r, _, _, _ := mustRedis(t)
 	ctx := context.Background()
 	if !Reachable(ctx, r.Addr, time.Second) {
 		t.Errorf("running miniredis at %s not reachable", r.Addr)

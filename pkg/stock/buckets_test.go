@@ -23,7 +23,7 @@ func TestBucketTagsAndRouting(t *testing.T) {
 		t.Errorf("one bucket: tag %s, want the plain {a7:i9}", it.Tag())
 	}
 	// One bucket keeps today's keys exactly.
-	if k := stocktest.KeysOf(stock.New(nil, "p:"), it.ForUser(42, 1)); k.Stock != "p:stock:{a7:i9}" || k.Sale != "p:sale:{a7:i9}" {
+	if k := stocktest.KeysOf(stocktest.On(nil, "p:"), it.ForUser(42, 1)); k.Stock != "p:stock:{a7:i9}" || k.Sale != "p:sale:{a7:i9}" {
 		t.Errorf("one bucket's keys are %q and %q, want p:stock:{a7:i9} and p:sale:{a7:i9}", k.Stock, k.Sale)
 	}
 	b3 := stock.Item{ActivityID: 7, ItemID: 9, Bucket: 3}
@@ -131,7 +131,7 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 	}
 	// Bucket 0 sells its last unit: half of the richest bucket not just
 	// filled (bucket 1 is held) comes over.
-	if err := r.Client.DecrBy(ctx, stocktest.KeysOf(s, stock.Item{ActivityID: 3, ItemID: 4}).Stock, 1).Err(); err != nil {
+	if err := r.Client.DecrBy(ctx, stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), stock.Item{ActivityID: 3, ItemID: 4}).Stock, 1).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if moved := move(); moved != 1 {
@@ -254,7 +254,7 @@ func TestReserveRoutedByAnotherCount(t *testing.T) {
 	if res := reserve(0, 1, "r1"); res.Outcome != stock.WrongBuckets || res.Remaining != 3 {
 		t.Fatalf("routed as one bucket: %s %d, want WRONG_BUCKETS 3", res.Outcome, res.Remaining)
 	}
-	k := stocktest.KeysOf(s, it)
+	k := stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it)
 	if left, _ := r.Client.Get(ctx, k.Stock).Int64(); left != 3 {
 		t.Errorf("bucket 0 holds %d after the refused reserve, want 3", left)
 	}
@@ -340,7 +340,7 @@ func TestArmAllAndEndInFewRoundTrips(t *testing.T) {
 		for b := range sale.Buckets {
 			it := sale.Item
 			it.Bucket = b
-			k := stocktest.KeysOf(s, it)
+			k := stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it)
 			v, err := r.Client.HGetAll(ctx, k.Sale).Result()
 			if err != nil || v["starts"] != strconv.FormatInt(sale.StartsAt.UnixMilli(), 10) ||
 				v["ends"] != strconv.FormatInt(sale.EndsAt.UnixMilli(), 10) || v["cap"] != "2" {
@@ -365,7 +365,7 @@ func TestArmAllAndEndInFewRoundTrips(t *testing.T) {
 		for b := range sale.Buckets {
 			it := sale.Item
 			it.Bucket = b
-			if v, _ := r.Client.HGet(ctx, stocktest.KeysOf(s, it).Sale, "ends").Result(); v != strconv.FormatInt(at.UnixMilli(), 10) {
+			if v, _ := r.Client.HGet(ctx, stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it).Sale, "ends").Result(); v != strconv.FormatInt(at.UnixMilli(), 10) {
 				t.Errorf("item %d bucket %d ends at %s after End, want %d", sale.ItemID, b, v, at.UnixMilli())
 			}
 		}

@@ -21,7 +21,7 @@ func TestCorruptJournalEntryIsItsRequests(t *testing.T) {
 			if res := f.reserve(t, "r", "o1", 1, 1, "fp"); res.Outcome != stock.Reserved {
 				t.Fatalf("reserve: %+v", res)
 			}
-			stocktest.SetJournalEntry(t, f.s, f.item, "r", entry)
+			stocktest.SetJournalEntry(t, f.sr, f.item, "r", entry)
 			if res, err := f.s.Reserve(ctx, stock.Reservation{Item: f.item, RequestID: "r", OrderNo: "o2", UserID: 1, Quantity: 1,
 				Fingerprint: "fp", Event: []byte(`{}`)}); err != nil || res.Outcome != stock.InProgress {
 				t.Errorf("a retry: %+v %v; want IN_PROGRESS (the entry is not decided)", res, err)
@@ -29,7 +29,7 @@ func TestCorruptJournalEntryIsItsRequests(t *testing.T) {
 			if n, err := f.s.Ack(ctx, f.item, []stock.Ref{{RequestID: "r", OrderNo: "o1"}}); err != nil || n != 1 {
 				t.Errorf("ack: %d %v; want the entry dropped", n, err)
 			}
-			stocktest.SetJournalEntry(t, f.s, f.item, "r", entry)
+			stocktest.SetJournalEntry(t, f.sr, f.item, "r", entry)
 			rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
 			if out, err := f.s.Release(ctx, stock.Compensation, rel); err != nil || out != stock.Released {
 				t.Fatalf("release: %s %v", out, err)

@@ -31,7 +31,7 @@ func TestArmNeverArmsPastTheKillSwitch(t *testing.T) {
 	if err != nil || !ok || !ends.Equal(at) {
 		t.Fatalf("End: %v %v %v, want %v (the armed item's end)", ends, ok, err, at)
 	}
-	if ttl := f.r.Client.TTL(ctx, stocktest.KeysOf(f.s, fresh).Sale).Val(); ttl <= 0 || ttl > time.Hour+time.Minute {
+	if ttl := f.r.Client.TTL(ctx, stocktest.KeysOf(f.sr, fresh).Sale).Val(); ttl <= 0 || ttl > time.Hour+time.Minute {
 		t.Errorf("the tombstone of the item never armed lives %v, want about %v", ttl, stock.StockGrace)
 	}
 	if err := f.s.ArmAll(ctx, []stock.Sale{open(f.item), open(fresh)}); err != nil {

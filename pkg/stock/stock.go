@@ -111,13 +111,6 @@ type Store struct {
 	wait ReplicaWait
 }
 
-func init() {
-	layout.Open = func(store any) (redis.UniversalClient, string) {
-		s := store.(*Store)
-		return s.rdb, s.prefix
-	}
-}
-
 // New returns a Store; prefix is prepended to every key (tests isolate with it).
 func New(rdb redis.UniversalClient, prefix string) *Store {
 	return &Store{rdb: rdb, prefix: prefix, reserves: &batcher{rdb: rdb, script: reserveScript}}

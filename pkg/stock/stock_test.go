@@ -17,6 +17,7 @@ import (
 type fixture struct {
 	s    *stock.Store
 	r    testenv.Redis
+	sr   stocktest.Redis // s's client and prefix
 	item stock.Item
 	keys stocktest.Keys
 }
@@ -30,7 +31,8 @@ func mustFixture(t *testing.T, units int64, cap int) fixture {
 	if _, err := s.Preheat(context.Background(), stock.Sale{Item: it, Stock: units, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: cap}); err != nil {
 		t.Fatal(err)
 	}
-	return fixture{s: s, r: r, item: it, keys: stocktest.KeysOf(s, it)}
+	sr := stocktest.On(r.Client, r.Prefix)
+	return fixture{s: s, r: r, sr: sr, item: it, keys: stocktest.KeysOf(sr, it)}
 }
 
 func (f fixture) reserve(t *testing.T, rid, orderNo string, user int64, q int, fp string) stock.ReserveResult {
@@ -131,7 +133,7 @@ func TestNotOnSale(t *testing.T) {
 	if err != nil || res.Outcome != stock.NotOnSale || !res.OutsideWindow || res.OrderNo != "" {
 		t.Errorf("before the sale: %+v %v", res, err)
 	}
-	if got := f.r.Client.Get(context.Background(), stocktest.KeysOf(f.s, later).Stock).Val(); got != "3" {
+	if got := f.r.Client.Get(context.Background(), stocktest.KeysOf(f.sr, later).Stock).Val(); got != "3" {
 		t.Errorf("stock of the later sale %s, want 3", got)
 	}
 	if f.stock(t) != 3 {
@@ -552,7 +554,7 @@ func TestReplayOnlyReservesNothing(t *testing.T) {
 	f.reserve(t, "done", "o-done", 1, 1, "fp")
 	f.markPublished(t, "done", "o-done")
 	f.reserve(t, "flight", "o-flight", 2, 1, "fp")
-	dump := func() []string { return stocktest.Dump(t, f.s) }
+	dump := func() []string { return stocktest.Dump(t, f.sr) }
 	before := dump()
 	for _, c := range []struct {
 		rid  string

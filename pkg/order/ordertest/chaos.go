@@ -3,9 +3,6 @@ package ordertest
 import (
 	"context"
 	"time"
-
-	"orderpipe/pkg/order"
-	"orderpipe/pkg/order/internal/handle"
 )
 
 // The helpers of the chaos suite, which is not a test: they return errors,
@@ -21,9 +18,9 @@ type Flight struct {
 
 // InFlight reads the Flight of the activity and the requestIds in one
 // statement, so its three counts are of one instant.
-func InFlight(ctx context.Context, st *order.Store, activityID int64, requestIDs []string) (Flight, error) {
+func InFlight(ctx context.Context, db DB, activityID int64, requestIDs []string) (Flight, error) {
 	var f Flight
-	err := handle.Pool(st).QueryRow(ctx, `SELECT
+	err := db.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM redis_compensations WHERE applied_at IS NULL),
 		(SELECT count(*) FROM processed_requests WHERE request_id = ANY($1)),
 		(SELECT count(*) FROM orders WHERE activity_id = $2 AND status = 'UNPAID')`, requestIDs, activityID).
@@ -39,9 +36,9 @@ type Preheat struct {
 }
 
 // PreheatOf reads the item's Preheat.
-func PreheatOf(ctx context.Context, st *order.Store, activityID, itemID int64) (Preheat, error) {
+func PreheatOf(ctx context.Context, db DB, activityID, itemID int64) (Preheat, error) {
 	var p Preheat
-	err := handle.Pool(st).QueryRow(ctx, `SELECT preheat_started_at IS NOT NULL, preheated_at, buckets FROM item_stock
+	err := db.QueryRow(ctx, `SELECT preheat_started_at IS NOT NULL, preheated_at, buckets FROM item_stock
 		WHERE activity_id = $1 AND item_id = $2`, activityID, itemID).Scan(&p.Started, &p.PreheatedAt, &p.Buckets)
 	return p, err
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"orderpipe/pkg/order"
-	"orderpipe/pkg/order/internal/handle"
 )
 
 // Totals are the order tables' totals over every activity.
@@ -17,10 +13,10 @@ type Totals struct {
 }
 
 // CountAll reads the Totals of the order tables, of every activity.
-func CountAll(tb TB, st *order.Store) Totals {
+func CountAll(tb TB, db DB) Totals {
 	tb.Helper()
 	var t Totals
-	err := handle.Pool(st).QueryRow(context.Background(), `SELECT
+	err := db.QueryRow(context.Background(), `SELECT
 		(SELECT count(*) FROM orders), (SELECT count(*) FROM processed_requests), (SELECT count(*) FROM redis_compensations),
 		(SELECT COALESCE(sum(stock), 0) FROM item_stock), (SELECT COALESCE(sum(version), 0) FROM item_stock)`).
 		Scan(&t.Orders, &t.Decisions, &t.Compensations, &t.Stock, &t.Versions)
@@ -31,9 +27,9 @@ func CountAll(tb TB, st *order.Store) Totals {
 }
 
 // CountSales counts the activities rows and the item_stock rows, of every activity.
-func CountSales(tb TB, st *order.Store) (activities, items int64) {
+func CountSales(tb TB, db DB) (activities, items int64) {
 	tb.Helper()
-	err := handle.Pool(st).QueryRow(context.Background(),
+	err := db.QueryRow(context.Background(),
 		`SELECT (SELECT count(*) FROM activities), (SELECT count(*) FROM item_stock)`).Scan(&activities, &items)
 	if err != nil {
 		tb.Fatalf("counting activities and items: %v", err)
@@ -43,27 +39,27 @@ func CountSales(tb TB, st *order.Store) (activities, items int64) {
 
 // MarkHold holds the statement that marks an item preheated, so a test can cut the link while it is in flight.
 type MarkHold struct {
-	st   *order.Store
-	conn *pgxpool.Conn
+	db DB
+	tx pgx.Tx // holds the lock the mark waits on
 }
 
 // HoldPreheatMark puts a trigger making item_stock's first preheated_at wait on an advisory lock it takes; defer Close.
-func HoldPreheatMark(tb TB, st *order.Store) *MarkHold {
+func HoldPreheatMark(tb TB, db DB) *MarkHold {
 	tb.Helper()
 	ctx := context.Background()
-	if _, err := handle.Pool(st).Exec(ctx, `
+	if _, err := db.Exec(ctx, `
 		CREATE FUNCTION test_hold_mark() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN PERFORM pg_advisory_xact_lock(hashtext(current_database())); RETURN NEW; END $$;
 		CREATE TRIGGER test_hold_mark BEFORE UPDATE OF preheated_at ON item_stock FOR EACH ROW
 			WHEN (OLD.preheated_at IS NULL AND NEW.preheated_at IS NOT NULL) EXECUTE FUNCTION test_hold_mark()`); err != nil {
 		tb.Fatalf("putting the preheat mark's hold: %v", err)
 	}
-	conn, err := handle.Pool(st).Acquire(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
-		tb.Fatalf("acquiring the hold's connection: %v", err)
+		tb.Fatalf("beginning the hold's transaction: %v", err)
 	}
-	h := &MarkHold{st: st, conn: conn}
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext(current_database()))`); err != nil {
+	h := &MarkHold{db: db, tx: tx}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext(current_database()))`); err != nil {
 		h.Close()
 		tb.Fatalf("taking the hold's lock: %v", err)
 	}
@@ -72,7 +68,7 @@ func HoldPreheatMark(tb TB, st *order.Store) *MarkHold {
 
 // Waiting reads which backend's statement waits on the hold's lock (ok false: none yet).
 func (h *MarkHold) Waiting() (pid int32, ok bool) {
-	err := handle.Pool(h.st).QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+	err := h.db.QueryRow(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&pid)
 	return pid, err == nil
 }
@@ -80,7 +76,7 @@ func (h *MarkHold) Waiting() (pid int32, ok bool) {
 // Release gives up the hold's lock: the statement waiting on it goes on.
 func (h *MarkHold) Release(tb TB) {
 	tb.Helper()
-	if _, err := h.conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext(current_database()))`); err != nil {
+	if err := h.tx.Rollback(context.Background()); err != nil {
 		tb.Fatalf("releasing the hold's lock: %v", err)
 	}
 }
@@ -88,19 +84,19 @@ func (h *MarkHold) Release(tb TB) {
 // Drop takes the hold's trigger off item_stock: marks no longer wait.
 func (h *MarkHold) Drop(tb TB) {
 	tb.Helper()
-	if _, err := handle.Pool(h.st).Exec(context.Background(), `DROP TRIGGER test_hold_mark ON item_stock`); err != nil {
+	if _, err := h.db.Exec(context.Background(), `DROP TRIGGER test_hold_mark ON item_stock`); err != nil {
 		tb.Fatalf("dropping the preheat mark's hold: %v", err)
 	}
 }
 
-// Close gives the hold's connection back to the pool.
-func (h *MarkHold) Close() { h.conn.Release() }
+// Close gives the hold's connection back to the pool (the lock with it).
+func (h *MarkHold) Close() { h.tx.Rollback(context.Background()) } //nolint:errcheck // closed already after Release
 
 // CountOrdersAmong counts the order rows, whatever their status, among orderNos.
-func CountOrdersAmong(tb TB, st *order.Store, orderNos []string) int {
+func CountOrdersAmong(tb TB, db DB, orderNos []string) int {
 	tb.Helper()
 	var n int
-	err := handle.Pool(st).QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE order_no = ANY($1)`, orderNos).Scan(&n)
+	err := db.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE order_no = ANY($1)`, orderNos).Scan(&n)
 	if err != nil {
 		tb.Fatalf("counting orders among %d: %v", len(orderNos), err)
 	}
@@ -108,10 +104,10 @@ func CountOrdersAmong(tb TB, st *order.Store, orderNos []string) int {
 }
 
 // CountLive counts the live orders (UNPAID or PAID) of every activity.
-func CountLive(tb TB, st *order.Store) int64 {
+func CountLive(tb TB, db DB) int64 {
 	tb.Helper()
 	var n int64
-	err := handle.Pool(st).QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE status IN ('UNPAID', 'PAID')`).Scan(&n)
+	err := db.QueryRow(context.Background(), `SELECT count(*) FROM orders WHERE status IN ('UNPAID', 'PAID')`).Scan(&n)
 	if err != nil {
 		tb.Fatalf("counting live orders: %v", err)
 	}
@@ -121,15 +117,15 @@ func CountLive(tb TB, st *order.Store) int64 {
 // RowHold holds an order's row locked (FOR UPDATE in an open transaction),
 // so a pay or cancel of it waits in Postgres while a test looks.
 type RowHold struct {
-	st *order.Store
+	db DB
 	tx pgx.Tx
 }
 
 // HoldOrderRow locks orderNo's row until Release.
-func HoldOrderRow(tb TB, st *order.Store, orderNo string) *RowHold {
+func HoldOrderRow(tb TB, db DB, orderNo string) *RowHold {
 	tb.Helper()
 	ctx := context.Background()
-	tx, err := handle.Pool(st).Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		tb.Fatalf("beginning the row hold: %v", err)
 	}
@@ -138,14 +134,14 @@ func HoldOrderRow(tb TB, st *order.Store, orderNo string) *RowHold {
 		tx.Rollback(ctx) //nolint:errcheck
 		tb.Fatalf("locking order %s: %d rows, %v", orderNo, n, err)
 	}
-	return &RowHold{st: st, tx: tx}
+	return &RowHold{db: db, tx: tx}
 }
 
 // Waiting reports whether an UPDATE of orders in this database waits on a
 // lock (the held row's pay or cancel).
 func (h *RowHold) Waiting() bool {
 	var n int
-	err := handle.Pool(h.st).QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	err := h.db.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 		WHERE NOT l.granted AND a.datname = current_database() AND a.query LIKE '%UPDATE orders%'`).Scan(&n)
 	return err == nil && n > 0
 }

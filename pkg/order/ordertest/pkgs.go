@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"orderpipe/pkg/order"
-	"orderpipe/pkg/order/internal/handle"
 )
 
 // CompensationRow is one row of the compensation outbox, applied or not.
@@ -19,9 +18,9 @@ type CompensationRow struct {
 }
 
 // Compensations reads every row of the compensation outbox, by id.
-func Compensations(tb TB, st *order.Store) []CompensationRow {
+func Compensations(tb TB, db DB) []CompensationRow {
 	tb.Helper()
-	rows, err := handle.Pool(st).Query(context.Background(), `SELECT id, request_id, order_no, activity_id, item_id, user_id, quantity,
+	rows, err := db.Query(context.Background(), `SELECT id, request_id, order_no, activity_id, item_id, user_id, quantity,
 		reason, COALESCE(limit_owner, ''), applied_at IS NOT NULL, attempts, COALESCE(last_error, '') FROM redis_compensations ORDER BY id`)
 	if err != nil {
 		tb.Fatalf("reading the compensations: %v", err)
@@ -39,9 +38,9 @@ func Compensations(tb TB, st *order.Store) []CompensationRow {
 }
 
 // ResizeStock puts n as the item's stock and initial stock in Postgres, whatever Redis holds.
-func ResizeStock(tb TB, st *order.Store, activityID, itemID, n int64) {
+func ResizeStock(tb TB, db DB, activityID, itemID, n int64) {
 	tb.Helper()
-	_, err := handle.Pool(st).Exec(context.Background(),
+	_, err := db.Exec(context.Background(),
 		`UPDATE item_stock SET stock = $3, initial_stock = $3 WHERE activity_id = $1 AND item_id = $2`, activityID, itemID, n)
 	if err != nil {
 		tb.Fatalf("resizing the stock of %d:%d: %v", activityID, itemID, err)
@@ -50,9 +49,9 @@ func ResizeStock(tb TB, st *order.Store, activityID, itemID, n int64) {
 
 // AgeOrders puts the orders' creation (created_at and reserved_at, which
 // the closer and payBy go by) age in the past, as if made that long ago.
-func AgeOrders(tb TB, st *order.Store, age time.Duration, orderNos ...string) {
+func AgeOrders(tb TB, db DB, age time.Duration, orderNos ...string) {
 	tb.Helper()
-	_, err := handle.Pool(st).Exec(context.Background(),
+	_, err := db.Exec(context.Background(),
 		`UPDATE orders SET created_at = now() - $1::interval, reserved_at = now() - $1::interval WHERE order_no = ANY($2)`, age, orderNos)
 	if err != nil {
 		tb.Fatalf("aging orders %v: %v", orderNos, err)

@@ -4,31 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"orderpipe/pkg/stock"
 )
 
-// The helpers of the test tools that are not tests (the chaos suite, the
-// bench's strategies and reconcilepass): they return errors instead of
-// failing a test, as a fault runs on while Redis is cut.
+// The helpers of the test tools that are not tests (the chaos suite and
+// the bench's reconcilepass): they return errors instead of failing a test,
+// as a fault runs on while Redis is cut.
 
 // ShiftSaleStart moves the item's (bucket's) sale start by delta ms, if it
 // has a sale (one unreadable is left alone): drift only a fix repairs.
-func ShiftSaleStart(ctx context.Context, st *stock.Store, it stock.Item, delta int64) error {
-	sale := KeysOf(st, it).Sale
-	if n, err := Client(st).Exists(ctx, sale).Result(); err != nil || n != 1 {
+func ShiftSaleStart(ctx context.Context, r Redis, it stock.Item, delta int64) error {
+	sale := KeysOf(r, it).Sale
+	if n, err := r.Client.Exists(ctx, sale).Result(); err != nil || n != 1 {
 		return nil
 	}
-	return Client(st).HIncrBy(ctx, sale, "starts", delta).Err()
+	return r.Client.HIncrBy(ctx, sale, "starts", delta).Err()
 }
 
 // BucketFence is the newest fencing token that claimed the bucket (0 when
 // none did, or Redis lost it).
-func BucketFence(ctx context.Context, st *stock.Store, it stock.Item) (int64, error) {
-	fence, err := Client(st).Get(ctx, KeysOf(st, it).Fence()).Int64()
+func BucketFence(ctx context.Context, r Redis, it stock.Item) (int64, error) {
+	fence, err := r.Client.Get(ctx, KeysOf(r, it).Fence()).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -37,11 +36,11 @@ func BucketFence(ctx context.Context, st *stock.Store, it stock.Item) (int64, er
 
 // HeldKeys names the item's (bucket's) stock and sale keys that Redis
 // holds (one unreadable counts as not held).
-func HeldKeys(ctx context.Context, st *stock.Store, it stock.Item) []string {
+func HeldKeys(ctx context.Context, r Redis, it stock.Item) []string {
 	var held []string
-	k := KeysOf(st, it)
+	k := KeysOf(r, it)
 	for _, key := range []string{k.Stock, k.Sale} {
-		if n, err := Client(st).Exists(ctx, key).Result(); err == nil && n == 1 {
+		if n, err := r.Client.Exists(ctx, key).Result(); err == nil && n == 1 {
 			held = append(held, key)
 		}
 	}
@@ -61,10 +60,10 @@ type Loss struct {
 
 // Lose unlinks the keys of the losses by name in one MULTI (no SCAN walks a
 // shared Redis) and says how many there were.
-func Lose(ctx context.Context, st *stock.Store, losses ...Loss) (int, error) {
+func Lose(ctx context.Context, r Redis, losses ...Loss) (int, error) {
 	var keys []string
 	for _, l := range losses {
-		k := KeysOf(st, l.Item)
+		k := KeysOf(r, l.Item)
 		keys = append(keys, k.Stock, k.Sale, k.Journal, k.MarkerIndex())
 		for _, u := range l.Users {
 			keys = append(keys, k.Limit(u))
@@ -79,7 +78,7 @@ func Lose(ctx context.Context, st *stock.Store, losses ...Loss) (int, error) {
 			keys = append(keys, k.Order(no))
 		}
 	}
-	pipe := Client(st).TxPipeline()
+	pipe := r.Client.TxPipeline()
 	var cmds []*redis.IntCmd
 	for i := 0; i < len(keys); i += 1000 {
 		cmds = append(cmds, pipe.Unlink(ctx, keys[i:min(i+1000, len(keys))]...))
@@ -94,49 +93,20 @@ func Lose(ctx context.Context, st *stock.Store, losses ...Loss) (int, error) {
 	return n, nil
 }
 
-// CheckAndTake is the reserve's "check the stock, check the user's marker,
-// take one" written the obvious way, in the client: four round trips with
-// gaps between them and nothing atomic, as the strategies bench compares it
-// with the reserve script. It answers Reserved, SoldOut or AlreadyPurchased.
-func CheckAndTake(ctx context.Context, st *stock.Store, it stock.Item, userID int64) (stock.Outcome, error) {
-	rdb, k := Client(st), KeysOf(st, it)
-	n, err := rdb.Get(ctx, k.Stock).Int64()
-	if err != nil {
-		return "", err
-	}
-	if n < 1 {
-		return stock.SoldOut, nil
-	}
-	held, err := rdb.Exists(ctx, k.Limit(userID)).Result()
-	if err != nil {
-		return "", err
-	}
-	if held == 1 {
-		return stock.AlreadyPurchased, nil
-	}
-	if err := rdb.DecrBy(ctx, k.Stock, 1).Err(); err != nil {
-		return "", err
-	}
-	if err := rdb.Set(ctx, k.Limit(userID), "1", time.Hour).Err(); err != nil {
-		return "", err
-	}
-	return stock.Reserved, nil
-}
-
 // Flush empties the store's Redis database: for a bench command that owns
 // the Redis it is given.
-func Flush(ctx context.Context, st *stock.Store) error {
-	return Client(st).FlushDB(ctx).Err()
+func Flush(ctx context.Context, r Redis) error {
+	return r.Client.FlushDB(ctx).Err()
 }
 
 // KeyCount is how many keys the store's Redis database holds.
-func KeyCount(ctx context.Context, st *stock.Store) (int64, error) {
-	return Client(st).DBSize(ctx).Result()
+func KeyCount(ctx context.Context, r Redis) (int64, error) {
+	return r.Client.DBSize(ctx).Result()
 }
 
 // PopulateLookalikes makes the store's Redis database hold total keys (or
 // more), the added ones dedup-record lookalikes of item like that match no
 // limit marker (DEBUG POPULATE; keys that exist are skipped).
-func PopulateLookalikes(ctx context.Context, st *stock.Store, total int64, like stock.Item) error {
-	return Client(st).Do(ctx, "DEBUG", "POPULATE", total, KeysOf(st, like).Req("r")).Err()
+func PopulateLookalikes(ctx context.Context, r Redis, total int64, like stock.Item) error {
+	return r.Client.Do(ctx, "DEBUG", "POPULATE", total, KeysOf(r, like).Req("r")).Err()
 }

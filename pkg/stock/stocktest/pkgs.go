@@ -15,9 +15,9 @@ import (
 )
 
 // MarkerTTL reads how long the user's limit marker lives (Redis TTL: < 0 without one).
-func MarkerTTL(tb TB, st *stock.Store, it stock.Item, userID int64) time.Duration {
+func MarkerTTL(tb TB, r Redis, it stock.Item, userID int64) time.Duration {
 	tb.Helper()
-	ttl, err := Client(st).TTL(context.Background(), KeysOf(st, it).Limit(userID)).Result()
+	ttl, err := r.Client.TTL(context.Background(), KeysOf(r, it).Limit(userID)).Result()
 	if err != nil {
 		tb.Fatalf("reading the TTL of the marker of user %d: %v", userID, err)
 	}
@@ -25,9 +25,9 @@ func MarkerTTL(tb TB, st *stock.Store, it stock.Item, userID int64) time.Duratio
 }
 
 // MarkerIndexTTL reads how long the item's (bucket's) marker index lives (Redis TTL).
-func MarkerIndexTTL(tb TB, st *stock.Store, it stock.Item) time.Duration {
+func MarkerIndexTTL(tb TB, r Redis, it stock.Item) time.Duration {
 	tb.Helper()
-	ttl, err := Client(st).TTL(context.Background(), KeysOf(st, it).MarkerIndex()).Result()
+	ttl, err := r.Client.TTL(context.Background(), KeysOf(r, it).MarkerIndex()).Result()
 	if err != nil {
 		tb.Fatalf("reading the TTL of the marker index of %s: %v", it, err)
 	}
@@ -35,19 +35,19 @@ func MarkerIndexTTL(tb TB, st *stock.Store, it stock.Item) time.Duration {
 }
 
 // AddToMarkerIndex puts the user in the item's (bucket's) marker index, marker or not.
-func AddToMarkerIndex(tb TB, st *stock.Store, it stock.Item, userID int64) {
+func AddToMarkerIndex(tb TB, r Redis, it stock.Item, userID int64) {
 	tb.Helper()
-	if err := Client(st).SAdd(context.Background(), KeysOf(st, it).MarkerIndex(), userID).Err(); err != nil {
+	if err := r.Client.SAdd(context.Background(), KeysOf(r, it).MarkerIndex(), userID).Err(); err != nil {
 		tb.Fatalf("adding user %d to the marker index of %s: %v", userID, it, err)
 	}
 }
 
 // SetMarkers puts a limit marker naming owner for each user, pipelined, outside the index.
-func SetMarkers(tb TB, st *stock.Store, it stock.Item, owner string, userIDs ...int64) {
+func SetMarkers(tb TB, r Redis, it stock.Item, owner string, userIDs ...int64) {
 	tb.Helper()
 	ctx := context.Background()
-	k := KeysOf(st, it)
-	_, err := Client(st).Pipelined(ctx, func(p redis.Pipeliner) error {
+	k := KeysOf(r, it)
+	_, err := r.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, u := range userIDs {
 			p.Set(ctx, k.Limit(u), owner, 0)
 		}
@@ -59,9 +59,9 @@ func SetMarkers(tb TB, st *stock.Store, it stock.Item, owner string, userIDs ...
 }
 
 // HasRequest reads whether the item's dedup record of the requestId exists.
-func HasRequest(tb TB, st *stock.Store, it stock.Item, requestID string) bool {
+func HasRequest(tb TB, r Redis, it stock.Item, requestID string) bool {
 	tb.Helper()
-	n, err := Client(st).Exists(context.Background(), KeysOf(st, it).Req(requestID)).Result()
+	n, err := r.Client.Exists(context.Background(), KeysOf(r, it).Req(requestID)).Result()
 	if err != nil {
 		tb.Fatalf("reading the dedup record of %s: %v", requestID, err)
 	}
@@ -69,17 +69,17 @@ func HasRequest(tb TB, st *stock.Store, it stock.Item, requestID string) bool {
 }
 
 // SetJournalEntry puts entry as the request's journal entry, as a corrupt write would.
-func SetJournalEntry(tb TB, st *stock.Store, it stock.Item, requestID, entry string) {
+func SetJournalEntry(tb TB, r Redis, it stock.Item, requestID, entry string) {
 	tb.Helper()
-	if err := Client(st).HSet(context.Background(), KeysOf(st, it).Journal, requestID, entry).Err(); err != nil {
+	if err := r.Client.HSet(context.Background(), KeysOf(r, it).Journal, requestID, entry).Err(); err != nil {
 		tb.Fatalf("writing the journal entry of %s: %v", requestID, err)
 	}
 }
 
-// FlushScripts drops the script cache of st's Redis (SCRIPT FLUSH), as a restart would.
-func FlushScripts(tb TB, st *stock.Store) {
+// FlushScripts drops the script cache of r's Redis (SCRIPT FLUSH), as a restart would.
+func FlushScripts(tb TB, r Redis) {
 	tb.Helper()
-	if err := Client(st).ScriptFlush(context.Background()).Err(); err != nil {
+	if err := r.Client.ScriptFlush(context.Background()).Err(); err != nil {
 		tb.Fatalf("flushing the scripts: %v", err)
 	}
 }
@@ -94,11 +94,11 @@ type ReserveCalls struct {
 	order                  []string // orderNos by first call
 }
 
-// CountReserves reads, from now on, the reserve calls of the request sent on st's client.
-func CountReserves(tb TB, st *stock.Store, requestID, fingerprint string) *ReserveCalls {
+// CountReserves reads, from now on, the reserve calls of the request sent on r's client.
+func CountReserves(tb TB, r Redis, requestID, fingerprint string) *ReserveCalls {
 	tb.Helper()
 	c := &ReserveCalls{requestID: requestID, fingerprint: fingerprint, calls: map[string]int{}}
-	Client(st).AddHook(c)
+	r.Client.AddHook(c)
 	return c
 }
 
@@ -150,10 +150,10 @@ func (c *ReserveCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // sends: a test proves with it that a path ran no script.
 type ScriptCalls struct{ n atomic.Int64 }
 
-// CountScripts counts, from now on, the script calls sent on st's client.
-func CountScripts(st *stock.Store) *ScriptCalls {
+// CountScripts counts, from now on, the script calls sent on r's client.
+func CountScripts(r Redis) *ScriptCalls {
 	c := &ScriptCalls{}
-	Client(st).AddHook(c)
+	r.Client.AddHook(c)
 	return c
 }
 

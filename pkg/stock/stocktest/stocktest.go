@@ -1,6 +1,8 @@
 // Package stocktest lets tests reach behind a stock.Store: read, damage or
 // drop one item's Redis keys, as a lost key, a stray marker or an operator's
-// mistake would. It is for tests and the test tools (bench audits, the chaos
+// mistake would. Its helpers run on the client and key prefix the test
+// already holds (the ones it gave stock.New, see On), as the store hands
+// neither out. It is for tests and the test tools (bench audits, the chaos
 // suite); the order path never imports it, and a change of key layout
 // changes it together with package stock.
 package stocktest
@@ -23,26 +25,35 @@ type TB interface {
 	Fatalf(format string, args ...any)
 }
 
+// Redis is a store's Redis as the test holds it: the client and the key
+// prefix it gave stock.New.
+type Redis struct {
+	Client redis.UniversalClient
+	Prefix string
+}
+
+// On is the Redis of a store made with stock.New(client, prefix).
+func On(client redis.UniversalClient, prefix string) Redis {
+	return Redis{Client: client, Prefix: prefix}
+}
+
+// store is a stock.Store on r, for the helpers that read through its typed
+// methods.
+func (r Redis) store() *stock.Store { return stock.New(r.Client, r.Prefix) }
+
 // Keys are an item's (bucket's) Redis keys.
 type Keys = layout.Keys
 
-// KeysOf are the keys of it in st, for a test that reads or damages one
+// KeysOf are the keys of it in r, for a test that reads or damages one
 // key directly.
-func KeysOf(st *stock.Store, it stock.Item) Keys {
-	_, prefix := layout.Open(st)
-	return layout.For(prefix, it.Tag())
-}
-
-// Client is the Redis client st runs on.
-func Client(st *stock.Store) redis.UniversalClient {
-	rdb, _ := layout.Open(st)
-	return rdb
+func KeysOf(r Redis, it stock.Item) Keys {
+	return layout.For(r.Prefix, it.Tag())
 }
 
 // Stock is the item's (bucket's) stock; ok is false when the key is missing.
-func Stock(tb TB, st *stock.Store, it stock.Item) (n int64, ok bool) {
+func Stock(tb TB, r Redis, it stock.Item) (n int64, ok bool) {
 	tb.Helper()
-	n, err := Client(st).Get(context.Background(), KeysOf(st, it).Stock).Int64()
+	n, err := r.Client.Get(context.Background(), KeysOf(r, it).Stock).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, false
 	}
@@ -53,9 +64,9 @@ func Stock(tb TB, st *stock.Store, it stock.Item) (n int64, ok bool) {
 }
 
 // MustStock is Stock that fails the test when the key is missing.
-func MustStock(tb TB, st *stock.Store, it stock.Item) int64 {
+func MustStock(tb TB, r Redis, it stock.Item) int64 {
 	tb.Helper()
-	n, ok := Stock(tb, st, it)
+	n, ok := Stock(tb, r, it)
 	if !ok {
 		tb.Fatalf("%s bucket %d has no stock key", it, it.Bucket)
 	}
@@ -63,26 +74,26 @@ func MustStock(tb TB, st *stock.Store, it stock.Item) int64 {
 }
 
 // SetStock overwrites the item's (bucket's) stock, without expiry.
-func SetStock(tb TB, st *stock.Store, it stock.Item, n int64) {
+func SetStock(tb TB, r Redis, it stock.Item, n int64) {
 	tb.Helper()
-	if err := Client(st).Set(context.Background(), KeysOf(st, it).Stock, n, 0).Err(); err != nil {
+	if err := r.Client.Set(context.Background(), KeysOf(r, it).Stock, n, 0).Err(); err != nil {
 		tb.Fatalf("setting the stock of %s: %v", it, err)
 	}
 }
 
 // AddStock adds delta (which may be negative) to the item's (bucket's) stock.
-func AddStock(tb TB, st *stock.Store, it stock.Item, delta int64) {
+func AddStock(tb TB, r Redis, it stock.Item, delta int64) {
 	tb.Helper()
-	if err := Client(st).IncrBy(context.Background(), KeysOf(st, it).Stock, delta).Err(); err != nil {
+	if err := r.Client.IncrBy(context.Background(), KeysOf(r, it).Stock, delta).Err(); err != nil {
 		tb.Fatalf("adding %d to the stock of %s: %v", delta, it, err)
 	}
 }
 
 // MarkerOwner is the requestId the user's limit marker names ("" when the
 // user holds none).
-func MarkerOwner(tb TB, st *stock.Store, it stock.Item, userID int64) string {
+func MarkerOwner(tb TB, r Redis, it stock.Item, userID int64) string {
 	tb.Helper()
-	owner, err := st.MarkerOwner(context.Background(), it, userID)
+	owner, err := r.store().MarkerOwner(context.Background(), it, userID)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -91,28 +102,28 @@ func MarkerOwner(tb TB, st *stock.Store, it stock.Item, userID int64) string {
 
 // SetMarker gives the user a limit marker naming owner, as a stray or lost
 // write would (the marker index is left alone).
-func SetMarker(tb TB, st *stock.Store, it stock.Item, userID int64, owner string) {
+func SetMarker(tb TB, r Redis, it stock.Item, userID int64, owner string) {
 	tb.Helper()
-	if err := Client(st).Set(context.Background(), KeysOf(st, it).Limit(userID), owner, 0).Err(); err != nil {
+	if err := r.Client.Set(context.Background(), KeysOf(r, it).Limit(userID), owner, 0).Err(); err != nil {
 		tb.Fatalf("setting a marker of user %d: %v", userID, err)
 	}
 }
 
 // DropMarker deletes the user's limit marker behind the scripts' back (the
 // marker index is left alone).
-func DropMarker(tb TB, st *stock.Store, it stock.Item, userID int64) {
+func DropMarker(tb TB, r Redis, it stock.Item, userID int64) {
 	tb.Helper()
-	if err := Client(st).Del(context.Background(), KeysOf(st, it).Limit(userID)).Err(); err != nil {
+	if err := r.Client.Del(context.Background(), KeysOf(r, it).Limit(userID)).Err(); err != nil {
 		tb.Fatalf("deleting the marker of user %d: %v", userID, err)
 	}
 }
 
 // CountMarkers counts the limit markers of the item (bucket) by a keyspace
 // scan, whatever its marker index says.
-func CountMarkers(tb TB, st *stock.Store, it stock.Item) int {
+func CountMarkers(tb TB, r Redis, it stock.Item) int {
 	tb.Helper()
 	n := 0
-	iter := Client(st).Scan(context.Background(), 0, KeysOf(st, it).LimitPattern(), 1000).Iterator()
+	iter := r.Client.Scan(context.Background(), 0, KeysOf(r, it).LimitPattern(), 1000).Iterator()
 	for iter.Next(context.Background()) {
 		n++
 	}
@@ -124,17 +135,17 @@ func CountMarkers(tb TB, st *stock.Store, it stock.Item) int {
 
 // DropMarkerIndex deletes the item's (bucket's) marker index, as a Redis
 // that lost it, or a binary older than the index, would leave it.
-func DropMarkerIndex(tb TB, st *stock.Store, it stock.Item) {
+func DropMarkerIndex(tb TB, r Redis, it stock.Item) {
 	tb.Helper()
-	if err := Client(st).Del(context.Background(), KeysOf(st, it).MarkerIndex()).Err(); err != nil {
+	if err := r.Client.Del(context.Background(), KeysOf(r, it).MarkerIndex()).Err(); err != nil {
 		tb.Fatalf("deleting the marker index of %s: %v", it, err)
 	}
 }
 
 // Journal is the item's (bucket's) journal: requestId → entry.
-func Journal(tb TB, st *stock.Store, it stock.Item) map[string]string {
+func Journal(tb TB, r Redis, it stock.Item) map[string]string {
 	tb.Helper()
-	j, err := st.Journal(context.Background(), it)
+	j, err := r.store().Journal(context.Background(), it)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -142,9 +153,9 @@ func Journal(tb TB, st *stock.Store, it stock.Item) map[string]string {
 }
 
 // Fate is a reservation's release guard ("" when it has none).
-func Fate(tb TB, st *stock.Store, it stock.Item, orderNo string) string {
+func Fate(tb TB, r Redis, it stock.Item, orderNo string) string {
 	tb.Helper()
-	f, err := st.Fate(context.Background(), it, orderNo)
+	f, err := r.store().Fate(context.Background(), it, orderNo)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -153,9 +164,9 @@ func Fate(tb TB, st *stock.Store, it stock.Item, orderNo string) string {
 
 // SaleField is one field of the item's (bucket's) sale hash ("" when
 // missing): starts, ends, cap or buckets.
-func SaleField(tb TB, st *stock.Store, it stock.Item, field string) string {
+func SaleField(tb TB, r Redis, it stock.Item, field string) string {
 	tb.Helper()
-	v, err := Client(st).HGet(context.Background(), KeysOf(st, it).Sale, field).Result()
+	v, err := r.Client.HGet(context.Background(), KeysOf(r, it).Sale, field).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		tb.Fatalf("reading the sale of %s: %v", it, err)
 	}
@@ -164,11 +175,11 @@ func SaleField(tb TB, st *stock.Store, it stock.Item, field string) string {
 
 // DropSale deletes the item's (bucket's) stock and sale, as a Redis that
 // lost them would.
-func DropSale(tb TB, st *stock.Store, it stock.Item) {
+func DropSale(tb TB, r Redis, it stock.Item) {
 	tb.Helper()
-	k := KeysOf(st, it)
+	k := KeysOf(r, it)
 	for _, key := range []string{k.Stock, k.Sale} {
-		if err := Client(st).Del(context.Background(), key).Err(); err != nil {
+		if err := r.Client.Del(context.Background(), key).Err(); err != nil {
 			tb.Fatalf("deleting the keys of %s: %v", it, err)
 		}
 	}

@@ -4,11 +4,7 @@
 // names a key.
 package layout
 
-import (
-	"strconv"
-
-	"github.com/redis/go-redis/v9"
-)
+import "strconv"
 
 // For is the keys of the item (bucket) whose hash tag is tag.
 func For(prefix, tag string) Keys {
@@ -86,8 +82,3 @@ func (k Keys) LimitPattern() string { return k.Prefix + "limit:" + k.Tag + ":*" 
 // Fence is the bucket's fence: the newest fencing token of the item's
 // bucket lock that claimed the bucket.
 func (k Keys) Fence() string { return k.Prefix + "bfence:" + k.Tag }
-
-// Open is set by package stock: the client and key prefix of a
-// *stock.Store (an any, as this package cannot import stock). It lets
-// stocktest reach behind a store that hands neither out.
-var Open func(store any) (redis.UniversalClient, string)
