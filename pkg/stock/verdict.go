@@ -149,7 +149,14 @@ type knownAsks struct {
 	mu      sync.Mutex
 	queue   []*knownAsk
 	sending bool
+	lastAt  time.Time // when the last pipeline went out
 }
+
+// knownGap is the least time between two pipelines of checks: under a
+// flood the checks that arrive meanwhile share the next round trip, which
+// is what Redis spends its time on (reading and writing the socket), not
+// the keys; a lone check waits for nothing.
+var knownGap = 300 * time.Microsecond
 
 // knownAsk is one queued check.
 type knownAsk struct {
@@ -194,7 +201,16 @@ func (k *knownAsks) send() {
 			k.mu.Unlock()
 			return
 		}
+		wait := knownGap - time.Since(k.lastAt)
 		k.mu.Unlock()
+		if wait > 0 {
+			time.Sleep(wait)
+			k.mu.Lock()
+			batch = append(batch, k.queue...)
+			k.queue = nil
+			k.mu.Unlock()
+		}
+		k.lastAt = time.Now()
 		k.exec(batch)
 	}
 }
