@@ -167,7 +167,8 @@ type Placed struct {
 	OrderNo   string `json:"orderNo"`
 	Status    string `json:"status"`    // PENDING: follow it with GetOrder
 	Remaining int64  `json:"remaining"` // stock left after the (first) reservation
-	Replayed  bool   `json:"replayed"`
+	// Replayed is sent only when true: a 202 has no "replayed".
+	Replayed bool `json:"replayed,omitempty"`
 	// PayBy is when the closer may close the order unpaid (creation +
 	// CLOSE_AFTER); pay before it.
 	PayBy *time.Time `json:"payBy,omitempty"`
@@ -284,10 +285,10 @@ func (c *Client) Healthz(ctx context.Context) error {
 }
 
 // Readiness is the body of GET /readyz: "ok" or "unavailable", and each
-// dependency's state.
+// dependency's state (Checks first: the gateway encodes this type).
 type Readiness struct {
-	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
+	Status string            `json:"status"`
 }
 
 // Ready is GET /readyz. Not ready is an *Error with Status 503, Code
