@@ -64,8 +64,14 @@ func TestMirrorsEncodeAsClientTypes(t *testing.T) {
 		{"ReadyEmpty", map[string]any{"status": "unavailable", "checks": map[string]string{}},
 			client.Readiness{Status: "unavailable", Checks: map[string]string{}}},
 		{"ErrorZero", errorBody{}, client.ErrorBody{}},
-		{"ErrorFull", func() (b errorBody) { b.Error.Code, b.Error.Message = "SOLD_OUT", "not enough stock <&> \u2028"; return }(),
-			func() (b client.ErrorBody) { b.Error.Code, b.Error.Message = "SOLD_OUT", "not enough stock <&> \u2028"; return }()},
+		{"ErrorFull", func() (b errorBody) {
+			b.Error.Code, b.Error.Message = "SOLD_OUT", "not enough stock <&> \u2028"
+			return
+		}(),
+			func() (b client.ErrorBody) {
+				b.Error.Code, b.Error.Message = "SOLD_OUT", "not enough stock <&> \u2028"
+				return
+			}()},
 		{"ReadyNil", map[string]any{"status": "", "checks": map[string]string(nil)}, client.Readiness{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -82,4 +88,49 @@ func TestMirrorsEncodeAsClientTypes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The gateway's structs as they were, kept here while their replacements are
+// checked.
+
+type activityView struct {
+	ID           int64      `json:"activityId"`
+	Name         string     `json:"name"`
+	StartsAt     time.Time  `json:"startsAt"`
+	EndsAt       time.Time  `json:"endsAt"`
+	PerUserLimit int        `json:"perUserLimit"`
+	Items        []itemView `json:"items"`
+}
+
+type itemView struct {
+	ItemID       int64 `json:"itemId"`
+	InitialStock int64 `json:"initialStock"`
+	Stock        int64 `json:"stock"`
+	Buckets      int   `json:"buckets,omitempty"` // shown when > 1
+	Loaded       *bool `json:"loaded,omitempty"`
+}
+
+type activityStatus struct {
+	ID           int64        `json:"activityId"`
+	Name         string       `json:"name"`
+	StartsAt     time.Time    `json:"startsAt"`
+	EndsAt       time.Time    `json:"endsAt"`
+	PerUserLimit int          `json:"perUserLimit"`
+	Redis        string       `json:"redis"` // "ok" or "unavailable"
+	Items        []itemStatus `json:"items"`
+}
+
+type itemStatus struct {
+	ItemID       int64  `json:"itemId"`
+	InitialStock int64  `json:"initialStock"`
+	Stock        int64  `json:"stock"`      // Postgres
+	RedisStock   *int64 `json:"redisStock"` // nil: not preheated, expired, or Redis unavailable
+	Sold         int64  `json:"sold"`       // UNPAID + PAID
+	InFlight     *int64 `json:"inFlight"`   // nil: Redis unavailable
+	Closed       int64  `json:"closed"`
+}
+
+type activityPage struct {
+	Activities []activityStatus `json:"activities"`
+	NextCursor string           `json:"nextCursor,omitempty"`
 }
