@@ -134,3 +134,29 @@ type activityPage struct {
 	Activities []activityStatus `json:"activities"`
 	NextCursor string           `json:"nextCursor,omitempty"`
 }
+
+type orderAccepted struct {
+	RequestID string `json:"requestId"`
+	OrderNo   string `json:"orderNo"`
+	Status    string `json:"status"`
+	Remaining int64  `json:"remaining"`
+	Replayed  bool   `json:"replayed,omitempty"`
+	// PayBy is when the closer may close the order unpaid (payby.go).
+	PayBy *time.Time `json:"payBy,omitempty"`
+}
+
+type orderView struct {
+	OrderNo    string     `json:"orderNo"`
+	RequestID  string     `json:"requestId"`
+	UserID     int64      `json:"userId"`
+	ActivityID int64      `json:"activityId"`
+	ItemID     int64      `json:"itemId"`
+	Quantity   int        `json:"quantity"`
+	Status     string     `json:"status"`
+	Reason     string     `json:"reason,omitempty"`
+	CreatedAt  time.Time  `json:"createdAt"`
+	PaidAt     *time.Time `json:"paidAt,omitempty"`
+	ClosedAt   *time.Time `json:"closedAt,omitempty"`
+	PayBy      *time.Time `json:"payBy,omitempty"` // PENDING and UNPAID (payby.go)
+	reservedAt time.Time  // what payBy counts from
+}
