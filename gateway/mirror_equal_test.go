@@ -160,3 +160,21 @@ type orderView struct {
 	PayBy      *time.Time `json:"payBy,omitempty"` // PENDING and UNPAID (payby.go)
 	reservedAt time.Time  // what payBy counts from
 }
+
+type orderPaid struct {
+	OrderNo string `json:"orderNo"`
+	Status  string `json:"status"`
+}
+
+type orderCancelled struct {
+	OrderNo string `json:"orderNo"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
