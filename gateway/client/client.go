@@ -3,7 +3,9 @@
 // and the retry a storefront needs around POST /v1/orders. It is what the
 // end-to-end tests, the load tool (orderpipe bench) and the chaos suite's
 // storefront speak through, and it is meant for storefront integrators: it
-// imports only the standard library, never the server.
+// imports only the standard library, never the server. The gateway encodes
+// its answers with this package's types, so a shape is written once and
+// the client decodes what the server wrote.
 //
 // A storefront places an order with a requestId it chose once and keeps for
 // every retry of that purchase:
@@ -285,7 +287,8 @@ func (c *Client) Healthz(ctx context.Context) error {
 }
 
 // Readiness is the body of GET /readyz: "ok" or "unavailable", and each
-// dependency's state (Checks first: the gateway encodes this type).
+// dependency's state. The gateway encodes it: Checks stays first, where
+// its answers have always had it.
 type Readiness struct {
 	Checks map[string]string `json:"checks"`
 	Status string            `json:"status"`
