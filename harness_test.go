@@ -275,6 +275,12 @@ func (p *pipeline) place(tb testing.TB, b orderBody) (client.Placed, error) {
 	return placed, err
 }
 
+// orderOf is GET /v1/orders/{orderNo} through the typed client.
+func (p *pipeline) orderOf(tb testing.TB, orderNo string) (client.Order, error) {
+	tb.Helper()
+	return p.api().GetOrder(contractCtx(tb, "GET /v1/orders/"+orderNo), orderNo)
+}
+
 // shown records an orderNo a client was shown in a 2xx: assertInvariants
 // checks that each resolves (I4).
 func (p *pipeline) shown(orderNo, requestID string) {
