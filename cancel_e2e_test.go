@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
@@ -39,13 +41,14 @@ func TestCancelOrder(t *testing.T) {
 	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
 	it := stock.Item{ActivityID: 7, ItemID: 70}
 	p.mustSale(t, 7, 1, map[int64]int64{70: 5})
+	api, ctx := p.api(), contractCtx(t, "cancel")
 	place := func(rid string, user int64) string {
-		r := p.order(t, orderBody{RequestID: rid, UserID: user, ActivityID: 7, ItemID: 70, Quantity: 1})
-		if r.Status != http.StatusAccepted {
-			t.Fatalf("order %s: %d %v", rid, r.Status, r.Body)
+		placed, err := p.place(t, orderBody{RequestID: rid, UserID: user, ActivityID: 7, ItemID: 70, Quantity: 1})
+		if err != nil || placed.HTTPStatus != http.StatusAccepted {
+			t.Fatalf("order %s: %d %v", rid, placed.HTTPStatus, err)
 		}
-		p.waitStatus(t, r.Str("orderNo"), order.StatusUnpaid)
-		return r.Str("orderNo")
+		p.waitStatus(t, placed.OrderNo, order.StatusUnpaid)
+		return placed.OrderNo
 	}
 	no := place("c-1", 1)
 
@@ -75,32 +78,32 @@ func TestCancelOrder(t *testing.T) {
 	t.Run("UnpaidIsCancelled", func(t *testing.T) {
 		before := p.redisStock(t, it)
 		for range 2 { // the second is the idempotent repeat
-			r := p.cancelOrder(t, no, map[string]int64{"userId": 1})
-			if r.Status != http.StatusOK || r.Str("status") != "CLOSED" || r.Str("reason") != "CANCELLED" || r.Str("orderNo") != no {
-				t.Fatalf("cancel: %d %v, want 200 CLOSED CANCELLED", r.Status, r.Body)
+			c, err := api.Cancel(ctx, no, 1)
+			if err != nil || c.Status != order.StatusClosed || c.Reason != order.ReasonCancelled || c.OrderNo != no {
+				t.Fatalf("cancel: %+v %v, want 200 CLOSED CANCELLED", c, err)
 			}
 		}
-		g := p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil)
-		if g.Str("status") != "CLOSED" || g.Str("reason") != "CANCELLED" || g.Body["closedAt"] == nil {
-			t.Errorf("GET after cancel: %v", g.Body)
+		g, err := api.GetOrder(ctx, no)
+		if err != nil || g.Status != order.StatusClosed || g.Reason != order.ReasonCancelled || g.ClosedAt == nil {
+			t.Errorf("GET after cancel: %+v %v", g, err)
 		}
 		// Given back in Redis exactly once, before the answer.
 		if got := p.redisStock(t, it); got != before+1 {
 			t.Errorf("redis stock %d after cancel, want %d", got, before+1)
 		}
-		if pr := p.do(t, http.MethodPost, "/v1/orders/"+no+"/pay", "", nil); pr.Status != http.StatusConflict || pr.Code() != "ORDER_CLOSED" {
-			t.Errorf("pay of a cancelled order: %d %v", pr.Status, pr.Body)
+		if _, err := api.Pay(ctx, no); !errors.Is(err, &client.Error{Status: http.StatusConflict, Code: client.CodeOrderClosed}) {
+			t.Errorf("pay of a cancelled order: %v, want 409 ORDER_CLOSED", err)
 		}
 		// The limit marker came back: the same user may order again.
 		place("c-1-again", 1)
 	})
 	t.Run("PaidIs409", func(t *testing.T) {
 		paid := place("c-2", 2)
-		if r := p.do(t, http.MethodPost, "/v1/orders/"+paid+"/pay", "", nil); r.Status != http.StatusOK {
-			t.Fatalf("pay: %d %v", r.Status, r.Body)
+		if _, err := api.Pay(ctx, paid); err != nil {
+			t.Fatalf("pay: %v", err)
 		}
-		if r := p.cancelOrder(t, paid, map[string]int64{"userId": 2}); r.Status != http.StatusConflict || r.Code() != "ORDER_PAID" {
-			t.Errorf("cancel of a paid order: %d %v, want 409 ORDER_PAID", r.Status, r.Body)
+		if _, err := api.Cancel(ctx, paid, 2); !errors.Is(err, &client.Error{Status: http.StatusConflict, Code: client.CodeOrderPaid}) {
+			t.Errorf("cancel of a paid order: %v, want 409 ORDER_PAID", err)
 		}
 	})
 
@@ -114,16 +117,17 @@ func TestCancelPendingOrder(t *testing.T) {
 	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	p.mustSale(t, 8, 1, map[int64]int64{80: 3})
-	r := p.order(t, orderBody{RequestID: "pending-c", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
+	placed, err := p.place(t, orderBody{RequestID: "pending-c", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1})
+	if err != nil || placed.HTTPStatus != http.StatusAccepted {
+		t.Fatalf("order: %d %v", placed.HTTPStatus, err)
 	}
-	c := p.cancelOrder(t, r.Str("orderNo"), map[string]int64{"userId": 1})
-	if c.Status != http.StatusConflict || c.Code() != "ORDER_PENDING" || c.Header.Get("Retry-After") == "" {
-		t.Errorf("cancel of a pending order: %d %v, want 409 ORDER_PENDING with Retry-After", c.Status, c.Body)
+	api, ctx := p.api(), contractCtx(t, "cancel")
+	var e *client.Error
+	if _, err := api.Cancel(ctx, placed.OrderNo, 1); !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != client.CodeOrderPending || e.RetryAfter == 0 {
+		t.Errorf("cancel of a pending order: %v, want 409 ORDER_PENDING with Retry-After", err)
 	}
-	if c := p.cancelOrder(t, r.Str("orderNo"), map[string]int64{"userId": 2}); c.Status != http.StatusNotFound {
-		t.Errorf("another user's cancel of a pending order: %d %v, want 404", c.Status, c.Body)
+	if _, err := api.Cancel(ctx, placed.OrderNo, 2); !errors.As(err, &e) || e.Status != http.StatusNotFound {
+		t.Errorf("another user's cancel of a pending order: %v, want 404", err)
 	}
 }
 

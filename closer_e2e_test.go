@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"net/http"
 	"testing"
 	"time"
 
+	"orderpipe/gateway/client"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
@@ -25,18 +28,17 @@ func TestCloserClosesUnpaidOrder(t *testing.T) {
 	it := stock.Item{ActivityID: 3, ItemID: 30}
 	p.mustSale(t, 3, 2, map[int64]int64{30: 5})
 
-	r := p.order(t, orderBody{RequestID: "close-1", UserID: 42, ActivityID: 3, ItemID: 30, Quantity: 2})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
+	r, err := p.place(t, orderBody{RequestID: "close-1", UserID: 42, ActivityID: 3, ItemID: 30, Quantity: 2})
+	if err != nil || r.HTTPStatus != http.StatusAccepted {
+		t.Fatalf("order: %d %v", r.HTTPStatus, err)
 	}
-	orderNo := r.Str("orderNo")
-	var closed apiResponse
+	var closed client.Order
 	testenv.WaitFor(t, 20*time.Second, "the unpaid order CLOSED", func() bool {
-		closed = p.do(t, http.MethodGet, "/v1/orders/"+orderNo, "", nil)
-		return closed.Str("status") == "CLOSED"
+		closed, err = p.orderOf(t, r.OrderNo)
+		return err == nil && closed.Status == order.StatusClosed
 	})
-	if closed.Body["closedAt"] == nil || closed.Body["paidAt"] != nil {
-		t.Errorf("closed order: %v, want closedAt and no paidAt", closed.Body)
+	if closed.ClosedAt == nil || closed.PaidAt != nil {
+		t.Errorf("closed order: %+v, want closedAt and no paidAt", closed)
 	}
 	p.waitDrained(t, it)
 	if s := p.dbStock(t, it); s.Stock != 5 {
@@ -48,21 +50,23 @@ func TestCloserClosesUnpaidOrder(t *testing.T) {
 	p.assertInvariants(t, it)
 
 	// The user's limit marker was freed: they can buy the units again.
-	again := p.order(t, orderBody{RequestID: "close-2", UserID: 42, ActivityID: 3, ItemID: 30, Quantity: 2})
-	if again.Status != http.StatusAccepted {
-		t.Fatalf("ordering again after the close: %d %v, want 202", again.Status, again.Body)
+	again, err := p.place(t, orderBody{RequestID: "close-2", UserID: 42, ActivityID: 3, ItemID: 30, Quantity: 2})
+	if err != nil || again.HTTPStatus != http.StatusAccepted {
+		t.Fatalf("ordering again after the close: %d %v, want 202", again.HTTPStatus, err)
 	}
 	var st string
 	testenv.WaitFor(t, 20*time.Second, "the second order persisted", func() bool {
-		st = p.do(t, http.MethodGet, "/v1/orders/"+again.Str("orderNo"), "", nil).Str("status")
-		return st != "PENDING" && st != ""
+		o, err := p.orderOf(t, again.OrderNo)
+		st = o.Status
+		return err == nil && st != order.StatusPending && st != ""
 	})
-	if st == "REJECTED" {
+	if st == order.StatusRejected {
 		t.Fatalf("second order of the same user was rejected")
 	}
 	// Left unpaid as well, it closes too and everything adds up again.
 	testenv.WaitFor(t, 20*time.Second, "the second order CLOSED", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+again.Str("orderNo"), "", nil).Str("status") == "CLOSED"
+		o, err := p.orderOf(t, again.OrderNo)
+		return err == nil && o.Status == order.StatusClosed
 	})
 	p.waitDrained(t, it)
 	if rs := p.redisStock(t, it); rs != 5 {
@@ -85,63 +89,66 @@ func TestPayOrder(t *testing.T) {
 
 	unpaidOrder := func(rid string, user int64) string {
 		t.Helper()
-		r := p.order(t, orderBody{RequestID: rid, UserID: user, ActivityID: 4, ItemID: 40, Quantity: 1})
-		if r.Status != http.StatusAccepted {
-			t.Fatalf("order %s: %d %v", rid, r.Status, r.Body)
+		r, err := p.place(t, orderBody{RequestID: rid, UserID: user, ActivityID: 4, ItemID: 40, Quantity: 1})
+		if err != nil || r.HTTPStatus != http.StatusAccepted {
+			t.Fatalf("order %s: %d %v", rid, r.HTTPStatus, err)
 		}
 		testenv.WaitFor(t, 20*time.Second, rid+" UNPAID", func() bool {
-			return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "UNPAID"
+			o, err := p.orderOf(t, r.OrderNo)
+			return err == nil && o.Status == order.StatusUnpaid
 		})
-		return r.Str("orderNo")
+		return r.OrderNo
 	}
-	pay := func(orderNo string) apiResponse {
+	pay := func(orderNo string) (client.Paid, error) {
 		t.Helper()
-		return p.do(t, http.MethodPost, "/v1/orders/"+orderNo+"/pay", "", nil)
+		return p.api().Pay(contractCtx(t, "pay "+orderNo), orderNo)
 	}
+	conflict := func(code client.Code) error { return &client.Error{Status: http.StatusConflict, Code: code} }
 	paidNo := unpaidOrder("pay-1", 1)
 	closedNo := unpaidOrder("pay-2", 2)
 
 	t.Run("Idempotent", func(t *testing.T) {
 		for i := range 3 {
-			r := pay(paidNo)
-			if r.Status != http.StatusOK || r.Str("orderNo") != paidNo || r.Str("status") != "PAID" {
-				t.Fatalf("pay #%d: %d %v, want 200 PAID", i+1, r.Status, r.Body)
+			r, err := pay(paidNo)
+			if err != nil || r.OrderNo != paidNo || r.Status != order.StatusPaid {
+				t.Fatalf("pay #%d: %+v %v, want 200 PAID", i+1, r, err)
 			}
 		}
-		g := p.do(t, http.MethodGet, "/v1/orders/"+paidNo, "", nil)
-		if g.Str("status") != "PAID" || g.Body["paidAt"] == nil || g.Body["closedAt"] != nil {
-			t.Fatalf("paid order reads %v", g.Body)
+		g, err := p.orderOf(t, paidNo)
+		if err != nil || g.Status != order.StatusPaid || g.PaidAt == nil || g.ClosedAt != nil {
+			t.Fatalf("paid order reads %+v %v", g, err)
 		}
 	})
 	t.Run("ClosedIs409AndPaidStaysPaid", func(t *testing.T) {
 		// Both orders look an hour old; the next closer pass sees both.
 		ordertest.AgeOrders(t, p.DB.Pool, time.Hour, paidNo, closedNo)
 		testenv.WaitFor(t, 20*time.Second, "the aged unpaid order CLOSED", func() bool {
-			return p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil).Str("status") == "CLOSED"
+			o, err := p.orderOf(t, closedNo)
+			return err == nil && o.Status == order.StatusClosed
 		})
-		if r := pay(closedNo); r.Status != http.StatusConflict || r.Code() != "ORDER_CLOSED" {
-			t.Errorf("pay of a closed order: %d %v, want 409 ORDER_CLOSED", r.Status, r.Body)
+		if _, err := pay(closedNo); !errors.Is(err, conflict(client.CodeOrderClosed)) {
+			t.Errorf("pay of a closed order: %v, want 409 ORDER_CLOSED", err)
 		}
-		if g := p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil); g.Str("status") != "CLOSED" || g.Body["paidAt"] != nil {
-			t.Errorf("closed order after a pay attempt: %v", g.Body)
+		if g, err := p.orderOf(t, closedNo); err != nil || g.Status != order.StatusClosed || g.PaidAt != nil {
+			t.Errorf("closed order after a pay attempt: %+v %v", g, err)
 		}
-		if g := p.do(t, http.MethodGet, "/v1/orders/"+paidNo, "", nil); g.Str("status") != "PAID" || g.Body["closedAt"] != nil {
-			t.Errorf("aged paid order: %v, want PAID and never closed", g.Body)
+		if g, err := p.orderOf(t, paidNo); err != nil || g.Status != order.StatusPaid || g.ClosedAt != nil {
+			t.Errorf("aged paid order: %+v %v, want PAID and never closed", g, err)
 		}
-		if r := pay(paidNo); r.Status != http.StatusOK || r.Str("status") != "PAID" {
-			t.Errorf("paying the paid order again: %d %v", r.Status, r.Body)
+		if r, err := pay(paidNo); err != nil || r.Status != order.StatusPaid {
+			t.Errorf("paying the paid order again: %+v %v", r, err)
 		}
 	})
 	t.Run("RejectedIs409", func(t *testing.T) {
 		ordertest.PutRejected(t, p.DB.Pool, 44, 40, 9, "pay-rejected", "44-40-rejected", "DB_STOCK_MISMATCH")
-		if r := pay("44-40-rejected"); r.Status != http.StatusConflict || r.Code() != "ORDER_REJECTED" {
-			t.Errorf("pay of a rejected request: %d %v, want 409 ORDER_REJECTED", r.Status, r.Body)
+		if _, err := pay("44-40-rejected"); !errors.Is(err, conflict(client.CodeOrderRejected)) {
+			t.Errorf("pay of a rejected request: %v, want 409 ORDER_REJECTED", err)
 		}
 	})
 	t.Run("UnknownIs404", func(t *testing.T) {
 		for _, no := range []string{"4-40-nosuchorder", "not-an-order-number", "999-1-x"} {
-			if r := pay(no); r.Status != http.StatusNotFound || r.Code() != "ORDER_NOT_FOUND" {
-				t.Errorf("pay %s: %d %v, want 404 ORDER_NOT_FOUND", no, r.Status, r.Body)
+			if _, err := pay(no); !errors.Is(err, &client.Error{Status: http.StatusNotFound, Code: client.CodeOrderNotFound}) {
+				t.Errorf("pay %s: %v, want 404 ORDER_NOT_FOUND", no, err)
 			}
 		}
 	})
@@ -159,18 +166,19 @@ func TestPayPendingOrder(t *testing.T) {
 	t.Parallel()
 	p := mustPipeline(t, components{"gateway"}, nil)
 	p.mustSale(t, 5, 1, map[int64]int64{50: 3})
-	r := p.order(t, orderBody{RequestID: "pending-1", UserID: 1, ActivityID: 5, ItemID: 50, Quantity: 1})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
+	r, err := p.place(t, orderBody{RequestID: "pending-1", UserID: 1, ActivityID: 5, ItemID: 50, Quantity: 1})
+	if err != nil || r.HTTPStatus != http.StatusAccepted {
+		t.Fatalf("order: %d %v", r.HTTPStatus, err)
 	}
 	for range 2 {
-		pr := p.do(t, http.MethodPost, "/v1/orders/"+r.Str("orderNo")+"/pay", "", nil)
-		if pr.Status != http.StatusConflict || pr.Code() != "ORDER_PENDING" || pr.Header.Get("Retry-After") == "" {
-			t.Fatalf("pay of a pending order: %d %v %v, want 409 ORDER_PENDING with Retry-After", pr.Status, pr.Body, pr.Header)
+		_, err := p.api().Pay(contractCtx(t, "pay"), r.OrderNo)
+		var e *client.Error
+		if !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != client.CodeOrderPending || e.RetryAfter == 0 {
+			t.Fatalf("pay of a pending order: %v, want 409 ORDER_PENDING with Retry-After", err)
 		}
 	}
-	if g := p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil); g.Str("status") != "PENDING" {
-		t.Errorf("order after the pay attempts: %v, want PENDING", g.Body)
+	if g, err := p.orderOf(t, r.OrderNo); err != nil || g.Status != order.StatusPending {
+		t.Errorf("order after the pay attempts: %+v %v, want PENDING", g, err)
 	}
 	if n := ordertest.CountOrders(t, p.DB.Pool); n != 0 {
 		t.Errorf("orders in postgres: %d, want 0", n)

@@ -262,14 +262,37 @@ func (p *pipeline) order(tb testing.TB, b orderBody) apiResponse {
 	// Every orderNo a client is shown in a 2xx (202, or 200 replayed) must
 	// resolve: assertInvariants checks them all (I4).
 	if (r.Status == http.StatusAccepted || r.Status == http.StatusOK) && r.Str("orderNo") != "" {
-		p.mu.Lock()
-		if p.accepted == nil {
-			p.accepted = map[string]string{}
-		}
-		p.accepted[r.Str("orderNo")] = b.RequestID
-		p.mu.Unlock()
+		p.shown(r.Str("orderNo"), b.RequestID)
 	}
 	return r
+}
+
+// place is POST /v1/orders through the typed client, for tests whose
+// subject is not HTTP itself; like order, it records an accepted orderNo.
+func (p *pipeline) place(tb testing.TB, b orderBody) (client.Placed, error) {
+	tb.Helper()
+	placed, err := p.api().PlaceOrder(contractCtx(tb, "POST /v1/orders"), b)
+	if err == nil {
+		p.shown(placed.OrderNo, b.RequestID)
+	}
+	return placed, err
+}
+
+// orderOf is GET /v1/orders/{orderNo} through the typed client.
+func (p *pipeline) orderOf(tb testing.TB, orderNo string) (client.Order, error) {
+	tb.Helper()
+	return p.api().GetOrder(contractCtx(tb, "GET /v1/orders/"+orderNo), orderNo)
+}
+
+// shown records an orderNo a client was shown in a 2xx: assertInvariants
+// checks that each resolves (I4).
+func (p *pipeline) shown(orderNo, requestID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.accepted == nil {
+		p.accepted = map[string]string{}
+	}
+	p.accepted[orderNo] = requestID
 }
 
 // mustSale creates activity id with items (itemID → stock) through the admin

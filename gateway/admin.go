@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/clock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -173,23 +174,6 @@ func validActivity(id int64, b activityBody) (order.Activity, *apiError) {
 	return a, nil
 }
 
-type activityView struct {
-	ID           int64      `json:"activityId"`
-	Name         string     `json:"name"`
-	StartsAt     time.Time  `json:"startsAt"`
-	EndsAt       time.Time  `json:"endsAt"`
-	PerUserLimit int        `json:"perUserLimit"`
-	Items        []itemView `json:"items"`
-}
-
-type itemView struct {
-	ItemID       int64 `json:"itemId"`
-	InitialStock int64 `json:"initialStock"`
-	Stock        int64 `json:"stock"`
-	Buckets      int   `json:"buckets,omitempty"` // shown when > 1
-	Loaded       *bool `json:"loaded,omitempty"`
-}
-
 func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, id int64) {
 	a, err := s.activity(r.Context(), id)
 	if err != nil {
@@ -199,10 +183,11 @@ func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, id int64)
 	writeJSON(w, http.StatusOK, viewOfActivity(a))
 }
 
-func viewOfActivity(a order.Activity) activityView {
-	v := activityView{ID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit, Items: []itemView{}}
+func viewOfActivity(a order.Activity) client.Activity {
+	v := client.Activity{ActivityID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
+		Items: []client.ActivityItem{}}
 	for _, it := range a.Items {
-		iv := itemView{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock}
+		iv := client.ActivityItem{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock}
 		if it.Buckets > 1 {
 			iv.Buckets = it.Buckets
 		}

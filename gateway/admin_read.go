@@ -8,31 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 )
-
-// activityStatus is GET /admin/v1/activities/{activityId}: the activity with
-// each item's numbers from both stores.
-type activityStatus struct {
-	ID           int64        `json:"activityId"`
-	Name         string       `json:"name"`
-	StartsAt     time.Time    `json:"startsAt"`
-	EndsAt       time.Time    `json:"endsAt"`
-	PerUserLimit int          `json:"perUserLimit"`
-	Redis        string       `json:"redis"` // "ok" or "unavailable"
-	Items        []itemStatus `json:"items"`
-}
-
-type itemStatus struct {
-	ItemID       int64  `json:"itemId"`
-	InitialStock int64  `json:"initialStock"`
-	Stock        int64  `json:"stock"`      // Postgres
-	RedisStock   *int64 `json:"redisStock"` // nil: not preheated, expired, or Redis unavailable
-	Sold         int64  `json:"sold"`       // UNPAID + PAID
-	InFlight     *int64 `json:"inFlight"`   // nil: Redis unavailable
-	Closed       int64  `json:"closed"`
-}
 
 // getActivity answers an activity's state. Postgres is the truth and must
 // answer (else 503); Redis only adds its projection: when it is unreachable
@@ -58,7 +37,7 @@ func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
 
 // statusOf is an activity's numbers from both stores; an error is
 // Postgres's (Redis unavailable is "redis":"unavailable").
-func (s *Server) statusOf(ctx context.Context, a order.Activity) (activityStatus, error) {
+func (s *Server) statusOf(ctx context.Context, a order.Activity) (client.ActivityStatus, error) {
 	id := a.ID
 	// Redis first: an entry the worker commits after this read is then
 	// counted as sold by the Postgres reads below, not missed by both.
@@ -93,15 +72,15 @@ func (s *Server) statusOf(ctx context.Context, a order.Activity) (activityStatus
 		return err
 	})
 	if err != nil {
-		return activityStatus{}, err
+		return client.ActivityStatus{}, err
 	}
-	v := activityStatus{ID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
-		Redis: "ok", Items: make([]itemStatus, 0, len(a.Items))}
+	v := client.ActivityStatus{ActivityID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
+		Redis: "ok", Items: make([]client.ItemStatus, 0, len(a.Items))}
 	if !redisOK {
 		v.Redis = "unavailable"
 	}
 	for i, it := range a.Items {
-		st := itemStatus{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock,
+		st := client.ItemStatus{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock,
 			Sold: sales[it.ItemID].Sold, Closed: sales[it.ItemID].Closed}
 		if redisOK {
 			st.RedisStock = snaps[i].Stock
@@ -111,13 +90,6 @@ func (s *Server) statusOf(ctx context.Context, a order.Activity) (activityStatus
 		v.Items = append(v.Items, st)
 	}
 	return v, nil
-}
-
-// activityPage is GET /admin/v1/activities: a page of activities, newest
-// first, and the cursor of the next page (absent on the last).
-type activityPage struct {
-	Activities []activityStatus `json:"activities"`
-	NextCursor string           `json:"nextCursor,omitempty"`
 }
 
 const (
@@ -171,7 +143,7 @@ func (s *Server) listActivities(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 		return
 	}
-	v := activityPage{Activities: make([]activityStatus, 0, min(len(page), limit))}
+	v := client.ActivityPage{Activities: make([]client.ActivityStatus, 0, min(len(page), limit))}
 	if len(page) > limit {
 		page = page[:limit]
 		last := page[limit-1]

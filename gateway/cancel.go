@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/outbox"
 	"orderpipe/pkg/stock"
@@ -13,12 +14,6 @@ import (
 
 type cancelRequest struct {
 	UserID jsonInt64 `json:"userId"` // by value, as the schema's integer (jsonint.go)
-}
-
-type orderCancelled struct {
-	OrderNo string `json:"orderNo"`
-	Status  string `json:"status"`
-	Reason  string `json:"reason"`
 }
 
 // cancelOrder is POST /v1/orders/{orderNo}/cancel {"userId"}: the buyer
@@ -81,7 +76,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, orderNo string, 
 		if comp != nil {
 			s.giveBack(r.Context(), *comp)
 		}
-		writeJSON(w, http.StatusOK, orderCancelled{OrderNo: orderNo, Status: order.StatusClosed, Reason: order.ReasonCancelled})
+		writeJSON(w, http.StatusOK, client.Cancelled{OrderNo: orderNo, Status: order.StatusClosed, Reason: order.ReasonCancelled})
 	case errors.Is(err, order.ErrOrderPaid):
 		writeError(w, http.StatusConflict, "ORDER_PAID", "order is paid; it can no longer be cancelled")
 	case errors.Is(err, order.ErrOrderClosed):

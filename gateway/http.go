@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"orderpipe/gateway/client"
 )
 
 // recorder remembers the status and error code a handler answered with.
@@ -18,13 +20,6 @@ type recorder struct {
 func (r *recorder) WriteHeader(status int) {
 	r.status = status
 	r.ResponseWriter.WriteHeader(status)
-}
-
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
 }
 
 // writeJSON answers v as JSON (one line) with its Content-Length.
@@ -53,8 +48,8 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
-	var body errorBody
-	body.Error.Code, body.Error.Message = code, message
+	var body client.ErrorBody
+	body.Error.Code, body.Error.Message = client.Code(code), message
 	writeJSON(w, status, body)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/telemetry"
 )
 
@@ -138,7 +139,7 @@ func TestDeclaredTooLargeIsRefusedAtOnce(t *testing.T) {
 		t.Fatalf("no answer to a body cut short: %v", err)
 	}
 	b, _ := io.ReadAll(res.Body)
-	var e errorBody
+	var e client.ErrorBody
 	_ = json.Unmarshal(b, &e)
 	if res.StatusCode != http.StatusBadRequest || e.Error.Code != "INVALID_REQUEST" || !strings.Contains(e.Error.Message, "body") ||
 		strings.Contains(e.Error.Message, "127.0.0.1") {

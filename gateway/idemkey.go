@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/stock"
 )
 
@@ -116,9 +117,9 @@ func keepable(status int, code string) bool {
 // writeKept sends a kept answer again.
 func writeKept(w http.ResponseWriter, status int, body []byte) {
 	if rec, ok := w.(*recorder); ok && status >= 400 {
-		var e errorBody
+		var e client.ErrorBody
 		if json.Unmarshal(body, &e) == nil {
-			rec.code = e.Error.Code
+			rec.code = string(e.Error.Code)
 		}
 	}
 	h := w.Header()

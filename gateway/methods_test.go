@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/telemetry"
 )
 
@@ -69,9 +70,9 @@ func TestMethodNotAllowed(t *testing.T) {
 		if err := c.Check(req, nil, res, body); contract && err != nil {
 			t.Errorf("%s %s: %v", method, path, err)
 		}
-		var e errorBody
+		var e client.ErrorBody
 		_ = json.Unmarshal(body, &e)
-		return answer{res.StatusCode, res.Header.Get("Allow"), e.Error.Code}
+		return answer{res.StatusCode, res.Header.Get("Allow"), string(e.Error.Code)}
 	}
 	serve := func(t *testing.T, h http.Handler) string {
 		srv := httptest.NewServer(h)
@@ -176,7 +177,7 @@ func TestUncleanPathNotFound(t *testing.T) {
 	split := newServer(Config{AdminToken: "t", AdminAddr: "127.0.0.1:0"})
 	handlers := map[string]http.Handler{"Public": split.Handler(), "Admin": split.AdminHandler(),
 		"Shared": newServer(Config{AdminToken: "t"}).Handler()}
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	type answer struct {
 		status    int
 		code, msg string
@@ -189,18 +190,18 @@ func TestUncleanPathNotFound(t *testing.T) {
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer t")
-		res, err := client.Do(req)
+		res, err := noRedirect.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer res.Body.Close()
 		raw, _ := io.ReadAll(res.Body)
-		var e errorBody
+		var e client.ErrorBody
 		if err := json.Unmarshal(raw, &e); err != nil || res.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("%s %s: %d %q %q (Location %q), want a JSON body", method, path, res.StatusCode,
 				res.Header.Get("Content-Type"), raw, res.Header.Get("Location"))
 		}
-		return answer{res.StatusCode, e.Error.Code, e.Error.Message}
+		return answer{res.StatusCode, string(e.Error.Code), e.Error.Message}
 	}
 	const orderNo = "1-10086-mx1ir84j7901087d0b53"
 	unclean := []struct{ method, path string }{

@@ -12,22 +12,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/breaker"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 )
-
-type orderAccepted struct {
-	RequestID string `json:"requestId"`
-	OrderNo   string `json:"orderNo"`
-	Status    string `json:"status"`
-	Remaining int64  `json:"remaining"`
-	Replayed  bool   `json:"replayed,omitempty"`
-	// PayBy is when the closer may close the order unpaid (payby.go).
-	PayBy *time.Time `json:"payBy,omitempty"`
-}
 
 // createOrder is POST /v1/orders: each step answers the client itself when
 // the request goes no further.
@@ -228,7 +219,7 @@ func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, p *pending) 
 		if p.recording {
 			trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrOrderNo.String(res.OrderNo), telemetry.AttrOutcome.String(string(res.Outcome)))
 		}
-		writeJSON(w, http.StatusOK, orderAccepted{RequestID: p.req.RequestID, OrderNo: res.OrderNo, Status: order.StatusPending,
+		writeJSON(w, http.StatusOK, client.Placed{RequestID: p.req.RequestID, OrderNo: res.OrderNo, Status: order.StatusPending,
 			Remaining: res.Remaining, Replayed: true, PayBy: s.payBy(res.ReservedAt)})
 	case stock.IdempotencyKeyReused:
 		writeError(w, http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED", "requestId was already used with a different payload")
@@ -278,7 +269,7 @@ func (s *Server) produce(ctx context.Context, w http.ResponseWriter, p *pending)
 	}
 	// Kafka has it: a retry may now be shown the orderNo (settleProduced).
 	s.settleProduced(ctx, p.Item, p.req, ev.OrderNo, p.fingerprint)
-	writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: p.req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: p.Remaining,
+	writeJSON(w, http.StatusAccepted, client.Placed{RequestID: p.req.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending, Remaining: p.Remaining,
 		PayBy: s.payBy(ev.ReservedAt)})
 }
 
@@ -336,7 +327,7 @@ func (s *Server) releaseUnproduced(ctx context.Context, ev event.OrderRequested,
 			s.deps.Log.WarnContext(ctx, "produce failed after a replay showed the orderNo; left to the redrive",
 				"request_id", ev.RequestID, "order_no", ev.OrderNo, "err", produceErr)
 		}
-		writeJSON(w, http.StatusAccepted, orderAccepted{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending,
+		writeJSON(w, http.StatusAccepted, client.Placed{RequestID: ev.RequestID, OrderNo: ev.OrderNo, Status: order.StatusPending,
 			Remaining: max(remaining, 0), PayBy: s.payBy(ev.ReservedAt)})
 		return
 	}
@@ -352,22 +343,6 @@ func (s *Server) releaseUnproduced(ctx context.Context, ev event.OrderRequested,
 	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "service unavailable, nothing was reserved; retry with the same requestId")
 }
 
-type orderView struct {
-	OrderNo    string     `json:"orderNo"`
-	RequestID  string     `json:"requestId"`
-	UserID     int64      `json:"userId"`
-	ActivityID int64      `json:"activityId"`
-	ItemID     int64      `json:"itemId"`
-	Quantity   int        `json:"quantity"`
-	Status     string     `json:"status"`
-	Reason     string     `json:"reason,omitempty"`
-	CreatedAt  time.Time  `json:"createdAt"`
-	PaidAt     *time.Time `json:"paidAt,omitempty"`
-	ClosedAt   *time.Time `json:"closedAt,omitempty"`
-	PayBy      *time.Time `json:"payBy,omitempty"` // PENDING and UNPAID (payby.go)
-	reservedAt time.Time  // what payBy counts from
-}
-
 func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	orderNo, item, ok := orderFromPath(w, r)
 	if !ok {
@@ -375,7 +350,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := s.lookupOrder(r.Context(), orderNo)
 	if err == nil {
-		writeJSON(w, http.StatusOK, s.withPayBy(viewOf(o)))
+		writeJSON(w, http.StatusOK, s.orderView(o))
 		return
 	}
 	if !errors.Is(err, order.ErrNotFound) {
@@ -400,7 +375,7 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	// The worker may have committed between the two reads: Postgres wins.
 	if o, err := s.lookupOrder(r.Context(), orderNo); err == nil {
-		writeJSON(w, http.StatusOK, s.withPayBy(viewOf(o)))
+		writeJSON(w, http.StatusOK, s.orderView(o))
 		return
 	}
 	var ev event.OrderRequested
@@ -409,14 +384,8 @@ func (s *Server) getOrder(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "INTERNAL", "internal error")
 		return
 	}
-	writeJSON(w, http.StatusOK, s.withPayBy(orderView{OrderNo: orderNo, RequestID: ev.RequestID, UserID: ev.UserID, ActivityID: ev.ActivityID,
-		ItemID: ev.ItemID, Quantity: ev.Quantity, Status: order.StatusPending, CreatedAt: ev.ReservedAt, reservedAt: ev.ReservedAt}))
-}
-
-func viewOf(o order.Order) orderView {
-	return orderView{OrderNo: o.OrderNo, RequestID: o.RequestID, UserID: o.UserID, ActivityID: o.ActivityID, ItemID: o.ItemID,
-		Quantity: o.Quantity, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt,
-		reservedAt: o.ReservedAt}
+	writeJSON(w, http.StatusOK, s.orderView(order.Order{OrderNo: orderNo, RequestID: ev.RequestID, UserID: ev.UserID, ActivityID: ev.ActivityID,
+		ItemID: ev.ItemID, Quantity: ev.Quantity, Status: order.StatusPending, CreatedAt: ev.ReservedAt, ReservedAt: ev.ReservedAt}))
 }
 
 // lookupOrder reads an order from Postgres through the breaker, bounded in

@@ -13,6 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
@@ -71,7 +72,7 @@ func TestFailedProduce(t *testing.T) {
 				}
 				return
 			}
-			var got orderAccepted
+			var got client.Placed
 			if w.Code != http.StatusAccepted || json.Unmarshal(w.Body.Bytes(), &got) != nil {
 				t.Fatalf("answer %d %s, want 202: the event arrived", w.Code, w.Body)
 			}

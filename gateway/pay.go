@@ -5,14 +5,10 @@ import (
 	"errors"
 	"net/http"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 )
-
-type orderPaid struct {
-	OrderNo string `json:"orderNo"`
-	Status  string `json:"status"`
-}
 
 // payOrder is POST /v1/orders/{orderNo}/pay: UNPAID → PAID, idempotent.
 // A closed order answers 409 ORDER_CLOSED, a reservation not yet persisted
@@ -43,7 +39,7 @@ func (s *Server) pay(w http.ResponseWriter, r *http.Request, orderNo string, ite
 	}
 	switch {
 	case err == nil:
-		writeJSON(w, http.StatusOK, orderPaid{OrderNo: orderNo, Status: order.StatusPaid})
+		writeJSON(w, http.StatusOK, client.Paid{OrderNo: orderNo, Status: order.StatusPaid})
 	case errors.Is(err, order.ErrOrderClosed):
 		writeError(w, http.StatusConflict, "ORDER_CLOSED", "order was closed unpaid; its stock was released")
 	case errors.Is(err, order.ErrOrderRejected):

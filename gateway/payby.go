@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 )
 
@@ -22,11 +23,13 @@ func (s *Server) payBy(reservedAt time.Time) *time.Time {
 	return &t
 }
 
-// withPayBy is v with its payBy when it is a live unpaid order (PENDING or
-// UNPAID); a paid, closed or rejected one has no deadline.
-func (s *Server) withPayBy(v orderView) orderView {
-	if v.Status == order.StatusPending || v.Status == order.StatusUnpaid {
-		v.PayBy = s.payBy(v.reservedAt)
+// orderView is o as GET answers it: with its payBy when it is a live unpaid
+// order (PENDING or UNPAID); a paid, closed or rejected one has no deadline.
+func (s *Server) orderView(o order.Order) client.Order {
+	v := client.Order{OrderNo: o.OrderNo, RequestID: o.RequestID, UserID: o.UserID, ActivityID: o.ActivityID, ItemID: o.ItemID,
+		Quantity: o.Quantity, Status: o.Status, Reason: o.Reason, CreatedAt: o.CreatedAt, PaidAt: o.PaidAt, ClosedAt: o.ClosedAt}
+	if o.Status == order.StatusPending || o.Status == order.StatusUnpaid {
+		v.PayBy = s.payBy(o.ReservedAt)
 	}
 	return v
 }

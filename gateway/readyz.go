@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"orderpipe/gateway/client"
 )
 
 // /readyz is unauthenticated and each probe of it dials a new broker
@@ -32,10 +34,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	checks, ok := s.readiness(r.Context())
 	if !ok {
 		w.Header().Set("Retry-After", "1")
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "checks": checks})
+		writeJSON(w, http.StatusServiceUnavailable, client.Readiness{Status: "unavailable", Checks: checks})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "checks": checks})
+	writeJSON(w, http.StatusOK, client.Readiness{Status: "ok", Checks: checks})
 }
 
 // readiness is the current answer: reused while fresh, else the answer of

@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
@@ -65,7 +66,7 @@ func stallProduceOf(k testenv.Kafka, lands bool) (stalled, resume chan struct{})
 type orderAnswer struct {
 	status int
 	code   string
-	body   orderAccepted
+	body   client.Placed
 	err    error
 }
 
@@ -273,7 +274,7 @@ func BenchmarkRetryStorm(b *testing.B) {
 				return 0
 			}
 			defer res.Body.Close()
-			var a orderAccepted
+			var a client.Placed
 			json.NewDecoder(res.Body).Decode(&a) //nolint:errcheck // an error body has no orderNo
 			if res.StatusCode == http.StatusOK && a.Replayed {
 				return 1

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/telemetry"
 )
 
@@ -119,7 +120,7 @@ func TestBodyKeysExact(t *testing.T) {
 
 // mustAnswerError sends body to a gateway without dependencies (whose
 // refusals of a body come before any) and reads its error answer.
-func mustAnswerError(t *testing.T, method, path, body string) (int, errorBody) {
+func mustAnswerError(t *testing.T, method, path, body string) (int, client.ErrorBody) {
 	t.Helper()
 	s := New(Config{AdminToken: "t"}, Deps{Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
@@ -127,7 +128,7 @@ func mustAnswerError(t *testing.T, method, path, body string) (int, errorBody) {
 	req.Header.Set("Authorization", "Bearer t")
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, req)
-	var got errorBody
+	var got client.ErrorBody
 	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || w.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("%s %s: %d %q %q, want a JSON error body", method, path, w.Code, w.Header().Get("Content-Type"), w.Body)
 	}

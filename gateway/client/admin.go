@@ -72,7 +72,6 @@ type ItemStatus struct {
 	Sold         int64  `json:"sold"`       // Σ quantity of UNPAID and PAID orders
 	InFlight     *int64 `json:"inFlight"`   // nil: Redis unavailable
 	Closed       int64  `json:"closed"`
-	Buckets      int    `json:"buckets,omitempty"`
 }
 
 // ActivityPage is one page of ListActivities, newest first.

@@ -3,7 +3,9 @@
 // and the retry a storefront needs around POST /v1/orders. It is what the
 // end-to-end tests, the load tool (orderpipe bench) and the chaos suite's
 // storefront speak through, and it is meant for storefront integrators: it
-// imports only the standard library, never the server.
+// imports only the standard library, never the server. The gateway encodes
+// its answers with this package's types, so a shape is written once and
+// the client decodes what the server wrote.
 //
 // A storefront places an order with a requestId it chose once and keeps for
 // every retry of that purchase:
@@ -167,7 +169,8 @@ type Placed struct {
 	OrderNo   string `json:"orderNo"`
 	Status    string `json:"status"`    // PENDING: follow it with GetOrder
 	Remaining int64  `json:"remaining"` // stock left after the (first) reservation
-	Replayed  bool   `json:"replayed"`
+	// Replayed is sent only when true: a 202 has no "replayed".
+	Replayed bool `json:"replayed,omitempty"`
 	// PayBy is when the closer may close the order unpaid (creation +
 	// CLOSE_AFTER); pay before it.
 	PayBy *time.Time `json:"payBy,omitempty"`
@@ -284,10 +287,11 @@ func (c *Client) Healthz(ctx context.Context) error {
 }
 
 // Readiness is the body of GET /readyz: "ok" or "unavailable", and each
-// dependency's state.
+// dependency's state. The gateway encodes it: Checks stays first, where
+// its answers have always had it.
 type Readiness struct {
-	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
+	Status string            `json:"status"`
 }
 
 // Ready is GET /readyz. Not ready is an *Error with Status 503, Code

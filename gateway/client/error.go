@@ -103,15 +103,18 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code && (t.Status == 0 || t.Status == e.Status)
 }
 
+// ErrorBody is the body of every error answer, as the gateway writes it.
+type ErrorBody struct {
+	Error struct {
+		Code    Code   `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
 // errorOf reads an error answer.
 func errorOf(status int, retry string, body []byte) *Error {
 	e := &Error{Status: status, RetryAfter: retryAfter(retry)}
-	var b struct {
-		Error struct {
-			Code    Code   `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var b ErrorBody
 	if json.Unmarshal(body, &b) != nil || b.Error.Code == "" {
 		e.Code, e.Message = CodeUndecodable, fmt.Sprintf("%s answer without the API's error body: %.200q", http.StatusText(status), body)
 		return e
