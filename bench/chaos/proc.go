@@ -1,12 +1,15 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +39,7 @@ type proc struct {
 	// or crashed machine would stop all of them at once. cred, when set,
 	// is the user it runs as; stopSignal replaces SIGTERM for stop.
 	group      bool
+	killed     []int // the leader's tree at its last SIGKILL
 	cred       *syscall.Credential
 	stopSignal syscall.Signal
 
@@ -182,9 +186,11 @@ func (p *proc) signal(sig syscall.Signal, wait time.Duration) error {
 	select {
 	case <-done:
 		if p.group && sig == syscall.SIGKILL {
-			// The leader is gone; so is the rest of the group (SIGKILL
-			// went to every member), but not necessarily reaped yet.
-			waitGroupGone(cmd.Process.Pid, wait)
+			// The leader is gone; so is the rest of its tree (SIGKILL
+			// went to every member), but not necessarily gone yet: a
+			// backend still alive holds the cluster's shared memory, and
+			// a postmaster started meanwhile refuses to run.
+			waitGone(cmd.Process.Pid, p.killed, wait)
 		}
 		return nil
 	case <-time.After(wait):
@@ -194,18 +200,83 @@ func (p *proc) signal(sig syscall.Signal, wait time.Duration) error {
 	return fmt.Errorf("%s did not exit within %s of %s; killed", p.name, wait, sig)
 }
 
-// send signals the process, or its whole group.
+// send signals the process, or its whole group. A stop, a continue and a
+// kill go to the leader's whole tree too: Postgres's backends each lead a
+// session of their own (setsid), so a signal to the postmaster's group
+// reaches none of them, and a crash or a freeze of the machine stops them
+// all.
 func (p *proc) send(cmd *exec.Cmd, sig syscall.Signal) error {
-	if p.group {
-		return syscall.Kill(-cmd.Process.Pid, sig)
+	if !p.group {
+		return cmd.Process.Signal(sig)
 	}
-	return cmd.Process.Signal(sig)
+	leader := cmd.Process.Pid
+	if sig != syscall.SIGKILL && sig != syscall.SIGSTOP && sig != syscall.SIGCONT {
+		return syscall.Kill(-leader, sig)
+	}
+	if sig != syscall.SIGCONT {
+		// Stopped first, the leader forks no child between the listing
+		// and the signal.
+		if err := syscall.Kill(-leader, syscall.SIGSTOP); err != nil {
+			return err
+		}
+	}
+	tree := descendants(leader)
+	for _, pid := range tree {
+		syscall.Kill(pid, sig) //nolint:errcheck // one may have exited meanwhile
+	}
+	if sig == syscall.SIGKILL {
+		p.killed = tree
+	}
+	return syscall.Kill(-leader, sig)
 }
 
-// waitGroupGone waits until no process of group pgid is left.
-func waitGroupGone(pgid int, within time.Duration) {
+// descendants are the processes below pid (from /proc), children first.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		parent, _ := strconv.Atoi(f[1])
+		children[parent] = append(children[parent], child)
+	}
+	var out []int
+	for queue := children[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
+}
+
+// waitGone waits until no process of group pgid and none of pids is left
+// (a zombie counts as gone: it holds nothing).
+func waitGone(pgid int, pids []int, within time.Duration) {
+	alive := func() bool {
+		if syscall.Kill(-pgid, 0) == nil {
+			return true
+		}
+		for _, pid := range pids {
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			if i := bytes.LastIndexByte(b, ')'); err == nil && i >= 0 && i+2 < len(b) && b[i+2] != 'Z' {
+				return true
+			}
+		}
+		return false
+	}
 	deadline := time.Now().Add(within)
-	for syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline) {
+	for alive() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
