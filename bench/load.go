@@ -40,43 +40,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := waitReady(ctx, api, cfg.WaitReady); err != nil {
 		return nil, err
 	}
-	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
+	a, closeStores, err := openAuditor(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
-	rdb, err := cfg.Redis.New(redisconn.Options{PoolSize: 8, ReadTimeout: 5 * time.Second})
-	if err != nil {
+	defer closeStores()
+	if err := createSale(ctx, api, cfg, a.items); err != nil {
 		return nil, err
 	}
-	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return nil, fmt.Errorf("reaching redis at %s: %w", cfg.Redis, err)
-	}
-	items := make([]int64, cfg.Items)
-	for i := range items {
-		items[i] = int64(i + 1)
-	}
-	if err := createSale(ctx, api, cfg, items); err != nil {
-		return nil, err
-	}
-	work := plan(cfg, items)
+	work := plan(cfg, a.items)
+	scr, stopScraper := startScraper(ctx, cfg)
+	defer stopScraper()
 
-	scr := newScraper(cfg.URL+"/metrics", cfg.WorkerMetrics)
-	scrCtx, stopScraper := context.WithCancel(ctx)
-	scrDone := make(chan struct{})
-	go func() { defer close(scrDone); scr.run(scrCtx, 100*time.Millisecond) }()
-	defer func() { stopScraper(); <-scrDone }()
-
-	a := &auditor{orders: order.NewStore(pool), st: stock.New(rdb, cfg.RedisPrefix), activityID: cfg.ActivityID, items: items, buckets: cfg.Buckets}
-	if len(cfg.KafkaBrokers) > 0 {
-		topic := cfg.StatusTopic
-		if topic == "" {
-			topic = event.StatusTopic
-		}
-		a.status = &invariant.StatusTopic{Topic: topic, Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second,
-			Transport: cfg.KafkaSecurity.Transport(5 * time.Second)}}
-	}
 	fmt.Fprintf(cfg.Progress, "bench: activity %d, %d item(s) × %d units, %d requests at c=%d against %s (seed %d)\n",
 		cfg.ActivityID, cfg.Items, cfg.Stock, cfg.Requests, cfg.Concurrency, cfg.URL, cfg.Seed)
 	var floor *Arrival
@@ -87,36 +62,113 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		fmt.Fprintf(cfg.Progress, "bench: then the gateway: %d requests %s at %s\n", len(work), cfg.loop(), cfg.URL)
 	}
-	meter := startProcMeter(cfg.Procs)
-	answers, loadTime, lastAccept, open, err := drive(ctx, client, cfg, work, scr)
+	load, err := sendLoad(ctx, client, cfg, work, scr)
 	if err != nil {
 		return nil, err
 	}
-	procs := meter.stop(len(work))
-	loadEnd := time.Now()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("load interrupted: %w", err)
-	}
-	if lastAccept.IsZero() {
-		lastAccept = loadEnd
-	}
-	acc := accepted(work, answers)
-	drainedAt, drainErr := a.waitDrained(ctx, len(acc), loadEnd, cfg.DrainTimeout, scr, cfg.Progress)
-
+	acc := accepted(work, load.answers)
+	drainedAt, drainErr := a.waitDrained(ctx, len(acc), load.end, cfg.DrainTimeout, scr, cfg.Progress)
 	audit, err := a.audit(ctx, acc, usersByItem(work))
 	if err != nil {
 		return nil, err
 	}
-	rep := newReport(cfg, work, answers, loadTime, audit)
-	rep.timeline = &timeline{start: loadEnd.Add(-loadTime), answers: answers}
-	rep.timeline.procs, rep.timeline.lag = scr.timeline()
-	elapsed := loadTime
-	if cfg.Rate > 0 {
-		rep.OpenLoop = newOpenLoop(cfg, newArrival(cfg.URL, answers, open), floor)
-		elapsed = open.elapsed
+	rep := newReport(cfg, work, load.answers, load.took, audit)
+	rep.addLoad(cfg, load, scr, floor, floorHalf)
+	rep.addDrain(load, scr, drainedAt, drainErr)
+	rep.check()
+	return rep, nil
+}
+
+// openAuditor opens the Postgres pool and Redis client the audit reads and
+// returns the auditor of this run's items with a closer for both.
+func openAuditor(ctx context.Context, cfg Config) (*auditor, func(), error) {
+	pool, err := database.Open(ctx, cfg.DatabaseURL, 4)
+	if err != nil {
+		return nil, nil, err
 	}
-	rep.Floor, rep.Pipeline = floorHalf, newHalf("pipeline", cfg.URL, answers, elapsed, procs)
-	rep.DrainMs, rep.DrainAfterLastAcceptMs = ms(drainedAt.Sub(loadEnd)), ms(drainedAt.Sub(lastAccept))
+	rdb, err := cfg.Redis.New(redisconn.Options{PoolSize: 8, ReadTimeout: 5 * time.Second})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	closeStores := func() { rdb.Close(); pool.Close() }
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		closeStores()
+		return nil, nil, fmt.Errorf("reaching redis at %s: %w", cfg.Redis, err)
+	}
+	items := make([]int64, cfg.Items)
+	for i := range items {
+		items[i] = int64(i + 1)
+	}
+	a := &auditor{orders: order.NewStore(pool), st: stock.New(rdb, cfg.RedisPrefix), activityID: cfg.ActivityID, items: items, buckets: cfg.Buckets}
+	if len(cfg.KafkaBrokers) > 0 {
+		topic := cfg.StatusTopic
+		if topic == "" {
+			topic = event.StatusTopic
+		}
+		a.status = &invariant.StatusTopic{Topic: topic, Client: &kafka.Client{Addr: kafka.TCP(cfg.KafkaBrokers...), Timeout: 10 * time.Second,
+			Transport: cfg.KafkaSecurity.Transport(5 * time.Second)}}
+	}
+	return a, closeStores, nil
+}
+
+// startScraper samples the gateway's and worker's metrics every 100 ms until
+// the returned stop, which waits for the last sample so the report reads a
+// series nobody is still writing.
+func startScraper(ctx context.Context, cfg Config) (*scraper, func()) {
+	scr := newScraper(cfg.URL+"/metrics", cfg.WorkerMetrics)
+	scrCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); scr.run(scrCtx, 100*time.Millisecond) }()
+	return scr, func() { cancel(); <-done }
+}
+
+// loadResult is what sending the load leaves for the drain wait and the report.
+type loadResult struct {
+	answers    []answer
+	took       time.Duration // from the first send to the last answer
+	end        time.Time     // when sending was over
+	lastAccept time.Time     // the last 202 (end when none was accepted)
+	open       openStats
+	procs      []ProcCPU
+}
+
+// sendLoad drives the work against the gateway while the process meter runs.
+func sendLoad(ctx context.Context, client *http.Client, cfg Config, work []request, scr *scraper) (loadResult, error) {
+	meter := startProcMeter(cfg.Procs)
+	answers, took, lastAccept, open, err := drive(ctx, client, cfg, work, scr)
+	if err != nil {
+		return loadResult{}, err
+	}
+	res := loadResult{answers: answers, took: took, lastAccept: lastAccept, open: open, procs: meter.stop(len(work))}
+	res.end = time.Now()
+	if err := ctx.Err(); err != nil {
+		return loadResult{}, fmt.Errorf("load interrupted: %w", err)
+	}
+	if res.lastAccept.IsZero() {
+		res.lastAccept = res.end
+	}
+	return res, nil
+}
+
+// addLoad puts the load's timeline, arrival figures and CPU in the report.
+func (rep *Report) addLoad(cfg Config, load loadResult, scr *scraper, floor *Arrival, floorHalf *Half) {
+	rep.timeline = &timeline{start: load.end.Add(-load.took), answers: load.answers}
+	rep.timeline.procs, rep.timeline.lag = scr.timeline()
+	// An open loop's throughput counts from its first intended send time,
+	// which may precede the first actual send.
+	elapsed := load.took
+	if cfg.Rate > 0 {
+		rep.OpenLoop = newOpenLoop(cfg, newArrival(cfg.URL, load.answers, load.open), floor)
+		elapsed = load.open.elapsed
+	}
+	rep.Floor, rep.Pipeline = floorHalf, newHalf("pipeline", cfg.URL, load.answers, elapsed, load.procs)
+}
+
+// addDrain puts how long the pipeline took to settle in the report; -1 is
+// "never seen" (no lag metric, or lag never reached 0 for good).
+func (rep *Report) addDrain(load loadResult, scr *scraper, drainedAt time.Time, drainErr error) {
+	rep.DrainMs, rep.DrainAfterLastAcceptMs = ms(drainedAt.Sub(load.end)), ms(drainedAt.Sub(load.lastAccept))
 	if drainErr != nil {
 		rep.DrainError = drainErr.Error()
 	}
@@ -124,15 +176,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if peak, ok := scr.peakLag(); ok {
 		rep.PeakConsumerLag = peak
 	}
-	if d := scr.zeroSince(loadEnd); d >= 0 {
+	if d := scr.zeroSince(load.end); d >= 0 {
 		rep.LagZeroAfterMs = ms(d)
 	}
-	if d := scr.zeroSince(lastAccept); d >= 0 {
+	if d := scr.zeroSince(load.lastAccept); d >= 0 {
 		rep.LagZeroAfterLastAcceptMs = ms(d)
 	}
 	rep.PeakRSSBytes, rep.RSSBytes = scr.rss()
-	rep.check()
-	return rep, nil
 }
 
 func newHTTPClient(conc int, timeout time.Duration) *http.Client {

@@ -262,70 +262,100 @@ func (h *Half) cpuPerRefusal(p ProcCPU) float64 {
 // alone). The text and the HTML report both print them.
 func halfRows(floor, pipe *Half, soldOut bool) [][4]string {
 	var rows [][4]string
-	add := func(name, format string, val func(h *Half) float64) {
-		r := [4]string{name, "", "", ""}
-		p := val(pipe)
-		r[2] = unknown(p, format)
-		if floor != nil {
-			f := val(floor)
-			r[1] = unknown(f, format)
-			// A process idle in one half (the floor's while the pipeline
-			// runs) has CPU but no ratio worth printing.
-			if f > 0 && (p > 0 || !strings.Contains(name, "CPU") && p == 0) {
-				r[3] = fmt.Sprintf("×%.2f", p/f)
-			}
-		}
-		rows = append(rows, r)
-	}
-	add("P50 ms", "%.2f", func(h *Half) float64 { return h.Latency.P50 })
-	add("P90 ms", "%.2f", func(h *Half) float64 { return h.Latency.P90 })
-	add("P99 ms", "%.2f", func(h *Half) float64 { return h.Latency.P99 })
-	add("P99.9 ms", "%.2f", func(h *Half) float64 { return h.Latency.P999 })
-	add("max ms", "%.2f", func(h *Half) float64 { return h.Latency.Max })
-	add("requests/s achieved", "%.0f", func(h *Half) float64 { return h.ReqPerSec })
-	add("refusals/s", "%.0f", func(h *Half) float64 { return h.RefusalsPerSec })
-	for i, p := range pipe.Procs {
-		get := func(h *Half) (ProcCPU, bool) {
-			if i < len(h.Procs) && h.Procs[i].Name == p.Name {
-				return h.Procs[i], true
-			}
-			return ProcCPU{}, false
-		}
-		add(p.Name+" CPU µs/request", "%.1f", func(h *Half) float64 {
-			if pc, ok := get(h); ok {
-				return pc.CPUPerRequest
-			}
-			return -1
-		})
-		if soldOut {
-			add(p.Name+" CPU µs/refusal", "%.1f", func(h *Half) float64 {
-				if pc, ok := get(h); ok {
-					return h.cpuPerRefusal(pc)
-				}
-				return -1
-			})
-		}
-		add(p.Name+" CPU s", "%.2f", func(h *Half) float64 {
-			if pc, ok := get(h); ok && pc.CPUPerRequest >= 0 {
-				return pc.CPUSeconds
-			}
-			return -1
-		})
-	}
-	if len(pipe.Procs) > 1 {
-		total := func(h *Half) float64 {
-			var sum float64
-			for _, p := range h.Procs {
-				if p.CPUPerRequest < 0 {
-					return -1
-				}
-				sum += p.CPUPerRequest
-			}
-			return sum
-		}
-		add("all named CPU µs/request", "%.1f", total)
+	for _, f := range halfFigures(pipe, soldOut) {
+		rows = append(rows, f.row(floor, pipe))
 	}
 	return rows
+}
+
+// halfFigure is one row of halfRows: how to read the figure from a half
+// (-1: unknown) and how to print it.
+type halfFigure struct {
+	name, format string
+	val          func(h *Half) float64
+}
+
+// row prints the figure of both halves and their ratio.
+func (f halfFigure) row(floor, pipe *Half) [4]string {
+	r := [4]string{f.name, "", "", ""}
+	p := f.val(pipe)
+	r[2] = unknown(p, f.format)
+	if floor == nil {
+		return r
+	}
+	fl := f.val(floor)
+	r[1] = unknown(fl, f.format)
+	// A process idle in one half (the floor's while the pipeline
+	// runs) has CPU but no ratio worth printing.
+	if fl > 0 && (p > 0 || !strings.Contains(f.name, "CPU") && p == 0) {
+		r[3] = fmt.Sprintf("×%.2f", p/fl)
+	}
+	return r
+}
+
+// halfFigures lists the latency and rate figures, then each named process's
+// CPU, in the pipeline's process order.
+func halfFigures(pipe *Half, soldOut bool) []halfFigure {
+	figs := []halfFigure{
+		{"P50 ms", "%.2f", func(h *Half) float64 { return h.Latency.P50 }},
+		{"P90 ms", "%.2f", func(h *Half) float64 { return h.Latency.P90 }},
+		{"P99 ms", "%.2f", func(h *Half) float64 { return h.Latency.P99 }},
+		{"P99.9 ms", "%.2f", func(h *Half) float64 { return h.Latency.P999 }},
+		{"max ms", "%.2f", func(h *Half) float64 { return h.Latency.Max }},
+		{"requests/s achieved", "%.0f", func(h *Half) float64 { return h.ReqPerSec }},
+		{"refusals/s", "%.0f", func(h *Half) float64 { return h.RefusalsPerSec }},
+	}
+	for i, p := range pipe.Procs {
+		figs = append(figs, procFigures(i, p.Name, soldOut)...)
+	}
+	if len(pipe.Procs) > 1 {
+		figs = append(figs, halfFigure{"all named CPU µs/request", "%.1f", totalCPUPerRequest})
+	}
+	return figs
+}
+
+// procFigures are the CPU figures of the i-th named process. A half whose
+// i-th process is another one (or missing) reads as unknown: the floor runs
+// fewer processes than the pipeline.
+func procFigures(i int, name string, soldOut bool) []halfFigure {
+	get := func(h *Half) (ProcCPU, bool) {
+		if i < len(h.Procs) && h.Procs[i].Name == name {
+			return h.Procs[i], true
+		}
+		return ProcCPU{}, false
+	}
+	figs := []halfFigure{{name + " CPU µs/request", "%.1f", func(h *Half) float64 {
+		if pc, ok := get(h); ok {
+			return pc.CPUPerRequest
+		}
+		return -1
+	}}}
+	if soldOut {
+		figs = append(figs, halfFigure{name + " CPU µs/refusal", "%.1f", func(h *Half) float64 {
+			if pc, ok := get(h); ok {
+				return h.cpuPerRefusal(pc)
+			}
+			return -1
+		}})
+	}
+	return append(figs, halfFigure{name + " CPU s", "%.2f", func(h *Half) float64 {
+		if pc, ok := get(h); ok && pc.CPUPerRequest >= 0 {
+			return pc.CPUSeconds
+		}
+		return -1
+	}})
+}
+
+// totalCPUPerRequest sums a half's named processes (-1 if any is unread).
+func totalCPUPerRequest(h *Half) float64 {
+	var sum float64
+	for _, p := range h.Procs {
+		if p.CPUPerRequest < 0 {
+			return -1
+		}
+		sum += p.CPUPerRequest
+	}
+	return sum
 }
 
 // tickResolution is the CPU per request one clock tick of /proc/PID/stat

@@ -114,10 +114,19 @@ func (s *Suite) runAudit(ctx context.Context, act int64, items []int64, observed
 	for _, it := range r.Items {
 		a.oversold += max(0, it.LiveUnits-it.InitialStock)
 	}
-	byNo := map[string]order.SnapshotOrder{}
-	perRequest := map[string]int{}
+	byNo, perRequest := a.countOrders(r.Snapshot.Orders)
+	a.judgeAnswers(res, byNo, perRequest)
+	a.finish()
+	return a, nil
+}
+
+// countOrders counts the closed and paid orders and the duplicates Postgres
+// holds (a requestId's second order, a user's second live order of an item),
+// and returns the orders by orderNo and the order count of each requestId.
+func (a *audit) countOrders(orders []order.SnapshotOrder) (byNo map[string]order.SnapshotOrder, perRequest map[string]int) {
+	byNo, perRequest = map[string]order.SnapshotOrder{}, map[string]int{}
 	live := map[[2]int64]int{}
-	for _, o := range r.Snapshot.Orders {
+	for _, o := range orders {
 		byNo[o.OrderNo] = o
 		if perRequest[o.RequestID]++; perRequest[o.RequestID] == 2 {
 			a.dbDuplicates++
@@ -134,7 +143,13 @@ func (s *Suite) runAudit(ctx context.Context, act int64, items []int64, observed
 			a.paidDB++
 		}
 	}
+	return byNo, perRequest
+}
 
+// judgeAnswers holds what the clients were told (res) to the orders: a
+// replay names the first answer's orderNo and is not refused (I3), an order
+// was sent by some client, and a payment's answer is the order's status (I6).
+func (a *audit) judgeAnswers(res *loadResult, byNo map[string]order.SnapshotOrder, perRequest map[string]int) {
 	res.mu.Lock()
 	defer res.mu.Unlock()
 	for _, rid := range res.accepted {
@@ -162,8 +177,6 @@ func (s *Suite) runAudit(ctx context.Context, act int64, items []int64, observed
 			a.problem("I6: order %s was answered ORDER_CLOSED but is %q", no, o.Status)
 		}
 	}
-	a.finish()
-	return a, nil
 }
 
 // observedOf is every orderNo the load's clients were shown in a 2xx (the

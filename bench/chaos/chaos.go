@@ -254,165 +254,33 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	}
 	s.logf("run %s, seed %d, logs in %s", run, cfg.Seed, s.Dir)
 
-	if cfg.ServerURL == "" {
-		if cfg.ServerURL, err = s.startPostgres(ctx); err != nil {
-			return s, err
-		}
-		s.cfg.ServerURL = cfg.ServerURL
-	}
-	base, err := url.Parse(cfg.ServerURL)
-	if err != nil {
-		return s, fmt.Errorf("parsing the Postgres URL: %w", err)
-	}
-	db := *base
-	db.Path = "/" + s.dbName
-	s.dbURL = db.String()
-	pgAddr := base.Host
-	if base.Port() == "" {
-		pgAddr = net.JoinHostPort(base.Hostname(), "5432")
-	}
-	if s.toxi, err = startToxi(pgAddr); err != nil {
+	if err := s.startPostgresLink(ctx); err != nil {
 		return s, err
 	}
-	db.Host = s.toxi.Addr
-	s.proxiedURL = db.String()
-
 	if s.redisAddr, err = s.startRedis(ctx); err != nil {
 		return s, err
 	}
-
-	if s.baseEnv, err = processEnv(cfg.Bin); err != nil {
+	if err := s.setBaseEnv(); err != nil {
 		return s, err
 	}
-	s.baseEnv = append(s.baseEnv, "REDIS_ADDR="+s.redisAddr, "REDIS_KEY_PREFIX="+s.prefix, "ADMIN_TOKEN="+s.adminToken,
-		"RATE_LIMIT_USER_RPS=0", "KAFKA_PARTITIONS="+strconv.Itoa(kafkaPartitions), "DB_MAX_CONNS=8", "LOG_LEVEL=info",
-		"CLOSE_AFTER="+closeAfter, "CLOSER_INTERVAL=500ms", "REDRIVE_AFTER="+redriveAfter, "REDRIVE_INTERVAL=1s")
-
-	if out, err := s.command(ctx, "migrate", s.env("DATABASE_URL="+s.dbURL)); err != nil {
-		return s, fmt.Errorf("orderpipe migrate: %w\n%s", err, out)
+	if err := s.openStores(ctx); err != nil {
+		return s, err
 	}
-	pool, err := database.OpenLazy(ctx, s.dbURL, 0)
+	kafkaAddr, err := freeAddr()
 	if err != nil {
 		return s, err
 	}
-	rdb, err := redisconn.Config{Addr: s.redisAddr}.New(redisconn.Options{})
-	if err != nil {
-		pool.Close()
-		return s, err
-	}
-	s.closeStores = func() {
-		pool.Close()
-		rdb.Close()
-	}
-	s.orders, s.pool = order.NewStore(pool), pool
-	s.stock, s.sr = stock.New(rdb, s.prefix), stocktest.On(rdb, s.prefix)
-	if err := s.stock.Ping(ctx); err != nil {
-		return s, fmt.Errorf("reaching redis through the proxy %s: %w", s.redisAddr, err)
-	}
-
-	addrs := make([]string, 2)
-	for i := range addrs {
-		if addrs[i], err = freeAddr(); err != nil {
-			return s, err
-		}
-	}
-	s.httpURL = "http://" + addrs[1]
-	if cfg.KafkaNodes > 0 {
-		// Every broker starts before any is waited for: each needs a quorum.
-		if err := s.startCluster(ctx); err != nil {
-			return s, err
-		}
-	} else {
-		// Every client reaches the broker through the proxy "kafka", which
-		// the broker advertises as its address.
-		link, err := s.toxi.add("kafka", addrs[0])
-		if err != nil {
-			return s, err
-		}
-		s.brokers, s.kafkaLink = []string{link}, true
-		_, kafkaPort, _ := net.SplitHostPort(addrs[0])
-		_, linkPort, _ := net.SplitHostPort(link)
-		kafka := s.newProc("kafka", func(ctx context.Context) error { return event.Ping(ctx, s.brokers) },
-			"KAFKA_EMBEDDED_PORT="+kafkaPort, "KAFKA_EMBEDDED_ADVERTISED_PORT="+linkPort, "KAFKA_EMBEDDED_DIR="+s.kafkaDir)
-		s.procs = append(s.procs, kafka)
-		if err := kafka.start(); err != nil {
-			return s, err
-		}
-		if err := kafka.waitReady(ctx, 30*time.Second); err != nil {
-			return s, err
-		}
-	}
-	bootstrap := "KAFKA_BROKERS=" + strings.Join(s.brokers, ",")
-	nWorkers := cfg.Workers
-	if nWorkers <= 0 {
-		nWorkers = 1
-		if cfg.KafkaNodes > 0 {
-			// Two members share the group, as in production: a killed one's
-			// partitions move to the other after its session times out.
-			nWorkers = 2
-		}
-	}
-	// REDIS_WAIT_REPLICAS is read by the gateways (a reserve) and the
-	// workers (a claim) alike.
-	var redisWait []string
-	if cfg.RedisWaitReplicas > 0 {
-		// Above the replica's ack time on a loaded machine (a later ack is
-		// a 503 with nothing reserved, or a claim retried), below
-		// REDIS_TIMEOUT (1s).
-		wait := min(200*time.Millisecond+2*cfg.RedisReplLag, 900*time.Millisecond)
-		redisWait = []string{"REDIS_WAIT_REPLICAS=" + strconv.Itoa(cfg.RedisWaitReplicas), "REDIS_WAIT_TIMEOUT=" + wait.String()}
-	}
-	var workers []string
-	var comps []*proc
-	for i := range nWorkers {
-		name := numbered("worker", i)
-		metricsAddr, err := freeAddr()
-		if err != nil {
-			return s, err
-		}
-		workers = append(workers, name)
-		s.workerMetrics = append(s.workerMetrics, "http://"+metricsAddr+"/metrics")
-		w := s.newProc(name, healthz("http://"+metricsAddr+"/healthz"),
-			append([]string{"DATABASE_URL=" + s.proxiedURL, bootstrap, "METRICS_ADDR=" + metricsAddr}, redisWait...)...)
-		w.args = []string{"worker"}
-		comps = append(comps, w)
-	}
-	closerAddr, err := freeAddr()
+	gatewayAddr, err := freeAddr()
 	if err != nil {
 		return s, err
 	}
-	comps = append(comps, s.newProc("closer", healthz("http://"+closerAddr+"/healthz"),
-		"DATABASE_URL="+s.proxiedURL, "METRICS_ADDR="+closerAddr))
-	// The relay of orders.status, through the Postgres link like the closer
-	// (its faults are the nemesis's); the audit checks I7 on what it sent.
-	relayAddr, err := freeAddr()
-	if err != nil {
+	s.httpURL = "http://" + gatewayAddr
+	if err := s.startKafka(ctx, kafkaAddr); err != nil {
 		return s, err
 	}
-	comps = append(comps, s.newProc("relay", healthz("http://"+relayAddr+"/healthz"),
-		"DATABASE_URL="+s.proxiedURL, bootstrap, "METRICS_ADDR="+relayAddr))
-	hooks, err := s.startWebhooks()
+	comps, workers, err := s.components(gatewayAddr)
 	if err != nil {
 		return s, err
-	}
-	comps = append(comps, hooks...)
-	for i := range max(cfg.Gateways, 1) {
-		addr := addrs[1]
-		if i > 0 {
-			if addr, err = freeAddr(); err != nil {
-				return s, err
-			}
-		}
-		u := "http://" + addr
-		s.httpURLs = append(s.httpURLs, u)
-		env := []string{"DATABASE_URL=" + s.dbURL, bootstrap, "HTTP_ADDR=" + addr}
-		if cfg.ProduceTimeout > 0 {
-			env = append(env, "PRODUCE_TIMEOUT="+cfg.ProduceTimeout.String())
-		}
-		env = append(env, redisWait...)
-		g := s.newProc(numbered("gateway", i), healthz(u+"/readyz"), env...)
-		g.args = []string{"gateway"}
-		comps = append(comps, g)
 	}
 	s.procs = append(s.procs, comps...)
 	for _, p := range comps {
@@ -426,6 +294,207 @@ func Start(ctx context.Context, cfg Config) (s *Suite, err error) {
 	s.logf("started kafka %s, gateway %s, %s, closer, relay, webhook ×2 (postgres for workers and closer through toxiproxy %s)",
 		strings.Join(s.brokers, ","), strings.Join(s.httpURLs, ", "), strings.Join(workers, ", "), s.toxi.Addr)
 	return s, nil
+}
+
+// startPostgresLink starts the suite's own PostgreSQL unless Config.ServerURL
+// names one, and the Toxiproxy in front of it that the worker and the closer
+// reach it through, so that the nemesis can cut them off it.
+func (s *Suite) startPostgresLink(ctx context.Context) error {
+	if s.cfg.ServerURL == "" {
+		var err error
+		if s.cfg.ServerURL, err = s.startPostgres(ctx); err != nil {
+			return err
+		}
+	}
+	base, err := url.Parse(s.cfg.ServerURL)
+	if err != nil {
+		return fmt.Errorf("parsing the Postgres URL: %w", err)
+	}
+	db := *base
+	db.Path = "/" + s.dbName
+	s.dbURL = db.String()
+	pgAddr := base.Host
+	if base.Port() == "" {
+		pgAddr = net.JoinHostPort(base.Hostname(), "5432")
+	}
+	if s.toxi, err = startToxi(pgAddr); err != nil {
+		return err
+	}
+	db.Host = s.toxi.Addr
+	s.proxiedURL = db.String()
+	return nil
+}
+
+// setBaseEnv is the environment every process shares: the binary's own
+// settings, then the run's Redis and admin token and timings short enough
+// for the closer and the redrive to act within a scenario.
+func (s *Suite) setBaseEnv() error {
+	env, err := processEnv(s.cfg.Bin)
+	if err != nil {
+		return err
+	}
+	s.baseEnv = append(env, "REDIS_ADDR="+s.redisAddr, "REDIS_KEY_PREFIX="+s.prefix, "ADMIN_TOKEN="+s.adminToken,
+		"RATE_LIMIT_USER_RPS=0", "KAFKA_PARTITIONS="+strconv.Itoa(kafkaPartitions), "DB_MAX_CONNS=8", "LOG_LEVEL=info",
+		"CLOSE_AFTER="+closeAfter, "CLOSER_INTERVAL=500ms", "REDRIVE_AFTER="+redriveAfter, "REDRIVE_INTERVAL=1s")
+	return nil
+}
+
+// openStores migrates the run's database and opens the stores the
+// scenarios and the checker read: Postgres direct, Redis through its proxy
+// as the processes see it.
+func (s *Suite) openStores(ctx context.Context) error {
+	if out, err := s.command(ctx, "migrate", s.env("DATABASE_URL="+s.dbURL)); err != nil {
+		return fmt.Errorf("orderpipe migrate: %w\n%s", err, out)
+	}
+	pool, err := database.OpenLazy(ctx, s.dbURL, 0)
+	if err != nil {
+		return err
+	}
+	rdb, err := redisconn.Config{Addr: s.redisAddr}.New(redisconn.Options{})
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	s.closeStores = func() {
+		pool.Close()
+		rdb.Close()
+	}
+	s.orders, s.pool = order.NewStore(pool), pool
+	s.stock, s.sr = stock.New(rdb, s.prefix), stocktest.On(rdb, s.prefix)
+	if err := s.stock.Ping(ctx); err != nil {
+		return fmt.Errorf("reaching redis through the proxy %s: %w", s.redisAddr, err)
+	}
+	return nil
+}
+
+// startKafka starts the real cluster (Config.KafkaNodes) or the embedded
+// broker on addr.
+func (s *Suite) startKafka(ctx context.Context, addr string) error {
+	if s.cfg.KafkaNodes > 0 {
+		// Every broker starts before any is waited for: each needs a quorum.
+		return s.startCluster(ctx)
+	}
+	// Every client reaches the broker through the proxy "kafka", which
+	// the broker advertises as its address.
+	link, err := s.toxi.add("kafka", addr)
+	if err != nil {
+		return err
+	}
+	s.brokers, s.kafkaLink = []string{link}, true
+	_, kafkaPort, _ := net.SplitHostPort(addr)
+	_, linkPort, _ := net.SplitHostPort(link)
+	kafka := s.newProc("kafka", func(ctx context.Context) error { return event.Ping(ctx, s.brokers) },
+		"KAFKA_EMBEDDED_PORT="+kafkaPort, "KAFKA_EMBEDDED_ADVERTISED_PORT="+linkPort, "KAFKA_EMBEDDED_DIR="+s.kafkaDir)
+	s.procs = append(s.procs, kafka)
+	if err := kafka.start(); err != nil {
+		return err
+	}
+	return kafka.waitReady(ctx, 30*time.Second)
+}
+
+// components are the pipeline's processes, not yet started, in the order
+// they start: workers, closer, relay, webhook deliverers, then the gateways
+// (the first on gatewayAddr). workers names the workers for the log.
+func (s *Suite) components(gatewayAddr string) (comps []*proc, workers []string, err error) {
+	bootstrap := "KAFKA_BROKERS=" + strings.Join(s.brokers, ",")
+	redisWait := s.redisWaitEnv()
+	if comps, err = s.workerProcs(bootstrap, redisWait); err != nil {
+		return nil, nil, err
+	}
+	for _, w := range comps {
+		workers = append(workers, w.name)
+	}
+	closerAddr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	comps = append(comps, s.newProc("closer", healthz("http://"+closerAddr+"/healthz"),
+		"DATABASE_URL="+s.proxiedURL, "METRICS_ADDR="+closerAddr))
+	// The relay of orders.status, through the Postgres link like the closer
+	// (its faults are the nemesis's); the audit checks I7 on what it sent.
+	relayAddr, err := freeAddr()
+	if err != nil {
+		return nil, nil, err
+	}
+	comps = append(comps, s.newProc("relay", healthz("http://"+relayAddr+"/healthz"),
+		"DATABASE_URL="+s.proxiedURL, bootstrap, "METRICS_ADDR="+relayAddr))
+	hooks, err := s.startWebhooks()
+	if err != nil {
+		return nil, nil, err
+	}
+	comps = append(comps, hooks...)
+	gateways, err := s.gatewayProcs(gatewayAddr, bootstrap, redisWait)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(comps, gateways...), workers, nil
+}
+
+// redisWaitEnv is REDIS_WAIT_REPLICAS with its timeout, read by the
+// gateways (a reserve) and the workers (a claim) alike; nil without replicas
+// to wait for.
+func (s *Suite) redisWaitEnv() []string {
+	if s.cfg.RedisWaitReplicas <= 0 {
+		return nil
+	}
+	// Above the replica's ack time on a loaded machine (a later ack is
+	// a 503 with nothing reserved, or a claim retried), below
+	// REDIS_TIMEOUT (1s).
+	wait := min(200*time.Millisecond+2*s.cfg.RedisReplLag, 900*time.Millisecond)
+	return []string{"REDIS_WAIT_REPLICAS=" + strconv.Itoa(s.cfg.RedisWaitReplicas), "REDIS_WAIT_TIMEOUT=" + wait.String()}
+}
+
+// workerProcs are the workers, each with its own metrics address
+// (workerMetrics, in the same order).
+func (s *Suite) workerProcs(bootstrap string, redisWait []string) ([]*proc, error) {
+	n := s.cfg.Workers
+	if n <= 0 {
+		n = 1
+		if s.cfg.KafkaNodes > 0 {
+			// Two members share the group, as in production: a killed one's
+			// partitions move to the other after its session times out.
+			n = 2
+		}
+	}
+	var procs []*proc
+	for i := range n {
+		metricsAddr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		s.workerMetrics = append(s.workerMetrics, "http://"+metricsAddr+"/metrics")
+		w := s.newProc(numbered("worker", i), healthz("http://"+metricsAddr+"/healthz"),
+			append([]string{"DATABASE_URL=" + s.proxiedURL, bootstrap, "METRICS_ADDR=" + metricsAddr}, redisWait...)...)
+		w.args = []string{"worker"}
+		procs = append(procs, w)
+	}
+	return procs, nil
+}
+
+// gatewayProcs are the gateways (Config.Gateways, at least one), the first
+// on firstAddr; they reach Postgres direct, not through the proxy.
+func (s *Suite) gatewayProcs(firstAddr, bootstrap string, redisWait []string) ([]*proc, error) {
+	var procs []*proc
+	for i := range max(s.cfg.Gateways, 1) {
+		addr := firstAddr
+		if i > 0 {
+			var err error
+			if addr, err = freeAddr(); err != nil {
+				return nil, err
+			}
+		}
+		u := "http://" + addr
+		s.httpURLs = append(s.httpURLs, u)
+		env := []string{"DATABASE_URL=" + s.dbURL, bootstrap, "HTTP_ADDR=" + addr}
+		if s.cfg.ProduceTimeout > 0 {
+			env = append(env, "PRODUCE_TIMEOUT="+s.cfg.ProduceTimeout.String())
+		}
+		env = append(env, redisWait...)
+		g := s.newProc(numbered("gateway", i), healthz(u+"/readyz"), env...)
+		g.args = []string{"gateway"}
+		procs = append(procs, g)
+	}
+	return procs, nil
 }
 
 // numbered is the name of the i-th (from 0) process of a kind: worker,

@@ -80,41 +80,7 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 	shownNos := map[string]string{} // orderNo seen in a 2xx → requestId
 	lr := newLoadResult()           // for runAudit: every requestId sent
 	for _, rid := range rids {
-		var oks []Op
-		for _, o := range c.ops[rid] {
-			switch o.Kind {
-			case opGiveUp:
-				c.gaveUp++
-				continue
-			case opPay:
-				c.calls++
-				c.pays[o.answer0()]++
-				c.checkPay(rid, o, orders)
-				continue
-			case opCancel:
-				c.calls++
-				c.cancels[o.answer0()]++
-				c.checkCancel(rid, o, orders)
-				continue
-			case opGet:
-				c.calls++
-				continue
-			}
-			c.calls++
-			c.answers[o.answer0()]++
-			if o.Status == 0 && o.Err == "client timeout" {
-				c.timeouts++
-			}
-			if o.ok2xx() {
-				oks = append(oks, o)
-				if o.Replayed {
-					c.replays++
-				}
-			}
-			if _, ok := lr.requests[rid]; !ok && o.Payload != nil {
-				lr.requests[rid] = &request{body: *o.Payload}
-			}
-		}
+		oks := c.tally(rid, orders, lr)
 		if _, sent := lr.requests[rid]; sent {
 			c.requests++
 		}
@@ -122,20 +88,7 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 			continue
 		}
 		c.accepted++
-		sort.SliceStable(oks, func(i, j int) bool { return oks[i].End.Before(oks[j].End) })
-		first := oks[0]
-		for _, o := range oks[1:] {
-			if o.OrderNo != first.OrderNo {
-				c.violate(rid, "I3: %s: attempt #%d was answered %d with orderNo %s, but the first 2xx (attempt #%d, %+.3fs) named %s",
-					rid, o.Attempt, o.Status, o.OrderNo, first.Attempt, first.End.Sub(t0).Seconds(), first.OrderNo)
-			}
-		}
-		for _, o := range c.ops[rid] {
-			if o.Kind == opOrder && o.Status != 0 && !o.ok2xx() && !o.retriable() && o.Start.After(first.End) {
-				c.violate(rid, "I3: %s: attempt #%d, sent after the first 2xx named %s, was refused %d %s",
-					rid, o.Attempt, first.OrderNo, o.Status, o.Code)
-			}
-		}
+		c.checkFirstAnswer(rid, oks)
 		for _, o := range oks {
 			shownNos[o.OrderNo] = rid
 		}
@@ -149,6 +102,79 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	c.addAudit(a)
+	code, out := s.reconcile(ctx)
+	c.reconcileExit = code
+	if code != 0 {
+		c.violate("", "I5: reconciler --once exit %d:\n%s", code, out)
+	}
+	sort.SliceStable(c.violations, func(i, j int) bool { return c.violations[i].msg < c.violations[j].msg })
+	return c, nil
+}
+
+// tally counts one requestId's operations, judges its payments and cancels
+// against the orders (by orderNo), records its body in lr the first time a
+// POST carried one, and returns its POSTs answered 2xx.
+func (c *checkResult) tally(rid string, orders map[string]order.SnapshotOrder, lr *loadResult) (oks []Op) {
+	for _, o := range c.ops[rid] {
+		if o.Kind == opGiveUp {
+			c.gaveUp++
+			continue
+		}
+		c.calls++
+		switch o.Kind {
+		case opPay:
+			c.pays[o.answer0()]++
+			c.checkPay(rid, o, orders)
+			continue
+		case opCancel:
+			c.cancels[o.answer0()]++
+			c.checkCancel(rid, o, orders)
+			continue
+		case opGet:
+			continue
+		}
+		c.answers[o.answer0()]++
+		if o.Status == 0 && o.Err == "client timeout" {
+			c.timeouts++
+		}
+		if o.ok2xx() {
+			oks = append(oks, o)
+			if o.Replayed {
+				c.replays++
+			}
+		}
+		if _, ok := lr.requests[rid]; !ok && o.Payload != nil {
+			lr.requests[rid] = &request{body: *o.Payload}
+		}
+	}
+	return oks
+}
+
+// checkFirstAnswer holds a requestId's 2xx answers (oks, sorted here by
+// when they came back) to I3: each names the first one's orderNo, and no
+// attempt sent after the first 2xx is refused.
+func (c *checkResult) checkFirstAnswer(rid string, oks []Op) {
+	sort.SliceStable(oks, func(i, j int) bool { return oks[i].End.Before(oks[j].End) })
+	first := oks[0]
+	for _, o := range oks[1:] {
+		if o.OrderNo != first.OrderNo {
+			c.violate(rid, "I3: %s: attempt #%d was answered %d with orderNo %s, but the first 2xx (attempt #%d, %+.3fs) named %s",
+				rid, o.Attempt, o.Status, o.OrderNo, first.Attempt, first.End.Sub(c.t0).Seconds(), first.OrderNo)
+		}
+	}
+	for _, o := range c.ops[rid] {
+		if o.Kind == opOrder && o.Status != 0 && !o.ok2xx() && !o.retriable() && o.Start.After(first.End) {
+			c.violate(rid, "I3: %s: attempt #%d, sent after the first 2xx named %s, was refused %d %s",
+				rid, o.Attempt, first.OrderNo, o.Status, o.Code)
+		}
+	}
+}
+
+// addAudit takes the audit's violations and, of its problems, those that
+// are not one of these violations as text: phantoms and what the clients'
+// replays and payments were told.
+func (c *checkResult) addAudit(a *audit) {
 	c.audit = a
 	for _, v := range a.violations {
 		c.violate(v.RequestID, "%s", v)
@@ -158,13 +184,6 @@ func (s *Suite) checkHistory(ctx context.Context, act int64, items []int64, t0 t
 			c.violate("", "%s", p) // what only the history shows
 		}
 	}
-	code, out := s.reconcile(ctx)
-	c.reconcileExit = code
-	if code != 0 {
-		c.violate("", "I5: reconciler --once exit %d:\n%s", code, out)
-	}
-	sort.SliceStable(c.violations, func(i, j int) bool { return c.violations[i].msg < c.violations[j].msg })
-	return c, nil
 }
 
 // checkRefused: a requestId only refused (every POST answered, none 2xx,

@@ -128,40 +128,13 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 		code, errCode, err := coded(s.adminAPI().Preheat(ctx, id))
 		first <- answerText(code, errCode, err)
 	}()
-	// The step that matters: Redis loaded (Postgres next records the item
-	// preheated), or Postgres has fixed the layout (Redis next).
-	reached := func() bool {
-		if f.Target == "postgres" {
-			n, err := s.stock.BucketStocks(ctx, it, 1)
-			return err == nil && n[0] != nil
-		}
-		p, err := ordertest.PreheatOf(ctx, s.pool, id, 1)
-		return err == nil && p.Started
-	}
-	var firstAnswer string
-	deadline := time.Now().Add(10 * time.Second)
-	for firstAnswer == "" && !reached() && time.Now().Before(deadline) {
-		select {
-		case firstAnswer = <-first:
-		default:
-			time.Sleep(200 * time.Microsecond)
-		}
-	}
+	firstAnswer := s.waitPreheatStep(ctx, f.Target, it, first)
 	paused := "not paused (the preheat was done first)"
 	if firstAnswer == "" {
-		p := s.pauseTarget(f.Target)
-		if err := p.pause(); err != nil {
+		var err error
+		if paused, err = s.pausePreheat(f); err != nil {
 			return desc, err
 		}
-		time.Sleep(f.For)
-		if err := p.resume(); err != nil {
-			return desc, err
-		}
-		step := "had fixed the layout in Postgres"
-		if f.Target == "postgres" {
-			step = "had loaded Redis"
-		}
-		paused = fmt.Sprintf("%s paused %s once the preheat %s", p.name, f.For.Round(10*time.Millisecond), step)
 		firstAnswer = <-first
 	}
 
@@ -170,17 +143,70 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 	held := s.itemKeysHeld(ctx, it, buckets+1)
 	code, errCode, err := s.putPreheatSale(ctx, id, units, buckets+1)
 	layout := answerText(code, errCode, err)
-	if code == http.StatusOK {
-		if held != "" {
-			preheatFinding("preheat: sale %d's bucket count changed %d → %d (PUT answered 200) while Redis held %s",
-				id, buckets, buckets+1, held)
-		}
-		buckets++
+	if code == http.StatusOK && held != "" {
+		preheatFinding("preheat: sale %d's bucket count changed %d → %d (PUT answered 200) while Redis held %s",
+			id, buckets, buckets+1, held)
 	}
 
-	// Finish it, as an operator would: retry until it answers 200.
-	retries := 0
-	var last string
+	retries, last := s.finishPreheat(ctx, id)
+	time.Sleep(500 * time.Millisecond) // the probe buys some after the preheat too
+	stopProbe()
+	accepted := <-probe
+	early, err := s.checkPreheatRecorded(ctx, it, accepted)
+	if err != nil {
+		return desc, err
+	}
+	return fmt.Sprintf("%s: %s; first answer %s; layout change %s; finished after %d retries (%s); %d orders accepted, %d before Postgres recorded the preheat",
+		desc, paused, firstAnswer, layout, retries, last, len(accepted), early), nil
+}
+
+// waitPreheatStep waits (10 s at most) for the preheat to reach the step
+// that matters to a fault on target: Redis loaded (Postgres next records
+// the item preheated), or Postgres has fixed the layout (Redis next). It
+// returns the preheat's answer if that came first, "" once the step is
+// reached.
+func (s *Suite) waitPreheatStep(ctx context.Context, target string, it stock.Item, first <-chan string) string {
+	reached := func() bool {
+		if target == "postgres" {
+			n, err := s.stock.BucketStocks(ctx, it, 1)
+			return err == nil && n[0] != nil
+		}
+		p, err := ordertest.PreheatOf(ctx, s.pool, it.ActivityID, 1)
+		return err == nil && p.Started
+	}
+	var answer string
+	deadline := time.Now().Add(10 * time.Second)
+	for answer == "" && !reached() && time.Now().Before(deadline) {
+		select {
+		case answer = <-first:
+		default:
+			// As short as the step is: the fault must land between the two stores.
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	return answer
+}
+
+// pausePreheat pauses the fault's target for its time, mid-preheat.
+func (s *Suite) pausePreheat(f fault) (string, error) {
+	p := s.pauseTarget(f.Target)
+	if err := p.pause(); err != nil {
+		return "", err
+	}
+	time.Sleep(f.For)
+	if err := p.resume(); err != nil {
+		return "", err
+	}
+	step := "had fixed the layout in Postgres"
+	if f.Target == "postgres" {
+		step = "had loaded Redis"
+	}
+	return fmt.Sprintf("%s paused %s once the preheat %s", p.name, f.For.Round(10*time.Millisecond), step), nil
+}
+
+// finishPreheat finishes the preheat as an operator would: it retries until
+// the answer is 200, and after 100 retries notes that it never finished.
+func (s *Suite) finishPreheat(ctx context.Context, id int64) (retries int, last string) {
 	for done := false; !done; retries++ {
 		code, errCode, err := coded(s.adminAPI().Preheat(ctx, id))
 		last, done = answerText(code, errCode, err), code == http.StatusOK
@@ -192,16 +218,19 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 			time.Sleep(300 * time.Millisecond)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // the probe buys some after the preheat too
-	stopProbe()
-	accepted := <-probe
+	return retries, last
+}
 
+// checkPreheatRecorded notes orders accepted (at the times in accepted)
+// before Postgres recorded the item preheated, which it returns the count
+// of, and a bucket count on sale in Redis other than Postgres's.
+func (s *Suite) checkPreheatRecorded(ctx context.Context, it stock.Item, accepted []time.Time) (early int, err error) {
+	id := it.ActivityID
 	p, err := ordertest.PreheatOf(ctx, s.pool, id, 1)
 	if err != nil {
-		return desc, fmt.Errorf("reading the item: %w", err)
+		return 0, fmt.Errorf("reading the item: %w", err)
 	}
 	marked, pgBuckets := p.PreheatedAt, p.Buckets
-	early := 0
 	for _, t := range accepted {
 		if marked == nil || !marked.Before(t) {
 			early++
@@ -214,8 +243,7 @@ func (s *Suite) preheatCut(ctx context.Context, f fault, act int64) (string, err
 	if n, known, err := s.stock.Buckets(ctx, it); err == nil && known && n != pgBuckets {
 		preheatFinding("preheat: sale %d is on sale in Redis with %d buckets, Postgres says %d", id, n, pgBuckets)
 	}
-	return fmt.Sprintf("%s: %s; first answer %s; layout change %s; finished after %d retries (%s); %d orders accepted, %d before Postgres recorded the preheat",
-		desc, paused, firstAnswer, layout, retries, last, len(accepted), early), nil
+	return early, nil
 }
 
 // putPreheatSale creates or replaces the fresh activity id.

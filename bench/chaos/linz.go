@@ -198,69 +198,91 @@ func linStep(s linState, in linInput, out linOutput) []linState {
 		}
 		s.OrderNo = in.OrderNo
 	}
-	one := func(ok bool, to linState) []linState {
-		if !ok {
-			return nil
-		}
-		return []linState{to}
-	}
 	switch in.Kind {
 	case opOrder:
-		switch out.Outcome {
-		case outAccepted, outReplayed:
-			if s.Status == "" {
-				return one(out.Outcome == outAccepted, linState{Status: stPending, OrderNo: out.OrderNo})
-			}
-			if s.OrderNo != "" && s.OrderNo != out.OrderNo {
-				return nil // a second orderNo for one request
-			}
-			s.OrderNo = out.OrderNo
-			return []linState{s}
-		case outRefused:
-			return one(s.Status == "", s)
-		case outUnknown:
-			if s.Status == "" {
-				return []linState{s, {Status: stPending}}
-			}
-		}
-		return []linState{s}
+		return orderStep(s, out)
 	case opGet:
-		switch out.Outcome {
-		case outStatus:
-			ok := s.Status == out.Status
-			if ok && s.Status == stClosed && out.Reason != "" {
-				ok = (s.Closed == closedCancelled) == (out.Reason == closedCancelled)
-			}
-			return one(ok, s)
-		case outNotFound:
-			return one(s.Status == stPending, s)
-		}
-		return []linState{s}
+		return getStep(s, out)
 	case opPay, opCancel:
-		cancelled := linState{Status: stClosed, Closed: closedCancelled, OrderNo: s.OrderNo}
-		switch out.Outcome {
-		case outPaid:
-			if in.Kind == opPay {
-				return one(s.Status == stUnpaid || s.Status == stPaid, linState{Status: stPaid, OrderNo: s.OrderNo})
-			}
-			return one(s.Status == stPaid, s)
-		case outCancelled:
-			return one(s.Status == stUnpaid || s == cancelled, cancelled)
-		case outClosed:
-			return one(s.Status == stClosed && (in.Kind == opPay || s.Closed == closedTimeout), s)
-		case outRejected:
-			return one(s.Status == stRejected, s)
-		case outPending, outNotFound:
-			return one(s.Status == stPending, s)
-		case outUnknown:
-			if s.Status == stUnpaid && in.Kind == opPay {
-				return []linState{s, {Status: stPaid, OrderNo: s.OrderNo}}
-			}
-			if s.Status == stUnpaid {
-				return []linState{s, cancelled}
-			}
+		return settleStep(s, in.Kind, out)
+	}
+	return []linState{s}
+}
+
+// stepTo is the step to one state if the answer fits (ok), none if not.
+func stepTo(ok bool, to linState) []linState {
+	if !ok {
+		return nil
+	}
+	return []linState{to}
+}
+
+// orderStep is a POST /v1/orders: only the first may be accepted (the
+// others replay it), and every 2xx names the same orderNo.
+func orderStep(s linState, out linOutput) []linState {
+	switch out.Outcome {
+	case outAccepted, outReplayed:
+		if s.Status == "" {
+			return stepTo(out.Outcome == outAccepted, linState{Status: stPending, OrderNo: out.OrderNo})
 		}
+		if s.OrderNo != "" && s.OrderNo != out.OrderNo {
+			return nil // a second orderNo for one request
+		}
+		s.OrderNo = out.OrderNo
 		return []linState{s}
+	case outRefused:
+		return stepTo(s.Status == "", s)
+	case outUnknown:
+		if s.Status == "" {
+			return []linState{s, {Status: stPending}}
+		}
+	}
+	return []linState{s}
+}
+
+// getStep is a GET of the order: it reads the status (and whether a closed
+// order was cancelled) without changing it; only a pending order is not
+// found yet.
+func getStep(s linState, out linOutput) []linState {
+	switch out.Outcome {
+	case outStatus:
+		ok := s.Status == out.Status
+		if ok && s.Status == stClosed && out.Reason != "" {
+			ok = (s.Closed == closedCancelled) == (out.Reason == closedCancelled)
+		}
+		return stepTo(ok, s)
+	case outNotFound:
+		return stepTo(s.Status == stPending, s)
+	}
+	return []linState{s}
+}
+
+// settleStep is a payment or a cancel (kind): it moves an unpaid order to
+// paid or to cancelled, and otherwise answers why it could not; an unknown
+// answer may or may not have moved it.
+func settleStep(s linState, kind string, out linOutput) []linState {
+	cancelled := linState{Status: stClosed, Closed: closedCancelled, OrderNo: s.OrderNo}
+	switch out.Outcome {
+	case outPaid:
+		if kind == opPay {
+			return stepTo(s.Status == stUnpaid || s.Status == stPaid, linState{Status: stPaid, OrderNo: s.OrderNo})
+		}
+		return stepTo(s.Status == stPaid, s)
+	case outCancelled:
+		return stepTo(s.Status == stUnpaid || s == cancelled, cancelled)
+	case outClosed:
+		return stepTo(s.Status == stClosed && (kind == opPay || s.Closed == closedTimeout), s)
+	case outRejected:
+		return stepTo(s.Status == stRejected, s)
+	case outPending, outNotFound:
+		return stepTo(s.Status == stPending, s)
+	case outUnknown:
+		if s.Status == stUnpaid && kind == opPay {
+			return []linState{s, {Status: stPaid, OrderNo: s.OrderNo}}
+		}
+		if s.Status == stUnpaid {
+			return []linState{s, cancelled}
+		}
 	}
 	return []linState{s}
 }

@@ -315,7 +315,65 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 	res := &NemesisResult{Seed: nc.Seed, Act: act}
 	fail := func(format string, args ...any) { res.Problems = append(res.Problems, fmt.Sprintf(format, args...)) }
 	items := []int64{1, 2}
-	var comps, brokers, deliverers []string
+	comps, brokers, deliverers := s.nemesisTargets()
+	res.Schedule = nemesisSchedule(nc.Seed, nc.LoadFor, comps, brokers, deliverers, s.pg != nil, s.kafkaLink)
+	s.schedule = res.Schedule
+	s.logf("nemesis seed %d on sale %d, %s of load, %d faults:", nc.Seed, act, nc.LoadFor, len(res.Schedule))
+	for _, f := range res.Schedule {
+		s.logf("  %s", f)
+	}
+	if err := s.createSale(ctx, act, items); err != nil {
+		fail("creating the sale: %v", err)
+		return res
+	}
+	hist := s.loadWithFaults(ctx, nc, act, items, res)
+	res.Problems = append(res.Problems, takePreheatFindings()...)
+
+	for _, p := range s.heal(ctx) {
+		fail("%s", p)
+	}
+	res.History = filepath.Join(s.Dir, fmt.Sprintf("history-seed%d-sale%d.jsonl", nc.Seed, act))
+	if err := hist.write(res.History); err != nil {
+		fail("writing the history: %v", err)
+	}
+	ops := hist.snapshot()
+	drainStart := time.Now()
+	if err := s.settle(ctx, act, items, acceptedRequests(ops)); err != nil {
+		s.logf("nemesis seed %d: %v (the checker says what is missing); %s", nc.Seed, err,
+			groupState(ctx, s.brokers, kafkaTopic, kafkaGroup))
+	}
+	res.Drained = time.Since(drainStart)
+	if s.redisLost.Swap(false) {
+		// Redis lost data during the load: the runbook's repair once more,
+		// now that nothing is in flight (the one during the load raced it).
+		desc, err := s.repairRedis(ctx)
+		if err != nil {
+			desc += fmt.Sprintf(" (%v)", err)
+		}
+		res.Applied = append(res.Applied, "after the drain: "+desc)
+	}
+	check, err := s.checkHistory(ctx, act, items, hist.t0, ops)
+	if err != nil {
+		fail("checking: %v", err)
+		return res
+	}
+	res.Check = check
+	s.logWebhooks(nc.Seed)
+	// Beside the history; written only for a history that fails.
+	check.checkLinearizable(ops, filepath.Join(s.Dir, fmt.Sprintf("linearizability-seed%d-sale%d.html", nc.Seed, act)))
+	if check.reconcileExit != 0 {
+		// The next run's reconciler check is about that run only.
+		if code, out := s.reconcile(ctx, "--fix"); code != 0 {
+			fail("reconciler --fix after the run: exit %d:\n%s", code, out)
+		}
+	}
+	return res
+}
+
+// nemesisTargets names the processes the schedule may fault, by kind:
+// pipeline components, Kafka brokers and webhook deliverers (the stores
+// have faults of their own).
+func (s *Suite) nemesisTargets() (comps, brokers, deliverers []string) {
 	for _, p := range s.procs {
 		switch {
 		case p.store:
@@ -327,16 +385,13 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 			comps = append(comps, p.name)
 		}
 	}
-	res.Schedule = nemesisSchedule(nc.Seed, nc.LoadFor, comps, brokers, deliverers, s.pg != nil, s.kafkaLink)
-	s.schedule = res.Schedule
-	s.logf("nemesis seed %d on sale %d, %s of load, %d faults:", nc.Seed, act, nc.LoadFor, len(res.Schedule))
-	for _, f := range res.Schedule {
-		s.logf("  %s", f)
-	}
-	if err := s.createSale(ctx, act, items); err != nil {
-		fail("creating the sale: %v", err)
-		return res
-	}
+	return comps, brokers, deliverers
+}
+
+// loadWithFaults runs the storefront for nc.LoadFor while each fault of
+// res.Schedule is inflicted at its time, and returns what the clients were
+// told once both are over; res.Applied describes the faults, sorted.
+func (s *Suite) loadWithFaults(ctx context.Context, nc NemesisConfig, act int64, items []int64, res *NemesisResult) *history {
 	stop := make(chan struct{})
 	sc := storefrontConfig{URLs: s.httpURLs, ActivityID: act, Items: items, Users: s.cfg.Users, Clients: s.cfg.Clients,
 		Think: s.cfg.Think, Stop: stop, RetryFor: 10 * time.Second, Seed: nc.Seed, Timeouts: nc.Timeouts,
@@ -370,52 +425,17 @@ func (s *Suite) Nemesis(ctx context.Context, nc NemesisConfig, act int64) *Nemes
 	wg.Wait()
 	<-loaded
 	slices.Sort(res.Applied)
-	res.Problems = append(res.Problems, takePreheatFindings()...)
+	return hist
+}
 
-	for _, p := range s.heal(ctx) {
-		fail("%s", p)
-	}
-	res.History = filepath.Join(s.Dir, fmt.Sprintf("history-seed%d-sale%d.jsonl", nc.Seed, act))
-	if err := hist.write(res.History); err != nil {
-		fail("writing the history: %v", err)
-	}
-	ops := hist.snapshot()
-	drainStart := time.Now()
-	if err := s.settle(ctx, act, items, acceptedRequests(ops)); err != nil {
-		s.logf("nemesis seed %d: %v (the checker says what is missing); %s", nc.Seed, err,
-			groupState(ctx, s.brokers, kafkaTopic, kafkaGroup))
-	}
-	res.Drained = time.Since(drainStart)
-	if s.redisLost.Swap(false) {
-		// Redis lost data during the load: the runbook's repair once more,
-		// now that nothing is in flight (the one during the load raced it).
-		desc, err := s.repairRedis(ctx)
-		if err != nil {
-			desc += fmt.Sprintf(" (%v)", err)
-		}
-		res.Applied = append(res.Applied, "after the drain: "+desc)
-	}
-	check, err := s.checkHistory(ctx, act, items, hist.t0, ops)
-	if err != nil {
-		fail("checking: %v", err)
-		return res
-	}
-	res.Check = check
+// logWebhooks logs what the webhook receiver holds, every run's so far.
+func (s *Suite) logWebhooks(seed uint64) {
 	got := s.hooks.receipts()
 	ids := map[string]bool{}
 	for _, g := range got {
 		ids[g.ID] = true
 	}
-	s.logf("nemesis seed %d: the webhook receiver holds %d webhooks, %d events (every run's so far)", nc.Seed, len(got), len(ids))
-	// Beside the history; written only for a history that fails.
-	check.checkLinearizable(ops, filepath.Join(s.Dir, fmt.Sprintf("linearizability-seed%d-sale%d.html", nc.Seed, act)))
-	if check.reconcileExit != 0 {
-		// The next run's reconciler check is about that run only.
-		if code, out := s.reconcile(ctx, "--fix"); code != 0 {
-			fail("reconciler --fix after the run: exit %d:\n%s", code, out)
-		}
-	}
-	return res
+	s.logf("nemesis seed %d: the webhook receiver holds %d webhooks, %d events (every run's so far)", seed, len(got), len(ids))
 }
 
 // inflict applies one fault and heals it after its time; it describes what

@@ -304,33 +304,8 @@ func (s *Suite) Run(ctx context.Context, sc Scenario, act int64) (res Result) {
 		fail("creating the sale: %v", err)
 		return res
 	}
-	stop := make(chan struct{})
-	lc := loadConfig{URL: s.httpURL, ActivityID: act, Items: items, Users: s.cfg.Users, Clients: s.cfg.Clients,
-		Think: s.cfg.Think, Stop: stop, ReplayShare: 0.1, PayShare: 0.3, PayDelay: 3 * time.Second,
-		RetryFor: 20 * time.Second, Seed: s.rng.Uint64()}
-	// The fault lands between 15% and 60% into the load, so there is load
-	// before it, during the outage and after the heal.
-	faultAt := time.Duration(float64(s.cfg.LoadFor) * (0.15 + 0.45*s.rng.Float64()))
 	before := s.sampleWorkers(ctx)
-	s.loadStart = time.Now()
-	loaded := make(chan *loadResult, 1)
-	s.load = newLoadResult()
-	go func() { loaded <- runLoad(ctx, lc, s.load) }()
-	time.Sleep(faultAt)
-	desc, err := sc.Fault(ctx, s, act)
-	res.Fault = desc
-	if err != nil {
-		fail("fault: %v", err)
-	}
-	// The load runs LoadFor, and on for a while after the fault healed so
-	// the healed pipeline is loaded too.
-	time.Sleep(max(time.Until(s.loadStart.Add(s.cfg.LoadFor)), afterHeal))
-	close(stop)
-	lr := <-loaded
-	res.Load = lr.counts()
-	lr.mu.Lock()
-	res.Answers, res.ReplayAnswers = lr.answers, lr.replayAnswers
-	lr.mu.Unlock()
+	lr := s.loadWithFault(ctx, sc, act, items, &res)
 
 	// Heal: every process up and continued (one that died by itself is a
 	// finding), no toxics.
@@ -379,6 +354,39 @@ func (s *Suite) Run(ctx context.Context, sc Scenario, act int64) (res Result) {
 	res.Audit = a
 	res.Problems = append(res.Problems, a.problems...)
 	return res
+}
+
+// loadWithFault runs the scenario's load on sale act with its fault at a
+// random instant, and returns what the clients were told; res gets the
+// fault's description and the load's counts and answers.
+func (s *Suite) loadWithFault(ctx context.Context, sc Scenario, act int64, items []int64, res *Result) *loadResult {
+	stop := make(chan struct{})
+	lc := loadConfig{URL: s.httpURL, ActivityID: act, Items: items, Users: s.cfg.Users, Clients: s.cfg.Clients,
+		Think: s.cfg.Think, Stop: stop, ReplayShare: 0.1, PayShare: 0.3, PayDelay: 3 * time.Second,
+		RetryFor: 20 * time.Second, Seed: s.rng.Uint64()}
+	// The fault lands between 15% and 60% into the load, so there is load
+	// before it, during the outage and after the heal.
+	faultAt := time.Duration(float64(s.cfg.LoadFor) * (0.15 + 0.45*s.rng.Float64()))
+	s.loadStart = time.Now()
+	loaded := make(chan *loadResult, 1)
+	s.load = newLoadResult()
+	go func() { loaded <- runLoad(ctx, lc, s.load) }()
+	time.Sleep(faultAt)
+	desc, err := sc.Fault(ctx, s, act)
+	res.Fault = desc
+	if err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("fault: %v", err))
+	}
+	// The load runs LoadFor, and on for a while after the fault healed so
+	// the healed pipeline is loaded too.
+	time.Sleep(max(time.Until(s.loadStart.Add(s.cfg.LoadFor)), afterHeal))
+	close(stop)
+	lr := <-loaded
+	res.Load = lr.counts()
+	lr.mu.Lock()
+	res.Answers, res.ReplayAnswers = lr.answers, lr.replayAnswers
+	lr.mu.Unlock()
+	return lr
 }
 
 // drain waits until nothing is in flight: the item journals are empty, no

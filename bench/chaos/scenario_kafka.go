@@ -194,16 +194,7 @@ func workerKilledMidBatch(ctx context.Context, s *Suite, _ int64) (string, error
 	if len(ws) < 2 {
 		return "", fmt.Errorf("%d workers: the scenario needs two in the group", len(ws))
 	}
-	const batches = "orderpipe_worker_batch_size_count"
-	a := s.sampleWorkerCounter(ctx, batches)
-	time.Sleep(500 * time.Millisecond)
-	b := s.sampleWorkerCounter(ctx, batches)
-	victim := 0
-	for i := range ws {
-		if b[i]-a[i] > b[victim]-a[victim] {
-			victim = i
-		}
-	}
+	victim, busy, other := s.busierWorker(ctx)
 	p := ws[victim]
 	members, err := describeGroup(ctx, s.brokers)
 	if err != nil {
@@ -218,12 +209,47 @@ func workerKilledMidBatch(ctx context.Context, s *Suite, _ int64) (string, error
 	if err := p.kill(); err != nil {
 		return "", err
 	}
-	// Rebalanced: one member left, holding every partition; the one gone
-	// is the victim, its partitions the ones to watch.
-	rebalanced, resumed := "no rebalance within 45s", ""
-	var moved []int
+	moved, rebalanced := waitRebalanced(ctx, s.brokers, members, killed)
+	resumed := ""
+	if len(moved) > 0 {
+		resumed = waitCommittedAgain(ctx, s.brokers, moved, atKill, killed)
+	}
+	time.Sleep(hold)
+	restart := time.Now()
+	if err := p.start(); err != nil {
+		return "", err
+	}
+	err = p.waitReady(ctx, 60*time.Second)
+	rejoined := "not back in the group within 45s"
+	if err == nil {
+		rejoined = waitRejoined(ctx, s.brokers, restart)
+	}
+	return fmt.Sprintf("SIGKILL %s (the busier of 2 members: %.0f vs %.0f batches in 0.5s; members %v) at %s; %s%s; restarted %s after the kill, %s",
+		p.name, busy, other, memberPartitions(members), at, rebalanced, resumed,
+		restart.Sub(killed).Round(100*time.Millisecond), rejoined), err
+}
+
+// busierWorker is the index of the worker whose batch count grew most over
+// half a second, with its batches and those of the other of two.
+func (s *Suite) busierWorker(ctx context.Context) (victim int, busy, other float64) {
+	const batches = "orderpipe_worker_batch_size_count"
+	a := s.sampleWorkerCounter(ctx, batches)
+	time.Sleep(500 * time.Millisecond)
+	b := s.sampleWorkerCounter(ctx, batches)
+	for i := range b {
+		if b[i]-a[i] > b[victim]-a[victim] {
+			victim = i
+		}
+	}
+	return victim, b[victim] - a[victim], b[1-victim] - a[1-victim]
+}
+
+// waitRebalanced waits (45 s at most) for the group to be one member
+// holding every partition, and returns the partitions the member gone
+// (of members, the group before the kill) held, with a note of when.
+func waitRebalanced(ctx context.Context, brokers []string, members map[string][]int, killed time.Time) (moved []int, note string) {
 	for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		now, err := describeGroup(ctx, s.brokers)
+		now, err := describeGroup(ctx, brokers)
 		if err != nil || len(now) != 1 {
 			continue
 		}
@@ -239,41 +265,38 @@ func workerKilledMidBatch(ctx context.Context, s *Suite, _ int64) (string, error
 				moved = ps
 			}
 		}
-		rebalanced = fmt.Sprintf("group rebalanced to 1 member with all %d partitions %s after the kill", kafkaPartitions, since(killed))
-		break
+		return moved, fmt.Sprintf("group rebalanced to 1 member with all %d partitions %s after the kill", kafkaPartitions, since(killed))
 	}
-	// Its partitions committed again: consumption of what it held resumed.
-	if len(moved) > 0 {
-		resumed = fmt.Sprintf("; its partitions %v not committed again within 30s", moved)
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			ends, committed, err := groupOffsets(ctx, s.brokers, kafkaTopic, kafkaGroup)
-			if err != nil {
-				continue
-			}
-			if slices.ContainsFunc(moved, func(p int) bool { return committed[p] > atKill[p] }) ||
-				!slices.ContainsFunc(moved, func(p int) bool { return ends[p] > committed[p] }) {
-				resumed = fmt.Sprintf("; its partitions %v committed again %s after the kill", moved, since(killed))
-				break
-			}
+	return nil, "no rebalance within 45s"
+}
+
+// waitCommittedAgain waits (30 s at most) for consumption of the moved
+// partitions to resume: one committed past its offset at the kill, or none
+// left behind its end.
+func waitCommittedAgain(ctx context.Context, brokers []string, moved []int, atKill map[int]int64, killed time.Time) string {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ends, committed, err := groupOffsets(ctx, brokers, kafkaTopic, kafkaGroup)
+		if err != nil {
+			continue
+		}
+		if slices.ContainsFunc(moved, func(p int) bool { return committed[p] > atKill[p] }) ||
+			!slices.ContainsFunc(moved, func(p int) bool { return ends[p] > committed[p] }) {
+			return fmt.Sprintf("; its partitions %v committed again %s after the kill", moved, since(killed))
 		}
 	}
-	time.Sleep(hold)
-	restart := time.Now()
-	if err := p.start(); err != nil {
-		return "", err
-	}
-	err = p.waitReady(ctx, 60*time.Second)
-	rejoined := "not back in the group within 45s"
-	for deadline := time.Now().Add(45 * time.Second); err == nil && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		now, gerr := describeGroup(ctx, s.brokers)
-		if gerr == nil && len(now) == 2 && !slices.ContainsFunc(mapValues(now), func(ps []int) bool { return len(ps) == 0 }) {
-			rejoined = fmt.Sprintf("both members hold partitions again %s after the restart", since(restart))
-			break
+	return fmt.Sprintf("; its partitions %v not committed again within 30s", moved)
+}
+
+// waitRejoined waits (45 s at most) for the restarted worker to be back:
+// two members, each holding a partition.
+func waitRejoined(ctx context.Context, brokers []string, restart time.Time) string {
+	for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		now, err := describeGroup(ctx, brokers)
+		if err == nil && len(now) == 2 && !slices.ContainsFunc(mapValues(now), func(ps []int) bool { return len(ps) == 0 }) {
+			return fmt.Sprintf("both members hold partitions again %s after the restart", since(restart))
 		}
 	}
-	return fmt.Sprintf("SIGKILL %s (the busier of 2 members: %.0f vs %.0f batches in 0.5s; members %v) at %s; %s%s; restarted %s after the kill, %s",
-		p.name, b[victim]-a[victim], b[1-victim]-a[1-victim], memberPartitions(members), at, rebalanced, resumed,
-		restart.Sub(killed).Round(100*time.Millisecond), rejoined), err
+	return "not back in the group within 45s"
 }
 
 // measureIntake notes, in the background, when the first request sent

@@ -133,53 +133,72 @@ func split(r io.Reader, waits []waitClass) ([]request, error) {
 			gs[id] = g
 		}
 		from, to := st.Goroutine()
-		now := ev.Time()
-		if g.cur != nil {
-			d := int64(now - g.since)
-			switch from {
-			case trace.GoRunning:
-				g.cur.running += d
-			case trace.GoRunnable:
-				g.cur.runnable += d
-			case trace.GoWaiting, trace.GoSyscall:
-				g.cur.blocked[g.blocked] += d
-			}
-			g.cur.total += d
+		g.spend(from, ev.Time())
+		if done := g.step(st, waits); done != nil {
+			reqs = append(reqs, *done)
 		}
-		g.since = now
-		switch {
-		case to == trace.GoSyscall:
-			g.blocked = "syscall"
-			if has(funcs(st.Stack), "net/http.(*response).finishRequest") {
-				// A connection already waiting when the trace began shows
-				// where it waited only from its first answer on: its first
-				// request here has no known start and is left out.
-				if g.cur != nil {
-					reqs = append(reqs, *g.cur)
-				}
-				g.cur, g.next = nil, true
-			}
-		case from == trace.GoSyscall && g.next:
-			g.cur, g.next = &request{blocked: map[string]int64{}}, false
-		case to == trace.GoWaiting:
-			names := funcs(st.Stack)
-			if has(names, "net/http.(*conn).serve") {
-				g.http = true
-			}
-			// Reading inside a handler is its request's body, not the next request.
-			g.idle = g.http && has(names, "net/http.(*connReader).Read") && !has(names, "ServeHTTP")
-			if g.idle {
-				g.cur, g.next = nil, false
-			}
-			g.blocked = classify(names, st.Reason, waits)
-		case to == trace.GoRunnable && from == trace.GoWaiting && g.idle:
-			g.cur = &request{blocked: map[string]int64{}}
-			g.idle = false
-		case to == trace.GoNotExist:
+		if to == trace.GoNotExist {
 			delete(gs, id)
 		}
 	}
 	return reqs, nil
+}
+
+// spend charges the time since the goroutine's last transition to its
+// request, under the state it is leaving.
+func (g *conn) spend(from trace.GoState, now trace.Time) {
+	if g.cur != nil {
+		d := int64(now - g.since)
+		switch from {
+		case trace.GoRunning:
+			g.cur.running += d
+		case trace.GoRunnable:
+			g.cur.runnable += d
+		case trace.GoWaiting, trace.GoSyscall:
+			g.cur.blocked[g.blocked] += d
+		}
+		g.cur.total += d
+	}
+	g.since = now
+}
+
+// step follows the goroutine into its new state: where a request starts,
+// what it blocks in, and the request that ended here, if one did.
+func (g *conn) step(st trace.StateTransition, waits []waitClass) (done *request) {
+	from, to := st.Goroutine()
+	switch {
+	case to == trace.GoSyscall:
+		g.blocked = "syscall"
+		if has(funcs(st.Stack), "net/http.(*response).finishRequest") {
+			// A connection already waiting when the trace began shows
+			// where it waited only from its first answer on: its first
+			// request here has no known start and is left out.
+			done = g.cur
+			g.cur, g.next = nil, true
+		}
+	case from == trace.GoSyscall && g.next:
+		g.cur, g.next = &request{blocked: map[string]int64{}}, false
+	case to == trace.GoWaiting:
+		g.block(funcs(st.Stack), st.Reason, waits)
+	case to == trace.GoRunnable && from == trace.GoWaiting && g.idle:
+		g.cur = &request{blocked: map[string]int64{}}
+		g.idle = false
+	}
+	return done
+}
+
+// block notes what the goroutine now waits in; waiting for a request's bytes
+// ends the request it was serving.
+func (g *conn) block(names []string, reason string, waits []waitClass) {
+	if has(names, "net/http.(*conn).serve") {
+		g.http = true
+	}
+	// Reading inside a handler is its request's body, not the next request.
+	g.idle = g.http && has(names, "net/http.(*connReader).Read") && !has(names, "ServeHTTP")
+	if g.idle {
+		g.cur, g.next = nil, false
+	}
+	g.blocked = classify(names, reason, waits)
 }
 
 func funcs(st trace.Stack) []string {
