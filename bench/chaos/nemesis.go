@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -594,8 +595,12 @@ func (s *Suite) settle(ctx context.Context, act int64, items []int64, accepted [
 			return fmt.Errorf("quiet, but %d of %d accepted requests decided", f.decided, len(accepted))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not drained within %s: journal %d, pending compensations %d, consumer lag %d, decided %d of %d accepted, unpaid %d (%v)",
-				s.cfg.DrainWithin, f.journal, f.pending, f.lag, f.decided, len(accepted), f.unpaid, err)
+			var dumped string
+			if f.lag > 0 {
+				dumped = "; " + s.dumpWorkers()
+			}
+			return fmt.Errorf("not drained within %s: journal %d, pending compensations %d, consumer lag %d, decided %d of %d accepted, unpaid %d (%v)%s",
+				s.cfg.DrainWithin, f.journal, f.pending, f.lag, f.decided, len(accepted), f.unpaid, err, dumped)
 		}
 		select {
 		case <-ctx.Done():
@@ -616,4 +621,27 @@ func acceptedRequests(ops []Op) []string {
 		}
 	}
 	return out
+}
+
+// dumpWorkers is for a consumer lag that outlived the drain: some worker
+// holds a partition it does not read. Each running worker gets SIGQUIT (Go
+// writes every goroutine's stack to stderr, the worker's log, and exits),
+// then is started again; it says where the logs are.
+func (s *Suite) dumpWorkers() string {
+	var logs []string
+	for _, p := range s.procs {
+		if !strings.HasPrefix(p.name, "worker") || !p.running() {
+			continue
+		}
+		if err := p.signal(syscall.SIGQUIT, 10*time.Second); err != nil {
+			logs = append(logs, fmt.Sprintf("%s: %v", p.name, err))
+			continue
+		}
+		if err := p.start(); err != nil {
+			logs = append(logs, fmt.Sprintf("restarting %s: %v", p.name, err))
+			continue
+		}
+		logs = append(logs, p.logPath)
+	}
+	return "every worker's goroutines (SIGQUIT) in " + strings.Join(logs, ", ")
 }
