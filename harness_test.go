@@ -377,7 +377,7 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	p.mu.Unlock()
 	c := &invariant.Checker{Orders: p.Orders, Stock: p.Stock, Status: p.statusTopic()}
 	if p.URL != "" && slices.Contains(p.comps, "gateway") && p.cancel != nil {
-		c.Gateways = []*client.Client{p.api()}
+		c.Gateways = []invariant.Gateway{p.api()}
 	}
 	ctx := contractCtx(tb, "GET /v1/orders/{orderNo}")
 	vs, err := c.Check(ctx, invariant.Scope{ActivityID: it.ActivityID, Items: []int64{it.ItemID}, Observed: observed})

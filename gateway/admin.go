@@ -238,12 +238,29 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id := a.ID
 	// An ended sale is refused before anything changes, the layout too.
 	if !a.EndsAt.Add(stock.StockGrace).After(clock.Now()) {
 		writeError(w, http.StatusConflict, "SALE_ENDED", "the activity has ended")
 		return
 	}
+	if a, ok = s.beginPreheat(w, r, a.ID); !ok {
+		return
+	}
+	v := viewOfActivity(a)
+	sales := salesOf(a)
+	if !s.loadStock(w, r, sales, &v) || !s.markPreheated(w, r, a) || !s.armSales(w, r, a.ID, sales) {
+		return
+	}
+	// This gateway sells what the preheat put on sale at once; the others
+	// within VERDICT_TTL.
+	s.reserver.Forget(a.ID)
+	writeJSON(w, http.StatusOK, v)
+}
+
+// beginPreheat is step 1: Postgres fixes the items' stock layout and
+// answers the activity as it stands now.
+func (s *Server) beginPreheat(w http.ResponseWriter, r *http.Request, id int64) (order.Activity, bool) {
+	var a order.Activity
 	err := s.inPostgres(r.Context(), func(ctx context.Context) error {
 		var err error
 		a, err = s.deps.Orders.BeginPreheat(ctx, id)
@@ -251,55 +268,80 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 	})
 	if errors.Is(err, order.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "ACTIVITY_NOT_FOUND", "no such activity")
-		return
+		return a, false
 	}
 	if err != nil {
 		s.deps.Log.Error("beginning a preheat", "activity_id", id, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable; nothing was put on sale: retry (preheat is idempotent)")
-		return
+		return a, false
 	}
-	v := viewOfActivity(a)
+	return a, true
+}
+
+// salesOf is each item's sale as the activity a defines it.
+func salesOf(a order.Activity) []stock.Sale {
 	sales := make([]stock.Sale, len(a.Items))
-	itemIDs := make([]int64, len(a.Items))
 	for i, it := range a.Items {
-		sales[i] = stock.Sale{Item: stock.Item{ActivityID: id, ItemID: it.ItemID}, Stock: it.Stock,
+		sales[i] = stock.Sale{Item: stock.Item{ActivityID: a.ID, ItemID: it.ItemID}, Stock: it.Stock,
 			StartsAt: a.StartsAt, EndsAt: a.EndsAt, Cap: a.PerUserLimit, Buckets: it.Buckets}
-		itemIDs[i] = it.ItemID
+	}
+	return sales
+}
+
+// loadStock is step 2: each item's stock keys, which sell nothing by
+// themselves; v says of each item whether this preheat loaded it.
+func (s *Server) loadStock(w http.ResponseWriter, r *http.Request, sales []stock.Sale, v *client.Activity) bool {
+	for i, sale := range sales {
 		var loaded bool
 		err := s.inRedis(r.Context(), func(ctx context.Context) error {
 			var err error
-			loaded, err = s.deps.Stock.Load(ctx, sales[i])
+			loaded, err = s.deps.Stock.Load(ctx, sale)
 			return err
 		})
 		if errors.Is(err, stock.ErrSaleOver) {
 			writeError(w, http.StatusConflict, "SALE_ENDED", "the activity has ended")
-			return
+			return false
 		}
 		if err != nil {
-			s.deps.Log.Error("loading stock", "activity_id", id, "item_id", it.ItemID, "err", err)
+			s.deps.Log.Error("loading stock", "activity_id", sale.Item.ActivityID, "item_id", sale.Item.ItemID, "err", err)
 			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable; nothing was put on sale: retry (preheat is idempotent)")
-			return
+			return false
 		}
 		v.Items[i].Loaded = &loaded
 	}
-	if err := s.inPostgres(r.Context(), func(ctx context.Context) error {
-		return s.deps.Orders.MarkPreheated(ctx, id, itemIDs...)
-	}); err != nil {
-		s.deps.Log.Error("marking preheated", "activity_id", id, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable; nothing was put on sale: retry (preheat is idempotent)")
-		return
+	return true
+}
+
+// markPreheated is step 3: Postgres records the items preheated.
+func (s *Server) markPreheated(w http.ResponseWriter, r *http.Request, a order.Activity) bool {
+	itemIDs := make([]int64, len(a.Items))
+	for i, it := range a.Items {
+		itemIDs[i] = it.ItemID
 	}
-	// The window armed is the one Postgres holds while it is armed, under a
-	// share lock on the activity's row: a kill switch that ended the sale
-	// since BeginPreheat read it is armed as ended, and one that comes now
-	// waits, then ends the sale this arms.
-	// Every item in few Redis round trips (stock.Store.ArmAll: two up to a
-	// thousand sale hashes each), REDIS_TIMEOUT each: an end waits behind
-	// this no longer.
+	if err := s.inPostgres(r.Context(), func(ctx context.Context) error {
+		return s.deps.Orders.MarkPreheated(ctx, a.ID, itemIDs...)
+	}); err != nil {
+		s.deps.Log.Error("marking preheated", "activity_id", a.ID, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable; nothing was put on sale: retry (preheat is idempotent)")
+		return false
+	}
+	return true
+}
+
+// armSales is step 4: each item's sale hash, after which it sells.
+//
+// The window armed is the one Postgres holds while it is armed, under a
+// share lock on the activity's row: a kill switch that ended the sale
+// since BeginPreheat read it is armed as ended, and one that comes now
+// waits, then ends the sale this arms.
+// Every item in few Redis round trips (stock.Store.ArmAll: two up to a
+// thousand sale hashes each), REDIS_TIMEOUT each: an end waits behind
+// this no longer.
+func (s *Server) armSales(w http.ResponseWriter, r *http.Request, id int64, sales []stock.Sale) bool {
 	var redisDown bool
 	arming := time.Duration(stock.ScriptRoundTrips(sales)) * s.cfg.ReserveTimeout
 	within := pgTimeout + arming
-	err = s.inPostgresWithin(r.Context(), within, func(ctx context.Context) error {
+	err := s.inPostgresWithin(r.Context(), within, func(ctx context.Context) error {
 		return s.deps.Orders.WithSaleWindow(ctx, id, func(ctx context.Context, now order.Activity) error {
 			for i := range sales {
 				sales[i].StartsAt, sales[i].EndsAt, sales[i].Cap = now.StartsAt, now.EndsAt, now.PerUserLimit
@@ -314,18 +356,15 @@ func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
 	if redisDown {
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
 			"stock service unavailable; items may be partly on sale (the others are answered 503 until then): retry (preheat is idempotent)")
-		return
+		return false
 	}
 	if err != nil {
 		s.deps.Log.Error("putting items on sale: reading the sale window", "activity_id", id, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE",
 			"order store unavailable; items may be partly on sale (the others are answered 503 until then): retry (preheat is idempotent)")
-		return
+		return false
 	}
-	// This gateway sells what the preheat put on sale at once; the others
-	// within VERDICT_TTL.
-	s.reserver.Forget(id)
-	writeJSON(w, http.StatusOK, v)
+	return true
 }
 
 func (s *Server) activity(ctx context.Context, id int64) (order.Activity, error) {

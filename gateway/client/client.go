@@ -247,6 +247,15 @@ func (c *Client) GetOrder(ctx context.Context, orderNo string) (Order, error) {
 	return o, err
 }
 
+// OrderStatus is GetOrder reduced to where the order is: the requestId it
+// records and its status. Its types are the standard library's, so a
+// caller may declare its own interface of it without importing this
+// package (pkg/invariant does, to ask gateways about orders).
+func (c *Client) OrderStatus(ctx context.Context, orderNo string) (requestID, status string, err error) {
+	o, err := c.GetOrder(ctx, orderNo)
+	return o.RequestID, o.Status, err
+}
+
 // Paid is the answer to a payment.
 type Paid struct {
 	OrderNo string `json:"orderNo"`

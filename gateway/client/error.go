@@ -148,5 +148,13 @@ func IsRetriable(err error) bool {
 	if !errors.As(err, &e) {
 		return true
 	}
+	return e.Retriable()
+}
+
+// Retriable says the gateway answered to ask again: 429, 5xx, 409
+// ORDER_PENDING, 409 IDEMPOTENCY_KEY_IN_PROGRESS. A caller that cannot name
+// this package (one that declares its own small interface of the client)
+// reads it with errors.As on interface{ Retriable() bool }.
+func (e *Error) Retriable() bool {
 	return e.Status == http.StatusTooManyRequests || e.Status >= 500 || e.Code == CodeOrderPending || e.Code == CodeKeyInProgress
 }

@@ -12,9 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/topic"
 )
 
 // HeaderReplayOf marks a replayed event: "<dlq topic>/<partition>/<offset>".
@@ -179,47 +178,17 @@ func printable(s string, max int) string {
 	}, strings.ToValidUTF8(s, "?"))
 }
 
-// Reader reads the dead-letter topic.
+// Reader reads the dead-letter topic: its records as Letters.
 type Reader struct {
 	Client *kafka.Client
 	Topic  string
 }
 
-// Bounds are a partition's offsets: its first and one past its last.
-type Bounds struct {
-	Partition   int
-	First, Next int64
-}
+func (r Reader) topic() topic.Reader { return topic.Reader{Client: r.Client, Topic: r.Topic} }
 
 // Partitions lists every partition of the topic with its offsets.
-func (r Reader) Partitions(ctx context.Context) ([]Bounds, error) {
-	md, err := r.Client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{r.Topic}})
-	if err != nil {
-		return nil, fmt.Errorf("reading metadata of %s: %w", r.Topic, err)
-	}
-	if len(md.Topics) != 1 || md.Topics[0].Name != r.Topic {
-		return nil, fmt.Errorf("topic %s missing from metadata", r.Topic)
-	}
-	if err := md.Topics[0].Error; err != nil {
-		return nil, fmt.Errorf("topic %s: %w", r.Topic, err)
-	}
-	var reqs []kafka.OffsetRequest
-	for _, p := range md.Topics[0].Partitions {
-		reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
-	}
-	lo, err := r.Client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{r.Topic: reqs}})
-	if err != nil {
-		return nil, fmt.Errorf("listing offsets of %s: %w", r.Topic, err)
-	}
-	var out []Bounds
-	for _, p := range lo.Topics[r.Topic] {
-		if p.Error != nil {
-			return nil, fmt.Errorf("listing offsets of %s/%d: %w", r.Topic, p.Partition, p.Error)
-		}
-		out = append(out, Bounds{Partition: p.Partition, First: p.FirstOffset, Next: p.LastOffset})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
-	return out, nil
+func (r Reader) Partitions(ctx context.Context) ([]topic.Bounds, error) {
+	return r.topic().Partitions(ctx)
 }
 
 // Read returns the dead letter at pos (ErrNotFound outside the log, or on a
@@ -230,13 +199,13 @@ func (r Reader) Read(ctx context.Context, pos Position) (Letter, error) {
 	if err != nil {
 		return Letter{}, err
 	}
-	if !slices.ContainsFunc(parts, func(b Bounds) bool {
+	if !slices.ContainsFunc(parts, func(b topic.Bounds) bool {
 		return b.Partition == pos.Partition && b.First <= pos.Offset && pos.Offset < b.Next
 	}) {
 		return Letter{}, fmt.Errorf("%s %s: %w", r.Topic, pos, ErrNotFound)
 	}
 	var found *Letter
-	err = r.scan(ctx, Bounds{Partition: pos.Partition, First: pos.Offset, Next: pos.Offset + 1}, func(l Letter) error {
+	err = r.Scan(ctx, []topic.Bounds{{Partition: pos.Partition, First: pos.Offset, Next: pos.Offset + 1}}, func(l Letter) error {
 		found = &l
 		return nil
 	})
@@ -251,81 +220,8 @@ func (r Reader) Read(ctx context.Context, pos Position) (Letter, error) {
 
 // Scan calls fn for every dead letter of the given ranges, in offset order
 // per partition, partitions in the order given.
-func (r Reader) Scan(ctx context.Context, ranges []Bounds, fn func(Letter) error) error {
-	for _, b := range ranges {
-		if err := r.scan(ctx, b, fn); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// fetchMaxBytes bounds one fetch: a dead letter is at most 64 KiB of value,
-// 1 KiB of key and 16 KiB of headers, so several fit.
-const fetchMaxBytes = 4 << 20
-
-func (r Reader) scan(ctx context.Context, b Bounds, fn func(Letter) error) error {
-	for off := b.First; off < b.Next; {
-		res, err := r.Client.Fetch(ctx, &kafka.FetchRequest{Topic: r.Topic, Partition: b.Partition, Offset: off,
-			MinBytes: 1, MaxBytes: fetchMaxBytes, MaxWait: 100 * time.Millisecond})
-		if err != nil {
-			return fmt.Errorf("reading %s/%d at %d: %w", r.Topic, b.Partition, off, err)
-		}
-		if errors.Is(res.Error, kafka.OffsetOutOfRange) {
-			return nil // before the log start or past its end: nothing there
-		}
-		if res.Error != nil {
-			return fmt.Errorf("reading %s/%d at %d: %w", r.Topic, b.Partition, off, res.Error)
-		}
-		read := false
-		for {
-			rec, err := res.Records.ReadRecord()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("reading %s/%d at %d: %w", r.Topic, b.Partition, off, err)
-			}
-			// A fetch may start at the batch holding off, before it.
-			if rec.Offset < off {
-				continue
-			}
-			if rec.Offset >= b.Next {
-				return nil
-			}
-			key, err := readBytes(rec.Key)
-			if err != nil {
-				return err
-			}
-			value, err := readBytes(rec.Value)
-			if err != nil {
-				return err
-			}
-			read = true
-			off = rec.Offset + 1
-			if err := fn(letterOf(Position{Partition: b.Partition, Offset: rec.Offset}, rec.Time, key, value, rec.Headers)); err != nil {
-				return err
-			}
-		}
-		if !read {
-			// Nothing at or after off below the high watermark: done.
-			if res.HighWatermark <= off {
-				return nil
-			}
-			// Offsets without records (compaction, transaction markers).
-			off++
-		}
-	}
-	return nil
-}
-
-func readBytes(b kafka.Bytes) ([]byte, error) {
-	if b == nil {
-		return nil, nil
-	}
-	out, err := kafka.ReadAll(b)
-	if err != nil {
-		return nil, fmt.Errorf("reading a dead letter: %w", err)
-	}
-	return out, nil
+func (r Reader) Scan(ctx context.Context, ranges []topic.Bounds, fn func(Letter) error) error {
+	return r.topic().Scan(ctx, ranges, func(rec topic.Record) error {
+		return fn(letterOf(Position{Partition: rec.Partition, Offset: rec.Offset}, rec.Time, rec.Key, rec.Value, rec.Headers))
+	})
 }

@@ -16,9 +16,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/setting"
+	"orderpipe/pkg/topic"
 )
 
 // Env is what `orderpipe events` takes from the configuration.
@@ -119,7 +119,7 @@ func Run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 		env.Topic = event.StatusTopic
 	}
 	client := &kafka.Client{Addr: kafka.TCP(env.Brokers...), Timeout: 10 * time.Second, Transport: env.Security.Transport(5 * time.Second)}
-	n, err := tail(ctx, dlq.Reader{Client: client, Topic: env.Topic}, o, stdout)
+	n, err := tail(ctx, topic.Reader{Client: client, Topic: env.Topic}, o, stdout)
 	if err != nil && ctx.Err() == nil {
 		fmt.Fprintf(stderr, "orderpipe events: %v\n", err)
 		return ExitFailure
@@ -136,70 +136,92 @@ func Run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 // tail prints the matching events from each partition's start to its end,
 // and with follow goes on with what is appended. It returns how many it
 // printed.
-func tail(ctx context.Context, r dlq.Reader, o options, w io.Writer) (int, error) {
-	printed := 0
-	next := map[int]int64{} // partition → the offset to read from
-	for headed := o.json; ; {
-		bounds, err := r.Partitions(ctx)
-		if err != nil {
-			return printed, err
-		}
-		if !headed { // once the broker answered: a failure prints no table
-			fmt.Fprintf(w, "%-27s %-3s %-9s %-22s %-32s %-20s %-8s %-12s %-3s %s\n",
-				"AT", "V", "STATUS", "REASON", "ORDER", "REQUEST", "USER", "ITEM", "QTY", "WHERE")
-			headed = true
-		}
-		for i, b := range bounds {
-			if from, ok := next[b.Partition]; ok && from > b.First {
-				bounds[i].First = from
-			}
-		}
-		err = r.Scan(ctx, bounds, func(l dlq.Letter) error {
-			next[l.Partition] = l.Offset + 1
-			st, err := event.DecodeStatus(l.Value)
-			if err != nil {
-				if o.orderNo == "" && o.requestID == "" {
-					fmt.Fprintf(w, "%s: undecodable: %v\n", l.Position, err)
-				}
-				return nil
-			}
-			if o.orderNo != "" && st.OrderNo != o.orderNo || o.requestID != "" && st.RequestID != o.requestID {
-				return nil
-			}
-			printed++
-			return write(w, l, st, o.json)
-		})
-		if err != nil {
-			return printed, err
-		}
-		for _, b := range bounds {
-			if next[b.Partition] < b.Next {
-				next[b.Partition] = b.Next
-			}
+func tail(ctx context.Context, r topic.Reader, o options, w io.Writer) (int, error) {
+	t := tailer{r: r, o: o, w: w, headed: o.json, next: map[int]int64{}}
+	for {
+		if err := t.pass(ctx); err != nil {
+			return t.printed, err
 		}
 		if !o.follow {
-			return printed, nil
+			return t.printed, nil
 		}
 		select {
 		case <-ctx.Done():
-			return printed, nil
+			return t.printed, nil
 		case <-time.After(o.poll):
 		}
 	}
 }
 
-func write(w io.Writer, l dlq.Letter, st event.OrderStatus, asJSON bool) error {
+// tailer is where tail is: what it printed and where each partition
+// goes on from.
+type tailer struct {
+	r       topic.Reader
+	o       options
+	w       io.Writer
+	headed  bool          // the table's header is out (or not wanted: JSON)
+	next    map[int]int64 // partition → the offset to read from
+	printed int
+}
+
+// pass reads each partition from where the last pass ended to its end.
+func (t *tailer) pass(ctx context.Context) error {
+	bounds, err := t.r.Partitions(ctx)
+	if err != nil {
+		return err
+	}
+	if !t.headed { // once the broker answered: a failure prints no table
+		fmt.Fprintf(t.w, "%-27s %-3s %-9s %-22s %-32s %-20s %-8s %-12s %-3s %s\n",
+			"AT", "V", "STATUS", "REASON", "ORDER", "REQUEST", "USER", "ITEM", "QTY", "WHERE")
+		t.headed = true
+	}
+	for i, b := range bounds {
+		if from, ok := t.next[b.Partition]; ok && from > b.First {
+			bounds[i].First = from
+		}
+	}
+	if err := t.r.Scan(ctx, bounds, t.print); err != nil {
+		return err
+	}
+	// Offsets past the last record read (transaction markers) are done too.
+	for _, b := range bounds {
+		if t.next[b.Partition] < b.Next {
+			t.next[b.Partition] = b.Next
+		}
+	}
+	return nil
+}
+
+// print writes the record's event when it matches the filter; without a
+// filter an undecodable record is named, with one it cannot match.
+func (t *tailer) print(rec topic.Record) error {
+	t.next[rec.Partition] = rec.Offset + 1
+	st, err := event.DecodeStatus(rec.Value)
+	if err != nil {
+		if t.o.orderNo == "" && t.o.requestID == "" {
+			fmt.Fprintf(t.w, "%s: undecodable: %v\n", rec.Where(), err)
+		}
+		return nil
+	}
+	if t.o.orderNo != "" && st.OrderNo != t.o.orderNo || t.o.requestID != "" && st.RequestID != t.o.requestID {
+		return nil
+	}
+	t.printed++
+	return write(t.w, rec, st, t.o.json)
+}
+
+func write(w io.Writer, rec topic.Record, st event.OrderStatus, asJSON bool) error {
 	if asJSON {
 		headers := map[string]string{}
-		for _, h := range l.Headers {
-			headers[h.Key] = h.Value
+		for _, h := range rec.Headers {
+			headers[h.Key] = string(h.Value)
 		}
 		b, err := json.Marshal(struct {
 			event.OrderStatus
 			Partition int               `json:"partition"`
 			Offset    int64             `json:"offset"`
 			Headers   map[string]string `json:"headers"`
-		}{st, l.Partition, l.Offset, headers})
+		}{st, rec.Partition, rec.Offset, headers})
 		if err != nil {
 			return fmt.Errorf("encoding event: %w", err)
 		}
@@ -212,6 +234,6 @@ func write(w io.Writer, l dlq.Letter, st event.OrderStatus, asJSON bool) error {
 	}
 	_, err := fmt.Fprintf(w, "%-27s %-3d %-9s %-22s %-32s %-20s %-8d %-12s %-3d %s\n",
 		st.At.UTC().Format(time.RFC3339Nano), st.Version, st.Status, reason, st.OrderNo, st.RequestID, st.UserID,
-		fmt.Sprintf("%d:%d", st.ActivityID, st.ItemID), st.Quantity, l.Position)
+		fmt.Sprintf("%d:%d", st.ActivityID, st.ItemID), st.Quantity, rec.Where())
 	return err
 }

@@ -4,8 +4,9 @@
 // the end-to-end tests (assertInvariants), the load tool's audit and the
 // chaos suite's history checker all judge the stores with it. It reads
 // Postgres through order.Store and Redis through stock.Store, asks the
-// gateways through gateway/client, and returns what it finds as
-// violations; it never fails a test itself and never writes.
+// gateways through the small Gateway interface it declares (gateway/client's
+// Client is one; the checker imports no HTTP client), and returns what it
+// finds as violations; it never fails a test itself and never writes.
 //
 // What only a client's history can show (a replay answered with another
 // orderNo, a refusal after a 2xx) is the history checker's (bench/chaos);
@@ -24,7 +25,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/relay"
 	"orderpipe/pkg/stock"
@@ -58,11 +58,20 @@ type Checker struct {
 	// Gateways, when set, are asked GET /v1/orders/{orderNo} for every
 	// observed orderNo (I4), spread over them; a retriable answer is asked
 	// again twice (a breaker may still be closing).
-	Gateways []*client.Client
+	Gateways []Gateway
 	// Status, when set, is where I7 is read.
 	Status *StatusTopic
 	// Webhooks, when set, are endpoints I7 is judged on too (webhooks.go).
 	Webhooks []WebhookEndpoint
+}
+
+// Gateway is the one call I4 makes of a gateway: GET /v1/orders/{orderNo},
+// as the requestId the order records and the status it shows.
+// gateway/client's Client is one (Client.OrderStatus). An error that can
+// say it is worth asking again has a Retriable method (client.Error does);
+// any other error is taken as no answer, which is.
+type Gateway interface {
+	OrderStatus(ctx context.Context, orderNo string) (requestID, status string, err error)
 }
 
 // StatusTopic is where the orders.status events are.
@@ -442,19 +451,13 @@ func (c *Checker) getAll(ctx context.Context, j *judge, final map[string]order.O
 			gw := c.Gateways[w%len(c.Gateways)]
 			for i := range work {
 				no, want := nos[i], final[nos[i]]
-				var got client.Order
-				var err error
-				for try := range 3 {
-					if got, err = gw.GetOrder(ctx, no); !client.IsRetriable(err) || try == 2 || ctx.Err() != nil {
-						break
-					}
-					time.Sleep(500 * time.Millisecond)
-				}
-				ok := err == nil && got.RequestID == want.RequestID &&
-					(got.Status == want.Status || want.Status == order.StatusUnpaid && (got.Status == client.StatusPaid || got.Status == client.StatusClosed))
+				rid, status, err := askOrder(ctx, gw, no)
+				ok := err == nil && rid == want.RequestID &&
+					(status == want.Status || want.Status == order.StatusUnpaid && (status == order.StatusPaid || status == order.StatusClosed))
 				if !ok {
 					mu.Lock()
-					j.violateNo(I4, want.RequestID, no, "GET /v1/orders/%s answered %+v %v, want %s of request %s", no, got, err, want.Status, want.RequestID)
+					j.violateNo(I4, want.RequestID, no, "GET /v1/orders/%s answered request %q status %q %v, want %s of request %s",
+						no, rid, status, err, want.Status, want.RequestID)
 					mu.Unlock()
 				}
 			}
@@ -465,6 +468,31 @@ func (c *Checker) getAll(ctx context.Context, j *judge, final map[string]order.O
 	}
 	close(work)
 	wg.Wait()
+}
+
+// askOrder asks gw about the order, again twice on an answer worth asking
+// again (a breaker may still be closing).
+func askOrder(ctx context.Context, gw Gateway, orderNo string) (requestID, status string, err error) {
+	for try := range 3 {
+		if requestID, status, err = gw.OrderStatus(ctx, orderNo); !retriable(err) || try == 2 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return requestID, status, err
+}
+
+// retriable is gateway/client's IsRetriable without naming the client: no
+// answer came, or the answer says to ask again.
+func retriable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var answer interface{ Retriable() bool }
+	if errors.As(err, &answer) {
+		return answer.Retriable()
+	}
+	return true
 }
 
 // status: I7 (relay.Audit), once the outbox is published.

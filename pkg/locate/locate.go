@@ -394,13 +394,27 @@ func rawJSON(s string) json.RawMessage {
 
 // settle derives the status, the order number, the timeline and the trace.
 func (r *Report) settle() {
-	var st *RedisState
+	st := r.redisOfItem()
+	r.settleIdentity(st)
+	r.settleStatus(st)
+	r.settleCaveats()
+}
+
+// redisOfItem is the Redis state of the report's item (the first found when
+// no record named the item yet); nil when Redis holds none.
+func (r *Report) redisOfItem() *RedisState {
 	for i := range r.Redis {
 		if r.ActivityID == 0 || (r.Redis[i].ActivityID == r.ActivityID && r.Redis[i].ItemID == r.ItemID) {
-			st = &r.Redis[i]
-			break
+			return &r.Redis[i]
 		}
 	}
+	return nil
+}
+
+// settleIdentity sets the order number, the trace and the timeline, each
+// from the most decided record that has it: Redis, then the worker's
+// decision, then the order row.
+func (r *Report) settleIdentity(st *RedisState) {
 	if st != nil {
 		if st.Dedup != nil {
 			r.OrderNo = st.Dedup.OrderNo
@@ -425,28 +439,14 @@ func (r *Report) settle() {
 		t := o.CreatedAt
 		r.Timeline.CreatedAt, r.Timeline.PaidAt, r.Timeline.ClosedAt = &t, o.PaidAt, o.ClosedAt
 	}
+}
 
-	pending := 0
-	for _, c := range r.Compensations {
-		if c.AppliedAt == nil {
-			pending++
-		}
-	}
+// settleStatus says where the request is, from the furthest stage that
+// holds it: the order row, the worker's decision, Redis, nothing.
+func (r *Report) settleStatus(st *RedisState) {
 	switch {
 	case r.Order != nil:
-		r.Status = r.Order.Status
-		switch r.Status {
-		case order.StatusUnpaid:
-			r.Where = "order persisted by the worker, waiting for payment"
-		case order.StatusPaid:
-			r.Where = "order paid (final)"
-		case order.StatusClosed:
-			r.Reason = r.Order.Reason
-			r.Where = "order closed unpaid by the closer; its units were given back"
-			if r.Reason == order.ReasonCancelled {
-				r.Where = "order cancelled by the buyer; its units were given back"
-			}
-		}
+		r.settleOrder()
 	case r.Processed != nil && r.Processed.Outcome == string(order.Rejected):
 		r.Status, r.Reason = order.StatusRejected, r.Processed.Reason
 		r.Where = "rejected by Postgres (" + r.Reason + "); no order, its units were given back"
@@ -455,15 +455,7 @@ func (r *Report) settle() {
 		r.Where = "decided as created, but no order row was found"
 	case st != nil && st.Journal != nil:
 		r.Status = order.StatusPending
-		if strings.HasPrefix(st.Fate, "claimed:") {
-			r.Where = "reserved in Redis and claimed by a worker: its Postgres decision is in flight"
-		} else if st.Dedup != nil && st.Dedup.Published {
-			r.Where = "reserved in Redis (journal entry); its event is in Kafka (acknowledged), no worker has claimed it yet " +
-				"(the redrive re-publishes it after REDRIVE_AFTER)"
-		} else {
-			r.Where = "reserved in Redis (journal entry); its event is being produced, or Kafka has not acknowledged it, " +
-				"and no worker has claimed it yet (the redrive re-publishes it after REDRIVE_AFTER)"
-		}
+		r.Where = journaledWhere(st)
 	case st != nil && strings.HasPrefix(st.Fate, "released:"):
 		r.Status = StatusReleased
 		r.Where = "the reservation was given back without an order (a failed produce the client got 503 for, or a dead-lettered event)"
@@ -476,6 +468,49 @@ func (r *Report) settle() {
 	default:
 		r.Status = StatusUnknown
 		r.Where = "no trace of this requestId in Postgres or in the Redis keys of the items searched"
+	}
+}
+
+// settleOrder: the request is an order; its status is the row's.
+func (r *Report) settleOrder() {
+	r.Status = r.Order.Status
+	switch r.Status {
+	case order.StatusUnpaid:
+		r.Where = "order persisted by the worker, waiting for payment"
+	case order.StatusPaid:
+		r.Where = "order paid (final)"
+	case order.StatusClosed:
+		r.Reason = r.Order.Reason
+		r.Where = "order closed unpaid by the closer; its units were given back"
+		if r.Reason == order.ReasonCancelled {
+			r.Where = "order cancelled by the buyer; its units were given back"
+		}
+	}
+}
+
+// journaledWhere is where a reservation with a journal entry but no
+// decision is: claimed by a worker, or still on its way to one.
+func journaledWhere(st *RedisState) string {
+	switch {
+	case strings.HasPrefix(st.Fate, "claimed:"):
+		return "reserved in Redis and claimed by a worker: its Postgres decision is in flight"
+	case st.Dedup != nil && st.Dedup.Published:
+		return "reserved in Redis (journal entry); its event is in Kafka (acknowledged), no worker has claimed it yet " +
+			"(the redrive re-publishes it after REDRIVE_AFTER)"
+	default:
+		return "reserved in Redis (journal entry); its event is being produced, or Kafka has not acknowledged it, " +
+			"and no worker has claimed it yet (the redrive re-publishes it after REDRIVE_AFTER)"
+	}
+}
+
+// settleCaveats adds what the status does not say: compensations still to
+// apply, and a Redis that could not be read.
+func (r *Report) settleCaveats() {
+	pending := 0
+	for _, c := range r.Compensations {
+		if c.AppliedAt == nil {
+			pending++
+		}
 	}
 	if pending > 0 {
 		r.Where += fmt.Sprintf("; %d compensation(s) still to apply in Redis", pending)
@@ -502,114 +537,144 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// Text renders the report as a block for a terminal.
+// Text renders the report as a block for a terminal: what the request is,
+// then what each store holds of it.
 func (r Report) Text() string {
-	var b strings.Builder
-	line := func(label, format string, args ...any) {
-		fmt.Fprintf(&b, "%-13s %s\n", label, fmt.Sprintf(format, args...))
+	var b block
+	r.textSummary(&b)
+	r.textPostgres(&b)
+	r.textRedis(&b)
+	r.textStatusEvents(&b)
+	r.textCompensations(&b)
+	return b.String()
+}
+
+// block is a report's text: one labelled line after another.
+type block struct{ strings.Builder }
+
+func (b *block) line(label, format string, args ...any) {
+	fmt.Fprintf(b, "%-13s %s\n", label, fmt.Sprintf(format, args...))
+}
+
+// firstOf labels the first line of a list; the others sit under it.
+func firstOf(i int, label string) string {
+	if i == 0 {
+		return label
 	}
-	line("request", "%s", r.RequestID)
+	return ""
+}
+
+// stamp is a time as the report shows it ("-" when not reached).
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// textSummary: the request, its status, its order, its trace, its timeline.
+func (r Report) textSummary(b *block) {
+	b.line("request", "%s", r.RequestID)
 	status := r.Status
 	if r.Reason != "" {
 		status += " (" + r.Reason + ")"
 	}
-	line("status", "%s: %s", status, r.Where)
+	b.line("status", "%s: %s", status, r.Where)
 	if r.OrderNo != "" {
-		line("order", "%s  activity %d item %d  user %d  quantity %d", r.OrderNo, r.ActivityID, r.ItemID, r.UserID, r.Quantity)
+		b.line("order", "%s  activity %d item %d  user %d  quantity %d", r.OrderNo, r.ActivityID, r.ItemID, r.UserID, r.Quantity)
 	}
 	switch {
 	case r.TraceID != "" && r.TraceParent == "":
-		line("trace", "%s  (found by the requestId in the trace store)", r.TraceID)
+		b.line("trace", "%s  (found by the requestId in the trace store)", r.TraceID)
 	case r.TraceID != "":
-		line("trace", "%s  (traceparent %s)", r.TraceID, r.TraceParent)
+		b.line("trace", "%s  (traceparent %s)", r.TraceID, r.TraceParent)
 	case r.Status != StatusUnknown:
-		line("trace", "unknown (not sampled, or the dedup record has expired)")
+		b.line("trace", "unknown (not sampled, or the dedup record has expired)")
 	}
 	if r.RedisError != "" {
-		line("redis", "could not be read: %s", r.RedisError)
-	}
-	ts := func(t *time.Time) string {
-		if t == nil {
-			return "-"
-		}
-		return t.UTC().Format("2006-01-02T15:04:05.000Z")
+		b.line("redis", "could not be read: %s", r.RedisError)
 	}
 	if r.Status != StatusUnknown && r.Status != StatusRefused {
-		line("timeline", "reserved %s  processed %s  created %s  paid %s  closed %s", ts(r.Timeline.ReservedAt),
-			ts(r.Timeline.ProcessedAt), ts(r.Timeline.CreatedAt), ts(r.Timeline.PaidAt), ts(r.Timeline.ClosedAt))
+		b.line("timeline", "reserved %s  processed %s  created %s  paid %s  closed %s", stamp(r.Timeline.ReservedAt),
+			stamp(r.Timeline.ProcessedAt), stamp(r.Timeline.CreatedAt), stamp(r.Timeline.PaidAt), stamp(r.Timeline.ClosedAt))
 	}
+}
+
+// textPostgres: the worker's decision, the order row, the refused
+// reservations.
+func (r Report) textPostgres(b *block) {
 	if p := r.Processed; p != nil {
 		reason := ""
 		if p.Reason != "" {
 			reason = " " + p.Reason
 		}
-		line("postgres", "processed_requests: %s%s at %s", p.Outcome, reason, ts(&p.ProcessedAt))
+		b.line("postgres", "processed_requests: %s%s at %s", p.Outcome, reason, stamp(&p.ProcessedAt))
 	} else {
-		line("postgres", "processed_requests: none (not decided by a worker)")
+		b.line("postgres", "processed_requests: none (not decided by a worker)")
 	}
 	if o := r.Order; o != nil {
-		line("", "orders: %s %s", o.OrderNo, o.Status)
+		b.line("", "orders: %s %s", o.OrderNo, o.Status)
 	}
 	for _, rf := range r.Refused {
-		line("", "rejected_reservations: %s (item %d:%d) REJECTED %s at %s", rf.OrderNo, rf.ActivityID, rf.ItemID, rf.Reason, ts(&rf.RejectedAt))
+		b.line("", "rejected_reservations: %s (item %d:%d) REJECTED %s at %s", rf.OrderNo, rf.ActivityID, rf.ItemID, rf.Reason, stamp(&rf.RejectedAt))
 	}
+}
+
+// textRedis: per item, the dedup record, the journal entry, the fate and
+// the limit marker.
+func (r Report) textRedis(b *block) {
 	if len(r.Redis) == 0 && r.RedisError == "" {
-		line("redis", "nothing (searched %d item(s))", r.ItemsSearched)
+		b.line("redis", "nothing (searched %d item(s))", r.ItemsSearched)
 	}
 	for i, st := range r.Redis {
-		label := ""
-		if i == 0 {
-			label = "redis"
-		}
-		line(label, "item %d:%d", st.ActivityID, st.ItemID)
+		b.line(firstOf(i, "redis"), "item %d:%d", st.ActivityID, st.ItemID)
 		if st.Dedup != nil {
-			line("", "  dedup record %s: orderNo %s, remaining %s, event in Kafka: %s, claimed by a worker: %s", st.Dedup.Key,
+			b.line("", "  dedup record %s: orderNo %s, remaining %s, event in Kafka: %s, claimed by a worker: %s", st.Dedup.Key,
 				st.Dedup.OrderNo, st.Dedup.Remaining, yesNo(st.Dedup.Published), yesNo(st.Dedup.Claimed))
 		} else {
-			line("", "  dedup record: none")
+			b.line("", "  dedup record: none")
 		}
 		if st.Journal != nil {
-			line("", "  journal entry: present (not yet decided in Postgres)")
+			b.line("", "  journal entry: present (not yet decided in Postgres)")
 		} else {
-			line("", "  journal entry: none")
+			b.line("", "  journal entry: none")
 		}
-		line("", "  fate: %s  limit marker held: %s", cmpOr(st.Fate, "-"), strconv.FormatBool(st.LimitHeld))
+		b.line("", "  fate: %s  limit marker held: %s", cmpOr(st.Fate, "-"), strconv.FormatBool(st.LimitHeld))
 	}
+}
+
+// textStatusEvents: the order's orders.status outbox rows.
+func (r Report) textStatusEvents(b *block) {
 	if len(r.StatusEvents) == 0 && r.Status != StatusUnknown {
-		line("orders.status", "no event in the outbox (none yet, or pruned after STATUS_RETENTION)")
+		b.line("orders.status", "no event in the outbox (none yet, or pruned after STATUS_RETENTION)")
 	}
 	for i, e := range r.StatusEvents {
-		label := ""
-		if i == 0 {
-			label = "orders.status"
-		}
 		detail := fmt.Sprintf("v%d %s", e.Version, e.Status)
 		if e.Reason != "" {
 			detail += " " + e.Reason
 		}
-		detail += fmt.Sprintf(" of %s: %s, written %s", e.OrderNo, e.State, ts(&e.CreatedAt))
+		detail += fmt.Sprintf(" of %s: %s, written %s", e.OrderNo, e.State, stamp(&e.CreatedAt))
 		if e.PublishedAt != nil {
-			detail += ", published " + ts(e.PublishedAt)
+			detail += ", published " + stamp(e.PublishedAt)
 		}
-		line(label, "%s", detail)
+		b.line(firstOf(i, "orders.status"), "%s", detail)
 	}
+}
+
+// textCompensations: the compensations written for the request's order.
+func (r Report) textCompensations(b *block) {
 	if len(r.Compensations) == 0 {
-		line("compensation", "none")
+		b.line("compensation", "none")
 	}
 	for i, c := range r.Compensations {
-		label := ""
-		if i == 0 {
-			label = "compensation"
-		}
-		detail := fmt.Sprintf("%s %s for %s, written %s", c.Status, c.Reason, c.OrderNo, ts(&c.CreatedAt))
+		detail := fmt.Sprintf("%s %s for %s, written %s", c.Status, c.Reason, c.OrderNo, stamp(&c.CreatedAt))
 		if c.AppliedAt != nil {
-			detail += ", applied " + ts(c.AppliedAt)
+			detail += ", applied " + stamp(c.AppliedAt)
 		} else if c.Attempts > 0 {
 			detail += fmt.Sprintf(", %d failed attempt(s): %s", c.Attempts, c.LastError)
 		}
-		line(label, "%s", detail)
+		b.line(firstOf(i, "compensation"), "%s", detail)
 	}
-	return b.String()
 }
 
 func yesNo(b bool) string {

@@ -411,58 +411,75 @@ func setLimitOwners(ctx context.Context, tx pgx.Tx, k itemKey, out []Decision, i
 // recordRejections marks rejected requests and writes the compensations of
 // held reservations (Rejected and Foreign), and settles second copies.
 func recordRejections(ctx context.Context, tx pgx.Tx, out []Decision) error {
-	var rejIDs, rejReasons []string
-	var comps, foreign []int
-	first := map[string]int{}
-	for i := range out {
-		d := &out[i]
-		if j, seen := first[d.RequestID]; seen {
-			// A second copy of a request in this batch.
-			if out[j].OrderNo == d.OrderNo {
-				d.Outcome = Duplicate
-				d.Prior = out[j].Outcome
-				if d.Prior == Duplicate {
-					d.Prior = out[j].Prior
-				}
-			} else {
-				d.Outcome, d.Reason = Foreign, ReasonKeyReused
-				foreign = append(foreign, i)
-				if d.Held {
-					comps = append(comps, i)
-				}
-			}
-			continue
-		}
-		first[d.RequestID] = i
-		switch d.Outcome {
-		case Rejected:
-			rejIDs, rejReasons = append(rejIDs, d.RequestID), append(rejReasons, d.Reason)
-			if d.Held {
-				comps = append(comps, i)
-			}
-		case Foreign:
-			foreign = append(foreign, i)
-			if d.Held {
-				comps = append(comps, i)
-			}
-		}
-	}
-	if err := recordForeign(ctx, tx, out, foreign); err != nil {
+	r := sortRejections(out)
+	if err := recordForeign(ctx, tx, out, r.foreign); err != nil {
 		return err
 	}
-	if len(rejIDs) > 0 {
+	if len(r.ids) > 0 {
 		if _, err := tx.Exec(ctx, `UPDATE processed_requests p SET outcome = 'REJECTED', reason = x.reason
-			FROM unnest($1::text[], $2::text[]) AS x(id, reason) WHERE p.request_id = x.id`, rejIDs, rejReasons); err != nil {
+			FROM unnest($1::text[], $2::text[]) AS x(id, reason) WHERE p.request_id = x.id`, r.ids, r.reasons); err != nil {
 			return fmt.Errorf("recording rejections: %w", err)
 		}
 	}
-	if len(comps) == 0 {
+	return writeCompensations(ctx, tx, out, r.comps)
+}
+
+// rejections is what recordRejections writes: the rejected requests with
+// their reasons, and indexes into the batch's decisions.
+type rejections struct {
+	ids, reasons []string
+	comps        []int // held reservations to give back
+	foreign      []int // refused: their requestId is another reservation's
+}
+
+// sortRejections sorts the batch's refusals. A second copy of a request in
+// the batch is settled here: the same reservation is a Duplicate of the
+// first; another reservation under that requestId is Foreign.
+func sortRejections(out []Decision) rejections {
+	var r rejections
+	first := map[string]int{}
+	for i := range out {
+		d := &out[i]
+		j, seen := first[d.RequestID]
+		switch {
+		case seen && out[j].OrderNo == d.OrderNo:
+			d.Outcome = Duplicate
+			d.Prior = out[j].Outcome
+			if d.Prior == Duplicate {
+				d.Prior = out[j].Prior
+			}
+			continue
+		case seen:
+			d.Outcome, d.Reason = Foreign, ReasonKeyReused
+		default:
+			first[d.RequestID] = i
+		}
+		switch d.Outcome {
+		case Rejected:
+			r.ids, r.reasons = append(r.ids, d.RequestID), append(r.reasons, d.Reason)
+		case Foreign:
+			r.foreign = append(r.foreign, i)
+		default:
+			continue
+		}
+		if d.Held {
+			r.comps = append(r.comps, i)
+		}
+	}
+	return r
+}
+
+// writeCompensations writes one compensation per held reservation at idx
+// and hangs each written one on its decision (an orderNo compensated
+// before writes none).
+func writeCompensations(ctx context.Context, tx pgx.Tx, out []Decision, idx []int) error {
+	if len(idx) == 0 {
 		return nil
 	}
-	n := len(comps)
+	n := len(idx)
 	ids, nos, reasons, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	acts, items, users, qs := make([]int64, n), make([]int64, n), make([]int64, n), make([]int32, n)
-	for j, i := range comps {
+	for j, i := range idx {
 		d := out[i]
 		ids[j], nos[j], reasons[j], owners[j] = d.RequestID, d.OrderNo, d.Reason, d.limitOwner
 		acts[j], items[j], users[j], qs[j] = d.ActivityID, d.ItemID, d.UserID, int32(d.Quantity)
@@ -483,7 +500,7 @@ func recordRejections(ctx context.Context, tx pgx.Tx, out []Decision) error {
 	if _, err := pgx.ForEachRow(rows, []any{&id, &no}, func() error { written[no] = id; return nil }); err != nil {
 		return fmt.Errorf("writing compensations: %w", err)
 	}
-	for _, i := range comps {
+	for _, i := range idx {
 		d := &out[i]
 		if id, ok := written[d.OrderNo]; ok {
 			d.Compensation = &Compensation{ID: id, RequestID: d.RequestID, OrderNo: d.OrderNo, ActivityID: d.ActivityID, ItemID: d.ItemID,

@@ -8,9 +8,9 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/topic"
 )
 
 // Audit checks I7 for one activity, once the outbox is drained
@@ -22,7 +22,7 @@ import (
 // never skip one); and nothing on the topic names a change Postgres did not
 // commit. It returns the violations, each starting with "I7:". The test
 // harness, the load tool's audit and the chaos suite's checker all call it.
-func Audit(ctx context.Context, orders *order.Store, client *kafka.Client, topic string, activityID int64) ([]string, error) {
+func Audit(ctx context.Context, orders *order.Store, client *kafka.Client, topicName string, activityID int64) ([]string, error) {
 	hist, err := orders.StatusHistories(ctx, activityID)
 	if err != nil {
 		return nil, err
@@ -32,7 +32,7 @@ func Audit(ctx context.Context, orders *order.Store, client *kafka.Client, topic
 	var published topicRead
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if published, err = readTopic(ctx, client, topic, activityID); err == nil || time.Now().After(deadline) {
+		if published, err = readTopic(ctx, client, topicName, activityID); err == nil || time.Now().After(deadline) {
 			break
 		}
 		select {
@@ -84,8 +84,8 @@ func (t topicRead) expired(orderNo string, publishedAt time.Time) bool {
 
 // readTopic reads every event of the activity on the topic, in offset
 // order per partition (one order's events are all in one partition).
-func readTopic(ctx context.Context, client *kafka.Client, topic string, activityID int64) (topicRead, error) {
-	r := dlq.Reader{Client: client, Topic: topic}
+func readTopic(ctx context.Context, client *kafka.Client, topicName string, activityID int64) (topicRead, error) {
+	r := topic.Reader{Client: client, Topic: topicName}
 	bounds, err := r.Partitions(ctx)
 	if err != nil {
 		return topicRead{}, err
@@ -101,20 +101,20 @@ func readTopic(ctx context.Context, client *kafka.Client, topic string, activity
 	}
 	sort.Ints(out.partitions)
 	firstOf := map[int]bool{}
-	err = r.Scan(ctx, bounds, func(l dlq.Letter) error {
-		if _, truncated := out.retainedFrom[l.Partition]; truncated && !firstOf[l.Partition] {
-			firstOf[l.Partition] = true
-			out.retainedFrom[l.Partition] = l.Time
+	err = r.Scan(ctx, bounds, func(rec topic.Record) error {
+		if _, truncated := out.retainedFrom[rec.Partition]; truncated && !firstOf[rec.Partition] {
+			firstOf[rec.Partition] = true
+			out.retainedFrom[rec.Partition] = rec.Time.UTC()
 		}
-		st, derr := event.DecodeStatus(l.Value)
-		s := seen{OrderStatus: st, where: l.Position.String()}
+		st, derr := event.DecodeStatus(rec.Value)
+		s := seen{OrderStatus: st, where: rec.Where()}
 		switch {
 		case derr != nil:
 			s.err = derr.Error()
-		case string(l.Key) != st.OrderNo:
-			s.err = fmt.Sprintf("key %q is not its orderNo", l.Key)
-		case header(l, event.HeaderSchema) != event.StatusSchemaV1:
-			s.err = fmt.Sprintf("schema header %q", header(l, event.HeaderSchema))
+		case string(rec.Key) != st.OrderNo:
+			s.err = fmt.Sprintf("key %q is not its orderNo", rec.Key)
+		case rec.Header(event.HeaderSchema) != event.StatusSchemaV1:
+			s.err = fmt.Sprintf("schema header %q", rec.Header(event.HeaderSchema))
 		}
 		if derr == nil && st.ActivityID != activityID {
 			return nil
@@ -123,18 +123,9 @@ func readTopic(ctx context.Context, client *kafka.Client, topic string, activity
 		return nil
 	})
 	if err != nil {
-		return topicRead{}, fmt.Errorf("reading %s: %w", topic, err)
+		return topicRead{}, fmt.Errorf("reading %s: %w", topicName, err)
 	}
 	return out, nil
-}
-
-func header(l dlq.Letter, key string) string {
-	for _, h := range l.Headers {
-		if h.Key == key {
-			return h.Value
-		}
-	}
-	return ""
 }
 
 // check compares the histories with what the topic holds. The first
@@ -144,6 +135,19 @@ func header(l dlq.Letter, key string) string {
 func check(hist map[string]*order.OrderHistory, published map[string][]seen, expired func(orderNo string, publishedAt time.Time) bool) []string {
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, "I7: "+fmt.Sprintf(format, args...)) }
+	for _, no := range orderNos(hist, published) {
+		h := hist[no]
+		if h == nil { // on the topic, unknown to Postgres
+			h = &order.OrderHistory{OrderNo: no}
+		}
+		checkOutbox(no, h, bad)
+		checkTopic(no, h, published[no], expired, bad)
+	}
+	return problems
+}
+
+// orderNos is every order named by Postgres or by the topic, sorted.
+func orderNos(hist map[string]*order.OrderHistory, published map[string][]seen) []string {
 	nos := make([]string, 0, len(hist))
 	for no := range hist {
 		nos = append(nos, no)
@@ -154,63 +158,72 @@ func check(hist map[string]*order.OrderHistory, published map[string][]seen, exp
 		}
 	}
 	sort.Strings(nos)
-	for _, no := range nos {
-		h := hist[no]
-		if h == nil {
-			h = &order.OrderHistory{OrderNo: no}
+	return nos
+}
+
+// checkOutbox: the outbox holds exactly the history, versions 1..n, all
+// published.
+func checkOutbox(no string, h *order.OrderHistory, bad func(format string, args ...any)) {
+	var rows []string
+	for i, r := range h.Rows {
+		if r.Version != i+1 {
+			bad("%s: outbox versions %v, want 1..%d", no, versions(h.Rows), len(h.Want))
+			break
 		}
-		// The outbox: exactly the history, versions 1..n, all published.
-		var rows []string
-		for i, r := range h.Rows {
-			if r.Version != i+1 {
-				bad("%s: outbox versions %v, want 1..%d", no, versions(h.Rows), len(h.Want))
-				break
-			}
-			rows = append(rows, statusOf(r.Status, r.Reason))
-			if r.PublishedAt == nil {
-				bad("%s: version %d (%s) was never published", no, r.Version, rows[i])
-			}
-		}
-		if fmt.Sprint(rows) != fmt.Sprint(h.Want) {
-			bad("%s: outbox holds %q, but the order's history is %q", no, rows, h.Want)
-		}
-		// The topic: every version of the history, in order, nothing else;
-		// a first few versions retention deleted count as seen.
-		max := 0
-		onTopic := map[int]bool{}
-		for _, s := range published[no] {
-			onTopic[s.Version] = true
-		}
-		for _, r := range h.Rows {
-			if onTopic[r.Version] || r.Version != max+1 || r.PublishedAt == nil || expired == nil || !expired(no, *r.PublishedAt) {
-				break
-			}
-			max = r.Version
-		}
-		for _, s := range published[no] {
-			if s.err != "" {
-				bad("%s: message at %s: %s", no, s.where, s.err)
-				continue
-			}
-			got := statusOf(s.Status, s.Reason)
-			switch {
-			case s.Version < 1 || s.Version > len(h.Want):
-				bad("%s: published version %d (%s) at %s, which Postgres never committed (history %q)", no, s.Version, got, s.where, h.Want)
-				continue
-			case got != h.Want[s.Version-1]:
-				bad("%s: published version %d as %s at %s, but it is %s", no, s.Version, got, s.where, h.Want[s.Version-1])
-			case s.Version > max+1:
-				bad("%s: published version %d at %s before version %d", no, s.Version, s.where, max+1)
-			}
-			if s.Version > max {
-				max = s.Version
-			}
-		}
-		if max < len(h.Want) {
-			bad("%s: %d of its %d events published (history %q)", no, max, len(h.Want), h.Want)
+		rows = append(rows, statusOf(r.Status, r.Reason))
+		if r.PublishedAt == nil {
+			bad("%s: version %d (%s) was never published", no, r.Version, rows[i])
 		}
 	}
-	return problems
+	if fmt.Sprint(rows) != fmt.Sprint(h.Want) {
+		bad("%s: outbox holds %q, but the order's history is %q", no, rows, h.Want)
+	}
+}
+
+// checkTopic: the topic holds every version of the history, in order, and
+// nothing else.
+func checkTopic(no string, h *order.OrderHistory, onTopic []seen, expired func(orderNo string, publishedAt time.Time) bool, bad func(format string, args ...any)) {
+	highest := expiredVersions(no, h, onTopic, expired)
+	for _, s := range onTopic {
+		if s.err != "" {
+			bad("%s: message at %s: %s", no, s.where, s.err)
+			continue
+		}
+		got := statusOf(s.Status, s.Reason)
+		switch {
+		case s.Version < 1 || s.Version > len(h.Want):
+			bad("%s: published version %d (%s) at %s, which Postgres never committed (history %q)", no, s.Version, got, s.where, h.Want)
+			continue
+		case got != h.Want[s.Version-1]:
+			bad("%s: published version %d as %s at %s, but it is %s", no, s.Version, got, s.where, h.Want[s.Version-1])
+		case s.Version > highest+1:
+			bad("%s: published version %d at %s before version %d", no, s.Version, s.where, highest+1)
+		}
+		if s.Version > highest {
+			highest = s.Version
+		}
+	}
+	if highest < len(h.Want) {
+		bad("%s: %d of its %d events published (history %q)", no, highest, len(h.Want), h.Want)
+	}
+}
+
+// expiredVersions is how many of the order's first versions count as seen
+// though the topic does not hold them: published, and retention may have
+// deleted them since (expired).
+func expiredVersions(no string, h *order.OrderHistory, onTopic []seen, expired func(orderNo string, publishedAt time.Time) bool) int {
+	held := map[int]bool{}
+	for _, s := range onTopic {
+		held[s.Version] = true
+	}
+	n := 0
+	for _, r := range h.Rows {
+		if held[r.Version] || r.Version != n+1 || r.PublishedAt == nil || expired == nil || !expired(no, *r.PublishedAt) {
+			break
+		}
+		n = r.Version
+	}
+	return n
 }
 
 func statusOf(status, reason string) string {

@@ -17,12 +17,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"orderpipe/pkg/database"
-	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/relay"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
+	"orderpipe/pkg/topic"
 )
 
 // env is a store with a sale (activity 1, item 10) and a topic on a broker.
@@ -104,7 +104,7 @@ func (e *env) mustAudit(tb testing.TB) {
 // messages counts the messages on the topic.
 func (e *env) messages(tb testing.TB) int {
 	tb.Helper()
-	r := dlq.Reader{Client: e.client, Topic: e.topic}
+	r := topic.Reader{Client: e.client, Topic: e.topic}
 	bounds, err := r.Partitions(context.Background())
 	if err != nil {
 		tb.Fatal(err)

@@ -51,55 +51,83 @@ func (k *Kafka) Trim() (Trimmed, error) {
 	var out Trimmed
 	var errs []error
 	for topic, budget := range k.retention.Bytes {
-		if budget <= 0 {
-			continue
-		}
-		parts := k.Cluster.PartitionInfos(topic)
-		if len(parts) == 0 {
-			continue
-		}
-		group, guarded := k.retention.Guard[topic]
-		var commits map[int32]kfake.GroupCommit
-		if guarded {
-			if gi := k.Cluster.GroupInfo(group); gi != nil {
-				commits = gi.Commits[topic]
-			}
-		}
-		perPart := budget / int64(len(parts))
-		for _, p := range parts {
-			records := p.HighWatermark - p.LogStartOffset
-			if p.NumBytes <= perPart || records <= 0 {
-				continue
-			}
-			// The newest records that fit the budget, at the
-			// partition's average record size.
-			to := p.HighWatermark - perPart*records/p.NumBytes
-			if guarded {
-				c, ok := commits[p.Partition]
-				if !ok || c.Offset < 0 {
-					out.Held++
-					continue
-				}
-				if c.Offset < to {
-					to = c.Offset
-					out.Held++
-				}
-			}
-			if to <= p.LogStartOffset {
-				continue
-			}
-			err := k.Cluster.DeleteRecords(topic, p.Partition, to)
-			switch {
-			case err == nil:
-				out.Records += to - p.LogStartOffset
-			case errors.Is(err, kerr.OffsetOutOfRange), errors.Is(err, kerr.UnknownTopicOrPartition):
-				// Deleted or trimmed meanwhile: the next pass sees it.
-			default:
-				errs = append(errs, err)
-			}
+		if budget > 0 {
+			errs = append(errs, k.trimTopic(topic, budget, &out)...)
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// trimTopic cuts each partition of topic to its even share of budget.
+func (k *Kafka) trimTopic(topic string, budget int64, out *Trimmed) []error {
+	parts := k.Cluster.PartitionInfos(topic)
+	if len(parts) == 0 {
+		return nil
+	}
+	g := k.guardOf(topic)
+	perPart := budget / int64(len(parts))
+	var errs []error
+	for _, p := range parts {
+		to, held := g.cut(p, perPart)
+		if held {
+			out.Held++
+		}
+		if to <= p.LogStartOffset {
+			continue
+		}
+		err := k.Cluster.DeleteRecords(topic, p.Partition, to)
+		switch {
+		case err == nil:
+			out.Records += to - p.LogStartOffset
+		case errors.Is(err, kerr.OffsetOutOfRange), errors.Is(err, kerr.UnknownTopicOrPartition):
+			// Deleted or trimmed meanwhile: the next pass sees it.
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// guard is what a topic's guarding group has committed, per partition.
+type guard struct {
+	on      bool // the topic has a guarding group
+	commits map[int32]kfake.GroupCommit
+}
+
+func (k *Kafka) guardOf(topic string) guard {
+	group, on := k.retention.Guard[topic]
+	g := guard{on: on}
+	if on {
+		if gi := k.Cluster.GroupInfo(group); gi != nil {
+			g.commits = gi.Commits[topic]
+		}
+	}
+	return g
+}
+
+// cut is the offset below which p's records may be deleted (at or below
+// its log start: none), and whether the guard held records the budget
+// would have deleted.
+func (g guard) cut(p *kfake.PartitionInfo, perPart int64) (to int64, held bool) {
+	records := p.HighWatermark - p.LogStartOffset
+	if p.NumBytes <= perPart || records <= 0 {
+		return p.LogStartOffset, false
+	}
+	// The newest records that fit the budget, at the partition's average
+	// record size.
+	to = p.HighWatermark - perPart*records/p.NumBytes
+	if !g.on {
+		return to, false
+	}
+	c, ok := g.commits[p.Partition]
+	if !ok || c.Offset < 0 {
+		// The group will start from the earliest record: keep them all.
+		return p.LogStartOffset, true
+	}
+	if c.Offset < to {
+		return c.Offset, true
+	}
+	return to, false
 }
 
 // retain runs Trim every Interval until ctx ends.

@@ -113,38 +113,29 @@ func (p *Process) Locker() *lock.Locker { return lock.New(p.rdb, p.Cfg.Stock.Pre
 // have drained. shared is read once every Setup has run.
 func Run(ctx context.Context, log *slog.Logger, table Table, names []string, shared *Shared, ln net.Listener) error {
 	named := table.Resolve(names)
-	var needKafka, needPostgres, embeds bool
-	for _, n := range named {
-		t, ok := table[n]
-		if !ok {
-			return fmt.Errorf("unknown target %q", n)
-		}
-		needKafka, needPostgres, embeds = needKafka || t.Kafka, needPostgres || t.Postgres, embeds || t.Setup != nil
+	need, err := table.needs(named)
+	if err != nil {
+		return err
 	}
 	// A broker the run needs and nobody named (and no Setup, such as `all`'s
 	// embedded one, provides) is a bad setting: exit 2 before anything starts.
-	if needKafka && !embeds && len(shared.Kafka.Brokers) == 0 {
+	if need.kafka && !need.setup && len(shared.Kafka.Brokers) == 0 {
 		log.Error("orderpipe failed", "err", "bad configuration: KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
 		return setting.ExitCode(2)
 	}
-	for _, n := range named {
-		t := table[n]
-		if t.Setup != nil {
-			stop, err := t.Setup(ctx, log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-		}
+	stopSetups, err := table.setUp(ctx, log, named)
+	defer stopSetups()
+	if err != nil {
+		return err
 	}
 	cfg := *shared
-	if needKafka && len(cfg.Kafka.Brokers) == 0 {
+	if need.kafka && len(cfg.Kafka.Brokers) == 0 {
 		return errors.New("KAFKA_BROKERS is empty: set it, or use `orderpipe all` for the embedded broker")
 	}
 	log.Info("starting", "targets", named,
 		"postgres", database.Redact(cfg.Database.URL), "redis", cfg.Redis.String(), "kafka", strings.Join(cfg.Kafka.Brokers, ","),
 		"kafka_security", cfg.Kafka.Security.String())
-	pool, err := openPool(ctx, log, cfg.Database, needPostgres)
+	pool, err := openPool(ctx, log, cfg.Database, need.postgres)
 	if err != nil {
 		return err
 	}
@@ -158,22 +149,67 @@ func Run(ctx context.Context, log *slog.Logger, table Table, names []string, sha
 	if err := st.WaitForReplicas(cfg.Stock.Wait); err != nil {
 		return fmt.Errorf("REDIS_WAIT_REPLICAS: %w", err)
 	}
+	p := &Process{Cfg: cfg, Log: log, rdb: rdb, Stock: st, Orders: order.NewStore(pool), Metrics: telemetry.NewMetrics(), Listener: ln}
+	return p.runTargets(ctx, table, named)
+}
 
+// needs is what the targets of a run need, together.
+type needs struct {
+	kafka, postgres bool
+	setup           bool // a Setup runs (and may provide what the settings lack)
+}
+
+func (t Table) needs(named []string) (needs, error) {
+	var n needs
+	for _, name := range named {
+		tg, ok := t[name]
+		if !ok {
+			return needs{}, fmt.Errorf("unknown target %q", name)
+		}
+		n.kafka, n.postgres, n.setup = n.kafka || tg.Kafka, n.postgres || tg.Postgres, n.setup || tg.Setup != nil
+	}
+	return n, nil
+}
+
+// setUp runs each target's Setup in order. stop undoes those that ran, the
+// last first; the caller runs it even when err is set.
+func (t Table) setUp(ctx context.Context, log *slog.Logger, named []string) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
+	}
+	for _, n := range named {
+		if setup := t[n].Setup; setup != nil {
+			s, err := setup(ctx, log)
+			if err != nil {
+				return stop, err
+			}
+			stops = append(stops, s)
+		}
+	}
+	return stop, nil
+}
+
+// runTargets starts each target's components on p, runs them until ctx
+// ends or one fails (which ends the others), and drains them; each
+// target's stop runs once all have drained, the last started first.
+func (p *Process) runTargets(ctx context.Context, table Table, named []string) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, 8+len(named)) // one per started component
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	p := &Process{Cfg: cfg, Log: log, rdb: rdb, Stock: st, Orders: order.NewStore(pool), Metrics: telemetry.NewMetrics(), Listener: ln,
-		run: func(name string, fn func(context.Context) error) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := fn(ctx); err != nil {
-					errc <- fmt.Errorf("%s: %w", name, err)
-					cancel()
-				}
-			}()
-		}}
+	p.run = func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
 	for _, n := range named {
 		if start := table[n].Start; start != nil {
 			stop, err := start(p)
@@ -185,17 +221,28 @@ func Run(ctx context.Context, log *slog.Logger, table Table, names []string, sha
 			defer stop()
 		}
 	}
+	p.serveDiagnostics()
+	<-ctx.Done()
+	p.Log.Info("stopping: draining in-flight work")
+	return drain(&wg, errc, p.Log)
+}
+
+// serveDiagnostics serves /metrics, unless a component serves them, and
+// pprof when PPROF_ADDR is set.
+func (p *Process) serveDiagnostics() {
 	if !p.metricsServed {
 		p.Go("metrics", func(ctx context.Context) error {
-			return telemetry.ServeMetrics(ctx, cfg.Telemetry.MetricsAddr, p.Metrics)
+			return telemetry.ServeMetrics(ctx, p.Cfg.Telemetry.MetricsAddr, p.Metrics)
 		})
 	}
-	if cfg.Telemetry.PprofAddr != "" {
-		p.Go("pprof", func(ctx context.Context) error { return telemetry.ServePprof(ctx, cfg.Telemetry.PprofAddr) })
+	if addr := p.Cfg.Telemetry.PprofAddr; addr != "" {
+		p.Go("pprof", func(ctx context.Context) error { return telemetry.ServePprof(ctx, addr) })
 	}
+}
 
-	<-ctx.Done()
-	log.Info("stopping: draining in-flight work")
+// drain waits for the components to return, 30 s at most, and joins their
+// errors.
+func drain(wg *sync.WaitGroup, errc chan error, log *slog.Logger) error {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {

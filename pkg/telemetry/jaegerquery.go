@@ -87,51 +87,67 @@ func JaegerSpans(doc []byte) ([]StoredSpan, error) {
 	var out []StoredSpan
 	for _, tr := range d.Data {
 		for _, js := range tr.Spans {
-			s := StoredSpan{TraceID: padID(cmp.Or(js.TraceID, tr.TraceID), 32), SpanID: padID(js.SpanID, 16),
-				Name: js.OperationName, Kind: "internal", Start: time.UnixMicro(js.StartTime).UTC()}
-			s.End = s.Start.Add(time.Duration(js.Duration) * time.Microsecond)
-			if p, ok := tr.Processes[js.ProcessID]; ok {
-				s.Service = p.ServiceName
-			} else if js.Process != nil {
-				s.Service = js.Process.ServiceName
-			}
-			for _, r := range js.References {
-				tid, sid := padID(r.TraceID, 32), padID(r.SpanID, 16)
-				if r.RefType == "CHILD_OF" && s.ParentID == "" && tid == s.TraceID {
-					s.ParentID = sid
-					continue
-				}
-				s.Links = append(s.Links, tid+"-"+sid)
-			}
-			if s.ParentID == "" && js.ParentSpanID != "" && len(js.References) == 0 {
-				s.ParentID = padID(js.ParentSpanID, 16)
-			}
-			for _, t := range js.Tags {
-				v := tagValue(t.Value)
-				switch t.Key {
-				case "span.kind":
-					s.Kind = v
-				case "otel.status_code":
-					if strings.EqualFold(v, "ERROR") {
-						s.Status = "Error"
-					}
-				case "error":
-					if v == "true" {
-						s.Status = "Error"
-					}
-				}
-				if jaegerOnlyTags[t.Key] {
-					continue
-				}
-				if s.Attrs == nil {
-					s.Attrs = map[string]string{}
-				}
-				s.Attrs[t.Key] = v
-			}
-			out = append(out, s)
+			out = append(out, storedSpanOf(tr, js))
 		}
 	}
 	return out, nil
+}
+
+// storedSpanOf converts one span of the trace tr.
+func storedSpanOf(tr jaegerTrace, js jaegerSpan) StoredSpan {
+	s := StoredSpan{TraceID: padID(cmp.Or(js.TraceID, tr.TraceID), 32), SpanID: padID(js.SpanID, 16),
+		Name: js.OperationName, Kind: "internal", Start: time.UnixMicro(js.StartTime).UTC()}
+	s.End = s.Start.Add(time.Duration(js.Duration) * time.Microsecond)
+	if p, ok := tr.Processes[js.ProcessID]; ok {
+		s.Service = p.ServiceName
+	} else if js.Process != nil {
+		s.Service = js.Process.ServiceName
+	}
+	s.readReferences(js)
+	for _, t := range js.Tags {
+		s.readTag(t.Key, tagValue(t.Value))
+	}
+	return s
+}
+
+// readReferences sets the parent and the links from the span's references
+// (or, in an older document without them, its parentSpanID).
+func (s *StoredSpan) readReferences(js jaegerSpan) {
+	for _, r := range js.References {
+		tid, sid := padID(r.TraceID, 32), padID(r.SpanID, 16)
+		if r.RefType == "CHILD_OF" && s.ParentID == "" && tid == s.TraceID {
+			s.ParentID = sid
+			continue
+		}
+		s.Links = append(s.Links, tid+"-"+sid)
+	}
+	if s.ParentID == "" && js.ParentSpanID != "" && len(js.References) == 0 {
+		s.ParentID = padID(js.ParentSpanID, 16)
+	}
+}
+
+// readTag reads one tag: the kind and the error status Jaeger writes as
+// tags become fields, and the span's own attributes stay in Attrs.
+func (s *StoredSpan) readTag(key, v string) {
+	switch key {
+	case "span.kind":
+		s.Kind = v
+	case "otel.status_code":
+		if strings.EqualFold(v, "ERROR") {
+			s.Status = "Error"
+		}
+	case "error":
+		if v == "true" {
+			s.Status = "Error"
+		}
+	}
+	if jaegerOnlyTags[key] {
+		return
+	}
+	if s.Attrs == nil {
+		s.Attrs = map[string]string{}
+	}
+	s.Attrs[key] = v
 }
 
 // tagValue is a tag's value as text: a string unquoted, a number or bool as

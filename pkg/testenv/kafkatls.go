@@ -82,7 +82,22 @@ func kafkaJarsCached(script string) bool {
 // `make test-kafka` fetches the jars, `deploy/kafka/kafka.sh fetch` too.
 func MustSecureKafka(tb testing.TB, certs TLSFiles, plain, scram KafkaUser) SecureKafka {
 	tb.Helper()
-	script := kafkaScript(tb)
+	script := mustKafkaJars(tb)
+	dir := tb.TempDir()
+	ports := brokerPorts{plain: mustFreePort(tb, 0), ssl: mustFreePort(tb, 0), sasl: mustFreePort(tb, 0), ctrl: mustFreePort(tb, 0)}
+	propsFile := mustBrokerProperties(tb, script, dir, ports, certs, plain)
+	mustFormatStorage(tb, script, propsFile, scram)
+	b := mustStartBroker(tb, script, propsFile, dir)
+	k := SecureKafka{SASLSSL: "127.0.0.1:" + strconv.Itoa(ports.sasl), SSL: "127.0.0.1:" + strconv.Itoa(ports.ssl)}
+	b.waitReady(tb, k.SASLSSL, certs, scram)
+	return k
+}
+
+// mustKafkaJars is kafka.sh, its jars fetched; it skips the test when Java
+// or the cached jars are missing, unless TEST_KAFKA_TLS=1 asks for them.
+func mustKafkaJars(tb testing.TB) (script string) {
+	tb.Helper()
+	script = kafkaScript(tb)
 	must := os.Getenv("TEST_KAFKA_TLS") == "1"
 	if _, err := exec.LookPath("java"); err != nil || (!must && !kafkaJarsCached(script)) {
 		tb.Skip("no java or no cached Kafka jars (deploy/kafka/kafka.sh fetch; make test-kafka runs this); TEST_KAFKA_TLS=1 requires it")
@@ -92,7 +107,17 @@ func MustSecureKafka(tb testing.TB, certs TLSFiles, plain, scram KafkaUser) Secu
 			tb.Fatalf("kafka.sh fetch: %v\n%s", err, out)
 		}
 	}
-	dir := tb.TempDir()
+	return script
+}
+
+// brokerPorts are the broker's listeners' ports.
+type brokerPorts struct{ plain, ssl, sasl, ctrl int }
+
+// mustBrokerProperties writes the broker's configuration into dir:
+// kafka.sh's server.properties with this node's listeners, the test CA's
+// server certificate and the PLAIN user. It returns the file's path.
+func mustBrokerProperties(tb testing.TB, script, dir string, ports brokerPorts, certs TLSFiles, plain KafkaUser) string {
+	tb.Helper()
 	// A PEM keystore is the private key and the certificate chain in one file.
 	key, err := os.ReadFile(certs.ServerKey)
 	if err != nil {
@@ -110,7 +135,6 @@ func MustSecureKafka(tb testing.TB, certs TLSFiles, plain, scram KafkaUser) Secu
 	if err != nil {
 		tb.Fatal(err)
 	}
-	plainPort, sslPort, saslPort, ctrlPort := mustFreePort(tb, 0), mustFreePort(tb, 0), mustFreePort(tb, 0), mustFreePort(tb, 0)
 	jaas := func(s string) string { return strings.ReplaceAll(s, `"`, `\"`) }
 	props := string(base) + fmt.Sprintf(`
 # ---- added by testenv.MustSecureKafka ----
@@ -129,11 +153,18 @@ sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
 listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_%[8]s="%[9]s";
 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
-`, plainPort, sslPort, saslPort, ctrlPort, filepath.Join(dir, "data"), keystore, certs.CA, plain.Name, jaas(plain.Password))
+`, ports.plain, ports.ssl, ports.sasl, ports.ctrl, filepath.Join(dir, "data"), keystore, certs.CA, plain.Name, jaas(plain.Password))
 	propsFile := filepath.Join(dir, "server.properties")
 	if err := os.WriteFile(propsFile, []byte(props), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	return propsFile
+}
+
+// mustFormatStorage formats the node's storage under a fresh cluster id,
+// with the SCRAM user (a KRaft broker takes SCRAM accounts at format time).
+func mustFormatStorage(tb testing.TB, script, propsFile string, scram KafkaUser) {
+	tb.Helper()
 	var id [16]byte
 	rand.Read(id[:]) //nolint:errcheck // never fails
 	cid := "A" + base64.RawURLEncoding.EncodeToString(id[:])[1:]
@@ -143,8 +174,21 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.se
 	if out, err := format.CombinedOutput(); err != nil {
 		tb.Fatalf("formatting the broker's storage: %v\n%s", err, out)
 	}
-	logPath := filepath.Join(dir, "broker.log")
-	logFile, err := os.Create(logPath)
+}
+
+// runningBroker is a started broker process: exited is closed once it
+// has, its output is in logPath.
+type runningBroker struct {
+	exited  chan struct{}
+	logPath string
+}
+
+// mustStartBroker starts the broker, logging into dir; it is stopped at
+// cleanup (SIGTERM, then killed after 20 s).
+func mustStartBroker(tb testing.TB, script, propsFile, dir string) runningBroker {
+	tb.Helper()
+	b := runningBroker{exited: make(chan struct{}), logPath: filepath.Join(dir, "broker.log")}
+	logFile, err := os.Create(b.logPath)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -153,21 +197,25 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.se
 	if err := broker.Start(); err != nil {
 		tb.Fatalf("starting the broker: %v", err)
 	}
-	exited := make(chan struct{})
-	go func() { broker.Wait(); logFile.Close(); close(exited) }() //nolint:errcheck
+	go func() { broker.Wait(); logFile.Close(); close(b.exited) }() //nolint:errcheck
 	tb.Cleanup(func() {
 		broker.Process.Signal(syscall.SIGTERM) //nolint:errcheck
 		select {
-		case <-exited:
+		case <-b.exited:
 		case <-time.After(20 * time.Second):
 			broker.Process.Kill() //nolint:errcheck
-			<-exited
+			<-b.exited
 		}
 	})
-	k := SecureKafka{SASLSSL: "127.0.0.1:" + strconv.Itoa(saslPort), SSL: "127.0.0.1:" + strconv.Itoa(sslPort)}
-	// Ready when a SCRAM login over TLS answers a metadata request (built
-	// here, not with pkg/event, which imports telemetry, whose tests use
-	// this package).
+	return b
+}
+
+// waitReady waits until a SCRAM login over TLS to addr answers a metadata
+// request (built here, not with pkg/event, which imports telemetry, whose
+// tests use this package); a broker that exits meanwhile fails the test
+// with its log.
+func (b runningBroker) waitReady(tb testing.TB, addr string, certs TLSFiles, scram KafkaUser) {
+	tb.Helper()
 	ca, err := os.ReadFile(certs.CA)
 	if err != nil {
 		tb.Fatal(err)
@@ -181,14 +229,14 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.se
 	dialer := &kafka.Dialer{Timeout: 5 * time.Second, TLS: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, SASLMechanism: mech}
 	WaitFor(tb, 3*time.Minute, "the SASL_SSL broker to answer", func() bool {
 		select {
-		case <-exited:
-			log, _ := os.ReadFile(logPath)
+		case <-b.exited:
+			log, _ := os.ReadFile(b.logPath)
 			tb.Fatalf("the broker exited:\n%s", tail(log, 4000))
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		conn, err := dialer.DialContext(ctx, "tcp", k.SASLSSL)
+		conn, err := dialer.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return false
 		}
@@ -196,7 +244,6 @@ listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.se
 		_, err = conn.Brokers()
 		return err == nil
 	})
-	return k
 }
 
 func tail(b []byte, n int) string {
