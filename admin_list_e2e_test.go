@@ -10,13 +10,13 @@ import (
 	"orderpipe/pkg/stock"
 )
 
-// TestListActivitiesPagesNewestFirst: GET /admin/v1/activities pages through
+// testListActivitiesPagesNewestFirst: GET /admin/v1/activities pages through
 // every activity once, the latest start first (ties by the higher id), each
 // with its items' numbers as GET of one activity gives them; bad paging
 // input is a 400 that says why.
-func TestListActivitiesPagesNewestFirst(t *testing.T) {
+func testListActivitiesPagesNewestFirst(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	// Activities 1..5 start an hour apart in the order 3, 1, 4, 5 (5 and 4 tie).

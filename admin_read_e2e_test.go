@@ -13,12 +13,12 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// TestAdminReadsActivity: GET /admin/v1/activities/{id} counts each item's
+// testAdminReadsActivity: GET /admin/v1/activities/{id} counts each item's
 // units in every state — one order PAID, one UNPAID, one CLOSED and one
 // reservation in flight (no worker running) — from both stores; answers
 // from Postgres alone with the Redis numbers null while Redis is down, and
 // 503 while Postgres is.
-func TestAdminReadsActivity(t *testing.T) {
+func testAdminReadsActivity(t *testing.T, e engine) {
 	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
@@ -26,7 +26,7 @@ func TestAdminReadsActivity(t *testing.T) {
 	}
 	pgProxy := testenv.MustProxy(t, dbURL.Host)
 	redisProxy := testenv.MustProxy(t, testenv.RedisAddr())
-	p := mustPipeline(t, components{"gateway", "closer"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "closer"}, func(c *config) {
 		u, _ := url.Parse(c.Database.URL)
 		u.Host = pgProxy.Addr
 		c.Database.URL = u.String()

@@ -106,13 +106,13 @@ func (p *pipeline) assertBucketInvariants(tb testing.TB, it stock.Item, buckets 
 	p.assertInvariants(tb, it)
 }
 
-// TestBucketsAdminAndPreheat: items[].buckets is validated (400, nothing
+// testBucketsAdminAndPreheat: items[].buckets is validated (400, nothing
 // changed), preheat splits the stock ⌊S/B⌋ (+1 for the first S mod B) and
 // is idempotent per bucket, and the count is fixed once preheated (409).
 // One bucket keeps the plain layout: no "buckets" field, no bucket keys.
-func TestBucketsAdminAndPreheat(t *testing.T) {
+func testBucketsAdminAndPreheat(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	ctx := context.Background()
 	put := func(items string) apiResponse {
@@ -182,12 +182,12 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 	}
 }
 
-// TestBucketsRoutingAndLimit: a user always lands in the bucket
+// testBucketsRoutingAndLimit: a user always lands in the bucket
 // FNV-1a(userId) mod B (the orderNo and the marker say which), and the
 // per-user limit is exact over many concurrent requests of the same users.
-func TestBucketsRoutingAndLimit(t *testing.T) {
+func testBucketsRoutingAndLimit(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	const B = 4
 	it := stock.Item{ActivityID: 62, ItemID: 1}
 	p.mustBucketedSale(t, 62, 1, 1000, B, 1)
@@ -243,13 +243,13 @@ func TestBucketsRoutingAndLimit(t *testing.T) {
 	}
 }
 
-// TestBucketsReusedRequestIDAcrossUsers: the same requestId sent by users of
+// testBucketsReusedRequestIDAcrossUsers: the same requestId sent by users of
 // two buckets is accepted by each bucket (no atomic step sees both); the
 // worker decides the second in Postgres: REJECTED IDEMPOTENCY_KEY_REUSED,
 // which GET returns, and its unit goes back to its own bucket.
-func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
+func testBucketsReusedRequestIDAcrossUsers(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	const B = 4
 	it := stock.Item{ActivityID: 63, ItemID: 1}
 	p.mustBucketedSale(t, 63, 1, 40, B, 1)
@@ -285,12 +285,12 @@ func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
 	p.assertBucketInvariants(t, it, B)
 }
 
-// TestBucketsMoverRefillsEmptyBucket: users of one bucket only buy; when
+// testBucketsMoverRefillsEmptyBucket: users of one bucket only buy; when
 // their bucket is empty the mover brings units from the other, until every
 // unit of the item is sold to them: nothing stays stranded.
-func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
+func testBucketsMoverRefillsEmptyBucket(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) {
 		c.Worker.MoveInterval = 20 * time.Millisecond
 		c.Gateway.UserRPS = 0 // the same users retry until the mover has refilled their bucket
 	})
@@ -321,12 +321,12 @@ func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
 	p.assertBucketInvariants(t, it, B)
 }
 
-// TestBucketsReconcilerSumsAndFixes: the reconciler holds I5 to the sum over
+// testBucketsReconcilerSumsAndFixes: the reconciler holds I5 to the sum over
 // the buckets, counts units in transfer, and --fix restores each bucket
 // from Postgres (a nudged bucket, a lost bucket).
-func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
+func testBucketsReconcilerSumsAndFixes(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) { c.Worker.MoveInterval = time.Hour })
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) { c.Worker.MoveInterval = time.Hour })
 	const B = 3
 	it := stock.Item{ActivityID: 65, ItemID: 1}
 	p.mustBucketedSale(t, 65, 1, 30, B, 1)
@@ -403,11 +403,11 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	}
 }
 
-// TestBucketsCloserReleasesIntoBucket: an unpaid order of a user of bucket
+// testBucketsCloserReleasesIntoBucket: an unpaid order of a user of bucket
 // b > 0 closes, and its units and the user's marker come back in bucket b.
-func TestBucketsCloserReleasesIntoBucket(t *testing.T) {
+func testBucketsCloserReleasesIntoBucket(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "closer"}, func(c *config) {
 		fastCloser(c)
 		c.Worker.MoveInterval = time.Hour
 	})

@@ -31,14 +31,14 @@ func (p *pipeline) cancelOrder(tb testing.TB, orderNo string, body any) apiRespo
 	return p.do(tb, http.MethodPost, "/v1/orders/"+orderNo+"/cancel", "application/json", body)
 }
 
-// TestCancelOrder: the buyer's cancel closes an UNPAID order with reason
+// testCancelOrder: the buyer's cancel closes an UNPAID order with reason
 // CANCELLED, gives its unit and the user's limit marker back in Redis at
 // once (the user can order again), is idempotent, and is refused for a
 // paid order, another user's and a bad body; every change is on
 // orders.status (I7, in assertInvariants).
-func TestCancelOrder(t *testing.T) {
+func testCancelOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker", "relay"}, nil)
 	it := stock.Item{ActivityID: 7, ItemID: 70}
 	p.mustSale(t, 7, 1, map[int64]int64{70: 5})
 	api, ctx := p.api(), contractCtx(t, "cancel")
@@ -111,34 +111,34 @@ func TestCancelOrder(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestCancelPendingOrder: an order only reserved (no worker has persisted
+// testCancelPendingOrder: an order only reserved (no worker has persisted
 // it) answers 409 ORDER_PENDING to its buyer and 404 to anyone else.
-func TestCancelPendingOrder(t *testing.T) {
+func testCancelPendingOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	p.mustSale(t, 8, 1, map[int64]int64{80: 3})
 	placed, err := p.place(t, orderBody{RequestID: "pending-c", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1})
 	if err != nil || placed.HTTPStatus != http.StatusAccepted {
 		t.Fatalf("order: %d %v", placed.HTTPStatus, err)
 	}
 	api, ctx := p.api(), contractCtx(t, "cancel")
-	var e *client.Error
-	if _, err := api.Cancel(ctx, placed.OrderNo, 1); !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != client.CodeOrderPending || e.RetryAfter == 0 {
+	var ce *client.Error
+	if _, err := api.Cancel(ctx, placed.OrderNo, 1); !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Code != client.CodeOrderPending || ce.RetryAfter == 0 {
 		t.Errorf("cancel of a pending order: %v, want 409 ORDER_PENDING with Retry-After", err)
 	}
-	if _, err := api.Cancel(ctx, placed.OrderNo, 2); !errors.As(err, &e) || e.Status != http.StatusNotFound {
+	if _, err := api.Cancel(ctx, placed.OrderNo, 2); !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
 		t.Errorf("another user's cancel of a pending order: %v, want 404", err)
 	}
 }
 
-// TestStatusEventsOfARace: many buyers race for a few units; of the orders,
+// testStatusEventsOfARace: many buyers race for a few units; of the orders,
 // some are paid, some cancelled, and the rest closed by the closer, while
 // pay, cancel and the closer race on some of them. Afterwards every order
 // and rejection has exactly the events of its history on orders.status, in
 // version order (I7), and I1–I6 hold.
-func TestStatusEventsOfARace(t *testing.T) {
+func testStatusEventsOfARace(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "closer", "relay"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "closer", "relay"}, func(c *config) {
 		c.Closer.CloseAfter = 3 * time.Second
 		c.Closer.Interval = 200 * time.Millisecond
 		c.Gateway.UserRPS = 0

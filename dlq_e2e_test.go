@@ -98,7 +98,7 @@ func replaysOnOrderTopic(tb testing.TB, cfg config, pos dlq.Position) int {
 	return n
 }
 
-// TestDLQListShowReplay is `orderpipe dlq` end to end on a running pipeline
+// testDLQListShowReplay is `orderpipe dlq` end to end on a running pipeline
 // (kfake, real Postgres and Redis): the worker dead-letters poison messages;
 // list and show give their error, source partition and offset, size and
 // truncation; a dead letter that is valid now (dead-lettered by a worker
@@ -106,10 +106,10 @@ func replaysOnOrderTopic(tb testing.TB, cfg config, pos dlq.Position) int {
 // into an order — and never again, however often or concurrently replay
 // runs; letters the schema still refuses are refused (exit 1), as are unknown
 // positions; a Postgres that cannot be reached is exit 2.
-func TestDLQListShowReplay(t *testing.T) {
+func testDLQListShowReplay(t *testing.T, e engine) {
 	t.Parallel()
 	// REDRIVE_AFTER long: only the replay may publish the stranded reservation.
-	p := mustPipeline(t, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
+	p := mustPipeline(t, e, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
 	it := stock.Item{ActivityID: 3, ItemID: 30}
 	p.mustSale(t, 3, 1, map[int64]int64{30: 5})
 	ctx := context.Background()

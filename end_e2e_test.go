@@ -15,13 +15,13 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// TestKillSwitchEndsTheSale: POST /admin/v1/activities/{id}/end stops the
+// testKillSwitchEndsTheSale: POST /admin/v1/activities/{id}/end stops the
 // sale on the next request (NOT_ON_SALE), records the end in Postgres as
 // Redis has it (the reconciler sees no drift), is idempotent, and leaves the
 // orders already accepted to go on: they are persisted and can be paid.
-func TestKillSwitchEndsTheSale(t *testing.T) {
+func testKillSwitchEndsTheSale(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	p.mustSale(t, 1, 1, map[int64]int64{10: 100, 11: 50})
 	var accepted []string
@@ -82,11 +82,11 @@ func TestKillSwitchEndsTheSale(t *testing.T) {
 	}
 }
 
-// TestKillSwitchBeforeTheStart: a sale ended before it starts never sells,
+// testKillSwitchBeforeTheStart: a sale ended before it starts never sells,
 // and its window stays valid (start before end) in both stores.
-func TestKillSwitchBeforeTheStart(t *testing.T) {
+func testKillSwitchBeforeTheStart(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	starts := time.Now().Add(time.Hour)
 	p.mustSaleWindow(t, 2, starts, starts.Add(time.Hour), map[int64]int64{20: 10})
@@ -103,16 +103,16 @@ func TestKillSwitchBeforeTheStart(t *testing.T) {
 	}
 }
 
-// TestMovedWindowIsNotOnSaleUntilPreheated: a PUT that moves a preheated
+// testMovedWindowIsNotOnSaleUntilPreheated: a PUT that moves a preheated
 // sale's start into the past opens it in Postgres only; until a preheat
 // writes the new window into Redis an order is 404 NOT_ON_SALE (Redis's
 // window is the one that sells), nothing reserved, with one warning that
 // says so — not the 503 and the clock error a real disagreement of the
 // clocks gets. After the preheat the sale sells.
-func TestMovedWindowIsNotOnSaleUntilPreheated(t *testing.T) {
+func testMovedWindowIsNotOnSaleUntilPreheated(t *testing.T, e engine) {
 	t.Parallel()
 	var logs syncBuffer
-	p := mustPipelineLogging(t, components{"gateway", "worker"}, nil, &logs)
+	p := mustPipelineLogging(t, e, components{"gateway", "worker"}, nil, &logs)
 	ends := time.Now().Add(2 * time.Hour)
 	p.mustSaleWindow(t, 1, time.Now().Add(time.Hour), ends, map[int64]int64{10: 100})
 	it := stock.Item{ActivityID: 1, ItemID: 10}
@@ -143,13 +143,13 @@ func TestMovedWindowIsNotOnSaleUntilPreheated(t *testing.T) {
 	}
 }
 
-// TestEndedSaleStaysEnded: after the kill switch, a PUT that would move the
+// testEndedSaleStaysEnded: after the kill switch, a PUT that would move the
 // window is 409 SALE_ENDED and changes nothing; one that repeats the ended
 // window may rename the sale; a preheat arms the ended window; the
 // reconciler's fix rebuilds it ended. No order is taken after the end.
-func TestEndedSaleStaysEnded(t *testing.T) {
+func testEndedSaleStaysEnded(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	ctx := contractCtx(t, "admin")
 	starts := time.Now().Add(-time.Minute)
 	p.mustSaleWindow(t, 1, starts, time.Now().Add(time.Hour), map[int64]int64{10: 100})
@@ -160,8 +160,8 @@ func TestEndedSaleStaysEnded(t *testing.T) {
 	later := client.ActivityUpsert{Name: "sale 1", StartsAt: starts.UTC(), EndsAt: time.Now().Add(2 * time.Hour).UTC(), PerUserLimit: 1,
 		Items: []client.ItemUpsert{{ItemID: 10, Stock: 100}}}
 	_, err = p.api().PutActivity(ctx, 1, later)
-	var e *client.Error
-	if !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != "SALE_ENDED" {
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Code != "SALE_ENDED" {
 		t.Fatalf("PUT with a later endsAt after the end: %v, want 409 SALE_ENDED", err)
 	}
 	same := later
@@ -184,13 +184,13 @@ func TestEndedSaleStaysEnded(t *testing.T) {
 	}
 }
 
-// TestEndStaysPulledUnderRacingPutAndPreheat: PUTs that move the window
+// testEndStaysPulledUnderRacingPutAndPreheat: PUTs that move the window
 // later and preheats race the kill switch, many times; whatever the
 // order, once the end answered 200 and the racers are done, the sale takes
 // no order and Postgres's end is the end answered.
-func TestEndStaysPulledUnderRacingPutAndPreheat(t *testing.T) {
+func testEndStaysPulledUnderRacingPutAndPreheat(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	ctx := contractCtx(t, "admin")
 	const rounds, items = 25, 3
 	for round := range rounds {
@@ -267,22 +267,22 @@ func TestEndStaysPulledUnderRacingPutAndPreheat(t *testing.T) {
 // (409 SALE_ENDED; 503, a store call past its timeout on a busy machine,
 // promises nothing), else err.
 func ignoreAnswered(err error) error {
-	var e *client.Error
-	if err == nil || errors.As(err, &e) && (e.Code == "SALE_ENDED" || e.Status == http.StatusServiceUnavailable) {
+	var ce *client.Error
+	if err == nil || errors.As(err, &ce) && (ce.Code == "SALE_ENDED" || ce.Status == http.StatusServiceUnavailable) {
 		return nil
 	}
 	return err
 }
 
-// TestKillSwitchDuringAPreheat: an end that answers 200 while a preheat of
+// testKillSwitchDuringAPreheat: an end that answers 200 while a preheat of
 // the same sale is still putting its items on sale ends them all — the
 // preheat cannot arm a window the end has closed. (It did: the end found no
 // sale in Redis yet, and the preheat then armed the window it had read
 // before the end, so orders after the 200 were accepted.) Each round starts
 // the end a little later into the preheat.
-func TestKillSwitchDuringAPreheat(t *testing.T) {
+func testKillSwitchDuringAPreheat(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	ctx := contractCtx(t, "admin")
 	const items = 200
 	for round, delay := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 8 * time.Millisecond,

@@ -17,7 +17,7 @@ import (
 // lagSeries is the worker's consumer-lag gauge.
 const lagSeries = "orderpipe_worker_consumer_lag_messages"
 
-// TestPostgresOutageKeepsTakingOrders: taking an order never touches
+// testPostgresOutageKeepsTakingOrders: taking an order never touches
 // Postgres, so while it is cut the gateway stays ready (/readyz checks Redis
 // and Kafka only) and answers POST /v1/orders 202 — as does a gateway
 // started during the outage. Order lookups and pay answer 503 UNAVAILABLE
@@ -25,14 +25,14 @@ const lagSeries = "orderpipe_worker_consumer_lag_messages"
 // be as good). Kafka holds the events, the lag gauge counts them all, and
 // once Postgres returns the worker catches up: every accepted orderNo is an
 // UNPAID order, the lag is 0 and the invariants hold.
-func TestPostgresOutageKeepsTakingOrders(t *testing.T) {
+func testPostgresOutageKeepsTakingOrders(t *testing.T, e engine) {
 	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, both, func(c *config) {
+	p := mustPipeline(t, e, both, func(c *config) {
 		u, _ := url.Parse(c.Database.URL)
 		u.Host = proxy.Addr
 		c.Database.URL = u.String()

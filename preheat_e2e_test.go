@@ -130,7 +130,7 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 	}
 }
 
-// TestPreheatMarkCutSellsNothing: the link to Postgres is cut while the
+// testPreheatMarkCutSellsNothing: the link to Postgres is cut while the
 // preheat records the item preheated, after Redis was loaded. The answer
 // is 503 and nothing sells — Postgres says the item was never preheated,
 // so neither the reconciler, nor the lost-sale check, nor the mover would
@@ -138,14 +138,14 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 // gateway that learnt the old count would route users to other buckets
 // than a fresh one). Once Postgres is back, a new preheat finishes it and
 // orders sell over the same layout.
-func TestPreheatMarkCutSellsNothing(t *testing.T) {
+func testPreheatMarkCutSellsNothing(t *testing.T, e engine) {
 	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) {
 		u, _ := url.Parse(c.Database.URL)
 		u.Host = proxy.Addr
 		c.Database.URL = u.String()
@@ -203,15 +203,15 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 	p.assertSells(t, it, buckets, users)
 }
 
-// TestPreheatRedisCutFixesLayout: Redis is cut when a preheat begins, so
+// testPreheatRedisCutFixesLayout: Redis is cut when a preheat begins, so
 // the preheat answers 503 with nothing loaded; the bucket count is fixed
 // all the same (409 BUCKETS_FIXED, nothing changed), so whatever part of
 // that preheat reached Redis and every later one agree on it. With Redis
 // back, a new preheat finishes the sale over that count.
-func TestPreheatRedisCutFixesLayout(t *testing.T) {
+func testPreheatRedisCutFixesLayout(t *testing.T, e engine) {
 	t.Parallel()
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) {
 		c.Redis.Addr = proxy.Addr
 		c.BreakerOpenFor = 200 * time.Millisecond
 		c.Redis.Timeout = 500 * time.Millisecond
