@@ -417,54 +417,6 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// testFakes are the packages only tests and development builds may link.
-var testFakes = []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/alicebob/miniredis", "github.com/fergusstrange/embedded-postgres",
-	"github.com/lib/pq", "github.com/yuin/gopher-lua", "orderpipe/pkg/standin", "orderpipe/pkg/testenv",
-	// and the test tooling: the load tool, the invariant checker, the chaos
-	// suite, the stores' test helpers (which lose keys and flush stores)
-	"orderpipe/bench", "orderpipe/pkg/invariant", "orderpipe/pkg/stock/stocktest", "orderpipe/pkg/order/ordertest"}
-
-// testProductionBuildHasNoTestFakes: the binary `make build` and the
-// Dockerfile build (no tags) links no test fake; the development build
-// (-tags dev: make run, make build-dev) does, which shows the check sees them.
-func testProductionBuildHasNoTestFakes(t *testing.T, _ engine) {
-	deps := func(tags ...string) string {
-		args := append([]string{"list", "-deps"}, tags...)
-		cmd := exec.Command("go", append(args, ".")...)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go %s: %v", strings.Join(args, " "), err)
-		}
-		return "\n" + string(out)
-	}
-	prod, dev := deps(), deps("-tags", "dev")
-	for _, p := range testFakes {
-		if strings.Contains(prod, "\n"+p) {
-			t.Errorf("the production build links %s", p)
-		}
-	}
-	for _, p := range []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/alicebob/miniredis", "orderpipe/pkg/standin"} {
-		if !strings.Contains(dev, "\n"+p) {
-			t.Errorf("the dev build lacks %s: is the check looking at the right list?", p)
-		}
-	}
-	// And the production builds are built without tags.
-	for _, f := range []string{"Makefile", "deploy/Dockerfile"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, "-o bin/orderpipe ") || strings.Contains(line, "-o /out/orderpipe") {
-				if strings.Contains(line, "-tags") {
-					t.Errorf("%s builds the production binary with tags: %s", f, line)
-				}
-			}
-		}
-	}
-}
-
 // testProductionBuildHasNoEmbeddedBroker: `all` without KAFKA_BROKERS and
 // `kafka` say what to do, before touching anything (every dependency is a
 // closed port: touching one would fail with another message).

@@ -186,7 +186,6 @@ var suite = []e2eCase{
 	{name: "LogLinesAreJSON", run: testLogLinesAreJSON, slow: true, kfakeOnly: true},
 	{name: "Version", run: testVersion, slow: true, kfakeOnly: true},
 	{name: "BuildInfoMetric", run: testBuildInfoMetric, slow: true, kfakeOnly: true},
-	{name: "ProductionBuildHasNoTestFakes", run: testProductionBuildHasNoTestFakes, slow: true, kfakeOnly: true},
 	{name: "ProductionBuildHasNoEmbeddedBroker", run: testProductionBuildHasNoEmbeddedBroker, slow: true, kfakeOnly: true},
 	{name: "ProductionBuildHasNoSteppedClock", run: testProductionBuildHasNoSteppedClock, slow: true, kfakeOnly: true},
 	// quiet_e2e_test.go
