@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -135,9 +136,9 @@ func testBucketsAdminAndPreheat(t *testing.T, e engine) {
 	if r := put(`[{"itemId":1,"stock":10,"buckets":3},{"itemId":2,"stock":7}]`); r.Status != http.StatusOK {
 		t.Fatalf("changing buckets before the preheat: %d %v", r.Status, r.Body)
 	}
-	pre := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...)
-	if pre.Status != http.StatusOK || !strings.Contains(fmt.Sprint(pre.Body["items"]), "buckets:3") {
-		t.Fatalf("preheat: %d %v, want item 1 shown with 3 buckets", pre.Status, pre.Body)
+	pre, err := p.api().Preheat(contractCtx(t, "preheat"), 61)
+	if err != nil || len(pre.Items) == 0 || !slices.ContainsFunc(pre.Items, func(i client.ActivityItem) bool { return i.ItemID == 1 && i.Buckets == 3 }) {
+		t.Fatalf("preheat: %+v %v, want item 1 shown with 3 buckets", pre.Items, err)
 	}
 	it := stock.Item{ActivityID: 61, ItemID: 1}
 	if got := p.bucketStocks(t, it, 3); fmt.Sprint(got) != "[4 3 3]" {
@@ -162,8 +163,8 @@ func testBucketsAdminAndPreheat(t *testing.T, e engine) {
 	}
 	// A second preheat keeps each bucket's running stock.
 	stocktest.AddStock(t, p.StockRedis, stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}, -2)
-	if r := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...); r.Status != http.StatusOK {
-		t.Fatalf("second preheat: %d %v", r.Status, r.Body)
+	if _, err := p.api().Preheat(contractCtx(t, "preheat"), 61); err != nil {
+		t.Fatalf("second preheat: %v", err)
 	}
 	if got := p.bucketStocks(t, it, 3); fmt.Sprint(got) != "[4 3 1]" {
 		t.Errorf("bucket stocks after a second preheat %v, want [4 3 1]", got)
@@ -258,20 +259,13 @@ func testBucketsReusedRequestIDAcrossUsers(t *testing.T, e engine) {
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("first: %d %v", first.Status, first.Body)
 	}
-	testenv.WaitFor(t, 20*time.Second, "the first order persisted", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+first.Str("orderNo"), "", nil).Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, first.Str("orderNo"), order.StatusUnpaid)
 	second := p.order(t, orderBody{RequestID: "reused", UserID: u2, ActivityID: 63, ItemID: 1, Quantity: 1})
 	if second.Status != http.StatusAccepted || second.Str("orderNo") == first.Str("orderNo") {
 		t.Fatalf("second (another bucket): %d %v", second.Status, second.Body)
 	}
-	var g apiResponse
-	testenv.WaitFor(t, 20*time.Second, "the second orderNo decided", func() bool {
-		g = p.do(t, http.MethodGet, "/v1/orders/"+second.Str("orderNo"), "", nil)
-		return g.Str("status") == "REJECTED"
-	})
-	if g.Str("reason") != "IDEMPOTENCY_KEY_REUSED" {
-		t.Errorf("second: %v, want REJECTED IDEMPOTENCY_KEY_REUSED", g.Body)
+	if g := p.waitStatus(t, second.Str("orderNo"), order.StatusRejected); g.Reason != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("second: %+v, want REJECTED IDEMPOTENCY_KEY_REUSED", g)
 	}
 	p.waitBucketsDrained(t, it, B)
 	if got := p.bucketStocks(t, it, B); got[1] != 9 || got[2] != 10 {
@@ -422,9 +416,7 @@ func testBucketsCloserReleasesIntoBucket(t *testing.T, e engine) {
 	if got := p.bucketStocks(t, it, B); got[3] != 3 {
 		t.Fatalf("bucket 3 at %d after the order, want 3", got[3])
 	}
-	testenv.WaitFor(t, 20*time.Second, "the unpaid order CLOSED", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "CLOSED"
-	})
+	p.waitStatus(t, r.Str("orderNo"), order.StatusClosed)
 	p.waitBucketsDrained(t, it, B)
 	if got := p.bucketStocks(t, it, B); fmt.Sprint(got) != "[5 5 5 5]" {
 		t.Errorf("bucket stocks after the close %v, want [5 5 5 5]", got)

@@ -15,15 +15,17 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// waitStatus waits until GET answers the order in that status.
-func (p *pipeline) waitStatus(tb testing.TB, orderNo, status string) apiResponse {
+// waitStatus waits until GET (the typed client) answers the order in that
+// status, and returns that answer.
+func (p *pipeline) waitStatus(tb testing.TB, orderNo, status string) client.Order {
 	tb.Helper()
-	var g apiResponse
+	var o client.Order
 	testenv.WaitFor(tb, 30*time.Second, orderNo+" "+status, func() bool {
-		g = p.do(tb, http.MethodGet, "/v1/orders/"+orderNo, "", nil)
-		return g.Str("status") == status
+		var err error
+		o, err = p.orderOf(tb, orderNo)
+		return err == nil && o.Status == status
 	})
-	return g
+	return o
 }
 
 func (p *pipeline) cancelOrder(tb testing.TB, orderNo string, body any) apiResponse {

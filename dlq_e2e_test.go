@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/setting"
@@ -255,10 +255,7 @@ func testDLQListShowReplay(t *testing.T, e engine) {
 	if len(r.Results) != 1 || r.Results[0].Outcome != dlq.Replayed || r.Results[0].OrderNo != ev.OrderNo || r.To != p.Cfg.Kafka.Topic {
 		t.Fatalf("replay: %+v", r)
 	}
-	testenv.WaitFor(t, 20*time.Second, "the replayed event to become an order", func() bool {
-		g := p.do(t, http.MethodGet, "/v1/orders/"+ev.OrderNo, "", nil)
-		return g.Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, ev.OrderNo, client.StatusUnpaid) // the replayed event became an order
 	p.waitDrained(t, it)
 	p.assertInvariants(t, it)
 	if s := p.dbStock(t, it); s.Stock != 4 {
@@ -331,9 +328,7 @@ func testDLQListShowReplay(t *testing.T, e engine) {
 			t.Errorf("dead letter %s published %d times, want once", l.Position, n)
 		}
 	}
-	testenv.WaitFor(t, 20*time.Second, "the second replayed event to become an order", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+ev2.OrderNo, "", nil).Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, ev2.OrderNo, client.StatusUnpaid) // the second replayed event too
 	p.waitDrained(t, it)
 	p.assertInvariants(t, it)
 	if s := p.dbStock(t, it); s.Stock != 3 {

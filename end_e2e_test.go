@@ -12,7 +12,6 @@ import (
 	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
-	"orderpipe/pkg/testenv"
 )
 
 // testKillSwitchEndsTheSale: POST /admin/v1/activities/{id}/end stops the
@@ -22,7 +21,6 @@ import (
 func testKillSwitchEndsTheSale(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
-	auth := []string{"Authorization", "Bearer " + p.Admin}
 	p.mustSale(t, 1, 1, map[int64]int64{10: 100, 11: 50})
 	var accepted []string
 	for u := int64(1); u <= 5; u++ {
@@ -36,17 +34,19 @@ func testKillSwitchEndsTheSale(t *testing.T, e engine) {
 	if r := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil); r.Status != http.StatusUnauthorized {
 		t.Errorf("end without the admin token: %d %v, want 401", r.Status, r.Body)
 	}
-	if r := p.do(t, http.MethodPost, "/admin/v1/activities/99/end", "", nil, auth...); r.Status != http.StatusNotFound || r.Code() != "ACTIVITY_NOT_FOUND" {
-		t.Errorf("end of an unknown activity: %d %v, want 404 ACTIVITY_NOT_FOUND", r.Status, r.Body)
+	api, ctx := p.api(), contractCtx(t, "end")
+	var ce *client.Error
+	if _, err := api.EndActivity(ctx, 99); !errors.As(err, &ce) || ce.Status != http.StatusNotFound || ce.Code != "ACTIVITY_NOT_FOUND" {
+		t.Errorf("end of an unknown activity: %v, want 404 ACTIVITY_NOT_FOUND", err)
 	}
 	before := time.Now()
-	r := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil, auth...)
-	if r.Status != http.StatusOK {
-		t.Fatalf("end: %d %v", r.Status, r.Body)
+	ended, err := api.EndActivity(ctx, 1)
+	if err != nil {
+		t.Fatalf("end: %v", err)
 	}
-	ends, err := time.Parse(time.RFC3339Nano, r.Str("endsAt"))
-	if err != nil || ends.Before(before.Add(-time.Second)) || ends.After(time.Now().Add(time.Second)) {
-		t.Errorf("endsAt after the end: %q (%v), want about now", r.Str("endsAt"), err)
+	ends := ended.EndsAt
+	if ends.Before(before.Add(-time.Second)) || ends.After(time.Now().Add(time.Second)) {
+		t.Errorf("endsAt after the end: %s, want about now", ends)
 	}
 	// From the next reserve on, on every item.
 	for _, item := range []int64{10, 11} {
@@ -56,9 +56,8 @@ func testKillSwitchEndsTheSale(t *testing.T, e engine) {
 		}
 	}
 	// Idempotent: a repeat answers the first end.
-	again := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil, auth...)
-	if again.Status != http.StatusOK || again.Str("endsAt") != r.Str("endsAt") {
-		t.Errorf("a repeated end: %d endsAt %q, want 200 and the first end %q", again.Status, again.Str("endsAt"), r.Str("endsAt"))
+	if again, err := api.EndActivity(ctx, 1); err != nil || !again.EndsAt.Equal(ends) {
+		t.Errorf("a repeated end: endsAt %s (%v), want the first end %s", again.EndsAt, err, ends)
 	}
 	a, err := p.Orders.GetActivity(t.Context(), 1)
 	if err != nil || !a.EndsAt.Equal(ends) {
@@ -69,12 +68,10 @@ func testKillSwitchEndsTheSale(t *testing.T, e engine) {
 	it := stock.Item{ActivityID: 1, ItemID: 10}
 	p.waitDrained(t, it)
 	for _, no := range accepted {
-		testenv.WaitFor(t, 10*time.Second, "order "+no+" persisted", func() bool {
-			return p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil).Str("status") == order.StatusUnpaid
-		})
+		p.waitStatus(t, no, order.StatusUnpaid)
 	}
-	if r := p.do(t, http.MethodPost, "/v1/orders/"+accepted[0]+"/pay", "", nil); r.Status != http.StatusOK {
-		t.Errorf("paying an order accepted before the end: %d %v", r.Status, r.Body)
+	if _, err := p.api().Pay(contractCtx(t, "pay"), accepted[0]); err != nil {
+		t.Errorf("paying an order accepted before the end: %v", err)
 	}
 	p.assertInvariants(t, it)
 	if code, out := p.reconcile(t, "--once"); code != 0 {
@@ -87,12 +84,10 @@ func testKillSwitchEndsTheSale(t *testing.T, e engine) {
 func testKillSwitchBeforeTheStart(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
-	auth := []string{"Authorization", "Bearer " + p.Admin}
 	starts := time.Now().Add(time.Hour)
 	p.mustSaleWindow(t, 2, starts, starts.Add(time.Hour), map[int64]int64{20: 10})
-	r := p.do(t, http.MethodPost, "/admin/v1/activities/2/end", "", nil, auth...)
-	if r.Status != http.StatusOK {
-		t.Fatalf("end: %d %v", r.Status, r.Body)
+	if _, err := p.api().EndActivity(contractCtx(t, "end"), 2); err != nil {
+		t.Fatalf("end: %v", err)
 	}
 	a, err := p.Orders.GetActivity(t.Context(), 2)
 	if err != nil || !a.StartsAt.Before(a.EndsAt) || a.EndsAt.After(time.Now()) {
@@ -135,8 +130,8 @@ func testMovedWindowIsNotOnSaleUntilPreheated(t *testing.T, e engine) {
 	if !strings.Contains(out, "sale window in Redis is not the activity's") || strings.Contains(out, "check the clocks") {
 		t.Errorf("the gateway's log, want the window warning and no clock error:\n%s", out)
 	}
-	if r := p.preheat(t, 1); r.Status != http.StatusOK {
-		t.Fatalf("preheat: %d %v", r.Status, r.Body)
+	if err := p.preheat(t, 1); err != nil {
+		t.Fatalf("preheat: %v", err)
 	}
 	if r := p.order(t, orderBody{RequestID: "after-preheat", UserID: 9, ActivityID: 1, ItemID: 10, Quantity: 1}); r.Status != http.StatusAccepted {
 		t.Fatalf("order after the preheat: %d %v, want 202", r.Status, r.Body)
@@ -173,8 +168,8 @@ func testEndedSaleStaysEnded(t *testing.T, e engine) {
 	if err != nil || !a.EndsAt.Equal(ended.EndsAt) || a.Name != same.Name {
 		t.Fatalf("Postgres after the PUTs: %q ends %v (%v), want %q ending %v", a.Name, a.EndsAt, err, same.Name, ended.EndsAt)
 	}
-	if r := p.preheat(t, 1); r.Status != http.StatusOK {
-		t.Fatalf("preheat after the end: %d %v", r.Status, r.Body)
+	if err := p.preheat(t, 1); err != nil {
+		t.Fatalf("preheat after the end: %v", err)
 	}
 	if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
 		t.Fatalf("reconciler --fix after the end: exit %d\n%s", code, out)

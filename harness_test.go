@@ -285,6 +285,14 @@ func (p *pipeline) orderOf(tb testing.TB, orderNo string) (client.Order, error) 
 	return p.api().GetOrder(contractCtx(tb, "GET /v1/orders/"+orderNo), orderNo)
 }
 
+// deref is *n for a message, or nil: an answer's optional number.
+func deref(n *int64) any {
+	if n == nil {
+		return nil
+	}
+	return *n
+}
+
 // shown records an orderNo a client was shown in a 2xx: assertInvariants
 // checks that each resolves (I4).
 func (p *pipeline) shown(orderNo, requestID string) {

@@ -103,16 +103,13 @@ func testIdempotencyKeyOnOrders(t *testing.T, e engine) {
 	})
 
 	unpaid := p.waitStatus(t, orderNo, order.StatusUnpaid)
-	if unpaid.Str("payBy") != payBy {
-		t.Errorf("GET of the UNPAID order shows payBy %q, the 202 %q", unpaid.Str("payBy"), payBy)
+	if pb, err := time.Parse(time.RFC3339Nano, payBy); err != nil || unpaid.PayBy == nil || !unpaid.PayBy.Equal(pb) {
+		t.Errorf("GET of the UNPAID order shows payBy %v, the 202 %q", unpaid.PayBy, payBy)
 	}
-	created, err := time.Parse(time.RFC3339Nano, unpaid.Str("createdAt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := unpaid.CreatedAt
 	// payBy counts from the reservation, which the commit (createdAt) follows.
 	if pb, err := time.Parse(time.RFC3339Nano, payBy); err != nil || pb.Add(-p.Cfg.Closer.CloseAfter).After(created) {
-		t.Errorf("payBy %s (%v) - CLOSE_AFTER %s is after the order's createdAt %s", payBy, err, p.Cfg.Closer.CloseAfter, unpaid.Str("createdAt"))
+		t.Errorf("payBy %s (%v) - CLOSE_AFTER %s is after the order's createdAt %s", payBy, err, p.Cfg.Closer.CloseAfter, unpaid.CreatedAt)
 	}
 	evs, err := p.Orders.EventsOf(context.Background(), orderNo)
 	if err != nil || len(evs) == 0 {
@@ -343,9 +340,8 @@ func testCloserNeverClosesBeforePayBy(t *testing.T, e engine) {
 		t.Fatalf("pay %s before payBy: %d %v, want 200 PAID (the closer must not have closed it)", time.Until(placed[paid]), r.Status, r.Body)
 	}
 	closed := p.waitStatus(t, left, order.StatusClosed)
-	closedAt, err := time.Parse(time.RFC3339Nano, closed.Str("closedAt"))
-	if err != nil || !closedAt.After(placed[left]) {
-		t.Errorf("the unpaid order closed at %s (%v), its payBy %s: never before", closed.Str("closedAt"), err, placed[left])
+	if closed.ClosedAt == nil || !closed.ClosedAt.After(placed[left]) {
+		t.Errorf("the unpaid order closed at %v, its payBy %s: never before", closed.ClosedAt, placed[left])
 	}
 	if g := p.do(t, http.MethodGet, "/v1/orders/"+paid, "", nil); g.Str("status") != order.StatusPaid || g.Body["payBy"] != nil {
 		t.Errorf("the paid order: %v, want PAID without payBy", g.Body)

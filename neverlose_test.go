@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
@@ -157,8 +158,8 @@ func testReplayAfterRedisLossShowsNothingLost(t *testing.T, e engine) {
 		o, err := p.Orders.GetOrder(t.Context(), a.Str("orderNo"))
 		return err == nil && o.Status == order.StatusUnpaid
 	})
-	if g := p.do(t, http.MethodGet, "/v1/orders/"+a.Str("orderNo"), "", nil); g.Status != http.StatusOK {
-		t.Errorf("GET %s: %d %v", a.Str("orderNo"), g.Status, g.Body)
+	if _, err := p.orderOf(t, a.Str("orderNo")); err != nil {
+		t.Errorf("GET %s: %v", a.Str("orderNo"), err)
 	}
 }
 
@@ -213,13 +214,14 @@ func testRequestIDReusedForAnotherItem(t *testing.T, e engine) {
 	if b.Status != http.StatusAccepted {
 		t.Fatalf("reuse for another item: %d %v", b.Status, b.Body)
 	}
-	var g apiResponse
+	var g client.Order
 	testenv.WaitFor(t, 20*time.Second, "the reused requestId's reservation to be decided", func() bool {
-		g = p.do(t, http.MethodGet, "/v1/orders/"+b.Str("orderNo"), "", nil)
-		return g.Str("status") != "PENDING"
+		var err error
+		g, err = p.orderOf(t, b.Str("orderNo"))
+		return err == nil && g.Status != client.StatusPending
 	})
-	if g.Status != http.StatusOK || g.Str("status") != "REJECTED" || g.Str("reason") != "IDEMPOTENCY_KEY_REUSED" || g.Str("requestId") != "reused" {
-		t.Fatalf("GET of the refused reservation: %d %v", g.Status, g.Body)
+	if g.Status != client.StatusRejected || g.Reason != "IDEMPOTENCY_KEY_REUSED" || g.RequestID != "reused" {
+		t.Fatalf("GET of the refused reservation: %+v", g)
 	}
 	if r := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 2, Quantity: 1}); r.Str("orderNo") != b.Str("orderNo") {
 		t.Errorf("replay after the refusal: %d %v, want orderNo %s", r.Status, r.Body, b.Str("orderNo"))

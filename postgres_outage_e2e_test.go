@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
 )
@@ -99,7 +100,7 @@ func testPostgresOutageKeepsTakingOrders(t *testing.T, e engine) {
 	proxy.Up(t)
 	testenv.WaitFor(t, 60*time.Second, "every accepted orderNo to be an UNPAID order", func() bool {
 		for _, no := range accepted {
-			if g := p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil); g.Str("status") != "UNPAID" {
+			if o, err := p.orderOf(t, no); err != nil || o.Status != client.StatusUnpaid {
 				return false
 			}
 		}

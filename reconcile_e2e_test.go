@@ -90,10 +90,7 @@ func testRedriveStrandedReservation(t *testing.T, e engine) {
 	if err != nil || res.Outcome != stock.Reserved {
 		t.Fatalf("reserve: %v %v", res.Outcome, err)
 	}
-	testenv.WaitFor(t, 20*time.Second, "the stranded reservation to become an order", func() bool {
-		g := p.do(t, http.MethodGet, "/v1/orders/"+ev.OrderNo, "", nil)
-		return g.Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, ev.OrderNo, order.StatusUnpaid) // the stranded reservation became an order
 	p.waitDrained(t, it)
 	snap := p.snapshot(t, it.ActivityID)
 	orders, processed := 0, 0
@@ -154,9 +151,7 @@ func testReconcilerCountsCloserCompensations(t *testing.T, e engine) {
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("order: %d %v", r.Status, r.Body)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the order", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, r.Str("orderNo"), order.StatusUnpaid)
 	p.waitDrained(t, it)
 	crashed := closer.New(closer.Config{CloseAfter: time.Nanosecond}, closer.Deps{Orders: p.Orders, Stock: p.Stock, Log: testLog(),
 		AfterCommitFunc: func(context.Context, []order.Compensation) error { return fmt.Errorf("closer dies after its commit") }})

@@ -92,8 +92,8 @@ func testWebhooksEndToEnd(t *testing.T, e engine) {
 	for _, no := range nos {
 		p.waitStatus(t, no, "UNPAID")
 	}
-	if r := p.do(t, http.MethodPost, "/v1/orders/"+nos[0]+"/pay", "", nil); r.Status != http.StatusOK {
-		t.Fatalf("pay: %d %v", r.Status, r.Body)
+	if _, err := p.api().Pay(contractCtx(t, "pay"), nos[0]); err != nil {
+		t.Fatalf("pay: %v", err)
 	}
 	if r := p.cancelOrder(t, nos[1], map[string]int64{"userId": 2}); r.Status != http.StatusOK {
 		t.Fatalf("cancel: %d %v", r.Status, r.Body)
@@ -311,8 +311,8 @@ func testWebhookEndpointDownForMinutes(t *testing.T, e engine) {
 	for u := int64(2); u <= 5; u++ {
 		nos = append(nos, place(u))
 	}
-	if r := p.do(t, http.MethodPost, "/v1/orders/"+first+"/pay", "", nil); r.Status != http.StatusOK {
-		t.Fatalf("pay: %d %v", r.Status, r.Body)
+	if _, err := p.api().Pay(contractCtx(t, "pay"), first); err != nil {
+		t.Fatalf("pay: %v", err)
 	}
 	if r := p.cancelOrder(t, nos[0], map[string]int64{"userId": 2}); r.Status != http.StatusOK {
 		t.Fatalf("cancel: %d %v", r.Status, r.Body)
