@@ -68,9 +68,7 @@ func testAdminReadsActivity(t *testing.T, e engine) {
 		if r.Status != http.StatusAccepted {
 			t.Fatalf("order %s: %d %v", rid, r.Status, r.Body)
 		}
-		testenv.WaitFor(t, 20*time.Second, rid+" UNPAID", func() bool {
-			return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "UNPAID"
-		})
+		p.waitStatus(t, r.Str("orderNo"), client.StatusUnpaid)
 		return r.Str("orderNo")
 	}
 	paidNo := unpaid("adm-paid", 1, 1)
@@ -84,7 +82,11 @@ func testAdminReadsActivity(t *testing.T, e engine) {
 	ordertest.AgeOrders(t, p.DB.Pool, time.Hour, closedNo)
 	testenv.WaitFor(t, 20*time.Second, "the aged order CLOSED and its stock back in Redis", func() bool {
 		n, err := p.Orders.CountPendingCompensations(ctx)
-		return err == nil && n == 0 && p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil).Str("status") == "CLOSED"
+		if err != nil || n != 0 {
+			return false
+		}
+		o, err := p.orderOf(t, closedNo)
+		return err == nil && o.Status == client.StatusClosed
 	})
 	stopWorker()
 	if err := <-workerDone; err != nil {
