@@ -85,25 +85,15 @@ k8s-rules: ## regenerate deploy/k8s/components/prometheus-operator/prometheusrul
 kubectl-validate: ## fetch kubectl-validate (go install, into ~/.cache/orderpipe/bin) for the Kubernetes overlays' tests
 	@deploy/k8s/kubectl-validate.sh >/dev/null
 
-# The slow end-to-end tests, all in the root package: they build and run
-# the production binary, run `make run` and press Ctrl-C, start a Java
-# SASL_SSL broker, or hold a healthy pipeline long enough to see that it
-# logs no warning. `make test` skips them (-skip), `make e2e` runs only
-# them (-run); every other test is in `make test`. TestTiers checks that
-# each name here is a test of the root package.
-E2E_TESTS := TestHelpTouchesNothing TestBadCommandLinesExit2 TestLogLinesAreJSON TestVersion TestBuildInfoMetric \
-	TestProductionBuildHasNoTestFakes TestProductionBuildHasNoEmbeddedBroker TestProductionBuildHasNoSteppedClock \
-	TestStartRidesOutUnreachableStores TestStartWaitsForRedisToLoad TestStartWaitsForRedisFailover \
-	TestStartWaitsForPostgresToRecover TestMigrateWaitsForPostgresToRecover TestTopicsWaitsForAStartingBroker TestSecretsNeverShown TestBinaryReachesRedisOverTLS \
-	TestBinaryReachesPostgresOverTLS TestKafkaOverSASLSSL TestMakeRunCtrlCEndsClean TestHealthyPipelineLogsNoWarnings \
-	TestWebhookEndpointDownForMinutes
-# Those of them that run on TEST_KAFKA_BROKERS: `make test-kafka` runs them
-# too (the others would only repeat `make e2e`; TestKafkaOverSASLSSL starts
-# a SASL_SSL Kafka of its own in either tier, so make e2e's run is the one).
-E2E_KAFKA_TESTS := TestSecretsNeverShown TestHealthyPipelineLogsNoWarnings
-empty :=
-regexp_of = ^($(subst $(empty) $(empty),|,$(strip $(1))))$$
-E2E_RUN := $(call regexp_of,$(E2E_TESTS))
+# The root package's end-to-end tests are one suite (suite_test.go), each
+# case written once and run on an engine: TestEndToEnd runs the fast cases
+# on kfake (make test), TestEndToEndSlow the slow ones on kfake (make e2e:
+# the production binary built and run, make run and Ctrl-C, a JVM, a
+# pipeline held for minutes), TestEndToEndOnKafka every case that a cluster
+# does not merely repeat on TEST_KAFKA_BROKERS (make test-kafka). A case
+# says which it is; the targets name entry points, never cases.
+E2E_SLOW := ^TestEndToEndSlow$$
+E2E_KFAKE := ^TestEndToEnd(Slow)?$$
 
 # The tests run on a Redis of their own (deploy/local/test-redis.sh: a
 # throwaway redis-server on a free port, unless TEST_REDIS_ADDR is set), so
@@ -119,14 +109,14 @@ E2E_RUN := $(call regexp_of,$(E2E_TESTS))
 # time of the whole `make test`.
 TEST_PARALLEL ?= 8
 test: deps services promtool pushgateway kubectl-validate ## unit and integration tests in parallel with the race detector, each package vetted by every analyzer (the fast tier; prints its wall time)
-	@KUBECTL_VALIDATE=$$(deploy/k8s/kubectl-validate.sh) deploy/local/test-redis.sh $(GO) test -tags dev -race -vet=$(VET_ALL) -count=1 -p 2 -parallel $(TEST_PARALLEL) -skip '$(E2E_RUN)' -timeout 15m ./...; \
+	@KUBECTL_VALIDATE=$$(deploy/k8s/kubectl-validate.sh) deploy/local/test-redis.sh $(GO) test -tags dev -race -vet=$(VET_ALL) -count=1 -p 2 -parallel $(TEST_PARALLEL) -skip '$(E2E_SLOW)' -timeout 15m ./...; \
 	rc=$$?; t=$$(( $$(date +%s) - $(MAKE_START) )); echo "make test: $$((t / 60)) min $$((t % 60)) s wall"; exit $$rc
 
-# The slow tier: E2E_TESTS one after another (they build one production
-# binary and share it). TEST_KAFKA_TLS=1 (.ci/run sets it) makes the SASL_SSL
+# The slow tier: the suite's slow cases one after another (they build one
+# production binary and share it). TEST_KAFKA_TLS=1 (.ci/run sets it) makes the SASL_SSL
 # test fail rather than skip when Java or the Kafka jars are missing.
 e2e: deps services ## the slow end-to-end tests make test skips: the production binary, make run and Ctrl-C, Kafka over SASL_SSL, a quiet healthy log (prints its wall time)
-	@deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -run '$(E2E_RUN)' -timeout 25m .; \
+	@deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -run '$(E2E_SLOW)' -timeout 25m .; \
 	rc=$$?; t=$$(( $$(date +%s) - $(MAKE_START) )); echo "make e2e: $$((t / 60)) min $$((t % 60)) s wall"; exit $$rc
 
 # The real-engine tier: the end-to-end tests (root package, gateway, worker)
@@ -134,14 +124,15 @@ e2e: deps services ## the slow end-to-end tests make test skips: the production 
 # min.insync.replicas=2) started for the run, or TEST_KAFKA_BROKERS. Also
 # pkg/event's TLS/SASL test, on a SASL_SSL broker of its own
 # (testenv.MustSecureKafka): TEST_KAFKA_TLS=1 makes it fail rather than
-# skip when Java or the jars are missing. These packages' fast tier and
-# E2E_KAFKA_TESTS, one package and TEST_KAFKA_PARALLEL (1) test at a time:
+# skip when Java or the jars are missing. These packages' tests, the root
+# package's suite on the cluster (TestEndToEndOnKafka) in place of its
+# kfake runs, one package and TEST_KAFKA_PARALLEL (1) test at a time:
 # beside three Kafka JVMs on a shared two-core machine, 8 and even 2
 # pipelines at once starved (the gateway's 2 s Postgres calls timed out,
 # 503) and a topic's metadata lagged its creation (TestGroupLag).
 TEST_KAFKA_PARALLEL ?= 1
 test-kafka: vet services ## the end-to-end tests on a real 3-broker Apache Kafka (fetched by Maven, started and stopped for the run)
-	TEST_KAFKA_TLS=1 deploy/local/test-redis.sh deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -parallel $(TEST_KAFKA_PARALLEL) -skip '$(call regexp_of,$(filter-out $(E2E_KAFKA_TESTS),$(E2E_TESTS)))' -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
+	TEST_KAFKA_TLS=1 deploy/local/test-redis.sh deploy/kafka/with-cluster.sh $(GO) test -tags dev -race -count=1 -p 1 -parallel $(TEST_KAFKA_PARALLEL) -skip '$(E2E_KFAKE)' -timeout 25m . ./gateway/ ./worker/ ./pkg/event/
 
 # The Java client (gateway/client/java): Maven generates it from
 # gateway/openapi.json (the openapi-generator plugin, into target/), compiles

@@ -3,21 +3,19 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
 	"orderpipe/pkg/stock"
 )
 
-// TestListActivitiesPagesNewestFirst: GET /admin/v1/activities pages through
+// testListActivitiesPagesNewestFirst: GET /admin/v1/activities pages through
 // every activity once, the latest start first (ties by the higher id), each
 // with its items' numbers as GET of one activity gives them; bad paging
 // input is a 400 that says why.
-func TestListActivitiesPagesNewestFirst(t *testing.T) {
+func testListActivitiesPagesNewestFirst(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
-	auth := []string{"Authorization", "Bearer " + p.Admin}
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	base := time.Now().Add(-time.Hour).Truncate(time.Second)
 	// Activities 1..5 start an hour apart in the order 3, 1, 4, 5 (5 and 4 tie).
 	starts := map[int64]time.Duration{3: 0, 1: time.Hour, 4: 2 * time.Hour, 5: 2 * time.Hour, 2: 3 * time.Hour}
@@ -25,8 +23,8 @@ func TestListActivitiesPagesNewestFirst(t *testing.T) {
 		p.mustSaleWindow(t, id, base.Add(d), base.Add(d+24*time.Hour), map[int64]int64{10 * id: 10 * id})
 	}
 	// Activity 3 is on sale now: an order shows in its numbers.
-	if r := p.order(t, orderBody{RequestID: "list-1", UserID: 1, ActivityID: 3, ItemID: 30, Quantity: 1}); r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
+	if placed, err := p.place(t, orderBody{RequestID: "list-1", UserID: 1, ActivityID: 3, ItemID: 30, Quantity: 1}); err != nil || placed.HTTPStatus != http.StatusAccepted {
+		t.Fatalf("order: %d %v", placed.HTTPStatus, err)
 	}
 	p.waitDrained(t, stock.Item{ActivityID: 3, ItemID: 30})
 
@@ -37,27 +35,21 @@ func TestListActivitiesPagesNewestFirst(t *testing.T) {
 		if pages > len(want) {
 			t.Fatalf("more pages than activities: %v", got)
 		}
-		q := url.Values{"limit": {"2"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
+		page, err := p.api().ListActivities(contractCtx(t, "GET /admin/v1/activities"), 2, cursor)
+		if err != nil {
+			t.Fatalf("list: %v", err)
 		}
-		r := p.do(t, http.MethodGet, "/admin/v1/activities?"+q.Encode(), "", nil, auth...)
-		if r.Status != http.StatusOK {
-			t.Fatalf("list: %d %v", r.Status, r.Body)
-		}
-		acts, _ := r.Body["activities"].([]any)
-		for _, a := range acts {
-			a := a.(map[string]any)
-			id := int64(a["activityId"].(float64))
-			got = append(got, id)
-			if id == 3 {
-				it := a["items"].([]any)[0].(map[string]any)
-				if it["sold"] != float64(1) || it["stock"] != float64(29) || it["redisStock"] != float64(29) || it["inFlight"] != float64(0) {
-					t.Errorf("activity 3's item in the list: %v, want sold 1, stock 29, redisStock 29, inFlight 0", it)
+		for _, a := range page.Activities {
+			got = append(got, a.ActivityID)
+			if a.ActivityID == 3 {
+				it := a.Items[0]
+				if it.Sold != 1 || it.Stock != 29 || it.RedisStock == nil || *it.RedisStock != 29 || it.InFlight == nil || *it.InFlight != 0 {
+					t.Errorf("activity 3's item in the list: %+v (redisStock %v, inFlight %v), want sold 1, stock 29, redisStock 29, inFlight 0",
+						it, deref(it.RedisStock), deref(it.InFlight))
 				}
 			}
 		}
-		cursor = r.Str("nextCursor")
+		cursor = page.NextCursor
 		if cursor == "" {
 			break
 		}
@@ -65,9 +57,11 @@ func TestListActivitiesPagesNewestFirst(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("listed %v, want %v (newest start first, ties by the higher id, each once)", got, want)
 	}
-	if r := p.do(t, http.MethodGet, "/admin/v1/activities", "", nil, auth...); r.Status != http.StatusOK || len(r.Body["activities"].([]any)) != 5 || r.Str("nextCursor") != "" {
-		t.Errorf("the default page: %d %v, want all 5 and no nextCursor", r.Status, r.Body)
+	if page, err := p.api().ListActivities(contractCtx(t, "GET /admin/v1/activities"), 0, ""); err != nil || len(page.Activities) != 5 || page.NextCursor != "" {
+		t.Errorf("the default page: %d activities, next %q, %v; want all 5 and no nextCursor", len(page.Activities), page.NextCursor, err)
 	}
+	// Paging input is HTTP's own subject: the raw query string.
+	auth := []string{"Authorization", "Bearer " + p.Admin}
 	for _, bad := range []string{"limit=0", "limit=101", "limit=x", "limit=%2B5", "limit=05", "limit=1&limit=2", "cursor=nope", "cursor=", "page=2"} {
 		if r := p.do(t, http.MethodGet, "/admin/v1/activities?"+bad, "", nil, auth...); r.Status != http.StatusBadRequest || r.Code() != "INVALID_REQUEST" {
 			t.Errorf("list with %s: %d %v, want 400 INVALID_REQUEST", bad, r.Status, r.Body)

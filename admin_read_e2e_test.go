@@ -13,12 +13,12 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// TestAdminReadsActivity: GET /admin/v1/activities/{id} counts each item's
+// testAdminReadsActivity: GET /admin/v1/activities/{id} counts each item's
 // units in every state — one order PAID, one UNPAID, one CLOSED and one
 // reservation in flight (no worker running) — from both stores; answers
 // from Postgres alone with the Redis numbers null while Redis is down, and
 // 503 while Postgres is.
-func TestAdminReadsActivity(t *testing.T) {
+func testAdminReadsActivity(t *testing.T, e engine) {
 	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
@@ -26,7 +26,7 @@ func TestAdminReadsActivity(t *testing.T) {
 	}
 	pgProxy := testenv.MustProxy(t, dbURL.Host)
 	redisProxy := testenv.MustProxy(t, testenv.RedisAddr())
-	p := mustPipeline(t, components{"gateway", "closer"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "closer"}, func(c *config) {
 		u, _ := url.Parse(c.Database.URL)
 		u.Host = pgProxy.Addr
 		c.Database.URL = u.String()
@@ -68,9 +68,7 @@ func TestAdminReadsActivity(t *testing.T) {
 		if r.Status != http.StatusAccepted {
 			t.Fatalf("order %s: %d %v", rid, r.Status, r.Body)
 		}
-		testenv.WaitFor(t, 20*time.Second, rid+" UNPAID", func() bool {
-			return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "UNPAID"
-		})
+		p.waitStatus(t, r.Str("orderNo"), client.StatusUnpaid)
 		return r.Str("orderNo")
 	}
 	paidNo := unpaid("adm-paid", 1, 1)
@@ -84,7 +82,11 @@ func TestAdminReadsActivity(t *testing.T) {
 	ordertest.AgeOrders(t, p.DB.Pool, time.Hour, closedNo)
 	testenv.WaitFor(t, 20*time.Second, "the aged order CLOSED and its stock back in Redis", func() bool {
 		n, err := p.Orders.CountPendingCompensations(ctx)
-		return err == nil && n == 0 && p.do(t, http.MethodGet, "/v1/orders/"+closedNo, "", nil).Str("status") == "CLOSED"
+		if err != nil || n != 0 {
+			return false
+		}
+		o, err := p.orderOf(t, closedNo)
+		return err == nil && o.Status == client.StatusClosed
 	})
 	stopWorker()
 	if err := <-workerDone; err != nil {

@@ -12,12 +12,12 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// TestBenchLoadAudit runs the load tool against the real pipeline and checks
+// testBenchLoadAudit runs the load tool against the real pipeline and checks
 // that its audit comes out clean and its counts agree with each other and
 // with the harness's own invariant checks.
-func TestBenchLoadAudit(t *testing.T) {
+func testBenchLoadAudit(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker", "relay"}, nil)
 	const requests, units = 500, 200
 	var progress bytes.Buffer
 	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,

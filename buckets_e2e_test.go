@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -106,13 +107,13 @@ func (p *pipeline) assertBucketInvariants(tb testing.TB, it stock.Item, buckets 
 	p.assertInvariants(tb, it)
 }
 
-// TestBucketsAdminAndPreheat: items[].buckets is validated (400, nothing
+// testBucketsAdminAndPreheat: items[].buckets is validated (400, nothing
 // changed), preheat splits the stock ⌊S/B⌋ (+1 for the first S mod B) and
 // is idempotent per bucket, and the count is fixed once preheated (409).
 // One bucket keeps the plain layout: no "buckets" field, no bucket keys.
-func TestBucketsAdminAndPreheat(t *testing.T) {
+func testBucketsAdminAndPreheat(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	ctx := context.Background()
 	put := func(items string) apiResponse {
@@ -135,9 +136,9 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 	if r := put(`[{"itemId":1,"stock":10,"buckets":3},{"itemId":2,"stock":7}]`); r.Status != http.StatusOK {
 		t.Fatalf("changing buckets before the preheat: %d %v", r.Status, r.Body)
 	}
-	pre := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...)
-	if pre.Status != http.StatusOK || !strings.Contains(fmt.Sprint(pre.Body["items"]), "buckets:3") {
-		t.Fatalf("preheat: %d %v, want item 1 shown with 3 buckets", pre.Status, pre.Body)
+	pre, err := p.api().Preheat(contractCtx(t, "preheat"), 61)
+	if err != nil || len(pre.Items) == 0 || !slices.ContainsFunc(pre.Items, func(i client.ActivityItem) bool { return i.ItemID == 1 && i.Buckets == 3 }) {
+		t.Fatalf("preheat: %+v %v, want item 1 shown with 3 buckets", pre.Items, err)
 	}
 	it := stock.Item{ActivityID: 61, ItemID: 1}
 	if got := p.bucketStocks(t, it, 3); fmt.Sprint(got) != "[4 3 3]" {
@@ -162,8 +163,8 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 	}
 	// A second preheat keeps each bucket's running stock.
 	stocktest.AddStock(t, p.StockRedis, stock.Item{ActivityID: 61, ItemID: 1, Bucket: 2}, -2)
-	if r := p.do(t, http.MethodPost, "/admin/v1/activities/61/preheat", "", nil, auth...); r.Status != http.StatusOK {
-		t.Fatalf("second preheat: %d %v", r.Status, r.Body)
+	if _, err := p.api().Preheat(contractCtx(t, "preheat"), 61); err != nil {
+		t.Fatalf("second preheat: %v", err)
 	}
 	if got := p.bucketStocks(t, it, 3); fmt.Sprint(got) != "[4 3 1]" {
 		t.Errorf("bucket stocks after a second preheat %v, want [4 3 1]", got)
@@ -182,12 +183,12 @@ func TestBucketsAdminAndPreheat(t *testing.T) {
 	}
 }
 
-// TestBucketsRoutingAndLimit: a user always lands in the bucket
+// testBucketsRoutingAndLimit: a user always lands in the bucket
 // FNV-1a(userId) mod B (the orderNo and the marker say which), and the
 // per-user limit is exact over many concurrent requests of the same users.
-func TestBucketsRoutingAndLimit(t *testing.T) {
+func testBucketsRoutingAndLimit(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	const B = 4
 	it := stock.Item{ActivityID: 62, ItemID: 1}
 	p.mustBucketedSale(t, 62, 1, 1000, B, 1)
@@ -243,13 +244,13 @@ func TestBucketsRoutingAndLimit(t *testing.T) {
 	}
 }
 
-// TestBucketsReusedRequestIDAcrossUsers: the same requestId sent by users of
+// testBucketsReusedRequestIDAcrossUsers: the same requestId sent by users of
 // two buckets is accepted by each bucket (no atomic step sees both); the
 // worker decides the second in Postgres: REJECTED IDEMPOTENCY_KEY_REUSED,
 // which GET returns, and its unit goes back to its own bucket.
-func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
+func testBucketsReusedRequestIDAcrossUsers(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	const B = 4
 	it := stock.Item{ActivityID: 63, ItemID: 1}
 	p.mustBucketedSale(t, 63, 1, 40, B, 1)
@@ -258,20 +259,13 @@ func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("first: %d %v", first.Status, first.Body)
 	}
-	testenv.WaitFor(t, 20*time.Second, "the first order persisted", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+first.Str("orderNo"), "", nil).Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, first.Str("orderNo"), order.StatusUnpaid)
 	second := p.order(t, orderBody{RequestID: "reused", UserID: u2, ActivityID: 63, ItemID: 1, Quantity: 1})
 	if second.Status != http.StatusAccepted || second.Str("orderNo") == first.Str("orderNo") {
 		t.Fatalf("second (another bucket): %d %v", second.Status, second.Body)
 	}
-	var g apiResponse
-	testenv.WaitFor(t, 20*time.Second, "the second orderNo decided", func() bool {
-		g = p.do(t, http.MethodGet, "/v1/orders/"+second.Str("orderNo"), "", nil)
-		return g.Str("status") == "REJECTED"
-	})
-	if g.Str("reason") != "IDEMPOTENCY_KEY_REUSED" {
-		t.Errorf("second: %v, want REJECTED IDEMPOTENCY_KEY_REUSED", g.Body)
+	if g := p.waitStatus(t, second.Str("orderNo"), order.StatusRejected); g.Reason != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("second: %+v, want REJECTED IDEMPOTENCY_KEY_REUSED", g)
 	}
 	p.waitBucketsDrained(t, it, B)
 	if got := p.bucketStocks(t, it, B); got[1] != 9 || got[2] != 10 {
@@ -285,12 +279,12 @@ func TestBucketsReusedRequestIDAcrossUsers(t *testing.T) {
 	p.assertBucketInvariants(t, it, B)
 }
 
-// TestBucketsMoverRefillsEmptyBucket: users of one bucket only buy; when
+// testBucketsMoverRefillsEmptyBucket: users of one bucket only buy; when
 // their bucket is empty the mover brings units from the other, until every
 // unit of the item is sold to them: nothing stays stranded.
-func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
+func testBucketsMoverRefillsEmptyBucket(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) {
 		c.Worker.MoveInterval = 20 * time.Millisecond
 		c.Gateway.UserRPS = 0 // the same users retry until the mover has refilled their bucket
 	})
@@ -321,12 +315,12 @@ func TestBucketsMoverRefillsEmptyBucket(t *testing.T) {
 	p.assertBucketInvariants(t, it, B)
 }
 
-// TestBucketsReconcilerSumsAndFixes: the reconciler holds I5 to the sum over
+// testBucketsReconcilerSumsAndFixes: the reconciler holds I5 to the sum over
 // the buckets, counts units in transfer, and --fix restores each bucket
 // from Postgres (a nudged bucket, a lost bucket).
-func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
+func testBucketsReconcilerSumsAndFixes(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) { c.Worker.MoveInterval = time.Hour })
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) { c.Worker.MoveInterval = time.Hour })
 	const B = 3
 	it := stock.Item{ActivityID: 65, ItemID: 1}
 	p.mustBucketedSale(t, 65, 1, 30, B, 1)
@@ -403,11 +397,11 @@ func TestBucketsReconcilerSumsAndFixes(t *testing.T) {
 	}
 }
 
-// TestBucketsCloserReleasesIntoBucket: an unpaid order of a user of bucket
+// testBucketsCloserReleasesIntoBucket: an unpaid order of a user of bucket
 // b > 0 closes, and its units and the user's marker come back in bucket b.
-func TestBucketsCloserReleasesIntoBucket(t *testing.T) {
+func testBucketsCloserReleasesIntoBucket(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "closer"}, func(c *config) {
 		fastCloser(c)
 		c.Worker.MoveInterval = time.Hour
 	})
@@ -422,9 +416,7 @@ func TestBucketsCloserReleasesIntoBucket(t *testing.T) {
 	if got := p.bucketStocks(t, it, B); got[3] != 3 {
 		t.Fatalf("bucket 3 at %d after the order, want 3", got[3])
 	}
-	testenv.WaitFor(t, 20*time.Second, "the unpaid order CLOSED", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "CLOSED"
-	})
+	p.waitStatus(t, r.Str("orderNo"), order.StatusClosed)
 	p.waitBucketsDrained(t, it, B)
 	if got := p.bucketStocks(t, it, B); fmt.Sprint(got) != "[5 5 5 5]" {
 		t.Errorf("bucket stocks after the close %v, want [5 5 5 5]", got)

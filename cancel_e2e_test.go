@@ -15,15 +15,17 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// waitStatus waits until GET answers the order in that status.
-func (p *pipeline) waitStatus(tb testing.TB, orderNo, status string) apiResponse {
+// waitStatus waits until GET (the typed client) answers the order in that
+// status, and returns that answer.
+func (p *pipeline) waitStatus(tb testing.TB, orderNo, status string) client.Order {
 	tb.Helper()
-	var g apiResponse
+	var o client.Order
 	testenv.WaitFor(tb, 30*time.Second, orderNo+" "+status, func() bool {
-		g = p.do(tb, http.MethodGet, "/v1/orders/"+orderNo, "", nil)
-		return g.Str("status") == status
+		var err error
+		o, err = p.orderOf(tb, orderNo)
+		return err == nil && o.Status == status
 	})
-	return g
+	return o
 }
 
 func (p *pipeline) cancelOrder(tb testing.TB, orderNo string, body any) apiResponse {
@@ -31,14 +33,14 @@ func (p *pipeline) cancelOrder(tb testing.TB, orderNo string, body any) apiRespo
 	return p.do(tb, http.MethodPost, "/v1/orders/"+orderNo+"/cancel", "application/json", body)
 }
 
-// TestCancelOrder: the buyer's cancel closes an UNPAID order with reason
+// testCancelOrder: the buyer's cancel closes an UNPAID order with reason
 // CANCELLED, gives its unit and the user's limit marker back in Redis at
 // once (the user can order again), is idempotent, and is refused for a
 // paid order, another user's and a bad body; every change is on
 // orders.status (I7, in assertInvariants).
-func TestCancelOrder(t *testing.T) {
+func testCancelOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker", "relay"}, nil)
 	it := stock.Item{ActivityID: 7, ItemID: 70}
 	p.mustSale(t, 7, 1, map[int64]int64{70: 5})
 	api, ctx := p.api(), contractCtx(t, "cancel")
@@ -61,8 +63,8 @@ func TestCancelOrder(t *testing.T) {
 		if r := p.do(t, http.MethodPost, "/v1/orders/"+no+"/cancel", "text/plain", `{"userId":1}`); r.Status != http.StatusUnsupportedMediaType {
 			t.Errorf("cancel as text/plain: %d %v", r.Status, r.Body)
 		}
-		if g := p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil); g.Str("status") != order.StatusUnpaid {
-			t.Errorf("after refused cancels: %v", g.Body)
+		if g, err := p.orderOf(t, no); err != nil || g.Status != order.StatusUnpaid {
+			t.Errorf("after refused cancels: %+v %v", g, err)
 		}
 	})
 	t.Run("AnotherUsersIs404", func(t *testing.T) {
@@ -111,34 +113,34 @@ func TestCancelOrder(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestCancelPendingOrder: an order only reserved (no worker has persisted
+// testCancelPendingOrder: an order only reserved (no worker has persisted
 // it) answers 409 ORDER_PENDING to its buyer and 404 to anyone else.
-func TestCancelPendingOrder(t *testing.T) {
+func testCancelPendingOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	p.mustSale(t, 8, 1, map[int64]int64{80: 3})
 	placed, err := p.place(t, orderBody{RequestID: "pending-c", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1})
 	if err != nil || placed.HTTPStatus != http.StatusAccepted {
 		t.Fatalf("order: %d %v", placed.HTTPStatus, err)
 	}
 	api, ctx := p.api(), contractCtx(t, "cancel")
-	var e *client.Error
-	if _, err := api.Cancel(ctx, placed.OrderNo, 1); !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != client.CodeOrderPending || e.RetryAfter == 0 {
+	var ce *client.Error
+	if _, err := api.Cancel(ctx, placed.OrderNo, 1); !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Code != client.CodeOrderPending || ce.RetryAfter == 0 {
 		t.Errorf("cancel of a pending order: %v, want 409 ORDER_PENDING with Retry-After", err)
 	}
-	if _, err := api.Cancel(ctx, placed.OrderNo, 2); !errors.As(err, &e) || e.Status != http.StatusNotFound {
+	if _, err := api.Cancel(ctx, placed.OrderNo, 2); !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
 		t.Errorf("another user's cancel of a pending order: %v, want 404", err)
 	}
 }
 
-// TestStatusEventsOfARace: many buyers race for a few units; of the orders,
+// testStatusEventsOfARace: many buyers race for a few units; of the orders,
 // some are paid, some cancelled, and the rest closed by the closer, while
 // pay, cancel and the closer race on some of them. Afterwards every order
 // and rejection has exactly the events of its history on orders.status, in
 // version order (I7), and I1–I6 hold.
-func TestStatusEventsOfARace(t *testing.T) {
+func testStatusEventsOfARace(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "closer", "relay"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "closer", "relay"}, func(c *config) {
 		c.Closer.CloseAfter = 3 * time.Second
 		c.Closer.Interval = 200 * time.Millisecond
 		c.Gateway.UserRPS = 0
@@ -166,14 +168,14 @@ func TestStatusEventsOfARace(t *testing.T) {
 			p.waitStatus(t, no, order.StatusUnpaid)
 			switch i % 4 {
 			case 0:
-				p.do(t, http.MethodPost, "/v1/orders/"+no+"/pay", "", nil)
+				_, _ = p.api().Pay(contractCtx(t, "pay"), no) // the closer may win: I6 is checked below
 			case 1:
 				p.cancelOrder(t, no, map[string]int64{"userId": users[no]})
 			case 2: // left to the closer
 			case 3: // pay and cancel at once, racing the closer too
 				time.Sleep(time.Duration(i%3) * time.Second)
 				var race sync.WaitGroup
-				race.Go(func() { p.do(t, http.MethodPost, "/v1/orders/"+no+"/pay", "", nil) })
+				race.Go(func() { _, _ = p.api().Pay(contractCtx(t, "pay"), no) })
 				race.Go(func() { p.cancelOrder(t, no, map[string]int64{"userId": users[no]}) })
 				race.Wait()
 			}

@@ -26,8 +26,8 @@ import (
 
 // Stamps of the binary the tests build, as `make build` stamps its own.
 const (
-	testVersion = "v9.9.9-clitest"
-	testCommit  = "0123456789abcdef0123456789abcdef01234567"
+	builtVersion = "v9.9.9-clitest"
+	builtCommit  = "0123456789abcdef0123456789abcdef01234567"
 )
 
 // binDir holds the production binary (no build tags) the tests run, built
@@ -62,7 +62,7 @@ func mustBinary(t *testing.T) string {
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
-	ldflags := "-X orderpipe/pkg/version.version=" + testVersion + " -X orderpipe/pkg/version.commit=" + testCommit +
+	ldflags := "-X orderpipe/pkg/version.version=" + builtVersion + " -X orderpipe/pkg/version.commit=" + builtCommit +
 		" -X orderpipe/pkg/version.modified=true"
 	cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -179,11 +179,11 @@ func TestEveryCommandRuns(t *testing.T) {
 	}
 }
 
-// TestHelpTouchesNothing: `orderpipe <command> --help` and `-h`, and
+// testHelpTouchesNothing: `orderpipe <command> --help` and `-h`, and
 // `orderpipe help <command>`, print that command's usage on stdout and exit
 // 0, whatever the configuration: every dependency points at a closed port,
 // and a bad setting would stop any command that read the configuration.
-func TestHelpTouchesNothing(t *testing.T) {
+func testHelpTouchesNothing(t *testing.T, _ engine) {
 	env := append(deadEnds(t), "WORKER_BATCH_SIZE=not-a-number", "ADMIN_TOKEN_FILE=/nonexistent/admin_token")
 	for _, c := range commands {
 		t.Run(c.name, func(t *testing.T) {
@@ -220,10 +220,10 @@ func TestHelpTouchesNothing(t *testing.T) {
 	}
 }
 
-// TestBadCommandLinesExit2: an unknown flag names itself, a stray argument
+// testBadCommandLinesExit2: an unknown flag names itself, a stray argument
 // or an unknown command is named, the usage follows on stderr, exit 2 —
 // before anything is touched.
-func TestBadCommandLinesExit2(t *testing.T) {
+func testBadCommandLinesExit2(t *testing.T, _ engine) {
 	env := deadEnds(t)
 	for _, c := range commands {
 		if c.name == "help" {
@@ -334,10 +334,10 @@ func TestBadSettingsStopBeforeAnything(t *testing.T) {
 	}
 }
 
-// TestLogLinesAreJSON: with Redis down, every line the reconciler (a
+// testLogLinesAreJSON: with Redis down, every line the reconciler (a
 // scheduled job: its stderr is its log) writes to stderr is a JSON record,
 // go-redis's own lines included (its default is plain text).
-func TestLogLinesAreJSON(t *testing.T) {
+func testLogLinesAreJSON(t *testing.T, _ engine) {
 	env := append(deadEnds(t), "DATABASE_URL="+testenv.MustDatabase(t).URL) // Redis is the one down
 	res := runBinary(t, env, "reconciler", "--once")
 	if res.code != 2 || res.stderr == "" {
@@ -350,22 +350,22 @@ func TestLogLinesAreJSON(t *testing.T) {
 	}
 }
 
-// TestVersion: `orderpipe version` (and --version) print what the build
+// testVersion: `orderpipe version` (and --version) print what the build
 // stamped and the Go version, touching nothing.
-func TestVersion(t *testing.T) {
+func testVersion(t *testing.T, _ engine) {
 	env := append(deadEnds(t), "WORKER_BATCH_SIZE=not-a-number")
 	for _, arg := range []string{"version", "--version"} {
 		res := runBinary(t, env, arg)
-		want := fmt.Sprintf("version   %s\ncommit    %s\nmodified  true\ngo        %s\n", testVersion, testCommit, runtime.Version())
+		want := fmt.Sprintf("version   %s\ncommit    %s\nmodified  true\ngo        %s\n", builtVersion, builtCommit, runtime.Version())
 		if res.code != 0 || res.stdout != want {
 			t.Errorf("orderpipe %s: want\n%s\ngot %s", arg, want, res)
 		}
 	}
 }
 
-// TestBuildInfoMetric: a running process (here a closer, on the test
+// testBuildInfoMetric: a running process (here a closer, on the test
 // Postgres and Redis) exports orderpipe_build_info with the build's labels.
-func TestBuildInfoMetric(t *testing.T) {
+func testBuildInfoMetric(t *testing.T, _ engine) {
 	db := testenv.MustDatabase(t)
 	metricsAddr := freeAddr(t)
 	cmd := exec.Command(mustBinary(t), "closer")
@@ -401,7 +401,7 @@ func TestBuildInfoMetric(t *testing.T) {
 		body = string(b)
 		return res.StatusCode == http.StatusOK
 	})
-	want := fmt.Sprintf(`orderpipe_build_info{commit=%q,goversion=%q,version=%q} 1`, testCommit, runtime.Version(), testVersion)
+	want := fmt.Sprintf(`orderpipe_build_info{commit=%q,goversion=%q,version=%q} 1`, builtCommit, runtime.Version(), builtVersion)
 	if !strings.Contains(body, want) {
 		t.Errorf("/metrics lacks %s:\n%s", want, grepLines(body, "build_info"))
 	}
@@ -417,58 +417,10 @@ func grepLines(s, sub string) string {
 	return strings.Join(out, "\n")
 }
 
-// testFakes are the packages only tests and development builds may link.
-var testFakes = []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/alicebob/miniredis", "github.com/fergusstrange/embedded-postgres",
-	"github.com/lib/pq", "github.com/yuin/gopher-lua", "orderpipe/pkg/standin", "orderpipe/pkg/testenv",
-	// and the test tooling: the load tool, the invariant checker, the chaos
-	// suite, the stores' test helpers (which lose keys and flush stores)
-	"orderpipe/bench", "orderpipe/pkg/invariant", "orderpipe/pkg/stock/stocktest", "orderpipe/pkg/order/ordertest"}
-
-// TestProductionBuildHasNoTestFakes: the binary `make build` and the
-// Dockerfile build (no tags) links no test fake; the development build
-// (-tags dev: make run, make build-dev) does, which shows the check sees them.
-func TestProductionBuildHasNoTestFakes(t *testing.T) {
-	deps := func(tags ...string) string {
-		args := append([]string{"list", "-deps"}, tags...)
-		cmd := exec.Command("go", append(args, ".")...)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go %s: %v", strings.Join(args, " "), err)
-		}
-		return "\n" + string(out)
-	}
-	prod, dev := deps(), deps("-tags", "dev")
-	for _, p := range testFakes {
-		if strings.Contains(prod, "\n"+p) {
-			t.Errorf("the production build links %s", p)
-		}
-	}
-	for _, p := range []string{"github.com/twmb/franz-go/pkg/kfake", "github.com/alicebob/miniredis", "orderpipe/pkg/standin"} {
-		if !strings.Contains(dev, "\n"+p) {
-			t.Errorf("the dev build lacks %s: is the check looking at the right list?", p)
-		}
-	}
-	// And the production builds are built without tags.
-	for _, f := range []string{"Makefile", "deploy/Dockerfile"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, "-o bin/orderpipe ") || strings.Contains(line, "-o /out/orderpipe") {
-				if strings.Contains(line, "-tags") {
-					t.Errorf("%s builds the production binary with tags: %s", f, line)
-				}
-			}
-		}
-	}
-}
-
-// TestProductionBuildHasNoEmbeddedBroker: `all` without KAFKA_BROKERS and
+// testProductionBuildHasNoEmbeddedBroker: `all` without KAFKA_BROKERS and
 // `kafka` say what to do, before touching anything (every dependency is a
 // closed port: touching one would fail with another message).
-func TestProductionBuildHasNoEmbeddedBroker(t *testing.T) {
+func testProductionBuildHasNoEmbeddedBroker(t *testing.T, _ engine) {
 	env := deadEnds(t)
 	env = env[:len(env):len(env)]
 	for i, kv := range env {
@@ -492,10 +444,10 @@ func TestProductionBuildHasNoEmbeddedBroker(t *testing.T) {
 	}
 }
 
-// TestProductionBuildHasNoSteppedClock: DEV_CLOCK_OFFSET_FILE (the chaos
+// testProductionBuildHasNoSteppedClock: DEV_CLOCK_OFFSET_FILE (the chaos
 // suite's clock steps) is refused by the production build before anything
 // is touched, rather than ignored.
-func TestProductionBuildHasNoSteppedClock(t *testing.T) {
+func testProductionBuildHasNoSteppedClock(t *testing.T, _ engine) {
 	env := append(deadEnds(t), "DEV_CLOCK_OFFSET_FILE="+filepath.Join(t.TempDir(), "clock"))
 	res := runBinary(t, env, "gateway")
 	if res.code != 1 || !strings.Contains(res.stderr, "a stepped clock (DEV_CLOCK_OFFSET_FILE) exists only in development builds") {

@@ -11,12 +11,12 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// TestGoClientSpeaksEveryRoute drives every route of the API through the
+// testGoClientSpeaksEveryRoute drives every route of the API through the
 // Go client (gateway/client) against a running pipeline, each exchange
 // checked against openapi.json: the typed answers, and the typed errors
 // for the refusals a storefront meets.
-func TestGoClientSpeaksEveryRoute(t *testing.T) {
-	p := mustPipeline(t, both, nil)
+func testGoClientSpeaksEveryRoute(t *testing.T, e engine) {
+	p := mustPipeline(t, e, both, nil)
 	ctx := contractCtx(t, "client")
 	api := p.api()
 	it := stock.Item{ActivityID: 1, ItemID: 5}

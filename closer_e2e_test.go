@@ -19,12 +19,12 @@ func fastCloser(c *config) {
 	c.Closer.Interval = 100 * time.Millisecond
 }
 
-// TestCloserClosesUnpaidOrder: an order left unpaid past CLOSE_AFTER is
+// testCloserClosesUnpaidOrder: an order left unpaid past CLOSE_AFTER is
 // CLOSED, its units come back in Postgres and Redis, and the same user can
 // order the item again.
-func TestCloserClosesUnpaidOrder(t *testing.T) {
+func testCloserClosesUnpaidOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "closer"}, fastCloser)
+	p := mustPipeline(t, e, components{"gateway", "worker", "closer"}, fastCloser)
 	it := stock.Item{ActivityID: 3, ItemID: 30}
 	p.mustSale(t, 3, 2, map[int64]int64{30: 5})
 
@@ -75,12 +75,12 @@ func TestCloserClosesUnpaidOrder(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestPayOrder: paying is idempotent; a closed order answers 409
+// testPayOrder: paying is idempotent; a closed order answers 409
 // ORDER_CLOSED, a rejected request's number 409 ORDER_REJECTED, an unknown
 // one 404; a paid order is never closed.
-func TestPayOrder(t *testing.T) {
+func testPayOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "closer"}, func(c *config) {
 		c.Closer.CloseAfter = 10 * time.Minute // orders close only when the test ages them
 		c.Closer.Interval = 100 * time.Millisecond
 	})
@@ -160,11 +160,11 @@ func TestPayOrder(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestPayPendingOrder: an order only reserved (no worker has persisted it)
+// testPayPendingOrder: an order only reserved (no worker has persisted it)
 // answers 409 ORDER_PENDING with Retry-After, and is not paid by it.
-func TestPayPendingOrder(t *testing.T) {
+func testPayPendingOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	p.mustSale(t, 5, 1, map[int64]int64{50: 3})
 	r, err := p.place(t, orderBody{RequestID: "pending-1", UserID: 1, ActivityID: 5, ItemID: 50, Quantity: 1})
 	if err != nil || r.HTTPStatus != http.StatusAccepted {

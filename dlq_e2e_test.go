@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/setting"
@@ -98,7 +98,7 @@ func replaysOnOrderTopic(tb testing.TB, cfg config, pos dlq.Position) int {
 	return n
 }
 
-// TestDLQListShowReplay is `orderpipe dlq` end to end on a running pipeline
+// testDLQListShowReplay is `orderpipe dlq` end to end on a running pipeline
 // (kfake, real Postgres and Redis): the worker dead-letters poison messages;
 // list and show give their error, source partition and offset, size and
 // truncation; a dead letter that is valid now (dead-lettered by a worker
@@ -106,10 +106,10 @@ func replaysOnOrderTopic(tb testing.TB, cfg config, pos dlq.Position) int {
 // into an order — and never again, however often or concurrently replay
 // runs; letters the schema still refuses are refused (exit 1), as are unknown
 // positions; a Postgres that cannot be reached is exit 2.
-func TestDLQListShowReplay(t *testing.T) {
+func testDLQListShowReplay(t *testing.T, e engine) {
 	t.Parallel()
 	// REDRIVE_AFTER long: only the replay may publish the stranded reservation.
-	p := mustPipeline(t, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
+	p := mustPipeline(t, e, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
 	it := stock.Item{ActivityID: 3, ItemID: 30}
 	p.mustSale(t, 3, 1, map[int64]int64{30: 5})
 	ctx := context.Background()
@@ -255,10 +255,7 @@ func TestDLQListShowReplay(t *testing.T) {
 	if len(r.Results) != 1 || r.Results[0].Outcome != dlq.Replayed || r.Results[0].OrderNo != ev.OrderNo || r.To != p.Cfg.Kafka.Topic {
 		t.Fatalf("replay: %+v", r)
 	}
-	testenv.WaitFor(t, 20*time.Second, "the replayed event to become an order", func() bool {
-		g := p.do(t, http.MethodGet, "/v1/orders/"+ev.OrderNo, "", nil)
-		return g.Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, ev.OrderNo, client.StatusUnpaid) // the replayed event became an order
 	p.waitDrained(t, it)
 	p.assertInvariants(t, it)
 	if s := p.dbStock(t, it); s.Stock != 4 {
@@ -331,9 +328,7 @@ func TestDLQListShowReplay(t *testing.T) {
 			t.Errorf("dead letter %s published %d times, want once", l.Position, n)
 		}
 	}
-	testenv.WaitFor(t, 20*time.Second, "the second replayed event to become an order", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+ev2.OrderNo, "", nil).Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, ev2.OrderNo, client.StatusUnpaid) // the second replayed event too
 	p.waitDrained(t, it)
 	p.assertInvariants(t, it)
 	if s := p.dbStock(t, it); s.Stock != 3 {

@@ -19,13 +19,13 @@ import (
 
 var both = components{"gateway", "worker"}
 
-// TestOrderBecomesUnpaid: an order is accepted, persisted and readable,
+// testOrderBecomesUnpaid: an order is accepted, persisted and readable,
 // with either of the gateway's producers (GATEWAY_PRODUCER).
-func TestOrderBecomesUnpaid(t *testing.T) {
+func testOrderBecomesUnpaid(t *testing.T, e engine) {
 	t.Parallel()
 	for _, producer := range []string{"group", "writer"} {
 		t.Run("GATEWAY_PRODUCER="+producer, func(t *testing.T) {
-			p := mustPipeline(t, both, func(c *config) { c.Gateway.Producer = producer })
+			p := mustPipeline(t, e, both, func(c *config) { c.Gateway.Producer = producer })
 			it := stock.Item{ActivityID: 1, ItemID: 10086}
 			p.mustSale(t, 1, 1, map[int64]int64{10086: 10})
 			r := p.order(t, orderBody{RequestID: "r-1", UserID: 42, ActivityID: 1, ItemID: 10086, Quantity: 1})
@@ -49,9 +49,9 @@ func TestOrderBecomesUnpaid(t *testing.T) {
 	}
 }
 
-func TestGetOrderPendingBeforePersistence(t *testing.T) {
+func testGetOrderPendingBeforePersistence(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil) // no worker: nothing is persisted
+	p := mustPipeline(t, e, components{"gateway"}, nil) // no worker: nothing is persisted
 	p.mustSale(t, 1, 2, map[int64]int64{7: 10})
 	r := p.order(t, orderBody{RequestID: "r-p", UserID: 1, ActivityID: 1, ItemID: 7, Quantity: 2})
 	if r.Status != http.StatusAccepted {
@@ -82,9 +82,9 @@ func (p *pipeline) state(tb testing.TB) string {
 	return b.String()
 }
 
-func TestOrderRejections(t *testing.T) {
+func testOrderRejections(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, both, nil)
+	p := mustPipeline(t, e, both, nil)
 	it := stock.Item{ActivityID: 5, ItemID: 50}
 	p.mustSale(t, 5, 2, map[int64]int64{50: 3})
 	// User 1 holds a live order and requestId "taken" is used.
@@ -169,9 +169,9 @@ func TestOrderRejections(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-func TestAdminAPI(t *testing.T) {
+func testAdminAPI(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	body := map[string]any{"name": "x", "startsAt": time.Now().UTC(), "endsAt": time.Now().Add(time.Hour).UTC(),
 		"items": []map[string]any{{"itemId": 1, "stock": 5}}}
 	if r := p.do(t, "PUT", "/admin/v1/activities/3", "application/json", body); r.Status != 401 || r.Code() != "UNAUTHORIZED" {
@@ -281,7 +281,7 @@ func TestAdminAPI(t *testing.T) {
 		r.Body["items"].([]any)[0].(map[string]any)["itemId"] != float64(2) {
 		t.Errorf("a refused upsert changed the items: %v", r.Body)
 	}
-	off := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.AdminToken = "" })
+	off := mustPipeline(t, e, components{"gateway"}, func(c *config) { c.Gateway.AdminToken = "" })
 	if r := off.do(t, "PUT", "/admin/v1/activities/3", "application/json", body, "Authorization", "Bearer "); r.Status != 404 {
 		t.Errorf("admin API without ADMIN_TOKEN: %d %v", r.Status, r.Body)
 	}
@@ -290,11 +290,11 @@ func TestAdminAPI(t *testing.T) {
 	}
 }
 
-// TestHotItemRace is I1 and I2 under contention: 2,000 distinct buyers for
+// testHotItemRace is I1 and I2 under contention: 2,000 distinct buyers for
 // 100 units of one item.
-func TestHotItemRace(t *testing.T) {
+func testHotItemRace(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, both, nil)
+	p := mustPipeline(t, e, both, nil)
 	it := stock.Item{ActivityID: 2, ItemID: 1}
 	p.mustSale(t, 2, 1, map[int64]int64{1: 100})
 	const buyers = 2000
@@ -336,12 +336,12 @@ func TestHotItemRace(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestIdempotency is I3: replays answer the first answer; a reused key with
+// testIdempotency is I3: replays answer the first answer; a reused key with
 // another payload is refused; concurrent copies reserve once.
-func TestIdempotency(t *testing.T) {
+func testIdempotency(t *testing.T, e engine) {
 	t.Parallel()
 	// Rate limits off: the 50 copies come from one user on purpose.
-	p := mustPipeline(t, both, func(c *config) { c.Gateway.UserRPS = 0 })
+	p := mustPipeline(t, e, both, func(c *config) { c.Gateway.UserRPS = 0 })
 	it := stock.Item{ActivityID: 4, ItemID: 9}
 	p.mustSale(t, 4, 3, map[int64]int64{9: 50})
 	req := orderBody{RequestID: "same", UserID: 7, ActivityID: 4, ItemID: 9, Quantity: 2}
@@ -401,11 +401,11 @@ func TestIdempotency(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestKafkaUnreachable: a failed produce releases the reservation and
+// testKafkaUnreachable: a failed produce releases the reservation and
 // answers 503; Redis is as before and a retry later succeeds.
-func TestKafkaUnreachable(t *testing.T) {
+func testKafkaUnreachable(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.ProduceTimeout = 2 * time.Second })
+	p := mustPipeline(t, e, components{"gateway"}, func(c *config) { c.Gateway.ProduceTimeout = 2 * time.Second })
 	it := stock.Item{ActivityID: 6, ItemID: 1}
 	p.mustSale(t, 6, 1, map[int64]int64{1: 10})
 	snapshot := func() string {
@@ -433,10 +433,10 @@ func TestKafkaUnreachable(t *testing.T) {
 	}
 }
 
-// TestProducedEventMatchesSchema reads what the gateway produced.
-func TestProducedEventMatchesSchema(t *testing.T) {
+// testProducedEventMatchesSchema reads what the gateway produced.
+func testProducedEventMatchesSchema(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	p.mustSale(t, 7, 1, map[int64]int64{3: 10})
 	r := p.order(t, orderBody{RequestID: "schema-1", UserID: 11, ActivityID: 7, ItemID: 3, Quantity: 1})
 	if r.Status != http.StatusAccepted {

@@ -17,18 +17,18 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// TestAllReachesItsEmbeddedBrokerThroughMemory: `orderpipe all` without
+// testAllReachesItsEmbeddedBrokerThroughMemory: `orderpipe all` without
 // KAFKA_BROKERS (make run) embeds the broker, and its gateway, worker and
 // relay reach it through memory: an order is accepted, made and its
 // orders.status event published while no TCP connection to the broker's
 // port exists; then another client (this test) reads the topics over TCP
 // and every invariant holds.
-func TestAllReachesItsEmbeddedBrokerThroughMemory(t *testing.T) {
+func testAllReachesItsEmbeddedBrokerThroughMemory(t *testing.T, e engine) {
 	t.Parallel()
 	embed, addr := withEmbeddedBroker(t)
 	_, portText, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portText)
-	p := mustPipeline(t, components{"all"}, embed)
+	p := mustPipeline(t, e, components{"all"}, embed)
 	it := stock.Item{ActivityID: 41, ItemID: 410}
 	p.mustSale(t, 41, 1, map[int64]int64{410: 5})
 	r := p.order(t, orderBody{RequestID: "mem-1", UserID: 1, ActivityID: 41, ItemID: 410, Quantity: 1})

@@ -12,17 +12,15 @@ import (
 	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
-	"orderpipe/pkg/testenv"
 )
 
-// TestKillSwitchEndsTheSale: POST /admin/v1/activities/{id}/end stops the
+// testKillSwitchEndsTheSale: POST /admin/v1/activities/{id}/end stops the
 // sale on the next request (NOT_ON_SALE), records the end in Postgres as
 // Redis has it (the reconciler sees no drift), is idempotent, and leaves the
 // orders already accepted to go on: they are persisted and can be paid.
-func TestKillSwitchEndsTheSale(t *testing.T) {
+func testKillSwitchEndsTheSale(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
-	auth := []string{"Authorization", "Bearer " + p.Admin}
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	p.mustSale(t, 1, 1, map[int64]int64{10: 100, 11: 50})
 	var accepted []string
 	for u := int64(1); u <= 5; u++ {
@@ -36,17 +34,19 @@ func TestKillSwitchEndsTheSale(t *testing.T) {
 	if r := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil); r.Status != http.StatusUnauthorized {
 		t.Errorf("end without the admin token: %d %v, want 401", r.Status, r.Body)
 	}
-	if r := p.do(t, http.MethodPost, "/admin/v1/activities/99/end", "", nil, auth...); r.Status != http.StatusNotFound || r.Code() != "ACTIVITY_NOT_FOUND" {
-		t.Errorf("end of an unknown activity: %d %v, want 404 ACTIVITY_NOT_FOUND", r.Status, r.Body)
+	api, ctx := p.api(), contractCtx(t, "end")
+	var ce *client.Error
+	if _, err := api.EndActivity(ctx, 99); !errors.As(err, &ce) || ce.Status != http.StatusNotFound || ce.Code != "ACTIVITY_NOT_FOUND" {
+		t.Errorf("end of an unknown activity: %v, want 404 ACTIVITY_NOT_FOUND", err)
 	}
 	before := time.Now()
-	r := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil, auth...)
-	if r.Status != http.StatusOK {
-		t.Fatalf("end: %d %v", r.Status, r.Body)
+	ended, err := api.EndActivity(ctx, 1)
+	if err != nil {
+		t.Fatalf("end: %v", err)
 	}
-	ends, err := time.Parse(time.RFC3339Nano, r.Str("endsAt"))
-	if err != nil || ends.Before(before.Add(-time.Second)) || ends.After(time.Now().Add(time.Second)) {
-		t.Errorf("endsAt after the end: %q (%v), want about now", r.Str("endsAt"), err)
+	ends := ended.EndsAt
+	if ends.Before(before.Add(-time.Second)) || ends.After(time.Now().Add(time.Second)) {
+		t.Errorf("endsAt after the end: %s, want about now", ends)
 	}
 	// From the next reserve on, on every item.
 	for _, item := range []int64{10, 11} {
@@ -56,9 +56,8 @@ func TestKillSwitchEndsTheSale(t *testing.T) {
 		}
 	}
 	// Idempotent: a repeat answers the first end.
-	again := p.do(t, http.MethodPost, "/admin/v1/activities/1/end", "", nil, auth...)
-	if again.Status != http.StatusOK || again.Str("endsAt") != r.Str("endsAt") {
-		t.Errorf("a repeated end: %d endsAt %q, want 200 and the first end %q", again.Status, again.Str("endsAt"), r.Str("endsAt"))
+	if again, err := api.EndActivity(ctx, 1); err != nil || !again.EndsAt.Equal(ends) {
+		t.Errorf("a repeated end: endsAt %s (%v), want the first end %s", again.EndsAt, err, ends)
 	}
 	a, err := p.Orders.GetActivity(t.Context(), 1)
 	if err != nil || !a.EndsAt.Equal(ends) {
@@ -69,12 +68,10 @@ func TestKillSwitchEndsTheSale(t *testing.T) {
 	it := stock.Item{ActivityID: 1, ItemID: 10}
 	p.waitDrained(t, it)
 	for _, no := range accepted {
-		testenv.WaitFor(t, 10*time.Second, "order "+no+" persisted", func() bool {
-			return p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil).Str("status") == order.StatusUnpaid
-		})
+		p.waitStatus(t, no, order.StatusUnpaid)
 	}
-	if r := p.do(t, http.MethodPost, "/v1/orders/"+accepted[0]+"/pay", "", nil); r.Status != http.StatusOK {
-		t.Errorf("paying an order accepted before the end: %d %v", r.Status, r.Body)
+	if _, err := p.api().Pay(contractCtx(t, "pay"), accepted[0]); err != nil {
+		t.Errorf("paying an order accepted before the end: %v", err)
 	}
 	p.assertInvariants(t, it)
 	if code, out := p.reconcile(t, "--once"); code != 0 {
@@ -82,17 +79,15 @@ func TestKillSwitchEndsTheSale(t *testing.T) {
 	}
 }
 
-// TestKillSwitchBeforeTheStart: a sale ended before it starts never sells,
+// testKillSwitchBeforeTheStart: a sale ended before it starts never sells,
 // and its window stays valid (start before end) in both stores.
-func TestKillSwitchBeforeTheStart(t *testing.T) {
+func testKillSwitchBeforeTheStart(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
-	auth := []string{"Authorization", "Bearer " + p.Admin}
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	starts := time.Now().Add(time.Hour)
 	p.mustSaleWindow(t, 2, starts, starts.Add(time.Hour), map[int64]int64{20: 10})
-	r := p.do(t, http.MethodPost, "/admin/v1/activities/2/end", "", nil, auth...)
-	if r.Status != http.StatusOK {
-		t.Fatalf("end: %d %v", r.Status, r.Body)
+	if _, err := p.api().EndActivity(contractCtx(t, "end"), 2); err != nil {
+		t.Fatalf("end: %v", err)
 	}
 	a, err := p.Orders.GetActivity(t.Context(), 2)
 	if err != nil || !a.StartsAt.Before(a.EndsAt) || a.EndsAt.After(time.Now()) {
@@ -103,16 +98,16 @@ func TestKillSwitchBeforeTheStart(t *testing.T) {
 	}
 }
 
-// TestMovedWindowIsNotOnSaleUntilPreheated: a PUT that moves a preheated
+// testMovedWindowIsNotOnSaleUntilPreheated: a PUT that moves a preheated
 // sale's start into the past opens it in Postgres only; until a preheat
 // writes the new window into Redis an order is 404 NOT_ON_SALE (Redis's
 // window is the one that sells), nothing reserved, with one warning that
 // says so — not the 503 and the clock error a real disagreement of the
 // clocks gets. After the preheat the sale sells.
-func TestMovedWindowIsNotOnSaleUntilPreheated(t *testing.T) {
+func testMovedWindowIsNotOnSaleUntilPreheated(t *testing.T, e engine) {
 	t.Parallel()
 	var logs syncBuffer
-	p := mustPipelineLogging(t, components{"gateway", "worker"}, nil, &logs)
+	p := mustPipelineLogging(t, e, components{"gateway", "worker"}, nil, &logs)
 	ends := time.Now().Add(2 * time.Hour)
 	p.mustSaleWindow(t, 1, time.Now().Add(time.Hour), ends, map[int64]int64{10: 100})
 	it := stock.Item{ActivityID: 1, ItemID: 10}
@@ -135,21 +130,21 @@ func TestMovedWindowIsNotOnSaleUntilPreheated(t *testing.T) {
 	if !strings.Contains(out, "sale window in Redis is not the activity's") || strings.Contains(out, "check the clocks") {
 		t.Errorf("the gateway's log, want the window warning and no clock error:\n%s", out)
 	}
-	if r := p.preheat(t, 1); r.Status != http.StatusOK {
-		t.Fatalf("preheat: %d %v", r.Status, r.Body)
+	if err := p.preheat(t, 1); err != nil {
+		t.Fatalf("preheat: %v", err)
 	}
 	if r := p.order(t, orderBody{RequestID: "after-preheat", UserID: 9, ActivityID: 1, ItemID: 10, Quantity: 1}); r.Status != http.StatusAccepted {
 		t.Fatalf("order after the preheat: %d %v, want 202", r.Status, r.Body)
 	}
 }
 
-// TestEndedSaleStaysEnded: after the kill switch, a PUT that would move the
+// testEndedSaleStaysEnded: after the kill switch, a PUT that would move the
 // window is 409 SALE_ENDED and changes nothing; one that repeats the ended
 // window may rename the sale; a preheat arms the ended window; the
 // reconciler's fix rebuilds it ended. No order is taken after the end.
-func TestEndedSaleStaysEnded(t *testing.T) {
+func testEndedSaleStaysEnded(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	ctx := contractCtx(t, "admin")
 	starts := time.Now().Add(-time.Minute)
 	p.mustSaleWindow(t, 1, starts, time.Now().Add(time.Hour), map[int64]int64{10: 100})
@@ -160,8 +155,8 @@ func TestEndedSaleStaysEnded(t *testing.T) {
 	later := client.ActivityUpsert{Name: "sale 1", StartsAt: starts.UTC(), EndsAt: time.Now().Add(2 * time.Hour).UTC(), PerUserLimit: 1,
 		Items: []client.ItemUpsert{{ItemID: 10, Stock: 100}}}
 	_, err = p.api().PutActivity(ctx, 1, later)
-	var e *client.Error
-	if !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != "SALE_ENDED" {
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Code != "SALE_ENDED" {
 		t.Fatalf("PUT with a later endsAt after the end: %v, want 409 SALE_ENDED", err)
 	}
 	same := later
@@ -173,8 +168,8 @@ func TestEndedSaleStaysEnded(t *testing.T) {
 	if err != nil || !a.EndsAt.Equal(ended.EndsAt) || a.Name != same.Name {
 		t.Fatalf("Postgres after the PUTs: %q ends %v (%v), want %q ending %v", a.Name, a.EndsAt, err, same.Name, ended.EndsAt)
 	}
-	if r := p.preheat(t, 1); r.Status != http.StatusOK {
-		t.Fatalf("preheat after the end: %d %v", r.Status, r.Body)
+	if err := p.preheat(t, 1); err != nil {
+		t.Fatalf("preheat after the end: %v", err)
 	}
 	if code, out := p.reconcile(t, "--once", "--fix"); code != 0 {
 		t.Fatalf("reconciler --fix after the end: exit %d\n%s", code, out)
@@ -184,13 +179,13 @@ func TestEndedSaleStaysEnded(t *testing.T) {
 	}
 }
 
-// TestEndStaysPulledUnderRacingPutAndPreheat: PUTs that move the window
+// testEndStaysPulledUnderRacingPutAndPreheat: PUTs that move the window
 // later and preheats race the kill switch, many times; whatever the
 // order, once the end answered 200 and the racers are done, the sale takes
 // no order and Postgres's end is the end answered.
-func TestEndStaysPulledUnderRacingPutAndPreheat(t *testing.T) {
+func testEndStaysPulledUnderRacingPutAndPreheat(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	ctx := contractCtx(t, "admin")
 	const rounds, items = 25, 3
 	for round := range rounds {
@@ -267,22 +262,22 @@ func TestEndStaysPulledUnderRacingPutAndPreheat(t *testing.T) {
 // (409 SALE_ENDED; 503, a store call past its timeout on a busy machine,
 // promises nothing), else err.
 func ignoreAnswered(err error) error {
-	var e *client.Error
-	if err == nil || errors.As(err, &e) && (e.Code == "SALE_ENDED" || e.Status == http.StatusServiceUnavailable) {
+	var ce *client.Error
+	if err == nil || errors.As(err, &ce) && (ce.Code == "SALE_ENDED" || ce.Status == http.StatusServiceUnavailable) {
 		return nil
 	}
 	return err
 }
 
-// TestKillSwitchDuringAPreheat: an end that answers 200 while a preheat of
+// testKillSwitchDuringAPreheat: an end that answers 200 while a preheat of
 // the same sale is still putting its items on sale ends them all — the
 // preheat cannot arm a window the end has closed. (It did: the end found no
 // sale in Redis yet, and the preheat then armed the window it had read
 // before the end, so orders after the 200 were accepted.) Each round starts
 // the end a little later into the preheat.
-func TestKillSwitchDuringAPreheat(t *testing.T) {
+func testKillSwitchDuringAPreheat(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	ctx := contractCtx(t, "admin")
 	const items = 200
 	for round, delay := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 8 * time.Millisecond,

@@ -11,12 +11,12 @@ import (
 	"orderpipe/pkg/stock"
 )
 
-// TestEventsCommand: `orderpipe events --order-no` prints an order's
+// testEventsCommand: `orderpipe events --order-no` prints an order's
 // orders.status events with their versions, in order; a filter that
 // matches nothing exits 1.
-func TestEventsCommand(t *testing.T) {
+func testEventsCommand(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker", "relay"}, nil)
 	it := stock.Item{ActivityID: 12, ItemID: 120}
 	p.mustSale(t, 12, 1, map[int64]int64{120: 5})
 	r := p.order(t, orderBody{RequestID: "ev-1", UserID: 1, ActivityID: 12, ItemID: 120, Quantity: 1})

@@ -46,17 +46,18 @@ type pipeline struct {
 	accepted map[string]string // orderNo → requestId of every 2xx (202 or replayed 200) this test saw
 }
 
-// mustPipeline starts a pipeline; it is stopped (and drained) at cleanup.
-func mustPipeline(tb testing.TB, comps components, mod func(*config)) *pipeline {
+// mustPipeline starts a pipeline on e's broker; it is stopped (and drained)
+// at cleanup.
+func mustPipeline(tb testing.TB, e engine, comps components, mod func(*config)) *pipeline {
 	tb.Helper()
-	return mustPipelineLogging(tb, comps, mod, nil)
+	return mustPipelineLogging(tb, e, comps, mod, nil)
 }
 
 // mustPipelineLogging is mustPipeline writing its JSON log lines to logTo
 // (nil: discarded, or stderr with TEST_LOG set).
-func mustPipelineLogging(tb testing.TB, comps components, mod func(*config), logTo io.Writer) *pipeline {
+func mustPipelineLogging(tb testing.TB, e engine, comps components, mod func(*config), logTo io.Writer) *pipeline {
 	tb.Helper()
-	p := &pipeline{DB: testenv.MustDatabase(tb), Redis: testenv.MustRedis(tb), Kafka: testenv.MustKafka(tb), Admin: "test-admin-token",
+	p := &pipeline{DB: testenv.MustDatabase(tb), Redis: testenv.MustRedis(tb), Kafka: e.kafka(tb), Admin: "test-admin-token",
 		comps: comps}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -282,6 +283,14 @@ func (p *pipeline) place(tb testing.TB, b orderBody) (client.Placed, error) {
 func (p *pipeline) orderOf(tb testing.TB, orderNo string) (client.Order, error) {
 	tb.Helper()
 	return p.api().GetOrder(contractCtx(tb, "GET /v1/orders/"+orderNo), orderNo)
+}
+
+// deref is *n for a message, or nil: an answer's optional number.
+func deref(n *int64) any {
+	if n == nil {
+		return nil
+	}
+	return *n
 }
 
 // shown records an orderNo a client was shown in a 2xx: assertInvariants

@@ -9,14 +9,14 @@ import (
 	"orderpipe/pkg/stock"
 )
 
-// TestIntegersByValue: on a running pipeline, an integer field spelled 24.0
+// testIntegersByValue: on a running pipeline, an integer field spelled 24.0
 // or 2.4e1 has the same effect as 24 (the reservation, the order, a replay
 // of the same payload), and 24.5, null and 1e400 are refused 400
 // INVALID_REQUEST naming the field with nothing changed; so are null where
 // the activity upsert has no null, and a fraction in it.
-func TestIntegersByValue(t *testing.T) {
+func testIntegersByValue(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 41, ItemID: 410}
 	p.mustSale(t, 41, 50, map[int64]int64{410: 1000})
 	auth := []string{"Authorization", "Bearer " + p.Admin}
@@ -111,12 +111,12 @@ func TestIntegersByValue(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestMethodNotAllowedEndToEnd: on a running pipeline with the admin API on,
+// testMethodNotAllowedEndToEnd: on a running pipeline with the admin API on,
 // each path answers a method it does not serve 405 with Allow (checked
 // against openapi.json by the harness's contract), and HEAD like GET.
-func TestMethodNotAllowedEndToEnd(t *testing.T) {
+func testMethodNotAllowedEndToEnd(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	p.mustSale(t, 43, 1, map[int64]int64{430: 5})
 	auth := []string{"Authorization", "Bearer " + p.Admin}
 	for _, tc := range []struct{ method, path, allow string }{

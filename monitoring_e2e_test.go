@@ -52,16 +52,16 @@ func (e exposition) add(raw []byte) {
 	}
 }
 
-// TestMonitoringUsesExportedMetrics: every metric the Prometheus rules and the
+// testMonitoringUsesExportedMetrics: every metric the Prometheus rules and the
 // Grafana dashboard query is exported by a running pipeline (gateway, worker,
 // closer, and a reconciler loop) after some orders, with the label values
 // their selectors pick (route="POST /v1/orders", reason="DB_STOCK_MISMATCH",
 // result="ok", ...); every recording rule they use is defined. A renamed
 // metric or label breaks this test, not a silent alert.
-func TestMonitoringUsesExportedMetrics(t *testing.T) {
+func testMonitoringUsesExportedMetrics(t *testing.T, e engine) {
 	t.Parallel()
 	hooks := mustHookReceiver(t) // the webhook series exist per endpoint
-	p := mustPipeline(t, components{"gateway", "worker", "closer", "webhook"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "closer", "webhook"}, func(c *config) {
 		eps, err := webhook.ParseEndpoints([]string{hooks.srv.URL + "/in"})
 		if err != nil {
 			t.Fatal(err)

@@ -13,27 +13,28 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
 )
 
-// TestReplayWhileProducingIsNeverLost: request A reserves orderNo O and
+// testReplayWhileProducingIsNeverLost: request A reserves orderNo O and
 // starts its produce; the broker stalls; the client times out and retries
 // as B. Until O's event is in Kafka it lives in Redis alone, so B must not be
 // shown O (I4: Redis lost at that instant would make the answer a lie): it is
 // answered 503 without an orderNo and reserves nothing. Then either A's
 // produce lands (a retry is shown O) or it fails (O is given back, nobody saw
 // it, and a retry reserves afresh).
-func TestReplayWhileProducingIsNeverLost(t *testing.T) {
+func testReplayWhileProducingIsNeverLost(t *testing.T, e engine) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		lands bool // whether A's stalled produce lands once resumed
 	}{{"ProduceLands", true}, {"ProduceFails", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := mustPipeline(t, both, func(c *config) {
+			p := mustPipeline(t, e, both, func(c *config) {
 				// Well below the producer's 2 s write timeout, so A is
 				// still producing when B gives up; when the produce is to
 				// fail, A gives up (that timeout) while stalled.
@@ -115,14 +116,14 @@ func TestReplayWhileProducingIsNeverLost(t *testing.T) {
 	}
 }
 
-// TestReplayAfterRedisLossShowsNothingLost: a retry while the first
+// testReplayAfterRedisLossShowsNothingLost: a retry while the first
 // attempt's produce is stalled is answered 503; then Redis loses the sale's
 // keys (restart without persistence, failover to a lagging replica). No 2xx
 // ever named an orderNo that Kafka does not have: the first attempt's
 // produce lands, its orderNo becomes an order, and nothing else was shown.
-func TestReplayAfterRedisLossShowsNothingLost(t *testing.T) {
+func testReplayAfterRedisLossShowsNothingLost(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, both, func(c *config) { c.Gateway.ReplayWait = 200 * time.Millisecond })
+	p := mustPipeline(t, e, both, func(c *config) { c.Gateway.ReplayWait = 200 * time.Millisecond })
 	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stall its produce requests")
 	}
@@ -157,8 +158,8 @@ func TestReplayAfterRedisLossShowsNothingLost(t *testing.T) {
 		o, err := p.Orders.GetOrder(t.Context(), a.Str("orderNo"))
 		return err == nil && o.Status == order.StatusUnpaid
 	})
-	if g := p.do(t, http.MethodGet, "/v1/orders/"+a.Str("orderNo"), "", nil); g.Status != http.StatusOK {
-		t.Errorf("GET %s: %d %v", a.Str("orderNo"), g.Status, g.Body)
+	if _, err := p.orderOf(t, a.Str("orderNo")); err != nil {
+		t.Errorf("GET %s: %v", a.Str("orderNo"), err)
 	}
 }
 
@@ -189,16 +190,16 @@ func mustStallProduce(t *testing.T, p *pipeline, lands bool) (stalled, resume ch
 	return stalled, resume
 }
 
-// TestRequestIDReusedForAnotherItem: the same requestId for another item is
+// testRequestIDReusedForAnotherItem: the same requestId for another item is
 // a reservation the gateway's one atomic step cannot tell from a new one
 // (another hash tag): it is answered 202, and the worker refuses it. Its
 // orderNo must then read as REJECTED IDEMPOTENCY_KEY_REUSED — never 404 — a
 // replay names it again, and its unit goes back on sale. The client's
 // mistake is logged at INFO: no WARN for an operator to act on.
-func TestRequestIDReusedForAnotherItem(t *testing.T) {
+func testRequestIDReusedForAnotherItem(t *testing.T, e engine) {
 	t.Parallel()
 	var logs syncBuffer
-	p := mustPipelineLogging(t, both, nil, &logs)
+	p := mustPipelineLogging(t, e, both, nil, &logs)
 	first, second := stock.Item{ActivityID: 4, ItemID: 1}, stock.Item{ActivityID: 4, ItemID: 2}
 	p.mustSale(t, 4, 1, map[int64]int64{1: 5, 2: 5})
 	a := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 1})
@@ -213,13 +214,14 @@ func TestRequestIDReusedForAnotherItem(t *testing.T) {
 	if b.Status != http.StatusAccepted {
 		t.Fatalf("reuse for another item: %d %v", b.Status, b.Body)
 	}
-	var g apiResponse
+	var g client.Order
 	testenv.WaitFor(t, 20*time.Second, "the reused requestId's reservation to be decided", func() bool {
-		g = p.do(t, http.MethodGet, "/v1/orders/"+b.Str("orderNo"), "", nil)
-		return g.Str("status") != "PENDING"
+		var err error
+		g, err = p.orderOf(t, b.Str("orderNo"))
+		return err == nil && g.Status != client.StatusPending
 	})
-	if g.Status != http.StatusOK || g.Str("status") != "REJECTED" || g.Str("reason") != "IDEMPOTENCY_KEY_REUSED" || g.Str("requestId") != "reused" {
-		t.Fatalf("GET of the refused reservation: %d %v", g.Status, g.Body)
+	if g.Status != client.StatusRejected || g.Reason != "IDEMPOTENCY_KEY_REUSED" || g.RequestID != "reused" {
+		t.Fatalf("GET of the refused reservation: %+v", g)
 	}
 	if r := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 2, Quantity: 1}); r.Str("orderNo") != b.Str("orderNo") {
 		t.Errorf("replay after the refusal: %d %v, want orderNo %s", r.Status, r.Body, b.Str("orderNo"))
@@ -243,7 +245,7 @@ func TestRequestIDReusedForAnotherItem(t *testing.T) {
 	}
 }
 
-// TestPoisonCopiesOfARealEventChangeNothing: a message is only a pointer to
+// testPoisonCopiesOfARealEventChangeNothing: a message is only a pointer to
 // a reservation, the journal entry the gateway wrote is the truth. With no
 // worker running, a client is answered 202; then a copy of the event the
 // gateway really wrote lands on the topic before a worker reads either — a
@@ -251,7 +253,7 @@ func TestRequestIDReusedForAnotherItem(t *testing.T) {
 // one, one that claims another user and quantity. Whatever the copy, the
 // order is made exactly as the gateway reserved it, GET answers it, and
 // nothing is given back.
-func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
+func testPoisonCopiesOfARealEventChangeNothing(t *testing.T, e engine) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
@@ -280,7 +282,7 @@ func TestPoisonCopiesOfARealEventChangeNothing(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := mustPipeline(t, components{"gateway"}, nil)
+			p := mustPipeline(t, e, components{"gateway"}, nil)
 			it := stock.Item{ActivityID: 9, ItemID: 1}
 			p.mustSale(t, 9, 1, map[int64]int64{1: 5})
 			r := p.order(t, orderBody{RequestID: "poisoned", UserID: 21, ActivityID: 9, ItemID: 1, Quantity: 1})

@@ -112,14 +112,14 @@ func hasLink(sp sdktrace.ReadOnlySpan, sc trace.SpanContext) bool {
 	return false
 }
 
-// TestTraceFollowsOneRequest: one order request is one trace from the
+// testTraceFollowsOneRequest: one order request is one trace from the
 // gateway's server span through the Redis script and the Kafka send to the
 // worker's process span, every span of it carrying the request id; the
 // batch span links to the message. A dead-lettered message's span records
 // the error.
-func TestTraceFollowsOneRequest(t *testing.T) {
+func testTraceFollowsOneRequest(t *testing.T, e engine) {
 	rec := mustRecordSpans(t)
-	p := mustPipeline(t, both, nil)
+	p := mustPipeline(t, e, both, nil)
 	p.mustSale(t, 1, 1, map[int64]int64{10: 5})
 	const rid = "trace-1"
 	r := p.order(t, orderBody{RequestID: rid, UserID: 7, ActivityID: 1, ItemID: 10, Quantity: 1})
@@ -198,12 +198,12 @@ func TestTraceFollowsOneRequest(t *testing.T) {
 	}
 }
 
-// TestTraceContinuesCallersTrace: a caller's traceparent header is the
+// testTraceContinuesCallersTrace: a caller's traceparent header is the
 // parent of the gateway's server span, and the worker's span joins the same
 // trace; locate reports that trace id.
-func TestTraceContinuesCallersTrace(t *testing.T) {
+func testTraceContinuesCallersTrace(t *testing.T, e engine) {
 	rec := mustRecordSpans(t)
-	p := mustPipeline(t, both, nil)
+	p := mustPipeline(t, e, both, nil)
 	p.mustSale(t, 2, 1, map[int64]int64{20: 5})
 	const (
 		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -255,11 +255,11 @@ func scrape(tb testing.TB, url string) map[string]float64 {
 	return out
 }
 
-// TestMetricsMoveWhenOrdersFlow: /metrics has every series the contract
+// testMetricsMoveWhenOrdersFlow: /metrics has every series the contract
 // names, and they move as orders are created, rejected and closed.
-func TestMetricsMoveWhenOrdersFlow(t *testing.T) {
+func testMetricsMoveWhenOrdersFlow(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker", "closer"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "closer"}, func(c *config) {
 		c.Closer.CloseAfter = 3 * time.Second
 		c.Closer.Interval = 200 * time.Millisecond
 	})
@@ -329,12 +329,12 @@ func mustLocate(tb testing.TB, p *pipeline, args ...string) locate.Report {
 	return rep
 }
 
-// TestLocate: `orderpipe locate` tells an unknown requestId, a reservation
+// testLocate: `orderpipe locate` tells an unknown requestId, a reservation
 // only in the journal, a created order with its trace, a rejection with its
 // reason, and a closed order with its applied compensation.
-func TestLocate(t *testing.T) {
+func testLocate(t *testing.T, e engine) {
 	mustRecordSpans(t)
-	p := mustPipeline(t, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
+	p := mustPipeline(t, e, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
 	p.mustSale(t, 4, 2, map[int64]int64{40: 5, 41: 5})
 	ctx := context.Background()
 	wantStatus := func(rid, status string) {

@@ -14,13 +14,13 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// TestBenchOpenLoop runs the load tool's open loop against the real
+// testBenchOpenLoop runs the load tool's open loop against the real
 // pipeline with the trivial handler as the floor: every request is sent and
 // answered on both, the gateway's 202s are audited like a closed-loop run's,
 // and the report carries both sides.
-func TestBenchOpenLoop(t *testing.T) {
+func testBenchOpenLoop(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)
 	floorDone := make(chan error, 1)
@@ -75,14 +75,14 @@ func TestBenchOpenLoop(t *testing.T) {
 	p.assertInvariants(t, stock.Item{ActivityID: rep.Scenario.ActivityID, ItemID: 1})
 }
 
-// TestBenchSoldOutFlood runs the load tool's sold-out flood in a closed loop
+// testBenchSoldOutFlood runs the load tool's sold-out flood in a closed loop
 // against the real pipeline, the trivial handler answering SOLD_OUT as the
 // floor: every answer of both halves is a refusal, nothing is sold, and
 // both halves carry the CPU of the named process (this one, which serves
 // both here).
-func TestBenchSoldOutFlood(t *testing.T) {
+func testBenchSoldOutFlood(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)
 	floorDone := make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
 )
@@ -17,7 +18,7 @@ import (
 // lagSeries is the worker's consumer-lag gauge.
 const lagSeries = "orderpipe_worker_consumer_lag_messages"
 
-// TestPostgresOutageKeepsTakingOrders: taking an order never touches
+// testPostgresOutageKeepsTakingOrders: taking an order never touches
 // Postgres, so while it is cut the gateway stays ready (/readyz checks Redis
 // and Kafka only) and answers POST /v1/orders 202 — as does a gateway
 // started during the outage. Order lookups and pay answer 503 UNAVAILABLE
@@ -25,14 +26,14 @@ const lagSeries = "orderpipe_worker_consumer_lag_messages"
 // be as good). Kafka holds the events, the lag gauge counts them all, and
 // once Postgres returns the worker catches up: every accepted orderNo is an
 // UNPAID order, the lag is 0 and the invariants hold.
-func TestPostgresOutageKeepsTakingOrders(t *testing.T) {
+func testPostgresOutageKeepsTakingOrders(t *testing.T, e engine) {
 	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, both, func(c *config) {
+	p := mustPipeline(t, e, both, func(c *config) {
 		u, _ := url.Parse(c.Database.URL)
 		u.Host = proxy.Addr
 		c.Database.URL = u.String()
@@ -99,7 +100,7 @@ func TestPostgresOutageKeepsTakingOrders(t *testing.T) {
 	proxy.Up(t)
 	testenv.WaitFor(t, 60*time.Second, "every accepted orderNo to be an UNPAID order", func() bool {
 		for _, no := range accepted {
-			if g := p.do(t, http.MethodGet, "/v1/orders/"+no, "", nil); g.Str("status") != "UNPAID" {
+			if o, err := p.orderOf(t, no); err != nil || o.Status != client.StatusUnpaid {
 				return false
 			}
 		}

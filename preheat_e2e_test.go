@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"orderpipe/gateway/client"
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
@@ -22,19 +24,25 @@ import (
 
 // putSale creates or replaces activity id with one item of units split
 // over buckets, named name; the sale runs from a minute ago for an hour.
-func (p *pipeline) putSale(tb testing.TB, id int64, name string, units int64, buckets int) apiResponse {
+func (p *pipeline) putSale(tb testing.TB, id int64, name string, units int64, buckets int) error {
 	tb.Helper()
-	body := map[string]any{"name": name, "startsAt": time.Now().Add(-time.Minute).UTC().Truncate(time.Second),
-		"endsAt": time.Now().Add(time.Hour).UTC().Truncate(time.Second), "perUserLimit": 1,
-		"items": []map[string]any{{"itemId": 1, "stock": units, "buckets": buckets}}}
-	return p.do(tb, http.MethodPut, fmt.Sprintf("/admin/v1/activities/%d", id), "application/json", body,
-		"Authorization", "Bearer "+p.Admin)
+	_, err := p.api().PutActivity(contractCtx(tb, "PUT /admin/v1/activities/{activityId}"), id, client.ActivityUpsert{Name: name,
+		StartsAt: time.Now().Add(-time.Minute).UTC().Truncate(time.Second), EndsAt: time.Now().Add(time.Hour).UTC().Truncate(time.Second),
+		PerUserLimit: 1, Items: []client.ItemUpsert{{ItemID: 1, Stock: units, Buckets: buckets}}})
+	return err
 }
 
-func (p *pipeline) preheat(tb testing.TB, id int64) apiResponse {
+// preheat is POST /admin/v1/activities/{id}/preheat through the typed client.
+func (p *pipeline) preheat(tb testing.TB, id int64) error {
 	tb.Helper()
-	return p.do(tb, http.MethodPost, fmt.Sprintf("/admin/v1/activities/%d/preheat", id), "", nil,
-		"Authorization", "Bearer "+p.Admin)
+	_, err := p.api().Preheat(contractCtx(tb, "preheat"), id)
+	return err
+}
+
+// refused reports whether err is the gateway's answer status with code.
+func refused(err error, status int, code client.Code) bool {
+	var ce *client.Error
+	return errors.As(err, &ce) && ce.Status == status && ce.Code == code
 }
 
 // orderAfterOutage sends user's order until the gateway answers something
@@ -93,10 +101,8 @@ func (p *pipeline) assertLayoutRefused(tb testing.TB, it stock.Item, name string
 	ctx := context.Background()
 	keysBefore, stocksBefore := stocktest.ItemKeys(tb, p.StockRedis, it), p.bucketStocks(tb, it, buckets+2)
 	before := p.dbStock(tb, it)
-	r := p.putSale(tb, it.ActivityID, "renamed", units, buckets+2)
-	if r.Status != http.StatusConflict || r.Code() != "BUCKETS_FIXED" {
-		tb.Errorf("changing the bucket count %d → %d after a preheat began: %d %v, want 409 BUCKETS_FIXED",
-			buckets, buckets+2, r.Status, r.Body)
+	if err := p.putSale(tb, it.ActivityID, "renamed", units, buckets+2); !refused(err, http.StatusConflict, "BUCKETS_FIXED") {
+		tb.Errorf("changing the bucket count %d → %d after a preheat began: %v, want 409 BUCKETS_FIXED", buckets, buckets+2, err)
 	}
 	if after := p.dbStock(tb, it); after != before {
 		tb.Errorf("a refused layout change changed the item in Postgres: %+v, was %+v", after, before)
@@ -130,7 +136,7 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 	}
 }
 
-// TestPreheatMarkCutSellsNothing: the link to Postgres is cut while the
+// testPreheatMarkCutSellsNothing: the link to Postgres is cut while the
 // preheat records the item preheated, after Redis was loaded. The answer
 // is 503 and nothing sells — Postgres says the item was never preheated,
 // so neither the reconciler, nor the lost-sale check, nor the mover would
@@ -138,14 +144,14 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 // gateway that learnt the old count would route users to other buckets
 // than a fresh one). Once Postgres is back, a new preheat finishes it and
 // orders sell over the same layout.
-func TestPreheatMarkCutSellsNothing(t *testing.T) {
+func testPreheatMarkCutSellsNothing(t *testing.T, e engine) {
 	t.Parallel()
 	dbURL, err := url.Parse(testenv.DatabaseURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) {
 		u, _ := url.Parse(c.Database.URL)
 		u.Host = proxy.Addr
 		c.Database.URL = u.String()
@@ -153,8 +159,8 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 	})
 	const act, units, buckets = 71, 10, 2
 	it := stock.Item{ActivityID: act, ItemID: 1}
-	if r := p.putSale(t, act, "marked", units, buckets); r.Status != http.StatusOK {
-		t.Fatalf("creating the sale: %d %v", r.Status, r.Body)
+	if err := p.putSale(t, act, "marked", units, buckets); err != nil {
+		t.Fatalf("creating the sale: %v", err)
 	}
 	// Whatever statement records the item preheated (sets preheated_at)
 	// waits on an advisory lock the test holds, so the link is cut exactly
@@ -162,10 +168,10 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 	// can go on.
 	hold := ordertest.HoldPreheatMark(t, p.DB.Pool)
 	defer hold.Close()
-	answer := make(chan apiResponse, 1)
+	answer := make(chan error, 1)
 	go func() { answer <- p.preheat(t, act) }()
 	var pid int32
-	var got apiResponse
+	var got error
 	answered := false
 	testenv.WaitFor(t, 20*time.Second, "the mark to wait on the test's lock (or the preheat to answer)", func() bool {
 		select {
@@ -188,8 +194,8 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 	} else {
 		got = <-answer
 	}
-	if got.Status != http.StatusServiceUnavailable || got.Code() != "UNAVAILABLE" {
-		t.Fatalf("preheat with Postgres cut while it records the item preheated: %d %v, want 503 UNAVAILABLE", got.Status, got.Body)
+	if !refused(got, http.StatusServiceUnavailable, "UNAVAILABLE") {
+		t.Fatalf("preheat with Postgres cut while it records the item preheated: %v, want 503 UNAVAILABLE", got)
 	}
 	proxy.Up(t)
 	hold.Drop(t)
@@ -197,33 +203,33 @@ func TestPreheatMarkCutSellsNothing(t *testing.T) {
 	users := append(usersIn(0, buckets, 3, 1), usersIn(1, buckets, 3, 1)...)
 	p.assertNotOnSale(t, it, buckets, loaded, users, "early")
 	p.assertLayoutRefused(t, it, "marked", units, buckets)
-	if r := p.preheat(t, act); r.Status != http.StatusOK {
-		t.Fatalf("preheat once Postgres is back: %d %v", r.Status, r.Body)
+	if err := p.preheat(t, act); err != nil {
+		t.Fatalf("preheat once Postgres is back: %v", err)
 	}
 	p.assertSells(t, it, buckets, users)
 }
 
-// TestPreheatRedisCutFixesLayout: Redis is cut when a preheat begins, so
+// testPreheatRedisCutFixesLayout: Redis is cut when a preheat begins, so
 // the preheat answers 503 with nothing loaded; the bucket count is fixed
 // all the same (409 BUCKETS_FIXED, nothing changed), so whatever part of
 // that preheat reached Redis and every later one agree on it. With Redis
 // back, a new preheat finishes the sale over that count.
-func TestPreheatRedisCutFixesLayout(t *testing.T) {
+func testPreheatRedisCutFixesLayout(t *testing.T, e engine) {
 	t.Parallel()
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) {
 		c.Redis.Addr = proxy.Addr
 		c.BreakerOpenFor = 200 * time.Millisecond
 		c.Redis.Timeout = 500 * time.Millisecond
 	})
 	const act, units, buckets = 72, 12, 3
 	it := stock.Item{ActivityID: act, ItemID: 1}
-	if r := p.putSale(t, act, "cut", units, buckets); r.Status != http.StatusOK {
-		t.Fatalf("creating the sale: %d %v", r.Status, r.Body)
+	if err := p.putSale(t, act, "cut", units, buckets); err != nil {
+		t.Fatalf("creating the sale: %v", err)
 	}
 	proxy.Down()
-	if r := p.preheat(t, act); r.Status != http.StatusServiceUnavailable || r.Code() != "UNAVAILABLE" {
-		t.Fatalf("preheat with Redis cut: %d %v, want 503 UNAVAILABLE", r.Status, r.Body)
+	if err := p.preheat(t, act); !refused(err, http.StatusServiceUnavailable, "UNAVAILABLE") {
+		t.Fatalf("preheat with Redis cut: %v, want 503 UNAVAILABLE", err)
 	}
 	proxy.Up(t)
 	var users []int64
@@ -232,8 +238,8 @@ func TestPreheatRedisCutFixesLayout(t *testing.T) {
 	}
 	p.assertNotOnSale(t, it, buckets, []int64{-1, -1, -1}, users, "early")
 	p.assertLayoutRefused(t, it, "cut", units, buckets)
-	if r := p.preheat(t, act); r.Status != http.StatusOK {
-		t.Fatalf("preheat once Redis is back: %d %v", r.Status, r.Body)
+	if err := p.preheat(t, act); err != nil {
+		t.Fatalf("preheat once Redis is back: %v", err)
 	}
 	p.assertSells(t, it, buckets, users)
 }

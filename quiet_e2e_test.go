@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -35,26 +34,26 @@ func (b *syncBuffer) warnings(t *testing.T) []string {
 	return out
 }
 
-// TestHealthyPipelineLogsNoWarnings: with every part healthy, an idle
+// testHealthyPipelineLogsNoWarnings: with every part healthy, an idle
 // pipeline and one under a burst on one hot item — the other partitions
 // carrying nothing, as in a flash sale — write no WARN or ERROR line. A
 // warning is for an operator to act on; idle partitions are normal. Both
 // shapes: the parts on the tests' broker (a real cluster in make
 // test-kafka), and `orderpipe all` as make run starts it, its clients
 // reaching its embedded broker through memory.
-func TestHealthyPipelineLogsNoWarnings(t *testing.T) {
+func testHealthyPipelineLogsNoWarnings(t *testing.T, e engine) {
 	t.Run("Parts", func(t *testing.T) {
 		var logs syncBuffer
-		p := mustPipelineLogging(t, components{"gateway", "worker", "closer"}, func(c *config) { c.Kafka.Partitions = 8 }, &logs)
+		p := mustPipelineLogging(t, e, components{"gateway", "worker", "closer"}, func(c *config) { c.Kafka.Partitions = 8 }, &logs)
 		quietThroughABurst(t, p, &logs, nil)
 	})
 	t.Run("MakeRun", func(t *testing.T) {
-		if os.Getenv("TEST_KAFKA_BROKERS") != "" {
-			t.Skip("the embedded broker: make test and make e2e")
+		if !e.inProcess {
+			t.Skip("`all` with its embedded broker is the kfake engine: make e2e runs it")
 		}
 		var logs syncBuffer
 		embed, addr := withEmbeddedBroker(t)
-		p := mustPipelineLogging(t, components{"all"}, func(c *config) {
+		p := mustPipelineLogging(t, e, components{"all"}, func(c *config) {
 			embed(c)
 			c.Kafka.Partitions = 8
 		}, &logs)

@@ -144,10 +144,10 @@ func TestConfigDocAgreesWithOrderpipeEnv(t *testing.T) {
 	agreesWithEnv(t, "docs/config.md", doc, orderpipeEnv(t), true)
 }
 
-// TestMakeRunCtrlCEndsClean runs the README's first command as a user at a
+// testMakeRunCtrlCEndsClean runs the README's first command as a user at a
 // terminal does and presses Ctrl-C (SIGINT to the whole foreground process
 // group): the pipeline drains and stops, and make reports no failed recipe.
-func TestMakeRunCtrlCEndsClean(t *testing.T) {
+func testMakeRunCtrlCEndsClean(t *testing.T, _ engine) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
 	}

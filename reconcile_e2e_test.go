@@ -70,12 +70,12 @@ func (p *pipeline) snapshot(tb testing.TB, activityID int64) order.ActivitySnaps
 	return snap
 }
 
-// TestRedriveStrandedReservation: the gateway "dies" after the reserve
+// testRedriveStrandedReservation: the gateway "dies" after the reserve
 // script, before producing; the redrive publishes the journaled event and the
 // order is created, exactly once.
-func TestRedriveStrandedReservation(t *testing.T) {
+func testRedriveStrandedReservation(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) {
 		c.Worker.RedriveAfter = time.Second
 		c.Worker.RedriveInterval = 100 * time.Millisecond
 	})
@@ -90,10 +90,7 @@ func TestRedriveStrandedReservation(t *testing.T) {
 	if err != nil || res.Outcome != stock.Reserved {
 		t.Fatalf("reserve: %v %v", res.Outcome, err)
 	}
-	testenv.WaitFor(t, 20*time.Second, "the stranded reservation to become an order", func() bool {
-		g := p.do(t, http.MethodGet, "/v1/orders/"+ev.OrderNo, "", nil)
-		return g.Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, ev.OrderNo, order.StatusUnpaid) // the stranded reservation became an order
 	p.waitDrained(t, it)
 	snap := p.snapshot(t, it.ActivityID)
 	orders, processed := 0, 0
@@ -119,12 +116,12 @@ func TestRedriveStrandedReservation(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestReconcilerCountsInFlight: reservations not yet consumed (no worker
+// testReconcilerCountsInFlight: reservations not yet consumed (no worker
 // runs) and compensations the closer wrote but has not applied are in
 // flight, not drift.
-func TestReconcilerCountsInFlight(t *testing.T) {
+func testReconcilerCountsInFlight(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	it := stock.Item{ActivityID: 2, ItemID: 1}
 	p.mustSale(t, 2, 1, map[int64]int64{1: 10})
 	for u := int64(1); u <= 3; u++ {
@@ -142,21 +139,19 @@ func TestReconcilerCountsInFlight(t *testing.T) {
 	}
 }
 
-// TestReconcilerCountsCloserCompensations: an order the closer closed whose
+// testReconcilerCountsCloserCompensations: an order the closer closed whose
 // compensation is not applied yet (the closer died after its commit) is in
 // flight, not drift, and so is nothing once it is applied.
-func TestReconcilerCountsCloserCompensations(t *testing.T) {
+func testReconcilerCountsCloserCompensations(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 4, ItemID: 1}
 	p.mustSale(t, 4, 5, map[int64]int64{1: 10})
 	r := p.order(t, orderBody{RequestID: "c-1", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 3})
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("order: %d %v", r.Status, r.Body)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the order", func() bool {
-		return p.do(t, http.MethodGet, "/v1/orders/"+r.Str("orderNo"), "", nil).Str("status") == "UNPAID"
-	})
+	p.waitStatus(t, r.Str("orderNo"), order.StatusUnpaid)
 	p.waitDrained(t, it)
 	crashed := closer.New(closer.Config{CloseAfter: time.Nanosecond}, closer.Deps{Orders: p.Orders, Stock: p.Stock, Log: testLog(),
 		AfterCommitFunc: func(context.Context, []order.Compensation) error { return fmt.Errorf("closer dies after its commit") }})
@@ -179,11 +174,11 @@ func TestReconcilerCountsCloserCompensations(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestReconcilerNudgedStock: Redis stock moved behind the system's back is
+// testReconcilerNudgedStock: Redis stock moved behind the system's back is
 // reported exactly and repaired.
-func TestReconcilerNudgedStock(t *testing.T) {
+func testReconcilerNudgedStock(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway", "worker"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 5, ItemID: 3}
 	p.mustSale(t, 5, 1, map[int64]int64{3: 20})
 	for u := int64(1); u <= 5; u++ {
@@ -225,13 +220,13 @@ func TestReconcilerNudgedStock(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestReconcilerRedisLoss: Redis loses every key of a sale mid-way, with
+// testReconcilerRedisLoss: Redis loses every key of a sale mid-way, with
 // reservations in flight. While Redis is wrong Postgres backstops (no
 // oversell, one live order per user); the reconciler reports the drift and
 // --fix repairs stock, sale window and limit markers.
-func TestReconcilerRedisLoss(t *testing.T) {
+func testReconcilerRedisLoss(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil) // the worker starts later
+	p := mustPipeline(t, e, components{"gateway"}, nil) // the worker starts later
 	it := stock.Item{ActivityID: 3, ItemID: 1}
 	p.mustSale(t, 3, 1, map[int64]int64{1: 10})
 	buy := func(rid string, user int64) apiResponse {
@@ -353,14 +348,14 @@ func TestReconcilerRedisLoss(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestReconcilerLoopDuringRace: the reconciler loop runs through a
+// testReconcilerLoopDuringRace: the reconciler loop runs through a
 // 2,000-buyer race and reports no drift at any pass, including passes that
 // find hundreds of units reserved and not yet consumed.
-func TestReconcilerLoopDuringRace(t *testing.T) {
+func testReconcilerLoopDuringRace(t *testing.T, e engine) {
 	t.Parallel()
 	// The worker starts only halfway through, so passes certainly meet
 	// reservations in flight (first half) and while they are consumed.
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	it := stock.Item{ActivityID: 6, ItemID: 1}
 	const buyers, waves, units = 2000, 10, 500
 	p.mustSale(t, 6, 1, map[int64]int64{1: units})
@@ -462,13 +457,13 @@ func TestReconcilerLoopDuringRace(t *testing.T) {
 	p.assertInvariants(t, it)
 }
 
-// TestReconcilerFixAfterRedisLostTheFence: a Redis restart without
+// testReconcilerFixAfterRedisLostTheFence: a Redis restart without
 // persistence loses the fix lock's fencing counter too, while Postgres keeps
 // the newest token it saw. The next fix must still repair (its token starts
 // above the recorded one), or the sale would never come back.
-func TestReconcilerFixAfterRedisLostTheFence(t *testing.T) {
+func testReconcilerFixAfterRedisLostTheFence(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, components{"gateway"}, nil)
+	p := mustPipeline(t, e, components{"gateway"}, nil)
 	it := stock.Item{ActivityID: 4, ItemID: 1}
 	p.mustSale(t, 4, 1, map[int64]int64{1: 10})
 	ctx := context.Background()

@@ -26,9 +26,9 @@ import (
 
 // replicaWaitPipeline is a gateway on Redis at addr (a primary with a
 // replica, or a proxy in front of one) with REDIS_WAIT_REPLICAS=replicas.
-func replicaWaitPipeline(t *testing.T, addr string, replicas int) *pipeline {
+func replicaWaitPipeline(t *testing.T, e engine, addr string, replicas int) *pipeline {
 	t.Helper()
-	return mustPipeline(t, components{"gateway"}, func(c *config) {
+	return mustPipeline(t, e, components{"gateway"}, func(c *config) {
 		c.Redis.Addr, c.Stock.Prefix = addr, ""
 		// Long enough for a healthy replica on two shared cores under the
 		// race detector; the tests that want no ack take the replica away.
@@ -44,10 +44,10 @@ func replicaWaitPipeline(t *testing.T, addr string, replicas int) *pipeline {
 // reserved": a replica that had read the reserve but not yet the release,
 // promoted, would hold the reservation. Once the replica is back the
 // release is retried until it is acknowledged, and a retry reserves afresh.
-func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
+func testReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T, e engine) {
 	t.Parallel()
 	pair := testenv.MustRedisPair(t)
-	p := replicaWaitPipeline(t, pair.Primary.Addr, 1)
+	p := replicaWaitPipeline(t, e, pair.Primary.Addr, 1)
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
 	onPrimary := stocktest.On(pair.Primary.Client(t), "")
 	it := stock.Item{ActivityID: 1, ItemID: 1}
@@ -100,7 +100,7 @@ func TestReplicaWaitFailsClosedWhenNoReplicaAcks(t *testing.T) {
 // promotion was answered 503. Without it, what the old primary took after
 // the promotion was answered 202 and its retry is reserved again under a
 // second orderNo: the window the setting closes.
-func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
+func testReplicaWaitFailoverLosesNo202(t *testing.T, e engine) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
@@ -109,7 +109,7 @@ func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pair := testenv.MustRedisPair(t)
 			proxy := testenv.MustProxy(t, pair.Primary.Addr)
-			p := replicaWaitPipeline(t, proxy.Addr, tc.replicas)
+			p := replicaWaitPipeline(t, e, proxy.Addr, tc.replicas)
 			p.mustSale(t, 1, 1, map[int64]int64{1: 100})
 			it := stock.Item{ActivityID: 1, ItemID: 1}
 			ctx := context.Background()
@@ -191,7 +191,7 @@ func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
 	}
 }
 
-// TestReplicaWaitFailoverKeepsTheWorkersClaim stages the failover window
+// testReplicaWaitFailoverKeepsTheWorkersClaim stages the failover window
 // that waiting for the reserve alone leaves open. A request reserves O (on
 // the replica too); its produce lands in Kafka but the gateway never hears
 // the ack; a worker claims O on the primary while the replication link is
@@ -205,7 +205,7 @@ func TestReplicaWaitFailoverLosesNo202(t *testing.T) {
 // waits, the abort wins on the promoted replica, O is a ghost, and the
 // retry's orderNo is the request's one order. Either way, every orderNo a
 // 2xx named must be that order.
-func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
+func testReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T, e engine) {
 	t.Parallel()
 	// The replica follows the primary through a link the test can cut, as
 	// the chaos suite's redis-failover does: what the primary writes while
@@ -218,7 +218,7 @@ func TestReplicaWaitFailoverKeepsTheWorkersClaim(t *testing.T) {
 	replicaServer.WaitSynced(t)
 	proxy := testenv.MustProxy(t, primaryServer.Addr)
 	var logs syncBuffer
-	p := mustPipelineLogging(t, both, func(c *config) {
+	p := mustPipelineLogging(t, e, both, func(c *config) {
 		c.Redis.Addr, c.Stock.Prefix = proxy.Addr, ""
 		c.Stock.Wait = stock.ReplicaWait{Replicas: 1, Timeout: time.Second}
 		c.Gateway.ReplayWait = 100 * time.Millisecond

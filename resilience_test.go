@@ -43,14 +43,14 @@ func (p *pipeline) metric(tb testing.TB, series string) string {
 	return ""
 }
 
-// TestRedisDownFailsClosed stops the gateway's Redis mid-traffic: answers
+// testRedisDownFailsClosed stops the gateway's Redis mid-traffic: answers
 // are 503 UNAVAILABLE (never another 5xx), nothing is oversold or lost, and
 // the gateway recovers by itself when Redis returns.
-func TestRedisDownFailsClosed(t *testing.T) {
+func testRedisDownFailsClosed(t *testing.T, e engine) {
 	// Serial: it waits for 503s under a stream of orders; beside other
 	// pipelines on two cores its requests time out.
 	rs := testenv.MustRedisServer(t)
-	p := mustPipeline(t, both, func(c *config) {
+	p := mustPipeline(t, e, both, func(c *config) {
 		c.Redis.Addr = rs.Addr
 		c.Stock.Prefix = ""
 		c.BreakerOpenFor = 300 * time.Millisecond
@@ -133,16 +133,16 @@ func TestRedisDownFailsClosed(t *testing.T) {
 	})
 }
 
-// TestKafkaDownOpensBreaker: failed produces answer 503 with nothing
+// testKafkaDownOpensBreaker: failed produces answer 503 with nothing
 // reserved and trip the breaker; then a new request is answered 503 and
 // changes nothing, while a retry of a request accepted before is still
 // answered its first answer (200 replayed) and a reused requestId 422. When
 // the broker is back the breaker lets orders through again and every
 // invariant holds over everything the clients were told.
-func TestKafkaDownOpensBreaker(t *testing.T) {
+func testKafkaDownOpensBreaker(t *testing.T, e engine) {
 	t.Parallel()
 	proxy := kafkaBehindProxy(t)
-	p := mustPipeline(t, both, func(c *config) {
+	p := mustPipeline(t, e, both, func(c *config) {
 		c.Kafka.Brokers = []string{proxy.Addr}
 		c.Kafka.ReplicationFactor = 1 // one broker, whatever the real-engine tier sets
 		c.Gateway.ProduceTimeout = time.Second
@@ -235,14 +235,14 @@ func kafkaBehindProxy(tb testing.TB) *testenv.Proxy {
 	return proxy
 }
 
-// TestWorkerWaitsForPostgres: with Postgres unreachable the worker commits
+// testWorkerWaitsForPostgres: with Postgres unreachable the worker commits
 // no offsets; when it returns, every accepted order is persisted once.
-func TestWorkerWaitsForPostgres(t *testing.T) {
+func testWorkerWaitsForPostgres(t *testing.T, e engine) {
 	// Serial: every order must be taken in time while Postgres is cut;
 	// beside other pipelines on two cores some time out.
 	dbURL, _ := url.Parse(testenv.DatabaseURL())
 	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, both, func(c *config) {
+	p := mustPipeline(t, e, both, func(c *config) {
 		u, _ := url.Parse(c.Database.URL)
 		u.Host = proxy.Addr
 		c.Database.URL = u.String()
@@ -297,12 +297,12 @@ func committedOffsets(tb testing.TB, p *pipeline) int64 {
 	return sum
 }
 
-// TestUserFloodIsRateLimited: a bot flooding as one user meets 429 while a
+// testUserFloodIsRateLimited: a bot flooding as one user meets 429 while a
 // burst of distinct buyers never does.
-func TestUserFloodIsRateLimited(t *testing.T) {
+func testUserFloodIsRateLimited(t *testing.T, e engine) {
 	// Serial: it floods the gateway; beside other pipelines on two cores
 	// its requests time out.
-	p := mustPipeline(t, components{"gateway"}, nil) // production defaults
+	p := mustPipeline(t, e, components{"gateway"}, nil) // production defaults
 	p.mustSale(t, 4, 1, map[int64]int64{1: 100000})
 	limited := 0
 	for i := 0; i < 40; i++ {
@@ -334,10 +334,10 @@ func TestUserFloodIsRateLimited(t *testing.T) {
 	}
 }
 
-func TestAPITokensAndAdminListener(t *testing.T) {
+func testAPITokensAndAdminListener(t *testing.T, e engine) {
 	t.Parallel()
 	adminLn := freeAddr(t)
-	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Gateway.APITokens = []string{"svc-a", "svc-b"}; c.Gateway.AdminAddr = adminLn })
+	p := mustPipeline(t, e, components{"gateway"}, func(c *config) { c.Gateway.APITokens = []string{"svc-a", "svc-b"}; c.Gateway.AdminAddr = adminLn })
 	body := orderBody{RequestID: "tok", UserID: 1, ActivityID: 1, ItemID: 1, Quantity: 1}
 	if r := p.order(t, body); r.Status != http.StatusUnauthorized || r.Code() != "UNAUTHORIZED" {
 		t.Errorf("no token: %d %v", r.Status, r.Body)
@@ -365,16 +365,16 @@ func TestAPITokensAndAdminListener(t *testing.T) {
 	}
 }
 
-// TestHungRedisAnswers503InTime: a Redis that stops answering without
+// testHungRedisAnswers503InTime: a Redis that stops answering without
 // closing anything (a hung server, a black-holed network) gets a 503 within
 // about two REDIS_TIMEOUTs — the reserve, then the attempt to give it back —
 // never a resent script or a request held for many timeouts; and nothing
 // is reserved.
-func TestHungRedisAnswers503InTime(t *testing.T) {
+func testHungRedisAnswers503InTime(t *testing.T, e engine) {
 	t.Parallel()
 	proxy := testenv.MustProxy(t, testenv.RedisAddr())
 	const redisTimeout = 500 * time.Millisecond
-	p := mustPipeline(t, components{"gateway"}, func(c *config) { c.Redis.Addr = proxy.Addr; c.Redis.Timeout = redisTimeout })
+	p := mustPipeline(t, e, components{"gateway"}, func(c *config) { c.Redis.Addr = proxy.Addr; c.Redis.Timeout = redisTimeout })
 	p.mustSale(t, 1, 1, map[int64]int64{1: 10})
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	proxy.Hang()
@@ -401,10 +401,10 @@ func TestHungRedisAnswers503InTime(t *testing.T) {
 	}
 }
 
-// TestStartRidesOutUnreachableStores: a closer started while Postgres and
+// testStartRidesOutUnreachableStores: a closer started while Postgres and
 // Redis refuse connections (a restart or failover under way) waits for them
 // instead of exiting, serves once they are back, and stops cleanly.
-func TestStartRidesOutUnreachableStores(t *testing.T) {
+func testStartRidesOutUnreachableStores(t *testing.T, _ engine) {
 	db := testenv.MustDatabase(t)
 	rd := testenv.MustRedis(t)
 	pgURL, err := url.Parse(db.URL)
@@ -425,11 +425,11 @@ func TestStartRidesOutUnreachableStores(t *testing.T) {
 	c.mustServeAndStop(t, "postgres not ready at start: retrying", "redis not ready at start: retrying")
 }
 
-// TestStartWaitsForRedisToLoad: a closer started while a restarted Redis is
+// testStartWaitsForRedisToLoad: a closer started while a restarted Redis is
 // still loading its append-only file (it answers every command with
 // LOADING) waits for the load to end instead of exiting, as it waits for a
 // Redis that refuses connections.
-func TestStartWaitsForRedisToLoad(t *testing.T) {
+func testStartWaitsForRedisToLoad(t *testing.T, _ engine) {
 	db := testenv.MustDatabase(t)
 	mustBinary(t) // built before the load starts: it lasts about 2 s
 	rs := testenv.MustLoadingRedis(t)
@@ -437,10 +437,10 @@ func TestStartWaitsForRedisToLoad(t *testing.T) {
 	c.mustServeAndStop(t, "redis not ready at start: retrying", "LOADING")
 }
 
-// TestStartWaitsForRedisFailover: a closer started on a Redis address whose
+// testStartWaitsForRedisFailover: a closer started on a Redis address whose
 // server is a replica cut from its primary (it answers MASTERDOWN while a
 // failover is under way) waits, and serves once the replica is promoted.
-func TestStartWaitsForRedisFailover(t *testing.T) {
+func testStartWaitsForRedisFailover(t *testing.T, _ engine) {
 	db := testenv.MustDatabase(t)
 	rs := testenv.MustCutReplica(t)
 	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=failover:")
@@ -449,10 +449,10 @@ func TestStartWaitsForRedisFailover(t *testing.T) {
 	c.mustServeAndStop(t, "redis not ready at start: retrying", "MASTERDOWN")
 }
 
-// TestStartWaitsForPostgresToRecover: a closer started while PostgreSQL is
+// testStartWaitsForPostgresToRecover: a closer started while PostgreSQL is
 // still in recovery (every connection refused with SQLSTATE 57P03, as while
 // a restarted server replays its WAL) waits for it instead of exiting.
-func TestStartWaitsForPostgresToRecover(t *testing.T) {
+func testStartWaitsForPostgresToRecover(t *testing.T, _ engine) {
 	rd := testenv.MustRedis(t)
 	pg := testenv.MustPostgresStandby(t)
 	c := startCloser(t, "DATABASE_URL="+pg.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+rd.Prefix)
@@ -461,11 +461,11 @@ func TestStartWaitsForPostgresToRecover(t *testing.T) {
 	c.mustServeAndStop(t, "postgres not ready at start: retrying", "57P03")
 }
 
-// TestMigrateWaitsForPostgresToRecover: `orderpipe migrate` (and make run's
+// testMigrateWaitsForPostgresToRecover: `orderpipe migrate` (and make run's
 // own database creation, which shares prepareDatabase) started while
 // PostgreSQL is still in recovery waits for it, then creates and migrates
 // the database, instead of failing at once on 57P03.
-func TestMigrateWaitsForPostgresToRecover(t *testing.T) {
+func testMigrateWaitsForPostgresToRecover(t *testing.T, _ engine) {
 	pg := testenv.MustPostgresStandby(t)
 	url := strings.Replace(pg.URL, "/postgres?", "/orderpipe_migrate?", 1)
 	if url == pg.URL {
@@ -478,11 +478,11 @@ func TestMigrateWaitsForPostgresToRecover(t *testing.T) {
 	m.mustHaveLogged(t, "postgres not ready at start: retrying", "57P03", "migrated")
 }
 
-// TestTopicsWaitsForAStartingBroker runs the production binary's `topics`
+// testTopicsWaitsForAStartingBroker runs the production binary's `topics`
 // against an address where no broker listens yet, starts one there 1.5 s
 // later, and checks the command waited (one warning) and then created the
 // three topics with the partitions asked for.
-func TestTopicsWaitsForAStartingBroker(t *testing.T) {
+func testTopicsWaitsForAStartingBroker(t *testing.T, _ engine) {
 	addr := freeAddr(t)
 	_, portText, _ := net.SplitHostPort(addr)
 	port, err := strconv.Atoi(portText)

@@ -55,9 +55,9 @@ func assertNoSecret(t *testing.T, what, out string) {
 	}
 }
 
-// TestSecretsNeverShown runs the production binary with known secrets,
+// testSecretsNeverShown runs the production binary with known secrets,
 // every command, failing and running, and greps all it wrote.
-func TestSecretsNeverShown(t *testing.T) {
+func testSecretsNeverShown(t *testing.T, _ engine) {
 	closed := freeAddr(t)
 	dead := []string{"KAFKA_BROKERS=" + closed, "HTTP_ADDR=" + freeAddr(t), "METRICS_ADDR=" + freeAddr(t),
 		"REDIS_KEY_PREFIX=secrettest:"}

@@ -23,12 +23,12 @@ import (
 	"orderpipe/worker"
 )
 
-// TestBinaryReachesRedisOverTLS: the commands build their Redis client from
+// testBinaryReachesRedisOverTLS: the commands build their Redis client from
 // REDIS_URL (rediss://, an ACL user), REDIS_PASSWORD_FILE and the
 // REDIS_TLS_* files: the production binary's reconciler and locate reach a
 // redis-server that requires mutual TLS, and fail without the client
 // certificate.
-func TestBinaryReachesRedisOverTLS(t *testing.T) {
+func testBinaryReachesRedisOverTLS(t *testing.T, _ engine) {
 	certs := testenv.MustTLS(t, "orderpipe")
 	const alicePassword = "alice-Pw-0c3b"
 	srv := testenv.MustRedisTLS(t, certs, "--requirepass", "default-Pw-5e2a", "--user", "alice", "on", ">"+alicePassword, "~*", "&*", "+@all")
@@ -62,12 +62,12 @@ func TestBinaryReachesRedisOverTLS(t *testing.T) {
 	}
 }
 
-// TestBinaryReachesPostgresOverTLS: DATABASE_URL's sslmode=verify-full with
+// testBinaryReachesPostgresOverTLS: DATABASE_URL's sslmode=verify-full with
 // sslrootcert reaches a PostgreSQL that takes only TLS connections with a
 // password (migrate creates the database through the maintenance database,
 // over TLS too, then the reconciler runs on it); verify-full refuses another
 // CA and a host the certificate does not name, which verify-ca accepts.
-func TestBinaryReachesPostgresOverTLS(t *testing.T) {
+func testBinaryReachesPostgresOverTLS(t *testing.T, _ engine) {
 	certs := testenv.MustTLS(t, "orderpipe")
 	const pw = "pgTls-Pw-8f1d"
 	pg := testenv.MustPostgresTLS(t, certs, pw)
@@ -113,13 +113,13 @@ func TestBinaryReachesPostgresOverTLS(t *testing.T) {
 	}
 }
 
-// TestKafkaOverSASLSSL: with KAFKA_TLS, the CA and a SASL mechanism every
+// testKafkaOverSASLSSL: with KAFKA_TLS, the CA and a SASL mechanism every
 // Kafka client of the pipeline works on a real Apache Kafka that only speaks
 // SASL_SSL: `orderpipe topics` (each mechanism, the password from a file)
 // and the gateway's readiness ping in the production binary; and in the
 // `all` wiring the producer, the worker's consumer group, its DLQ writer,
 // the redrive's writer and the lag reader's client.
-func TestKafkaOverSASLSSL(t *testing.T) {
+func testKafkaOverSASLSSL(t *testing.T, e engine) {
 	certs := testenv.MustTLS(t, "orderpipe")
 	plain := testenv.KafkaUser{Name: "alice", Password: "alice-Pw-77c1"}
 	scram := testenv.KafkaUser{Name: "carol", Password: "carol-Pw-13d8"}
@@ -206,7 +206,7 @@ func TestKafkaOverSASLSSL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := mustPipeline(t, both, func(c *config) {
+		p := mustPipeline(t, e, both, func(c *config) {
 			c.Kafka.Brokers, c.Kafka.Security = []string{k.SASLSSL}, sec
 			c.Kafka.ReplicationFactor = 1 // one broker, whatever the real-engine tier sets
 			c.Worker.RedriveAfter, c.Worker.RedriveInterval = time.Second, 200*time.Millisecond

@@ -51,14 +51,14 @@ func mustSpanStore(tb testing.TB) string {
 	return dir
 }
 
-// TestLocatePrintsSpanTree: with the local span store on, `orderpipe
+// testLocatePrintsSpanTree: with the local span store on, `orderpipe
 // locate` prints the request's spans as a tree — the gateway's server span
 // over the Redis script and the produce, the worker's process span under
 // the produce, Postgres and the journal ack under the worker — each with a
 // duration.
-func TestLocatePrintsSpanTree(t *testing.T) {
+func testLocatePrintsSpanTree(t *testing.T, e engine) {
 	dir := mustSpanStore(t)
-	p := mustPipeline(t, both, func(c *config) { c.Telemetry.TraceStoreDir = dir; c.Worker.RedriveAfter = time.Hour })
+	p := mustPipeline(t, e, both, func(c *config) { c.Telemetry.TraceStoreDir = dir; c.Worker.RedriveAfter = time.Hour })
 	p.mustSale(t, 6, 1, map[int64]int64{60: 5})
 	const rid = "tree-1"
 	// Other orders beside it may share its worker batch, whose span links
@@ -128,7 +128,7 @@ func TestLocatePrintsSpanTree(t *testing.T) {
 	}
 }
 
-// TestLocatePrintsSpanTreeFromJaeger: with TRACE_QUERY_URL set, `orderpipe
+// testLocatePrintsSpanTreeFromJaeger: with TRACE_QUERY_URL set, `orderpipe
 // locate` reads the request's trace from the Jaeger query API (GET
 // /api/traces/{id}, here an HTTP server answering with the documents Jaeger
 // v2 gives for one order, pkg/telemetry/testdata), then the batch trace its
@@ -136,7 +136,7 @@ func TestLocatePrintsSpanTree(t *testing.T) {
 // ahead of TRACE_STORE_DIR, also set. An unreachable Jaeger is one line of
 // the output ("trace store unreachable: …"); the rest and the exit status
 // stand.
-func TestLocatePrintsSpanTreeFromJaeger(t *testing.T) {
+func testLocatePrintsSpanTreeFromJaeger(t *testing.T, e engine) {
 	const (
 		requestTrace = "0af7651916cd43dd8448eb211c80319c" // the documents' traces
 		batchTrace   = "00c4a9e6f1d2b3a45e6f708192a3b4c5"
@@ -168,7 +168,7 @@ func TestLocatePrintsSpanTreeFromJaeger(t *testing.T) {
 	defer jaeger.Close()
 
 	mustRecordSpans(t)
-	p := mustPipeline(t, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
+	p := mustPipeline(t, e, both, func(c *config) { c.Worker.RedriveAfter = time.Hour })
 	p.mustSale(t, 7, 1, map[int64]int64{70: 5})
 	// The caller's traceparent puts the request in the documents' trace.
 	r := p.do(t, http.MethodPost, "/v1/orders", "application/json",
@@ -278,16 +278,16 @@ func treeLine(line string) (name string, depth int, dur string) {
 
 func stockItem(a, i int64) stock.Item { return stock.Item{ActivityID: a, ItemID: i} }
 
-// TestLocateRefusedAndRedisDown: a request the gateway refused leaves no
+// testLocateRefusedAndRedisDown: a request the gateway refused leaves no
 // record, but its server span carries the requestId: with the span store
 // on, `orderpipe locate` says REFUSED with the answer's status and its
 // trace (exit 0). With Redis unreachable, locate still shows what Postgres
 // knows (an UNPAID order, exit 0, the Redis part named as unread), and a
 // request Postgres does not know is "could not run" (exit 2), not UNKNOWN:
 // its reservation could be in Redis.
-func TestLocateRefusedAndRedisDown(t *testing.T) {
+func testLocateRefusedAndRedisDown(t *testing.T, e engine) {
 	dir := mustSpanStore(t)
-	p := mustPipeline(t, both, func(c *config) { c.Telemetry.TraceStoreDir = dir; c.Worker.RedriveAfter = time.Hour })
+	p := mustPipeline(t, e, both, func(c *config) { c.Telemetry.TraceStoreDir = dir; c.Worker.RedriveAfter = time.Hour })
 	p.mustSale(t, 8, 1, map[int64]int64{80: 1})
 	if r := p.order(t, orderBody{RequestID: "ref-ok", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1}); r.Status != http.StatusAccepted {
 		t.Fatalf("order: %d %v", r.Status, r.Body)

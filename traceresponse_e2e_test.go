@@ -13,14 +13,14 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
-// TestTraceResponseAndStatusEventTrace: a sampled request's answer carries
+// testTraceResponseAndStatusEventTrace: a sampled request's answer carries
 // the W3C traceresponse header naming its server span, an unsampled one
 // none; the order's orders.status event continues the order's trace (its
 // send span is a child of the worker's process span) and the relay's span
 // links to it.
-func TestTraceResponseAndStatusEventTrace(t *testing.T) {
+func testTraceResponseAndStatusEventTrace(t *testing.T, e engine) {
 	rec := mustRecordSpans(t)
-	p := mustPipeline(t, components{"gateway", "worker", "relay"}, nil)
+	p := mustPipeline(t, e, components{"gateway", "worker", "relay"}, nil)
 	p.mustSale(t, 11, 1, map[int64]int64{110: 5})
 	r := p.order(t, orderBody{RequestID: "tr-1", UserID: 1, ActivityID: 11, ItemID: 110, Quantity: 1})
 	if r.Status != http.StatusAccepted {

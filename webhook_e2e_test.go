@@ -63,15 +63,15 @@ func (h *hookReceiver) requests() []hookRequest {
 	return append([]hookRequest(nil), h.got...)
 }
 
-// TestWebhooksEndToEnd: orders placed, paid and cancelled through the
+// testWebhooksEndToEnd: orders placed, paid and cancelled through the
 // gateway reach a real HTTP receiver as Standard Webhooks: one per
 // orders.status event, its data the event the relay publishes, each
 // order's in version order; and the official standardwebhooks library
 // (Python, from PyPI) verifies every signature and refuses a tampered body.
-func TestWebhooksEndToEnd(t *testing.T) {
+func testWebhooksEndToEnd(t *testing.T, e engine) {
 	t.Parallel()
 	recv := mustHookReceiver(t)
-	p := mustPipeline(t, components{"gateway", "worker", "relay", "webhook"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "relay", "webhook"}, func(c *config) {
 		eps, err := webhook.ParseEndpoints([]string{recv.srv.URL + "/orderpipe"})
 		if err != nil {
 			t.Fatal(err)
@@ -92,8 +92,8 @@ func TestWebhooksEndToEnd(t *testing.T) {
 	for _, no := range nos {
 		p.waitStatus(t, no, "UNPAID")
 	}
-	if r := p.do(t, http.MethodPost, "/v1/orders/"+nos[0]+"/pay", "", nil); r.Status != http.StatusOK {
-		t.Fatalf("pay: %d %v", r.Status, r.Body)
+	if _, err := p.api().Pay(contractCtx(t, "pay"), nos[0]); err != nil {
+		t.Fatalf("pay: %v", err)
 	}
 	if r := p.cancelOrder(t, nos[1], map[string]int64{"userId": 2}); r.Status != http.StatusOK {
 		t.Fatalf("cancel: %d %v", r.Status, r.Body)
@@ -246,17 +246,17 @@ func TestWebhookBadSettings(t *testing.T) {
 	}
 }
 
-// webhookDownFor is how long TestWebhookEndpointDownForMinutes keeps its
+// webhookDownFor is how long testWebhookEndpointDownForMinutes keeps its
 // endpoint down.
 const webhookDownFor = 2 * time.Minute
 
-// TestWebhookEndpointDownForMinutes: an endpoint that drops every
+// testWebhookEndpointDownForMinutes: an endpoint that drops every
 // connection for minutes while orders are placed, paid and cancelled gets
 // every event once it is back — with the real backoff (1 s doubling, full
 // jitter) capped at WEBHOOK_BACKOFF_MAX=20s — each order's in version
 // order, every signature verifying (the one invariant checker, I7 on the
 // endpoint).
-func TestWebhookEndpointDownForMinutes(t *testing.T) {
+func testWebhookEndpointDownForMinutes(t *testing.T, e engine) {
 	var down atomic.Bool
 	var refused atomic.Int64
 	var mu sync.Mutex
@@ -287,7 +287,7 @@ func TestWebhookEndpointDownForMinutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := mustPipeline(t, components{"gateway", "worker", "relay", "webhook"}, func(c *config) {
+	p := mustPipeline(t, e, components{"gateway", "worker", "relay", "webhook"}, func(c *config) {
 		eps, err := webhook.ParseEndpoints([]string{srv.URL + "/orderpipe"})
 		if err != nil {
 			t.Fatal(err)
@@ -311,8 +311,8 @@ func TestWebhookEndpointDownForMinutes(t *testing.T) {
 	for u := int64(2); u <= 5; u++ {
 		nos = append(nos, place(u))
 	}
-	if r := p.do(t, http.MethodPost, "/v1/orders/"+first+"/pay", "", nil); r.Status != http.StatusOK {
-		t.Fatalf("pay: %d %v", r.Status, r.Body)
+	if _, err := p.api().Pay(contractCtx(t, "pay"), first); err != nil {
+		t.Fatalf("pay: %v", err)
 	}
 	if r := p.cancelOrder(t, nos[0], map[string]int64{"userId": 2}); r.Status != http.StatusOK {
 		t.Fatalf("cancel: %d %v", r.Status, r.Body)
