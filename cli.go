@@ -12,16 +12,16 @@ import (
 	"orderpipe/closer"
 	"orderpipe/gateway"
 	"orderpipe/pkg/database"
-	"orderpipe/pkg/dlq"
 	"orderpipe/pkg/event"
-	"orderpipe/pkg/events"
-	"orderpipe/pkg/locate"
-	"orderpipe/pkg/relay"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/version"
-	"orderpipe/pkg/webhook"
 	"orderpipe/reconciler"
+	"orderpipe/reconciler/locate"
 	"orderpipe/worker"
+	"orderpipe/worker/delivery"
+	"orderpipe/worker/dlq"
+	"orderpipe/worker/events"
+	"orderpipe/worker/relay"
 )
 
 // command is one `orderpipe <name>`: what `orderpipe help` lists and
@@ -77,7 +77,7 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 	{name: "relay", summary: "publishes the orders.status outbox to KAFKA_STATUS_TOPIC (needs KAFKA_BROKERS)",
 		usage: relay.Usage + configHint, check: noArgs, run: runTarget("relay")},
 	{name: "webhook", summary: "delivers the orders.status outbox to WEBHOOK_URLS as signed Standard Webhooks (no Kafka)",
-		usage: webhook.Usage + configHint, check: noArgs, run: runTarget("webhook")},
+		usage: delivery.Usage + configHint, check: noArgs, run: runTarget("webhook")},
 	{name: "reconciler", summary: "compare Redis with Postgres per item [--once] [--fix] [--json]; exit 0 clean, 1 drift, 2 could not run",
 		usage: reconciler.Usage + configHint, check: reconciler.CheckArgs, main: reconciler.Main},
 	{name: "locate", summary: "where one request is: orderpipe locate <requestId> [--json] [--activity A --item I]; exit 1 if unknown",
@@ -87,7 +87,7 @@ Ctrl-C (SIGINT) or SIGTERM drains in-flight work and stops.
 	{name: "dlq", summary: "dead letters: orderpipe dlq list | show <p:o> | replay <p:o>...|--all [--json]; exit 1 if refused",
 		usage: dlq.Usage + configHint, check: dlq.CheckArgs, main: dlq.Main},
 	{name: "webhooks", summary: "webhooks that gave up: orderpipe webhooks list | replay <id>...|--all [--json]; exit 1 if refused",
-		usage: webhook.CommandUsage + configHint, check: webhook.CheckArgs, main: webhook.Main},
+		usage: delivery.CommandUsage + configHint, check: delivery.CheckArgs, main: delivery.Main},
 	{name: "migrate", summary: "create the database if missing and apply the migrations",
 		usage: database.MigrateUsage + configHint, check: noArgs,
 		run: func(ctx context.Context, log *slog.Logger, cfg config) error {

@@ -9,17 +9,17 @@ import (
 	"orderpipe/pkg/breaker"
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
-	"orderpipe/pkg/locate"
 	"orderpipe/pkg/redisconn"
-	"orderpipe/pkg/relay"
 	"orderpipe/pkg/secret"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/target"
 	"orderpipe/pkg/telemetry"
-	"orderpipe/pkg/webhook"
 	"orderpipe/reconciler"
+	"orderpipe/reconciler/locate"
 	"orderpipe/worker"
+	"orderpipe/worker/delivery"
+	"orderpipe/worker/relay"
 )
 
 // settings is every environment variable the binary reads, in the order
@@ -28,7 +28,7 @@ import (
 // table mirrors this list (TestConfigDocDocumentsEveryVariable).
 func settings() []setting.Var {
 	return concat(database.Settings, redisconn.Settings, stock.Settings, event.Settings, devSettings(),
-		gateway.Settings, []setting.Var{breaker.OpenForVar}, worker.Settings, closer.Settings, relay.Settings, webhook.Settings, reconciler.Settings,
+		gateway.Settings, []setting.Var{breaker.OpenForVar}, worker.Settings, closer.Settings, relay.Settings, delivery.Settings, reconciler.Settings,
 		telemetry.Settings, locate.Settings, processSettings)
 }
 
@@ -53,7 +53,7 @@ type config struct {
 	Worker     worker.TargetConfig
 	Closer     closer.Config
 	Relay      relay.Config
-	Webhook    webhook.Config
+	Webhook    delivery.Config
 	Reconciler reconciler.Config
 	// TraceQueryURL is read by `locate`; here it is checked and its
 	// password kept out of every output.
@@ -73,7 +73,7 @@ func loadConfig() (config, error) {
 	c.Stock, c.Kafka, c.dev = stock.Read(r, c.Redis.Timeout), event.Read(r), readDev(r)
 	c.Gateway, c.BreakerOpenFor = gateway.Read(r), r.Duration(breaker.OpenForVar.Name)
 	c.Worker, c.Closer, c.Relay, c.Reconciler = worker.Read(r), closer.Read(r), relay.Read(r), reconciler.Read(r)
-	c.Webhook = webhook.Read(r)
+	c.Webhook = delivery.Read(r)
 	c.Telemetry, c.TraceQueryURL = telemetry.Read(r), locate.ReadTraceQueryURL(r)
 	if g := r.String("GOGC"); g == "off" {
 		c.GCPercent = -1

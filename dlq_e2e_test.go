@@ -15,7 +15,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/gateway/client"
-	"orderpipe/pkg/dlq"
+	"orderpipe/worker/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"orderpipe/pkg/events"
+	"orderpipe/worker/events"
 	"orderpipe/pkg/stock"
 )
 

@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
-	"orderpipe/pkg/dlq"
-	"orderpipe/pkg/locate"
+	"orderpipe/worker/dlq"
+	"orderpipe/reconciler/locate"
 	"orderpipe/pkg/setting"
 	"orderpipe/reconciler"
 )

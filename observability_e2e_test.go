@@ -23,7 +23,7 @@ import (
 
 	"orderpipe/closer"
 	"orderpipe/pkg/event"
-	"orderpipe/pkg/locate"
+	"orderpipe/reconciler/locate"
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"

@@ -10,22 +10,22 @@ import (
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/invariant"
-	"orderpipe/pkg/relay"
+	"orderpipe/worker/relay"
 )
 
-// assertStatusEvents checks I7 for an activity (relay.Audit): every state
+// assertStatusEvents checks I7 for an activity (invariant.AuditStatus): every state
 // its orders reached is on the pipeline's orders.status topic, in version
 // order per orderNo, and nothing Postgres did not commit.
 func (p *pipeline) assertStatusEvents(tb testing.TB, activityID int64) {
 	tb.Helper()
 	ctx := context.Background()
 	p.publishStatus(tb)
-	if err := relay.WaitPublished(ctx, p.Orders, 30*time.Second); err != nil {
+	if err := invariant.WaitPublished(ctx, p.Orders, 30*time.Second); err != nil {
 		tb.Errorf("I7: %v", err)
 		return
 	}
 	st := p.statusTopic()
-	problems, err := relay.Audit(ctx, p.Orders, st.Client, st.Topic, activityID)
+	problems, err := invariant.AuditStatus(ctx, p.Orders, st.Client, st.Topic, activityID)
 	if err != nil {
 		tb.Fatalf("I7: auditing orders.status: %v", err)
 	}

@@ -12,12 +12,12 @@ import (
 	"orderpipe/gateway"
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
-	"orderpipe/pkg/relay"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/target"
-	"orderpipe/pkg/webhook"
 	"orderpipe/reconciler"
 	"orderpipe/worker"
+	"orderpipe/worker/delivery"
+	"orderpipe/worker/relay"
 )
 
 // targets are every target (pkg/target), wired from cfg; adding a component
@@ -44,7 +44,7 @@ func targets(cfg *config) target.Table {
 		"relay": {Kafka: true, Postgres: true,
 			Start: func(p *target.Process) (func(), error) { return relay.Start(p, cfg.Relay) }},
 		"webhook": {Postgres: true,
-			Start: func(p *target.Process) (func(), error) { return webhook.Start(p, cfg.Webhook) }},
+			Start: func(p *target.Process) (func(), error) { return delivery.Start(p, cfg.Webhook) }},
 		"reconciler": {Postgres: true,
 			Start: func(p *target.Process) (func(), error) { return reconciler.Start(p, cfg.Reconciler) }},
 	}

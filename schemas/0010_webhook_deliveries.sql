@@ -1,5 +1,5 @@
 -- Webhooks: every orders.status event is also delivered over HTTP to each
--- configured endpoint (WEBHOOK_URLS). The deliverer (pkg/webhook) reads the
+-- configured endpoint (WEBHOOK_URLS). The deliverer (worker/delivery) reads the
 -- outbox independently of the relay: it copies each committed order_events
 -- row into one webhook_deliveries row per endpoint and marks the event
 -- queued (webhook_queued_at); the relay's published_at is never touched, so

@@ -26,7 +26,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/pkg/order"
-	"orderpipe/pkg/relay"
 	"orderpipe/pkg/stock"
 )
 
@@ -495,16 +494,16 @@ func retriable(err error) bool {
 	return true
 }
 
-// status: I7 (relay.Audit), once the outbox is published.
+// status: I7 (AuditStatus), once the outbox is published.
 func (c *Checker) status(ctx context.Context, activityID int64) []string {
 	wait := c.Status.Wait
 	if wait <= 0 {
 		wait = 30 * time.Second
 	}
-	if err := relay.WaitPublished(ctx, c.Orders, wait); err != nil {
+	if err := WaitPublished(ctx, c.Orders, wait); err != nil {
 		return []string{err.Error()}
 	}
-	problems, err := relay.Audit(ctx, c.Orders, c.Status.Client, c.Status.Topic, activityID)
+	problems, err := AuditStatus(ctx, c.Orders, c.Status.Client, c.Status.Topic, activityID)
 	if err != nil {
 		problems = append(problems, "reading orders.status: "+err.Error())
 	}

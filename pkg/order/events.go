@@ -13,7 +13,7 @@ import (
 // This file is the outbox of orders.status (table order_events): every
 // state change of an order writes its event row in the transaction that
 // makes the change (writeEvents, called by DecideBatch, Pay, Cancel and
-// CloseExpired), and the relay (pkg/relay) publishes the rows through
+// CloseExpired), and the relay (worker/relay) publishes the rows through
 // RelayEvents, which never hands it a row whose transaction did not commit
 // and hands it an order's rows one at a time, in version order.
 

@@ -7,7 +7,7 @@ import (
 )
 
 // This file is the webhook side of the orders.status outbox: the
-// deliverer (pkg/webhook) copies each committed order_events row into one
+// deliverer (worker/delivery) copies each committed order_events row into one
 // webhook_deliveries row per endpoint (QueueWebhooks), claims due rows of
 // one endpoint under a lease (ClaimWebhooks) and records each attempt's
 // outcome (FinishWebhooks); `orderpipe webhooks` lists and replays the

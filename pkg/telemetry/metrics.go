@@ -77,7 +77,7 @@ type Metrics struct {
 	ReconcilerLastPassError    prometheus.Gauge
 	ReconcilerLastPassRepaired *prometheus.GaugeVec // activity, item
 
-	// The relay of orders.status (pkg/relay).
+	// The relay of orders.status (worker/relay).
 	StatusPublished *prometheus.CounterVec // status
 	StatusFailed    prometheus.Counter
 	StatusPending   prometheus.Gauge

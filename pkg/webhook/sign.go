@@ -1,3 +1,9 @@
+// Package webhook is the Standard Webhooks format (standardwebhooks.com) as
+// orderpipe speaks it: the whsec_ secret, the v1 HMAC-SHA256 signature, the
+// webhook-id of an order's status version (stable across retries and
+// replays), and the endpoint list with its credentials kept out of logs.
+// The deliverer (worker/delivery) sends with it and the tests verify with
+// it; it never sends, stores or logs anything itself.
 package webhook
 
 import (

@@ -1,4 +1,4 @@
-package webhook
+package delivery
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/secret"
 	"orderpipe/pkg/setting"
+	"orderpipe/pkg/webhook"
 )
 
 // CommandUsage is `orderpipe webhooks --help`.
@@ -72,7 +73,7 @@ func parseArgs(args []string) (mainArgs, error) {
 		return a, err
 	}
 	for _, id := range a.ids {
-		if _, _, err := ParseMessageID(id); err != nil {
+		if _, _, err := webhook.ParseMessageID(id); err != nil {
 			return a, err
 		}
 	}
@@ -131,7 +132,7 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 	if !a.all {
 		evs = []order.WebhookEvent{}
 		for _, id := range a.ids {
-			no, v, _ := ParseMessageID(id)
+			no, v, _ := webhook.ParseMessageID(id)
 			evs = append(evs, order.WebhookEvent{OrderNo: no, Version: v})
 		}
 	}
@@ -159,7 +160,7 @@ func writeList(stdout io.Writer, fs []order.WebhookFailure, asJSON bool) error {
 func writeReplayed(stdout io.Writer, done []order.WebhookFailure, ids []string, asJSON bool) error {
 	found := map[string]bool{}
 	for _, f := range done {
-		found[MessageID(f.OrderNo, f.Version)] = true
+		found[webhook.MessageID(f.OrderNo, f.Version)] = true
 	}
 	var missing []string
 	for _, id := range ids {
@@ -205,7 +206,7 @@ type failure struct {
 func failures(fs []order.WebhookFailure) []failure {
 	out := make([]failure, 0, len(fs))
 	for _, f := range fs {
-		out = append(out, failure{ID: MessageID(f.OrderNo, f.Version), Endpoint: f.Endpoint, OrderNo: f.OrderNo, Version: f.Version,
+		out = append(out, failure{ID: webhook.MessageID(f.OrderNo, f.Version), Endpoint: f.Endpoint, OrderNo: f.OrderNo, Version: f.Version,
 			Type: "order." + strings.ToLower(f.Status), Attempts: f.Attempts, LastStatus: f.LastStatus, LastError: f.LastError,
 			EventAt: f.EventCreatedAt.UTC(), FailedAt: f.FailedAt.UTC(), Replays: f.Replays})
 	}

@@ -1,4 +1,4 @@
-package webhook
+package delivery
 
 import "orderpipe/pkg/target"
 

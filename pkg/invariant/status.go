@@ -1,4 +1,4 @@
-package relay
+package invariant
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"orderpipe/pkg/topic"
 )
 
-// Audit checks I7 for one activity, once the outbox is drained
+// AuditStatus checks I7 for one activity, once the outbox is drained
 // (WaitPublished): every state an order of the activity reached (UNPAID,
 // PAID, CLOSED, REJECTED, read from its state in Postgres) has its outbox
 // row, version 1 first and one more per change, published; the topic holds
@@ -22,7 +22,7 @@ import (
 // never skip one); and nothing on the topic names a change Postgres did not
 // commit. It returns the violations, each starting with "I7:". The test
 // harness, the load tool's audit and the chaos suite's checker all call it.
-func Audit(ctx context.Context, orders *order.Store, client *kafka.Client, topicName string, activityID int64) ([]string, error) {
+func AuditStatus(ctx context.Context, orders *order.Store, client *kafka.Client, topicName string, activityID int64) ([]string, error) {
 	hist, err := orders.StatusHistories(ctx, activityID)
 	if err != nil {
 		return nil, err

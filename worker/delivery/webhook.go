@@ -1,7 +1,9 @@
-// Package webhook delivers the outbox of orders.status over HTTP: every
+// Package delivery is `orderpipe webhook` (and `orderpipe webhooks`, its
+// dead-letter tool): it delivers the outbox of orders.status over HTTP, every
 // order_events row, to each endpoint of WEBHOOK_URLS, as a Standard Webhook
-// (standardwebhooks.com) signed with WEBHOOK_SECRET. It reads the outbox
-// independently of the relay (pkg/relay), through its own column and table
+// (standardwebhooks.com) signed with WEBHOOK_SECRET (pkg/webhook holds the
+// format: the secret, the signature, the message id). It reads the outbox
+// independently of the relay (worker/relay), through its own column and table
 // (order.Store.QueueWebhooks), so neither ever waits for the other; each
 // endpoint has its own loop and its own rows (webhook_deliveries), so a
 // slow or dead endpoint holds back no other. Delivery is at least once and,
@@ -13,7 +15,7 @@
 // It never decides an order's state and never writes one: it only carries
 // what Postgres committed, and never logs the secret or a URL's
 // credentials.
-package webhook
+package delivery
 
 import (
 	"bytes"
@@ -35,14 +37,15 @@ import (
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/version"
+	"orderpipe/pkg/webhook"
 )
 
 // Config is the deliverer's configuration.
 type Config struct {
 	// Endpoints receive every event (WEBHOOK_URLS); none: Run does nothing.
-	Endpoints []Endpoint
+	Endpoints []webhook.Endpoint
 	// Secret signs every message (WEBHOOK_SECRET).
-	Secret Secret
+	Secret webhook.Secret
 	// Timeout bounds one attempt, connection to answer (WEBHOOK_TIMEOUT).
 	Timeout time.Duration
 	// RetryFor is how long an event not delivered is retried, from when it
@@ -204,7 +207,7 @@ func (d *Deliverer) queueLoop(ctx context.Context) {
 }
 
 // endpointLoop delivers one endpoint's due webhooks, Concurrency at a time.
-func (d *Deliverer) endpointLoop(ctx context.Context, ep Endpoint) {
+func (d *Deliverer) endpointLoop(ctx context.Context, ep webhook.Endpoint) {
 	log := d.deps.Log.With("endpoint", ep.Name)
 	wait := d.cfg.Interval
 	for ctx.Err() == nil {
@@ -226,7 +229,7 @@ func (d *Deliverer) endpointLoop(ctx context.Context, ep Endpoint) {
 // DeliverOnce claims up to Concurrency due webhooks of ep, sends them at
 // once and records their outcomes; it returns how many it claimed. A
 // claim's sends and records are finished even when ctx ends meanwhile.
-func (d *Deliverer) DeliverOnce(ctx context.Context, ep Endpoint) (int, error) {
+func (d *Deliverer) DeliverOnce(ctx context.Context, ep webhook.Endpoint) (int, error) {
 	at := time.Now() // before the claim: its lease starts no sooner
 	cctx, cancel := context.WithTimeout(ctx, finishTimeout)
 	claimed, err := d.deps.Orders.ClaimWebhooks(cctx, ep.Name, d.cfg.Concurrency, d.cfg.Lease)
@@ -271,7 +274,7 @@ func (d *Deliverer) DeliverOnce(ctx context.Context, ep Endpoint) (int, error) {
 // attempt sends one claimed webhook and says what came of it; a zero
 // outcome (ID 0) when it was not sent because less than Timeout of its
 // lease is left (the process was paused): the row is left to the lease.
-func (d *Deliverer) attempt(ctx context.Context, ep Endpoint, del order.WebhookDelivery, claimedAt time.Time) order.WebhookOutcome {
+func (d *Deliverer) attempt(ctx context.Context, ep webhook.Endpoint, del order.WebhookDelivery, claimedAt time.Time) order.WebhookOutcome {
 	out := order.WebhookOutcome{ID: del.ID, LeaseNo: del.LeaseNo}
 	if time.Since(claimedAt) > d.cfg.Lease-d.cfg.Timeout {
 		return order.WebhookOutcome{}
@@ -284,7 +287,7 @@ func (d *Deliverer) attempt(ctx context.Context, ep Endpoint, del order.WebhookD
 	}
 	out.Error = err.Error()
 	out.RetryIn = d.backoff(del.Attempts)
-	d.deps.Log.Debug("webhook attempt failed", "endpoint", ep.Name, "webhook_id", MessageID(del.OrderNo, del.Version),
+	d.deps.Log.Debug("webhook attempt failed", "endpoint", ep.Name, "webhook_id", webhook.MessageID(del.OrderNo, del.Version),
 		"attempt", del.Attempts, "err", err, "retry_in", out.RetryIn.String())
 	return out
 }
@@ -323,7 +326,7 @@ const maxErrorBody = 256
 
 // send POSTs del to ep and returns the answer's status (0: none) and an
 // error unless it was a 2xx.
-func (d *Deliverer) send(ctx context.Context, ep Endpoint, del order.WebhookDelivery) (int, error) {
+func (d *Deliverer) send(ctx context.Context, ep webhook.Endpoint, del order.WebhookDelivery) (int, error) {
 	body, err := Body(del.Payload)
 	if err != nil {
 		// Only pkg/order's SQL writes payloads: this is a bug, retried in
@@ -331,7 +334,7 @@ func (d *Deliverer) send(ctx context.Context, ep Endpoint, del order.WebhookDeli
 		d.deps.Log.Error("status event does not decode", "order_no", del.OrderNo, "version", del.Version, "err", err)
 		return 0, fmt.Errorf("event does not decode: %w", err)
 	}
-	id := MessageID(del.OrderNo, del.Version)
+	id := webhook.MessageID(del.OrderNo, del.Version)
 	ts := clock.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(body))
 	if err != nil {

@@ -18,11 +18,12 @@ import (
 
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
+	"orderpipe/pkg/invariant"
 	"orderpipe/pkg/order"
-	"orderpipe/pkg/relay"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 	"orderpipe/pkg/topic"
+	"orderpipe/worker/relay"
 )
 
 // env is a store with a sale (activity 1, item 10) and a topic on a broker.
@@ -89,10 +90,10 @@ func (e *env) changes(tb testing.TB, n int) {
 func (e *env) mustAudit(tb testing.TB) {
 	tb.Helper()
 	ctx := context.Background()
-	if err := relay.WaitPublished(ctx, e.orders, 30*time.Second); err != nil {
+	if err := invariant.WaitPublished(ctx, e.orders, 30*time.Second); err != nil {
 		tb.Fatal(err)
 	}
-	problems, err := relay.Audit(ctx, e.orders, e.client, e.topic, 1)
+	problems, err := invariant.AuditStatus(ctx, e.orders, e.client, e.topic, 1)
 	if err != nil {
 		tb.Fatal(err)
 	}

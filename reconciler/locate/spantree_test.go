@@ -14,7 +14,7 @@ import (
 func TestSpanTreeFromJaeger(t *testing.T) {
 	var spans []telemetry.StoredSpan
 	for _, name := range []string{"jaeger-trace-request.json", "jaeger-trace-batch.json"} {
-		doc, err := os.ReadFile("../telemetry/testdata/" + name)
+		doc, err := os.ReadFile("../../pkg/telemetry/testdata/" + name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,9 +1,10 @@
-package webhook
+package delivery
 
 import (
 	"time"
 
 	"orderpipe/pkg/setting"
+	"orderpipe/pkg/webhook"
 )
 
 var (
@@ -36,7 +37,7 @@ func Read(r *setting.Reader) Config {
 	if c.RetryFor > 0 && c.RetryFor < MinRetryFor {
 		r.Fail("WEBHOOK_RETRY_FOR: want at least %s, got %s", MinRetryFor, c.RetryFor)
 	}
-	eps, err := ParseEndpoints(r.List(urlsVar.Name))
+	eps, err := webhook.ParseEndpoints(r.List(urlsVar.Name))
 	if err != nil {
 		r.Fail("WEBHOOK_URLS: %v", err)
 	}
@@ -46,7 +47,7 @@ func Read(r *setting.Reader) Config {
 	case len(r.List(urlsVar.Name)) > 0 && raw == "":
 		r.Fail("WEBHOOK_SECRET is empty: set it with WEBHOOK_URLS, whsec_ and the base64 of 24 to 64 random bytes (echo whsec_$(openssl rand -base64 32))")
 	case raw != "":
-		key, err := ParseSecret(raw)
+		key, err := webhook.ParseSecret(raw)
 		if err != nil {
 			r.Fail("WEBHOOK_SECRET: %v", err)
 		}

@@ -1,4 +1,4 @@
-package webhook_test
+package delivery_test
 
 import (
 	"bytes"
@@ -30,6 +30,7 @@ import (
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 	"orderpipe/pkg/webhook"
+	"orderpipe/worker/delivery"
 )
 
 // testSecret is a Standard Webhooks secret of 32 bytes.
@@ -267,18 +268,18 @@ func (r *receiver) mustBeInOrder(tb testing.TB, want map[string][]byte) {
 func quietLog() *slog.Logger { return slog.New(slog.NewJSONHandler(io.Discard, nil)) }
 
 // fast is a configuration with test-sized waits.
-func fast(eps ...webhook.Endpoint) webhook.Config {
-	return webhook.Config{Endpoints: eps, Timeout: 2 * time.Second, RetryFor: time.Hour, BackoffBase: 10 * time.Millisecond,
+func fast(eps ...webhook.Endpoint) delivery.Config {
+	return delivery.Config{Endpoints: eps, Timeout: 2 * time.Second, RetryFor: time.Hour, BackoffBase: 10 * time.Millisecond,
 		BackoffMax: 200 * time.Millisecond, Concurrency: 4, Interval: 20 * time.Millisecond, GaugeInterval: 50 * time.Millisecond}
 }
 
-func mustKey(tb testing.TB, c webhook.Config) webhook.Config {
+func mustKey(tb testing.TB, c delivery.Config) delivery.Config {
 	c.Secret = mustSecret(tb)
 	return c
 }
 
 // start runs a deliverer until the returned stop (or cleanup).
-func start(tb testing.TB, d *webhook.Deliverer) (stop func()) {
+func start(tb testing.TB, d *delivery.Deliverer) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }() //nolint:errcheck
@@ -297,7 +298,7 @@ func TestDeliversEverySignedEventInOrder(t *testing.T) {
 	a, b := mustReceiver(t), mustReceiver(t)
 	e.changes(t, 10) // before: the outbox has a backlog
 	m := telemetry.NewMetrics()
-	start(t, webhook.New(mustKey(t, fast(a.endpoint(t, ""), b.endpoint(t, ""))), webhook.Deps{Orders: e.orders, Metrics: m, Log: quietLog()}))
+	start(t, delivery.New(mustKey(t, fast(a.endpoint(t, ""), b.endpoint(t, ""))), delivery.Deps{Orders: e.orders, Metrics: m, Log: quietLog()}))
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() { e.changes(t, 15) })
@@ -326,7 +327,7 @@ func TestReplicasDeliverEachEventOnce(t *testing.T) {
 	a, b := mustReceiver(t), mustReceiver(t)
 	eps := []webhook.Endpoint{a.endpoint(t, ""), b.endpoint(t, "")}
 	for range 3 {
-		start(t, webhook.New(mustKey(t, fast(eps...)), webhook.Deps{Orders: e.orders, Log: quietLog()}))
+		start(t, delivery.New(mustKey(t, fast(eps...)), delivery.Deps{Orders: e.orders, Log: quietLog()}))
 	}
 	var wg sync.WaitGroup
 	for range 3 {
@@ -377,7 +378,7 @@ func TestDeadEndpointHoldsBackNoOther(t *testing.T) {
 	m := telemetry.NewMetrics()
 	cfg := mustKey(t, fast(dead.endpoint(t, ""), healthy.endpoint(t, "")))
 	cfg.Timeout = 300 * time.Millisecond
-	start(t, webhook.New(cfg, webhook.Deps{Orders: e.orders, Metrics: m, Log: quietLog()}))
+	start(t, delivery.New(cfg, delivery.Deps{Orders: e.orders, Metrics: m, Log: quietLog()}))
 	e.changes(t, 30)
 	want := e.want(t)
 	testenv.WaitFor(t, 60*time.Second, "every event at the healthy endpoint", func() bool { return healthy.complete(want) })
@@ -422,7 +423,7 @@ func TestGiveUpListAndReplay(t *testing.T) {
 	m := telemetry.NewMetrics()
 	cfg := mustKey(t, fast(r.endpoint(t, "")))
 	cfg.RetryFor = 300 * time.Millisecond
-	start(t, webhook.New(cfg, webhook.Deps{Orders: e.orders, Metrics: m, Log: quietLog()}))
+	start(t, delivery.New(cfg, delivery.Deps{Orders: e.orders, Metrics: m, Log: quietLog()}))
 	e.changes(t, 6)
 	want := e.want(t)
 	ctx := context.Background()
@@ -438,7 +439,7 @@ func TestGiveUpListAndReplay(t *testing.T) {
 		if name == "DATABASE_URL" {
 			return e.db.URL
 		}
-		for _, v := range webhook.Settings {
+		for _, v := range delivery.Settings {
 			if v.Name == name {
 				return v.Default
 			}
@@ -448,7 +449,7 @@ func TestGiveUpListAndReplay(t *testing.T) {
 	}
 	cmd := func(args ...string) (int, string) {
 		var out, errOut bytes.Buffer
-		code := webhook.Main(ctx, args, setting.Env(envOf), &out, &errOut)
+		code := delivery.Main(ctx, args, setting.Env(envOf), &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
 	code, out := cmd("list", "--json")
@@ -509,7 +510,7 @@ func TestNemesis(t *testing.T) {
 	ep := r.endpoint(t, "http://"+cut.Addr+"/hooks")
 	cfg := mustKey(t, fast(ep))
 	cfg.Timeout, cfg.Lease = 500*time.Millisecond, 1500*time.Millisecond
-	stops := []func(){start(t, webhook.New(cfg, webhook.Deps{Orders: orders, Log: quietLog()}))}
+	stops := []func(){start(t, delivery.New(cfg, delivery.Deps{Orders: orders, Log: quietLog()}))}
 	done := make(chan struct{})
 	go func() { defer close(done); e.changes(t, 60) }()
 	faults := []func(){
@@ -520,11 +521,11 @@ func TestNemesis(t *testing.T) {
 			pg.Down()
 			stops[len(stops)-1]()
 			pg.Up(t)
-			stops = append(stops, start(t, webhook.New(cfg, webhook.Deps{Orders: orders, Log: quietLog()})))
+			stops = append(stops, start(t, delivery.New(cfg, delivery.Deps{Orders: orders, Log: quietLog()})))
 		},
 		func() { // a deliverer stopped, another started
 			stops[len(stops)-1]()
-			stops = append(stops, start(t, webhook.New(cfg, webhook.Deps{Orders: orders, Log: quietLog()})))
+			stops = append(stops, start(t, delivery.New(cfg, delivery.Deps{Orders: orders, Log: quietLog()})))
 		},
 	}
 	// Every fault at least once, and on until the changes are all in.
@@ -585,19 +586,19 @@ func mustOrders(tb testing.TB, dbURL, addr string) *order.Store {
 // with a URL that is not http(s), is a bad setting, and no message quotes
 // the secret or a URL's credentials.
 func TestSettings(t *testing.T) {
-	read := func(vals map[string]string) (webhook.Config, error) {
+	read := func(vals map[string]string) (delivery.Config, error) {
 		r := &setting.Reader{Env: func(name string) string {
 			if v, ok := vals[name]; ok {
 				return v
 			}
-			for _, v := range webhook.Settings {
+			for _, v := range delivery.Settings {
 				if v.Name == name {
 					return v.Default
 				}
 			}
 			return ""
 		}}
-		c := webhook.Read(r)
+		c := delivery.Read(r)
 		return c, r.Err()
 	}
 	for _, tc := range []struct {
@@ -631,18 +632,5 @@ func TestSettings(t *testing.T) {
 				t.Errorf("config %+v", c)
 			}
 		})
-	}
-}
-
-// TestSignature: the package signs as the specification's own example
-// says (standardwebhooks.com, the signature scheme section).
-func TestSignature(t *testing.T) {
-	key, err := webhook.ParseSecret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := key.Sign("msg_p5jXN8AQM9LWM0D4loKWxJek", time.Unix(1614265330, 0), []byte(`{"test": 2432232314}`))
-	if want := "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="; got != want {
-		t.Errorf("signature %s, want %s", got, want)
 	}
 }

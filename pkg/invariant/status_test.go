@@ -1,4 +1,4 @@
-package relay
+package invariant
 
 import (
 	"strings"
