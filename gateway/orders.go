@@ -299,8 +299,9 @@ func (s *Server) seeStock(it stock.Item, n int64) {
 }
 
 // releaseUnproduced releases a reservation after a failed produce (or a reserve whose
-// reply was lost). If a worker has already claimed it, the event did arrive
-// and the answer is 202 after all. If a retry of the request was answered
+// reply was lost). If a worker has already claimed it (or Postgres decided
+// it and it was given back since: a gateway that waited past the order's
+// whole life), the event did arrive and the answer is 202 after all. If a retry of the request was answered
 // 200 replayed with this orderNo meanwhile, it is not given back either (an
 // orderNo seen in a 2xx must resolve): the journal entry stays, the redrive
 // publishes it, and the answer is 202. If Redis cannot be reached, the outcome is

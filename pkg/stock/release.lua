@@ -6,8 +6,9 @@
 -- ARGV: 1 requestId, 2 orderNo, 3 quantity, 4 mode, 5 limit owner, 6 fate lifetime (s),
 --       7 user id
 -- mode "abort": the gateway could not produce the event. If a worker has
---   already claimed the reservation the event did arrive, so nothing is
---   released (answer CLAIMED); if a retry of the request was already told
+--   already claimed the reservation (or its order was decided and
+--   compensated since) the event did arrive, so nothing is released (answer
+--   CLAIMED); if a retry of the request was already told
 --   this orderNo, nothing is released either (answer SHOWN: the redrive
 --   publishes the journal entry); otherwise the dedup record is dropped too, so a
 --   retry with the same requestId starts afresh.
@@ -22,7 +23,15 @@ local function holds(entry)
   return not ok or type(e) ~= 'table' or e['orderNo'] == ARGV[2]
 end
 local fate = redis.call('GET', KEYS[4])
-if fate == 'released:' .. ARGV[2] then return 'ALREADY_RELEASED' end
+if fate == 'released:' .. ARGV[2] then
+  -- Released by a compensation: a worker claimed it and Postgres decided it
+  -- (an order since closed or cancelled, or a REJECTED record), all while the
+  -- gateway waited on its produce. A compensation keeps the dedup record, an
+  -- abort drops it; so the event did arrive and the orderNo resolves, as
+  -- after a claim. (A gateway paused past CLOSE_AFTER met this under chaos.)
+  if ARGV[4] == 'abort' and redis.call('HGET', KEYS[5], 'orderNo') == ARGV[2] then return 'CLAIMED' end
+  return 'ALREADY_RELEASED'
+end
 if ARGV[4] == 'abort' then
   if fate == 'claimed:' .. ARGV[2] then return 'CLAIMED' end
   -- A retry was already answered 2xx with this orderNo (reserve.lua marks the

@@ -393,7 +393,8 @@ const (
 	Released        ReleaseOutcome = "RELEASED"
 	AlreadyReleased ReleaseOutcome = "ALREADY_RELEASED"
 	// Claimed: an Unproduced release found the reservation owned by a
-	// worker; the event was delivered after all and nothing was released.
+	// worker, or decided in Postgres and compensated since (its dedup record
+	// kept); the event was delivered after all and the abort released nothing.
 	Claimed ReleaseOutcome = "CLAIMED"
 	// Shown: an Unproduced release found that a retry of the request was
 	// already answered with this orderNo (200 replayed); nothing was released

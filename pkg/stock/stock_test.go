@@ -190,6 +190,30 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 			t.Error("abort released a claimed reservation")
 		}
 	})
+	// The gateway waits on its produce past the order's whole life: a
+	// worker claims it, Postgres decides it, the closer (or the buyer's
+	// cancel) gives it back. The abort that follows must not say "nothing
+	// was reserved": the orderNo resolves to that order.
+	t.Run("ClaimedThenCompensated", func(t *testing.T) {
+		f := mustFixture(t, 5, 1)
+		f.reserve(t, "r", "o1", 1, 1, "fp")
+		rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
+		if claims, err := f.s.Claim(ctx, f.item, []stock.Ref{rel.Ref}); err != nil || claims[0] != stock.ClaimOK {
+			t.Fatalf("claim: %v %v", claims, err)
+		}
+		if out, err := f.s.Release(ctx, stock.Compensation, rel); err != nil || out != stock.Released {
+			t.Fatalf("compensation: %s %v", out, err)
+		}
+		if out, err := f.s.Release(ctx, stock.Unproduced, rel); err != nil || out != stock.Claimed {
+			t.Fatalf("abort after the compensation: %s %v, want %s", out, err, stock.Claimed)
+		}
+		if f.stock(t) != 5 {
+			t.Errorf("stock %d, want 5 (given back once)", f.stock(t))
+		}
+		if res := f.reserve(t, "r", "o2", 1, 1, "fp"); res.Outcome != stock.Replayed || res.OrderNo != "o1" {
+			t.Errorf("retry after the abort: %+v, want the replay of o1", res)
+		}
+	})
 }
 
 // TestLateReserveAfterAbortChangesNothing: a reserve call that reaches
