@@ -53,3 +53,20 @@ func ParseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		operands, args = append(operands, fs.Arg(0)), fs.Args()[1:]
 	}
 }
+
+// ParseArgs parses a command's arguments with parse. -h or --help prints
+// usage to stdout and asks for exit 0; a bad argument prints the error and
+// usage to stderr and asks for exit 2. Either way the error is an ExitCode
+// the command's run returns as it is.
+func ParseArgs[A any](command, usage string, args []string, parse func([]string) (A, error), stdout, stderr io.Writer) (A, error) {
+	a, err := parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		return a, ExitCode(0)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n%s", command, err, usage)
+		return a, ExitCode(2)
+	}
+	return a, nil
+}

@@ -1,8 +1,10 @@
 package setting
 
 import (
+	"errors"
 	"flag"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -44,5 +46,35 @@ func TestSubcommand(t *testing.T) {
 	}
 	if _, err := ParseInterleaved(fs, []string{"a", "--nope"}); err == nil {
 		t.Errorf("an undefined flag: %v, want an error", err)
+	}
+}
+
+// TestParseArgs: help goes to stdout and exits 0, a bad argument goes to
+// stderr with the usage and exits 2, and nothing is printed otherwise.
+func TestParseArgs(t *testing.T) {
+	parse := func(args []string) (string, error) {
+		switch {
+		case len(args) == 1 && args[0] == "--help":
+			return "", flag.ErrHelp
+		case len(args) != 1:
+			return "", errors.New("want one name")
+		}
+		return args[0], nil
+	}
+	for _, tc := range []struct {
+		args           []string
+		want           string
+		exit           int
+		stdout, stderr string
+	}{
+		{args: []string{"x"}, want: "x"},
+		{args: []string{"--help"}, exit: 0, stdout: "usage: cmd NAME\n"},
+		{args: nil, exit: 2, stderr: "orderpipe cmd: want one name\nusage: cmd NAME\n"},
+	} {
+		var out, errOut strings.Builder
+		got, err := ParseArgs("orderpipe cmd", "usage: cmd NAME\n", tc.args, parse, &out, &errOut)
+		if got != tc.want || Exit(err) != tc.exit || (tc.want == "") == (err == nil) || out.String() != tc.stdout || errOut.String() != tc.stderr {
+			t.Errorf("%q: %q, exit %d (%v), stdout %q, stderr %q", tc.args, got, Exit(err), err, out.String(), errOut.String())
+		}
 	}
 }

@@ -108,14 +108,9 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 }
 
 func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {
-	a, err := parseArgs(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, Usage)
-		return nil
-	}
+	a, err := setting.ParseArgs("orderpipe locate", Usage, args, parseArgs, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "orderpipe locate: %v\n%s", err, Usage)
-		return exitCode(2)
+		return err
 	}
 	// couldNotRun reports err and exits 2: "could not look", never confused
 	// with exit 1, "looked and found nothing".

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -95,14 +94,9 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 }
 
 func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {
-	a, err := parseArgs(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, CommandUsage)
-		return nil
-	}
+	a, err := setting.ParseArgs("orderpipe webhooks", CommandUsage, args, parseArgs, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "orderpipe webhooks: %v\n%s", err, CommandUsage)
-		return setting.ExitCode(2)
+		return err
 	}
 	cannot := func(err error) error {
 		fmt.Fprintf(stderr, "orderpipe webhooks %s: could not run: %v\n", a.sub, secret.Scrub(err.Error()))

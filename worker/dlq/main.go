@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -112,14 +111,9 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 }
 
 func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {
-	a, err := parseArgs(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, Usage)
-		return nil
-	}
+	a, err := setting.ParseArgs("orderpipe dlq", Usage, args, parseArgs, stdout, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "orderpipe dlq: %v\n%s", err, Usage)
-		return exitCode(2)
+		return err
 	}
 	c := &session{args: a, stdout: stdout, stderr: stderr}
 	closeAll, err := c.open(ctx, env)
