@@ -155,8 +155,8 @@ fuzz: deps ## fuzz the order endpoint's decoding/validation (and its key check) 
 # The OpenAPI-driven property-based tier: schemathesis (pinned, into a venv
 # under ~/.cache/orderpipe) against a real `all` on free ports, its own
 # database and Redis, the admin API on; a fixed seed (FUZZ_API_SEED), a
-# bounded number of examples (FUZZ_API_EXAMPLES). See docs/architecture.md,
-# "HTTP conventions".
+# bounded number of examples (FUZZ_API_EXAMPLES). See docs/client.md,
+# "HTTP conventions the gateway keeps".
 fuzz-api: build-dev services ## fuzz the HTTP API from gateway/openapi.json (schemathesis) against a running pipeline: no 5xx, no answer outside the document, no unstated refusal
 	deploy/local/test-redis.sh deploy/local/fuzz-api.sh
 
