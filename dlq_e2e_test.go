@@ -15,11 +15,11 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"orderpipe/gateway/client"
-	"orderpipe/worker/dlq"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/testenv"
+	"orderpipe/worker/dlq"
 )
 
 // dlqMaxValue is the worker's cut of a dead letter's value (worker.MaxDeadLetterValue).

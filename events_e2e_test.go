@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"orderpipe/worker/events"
 	"orderpipe/pkg/stock"
+	"orderpipe/worker/events"
 )
 
 // testEventsCommand: `orderpipe events --order-no` prints an order's

@@ -7,10 +7,10 @@ import (
 	"os"
 	"strings"
 
-	"orderpipe/worker/dlq"
-	"orderpipe/reconciler/locate"
 	"orderpipe/pkg/setting"
 	"orderpipe/reconciler"
+	"orderpipe/reconciler/locate"
+	"orderpipe/worker/dlq"
 )
 
 // env is the environment a subcommand's Main sees in the end-to-end tests:

@@ -23,12 +23,12 @@ import (
 
 	"orderpipe/closer"
 	"orderpipe/pkg/event"
-	"orderpipe/reconciler/locate"
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
+	"orderpipe/reconciler/locate"
 )
 
 // spans records every span the process ends while a test runs.

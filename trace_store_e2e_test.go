@@ -19,11 +19,11 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
-	"orderpipe/reconciler/locate"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
+	"orderpipe/reconciler/locate"
 )
 
 // mustSpanStore installs, as the global tracer provider (always sampling),
