@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
@@ -147,6 +148,9 @@ type Server struct {
 	// salesCB guards the lost-sale check's queries (lostsale.go) apart
 	// from pgCB: a flood of them must not take GET and pay down.
 	salesCB *breaker.Breaker
+	// verdictRefusals is orderpipe_verdict_refusals_total's child of each
+	// outcome a verdict refuses with.
+	verdictRefusals map[stock.Outcome]prometheus.Counter
 	// stockGauges holds each item's orderpipe_stock_remaining child
 	// (stock.Item → prometheus.Gauge), so the hot path hashes no labels.
 	stockGauges sync.Map
@@ -194,6 +198,10 @@ func New(cfg Config, deps Deps) *Server {
 	s.pgCB = breaker.New("gateway-postgres", bs, deps.Metrics.BreakerState)
 	s.salesCB = breaker.New("gateway-postgres-sales", bs, deps.Metrics.BreakerState)
 	s.sales = newSaleMemo()
+	s.verdictRefusals = map[stock.Outcome]prometheus.Counter{}
+	for _, o := range []stock.Outcome{stock.SoldOut, stock.NotOnSale} {
+		s.verdictRefusals[o] = deps.Metrics.VerdictRefusals.WithLabelValues(string(o))
+	}
 	s.routes()
 	s.handler = traced(s.cleanPaths(s.mux))
 	s.adminHandler = s.handler
@@ -332,6 +340,7 @@ func (s *Server) handle(pattern string, h http.HandlerFunc) { s.handleOn(s.mux, 
 func (s *Server) handleOn(mux *http.ServeMux, pattern string, h http.HandlerFunc) {
 	_, route, _ := strings.Cut(pattern, " ")
 	seconds := s.deps.Metrics.HTTPSeconds.WithLabelValues(pattern)
+	var byCode sync.Map // code → prometheus.Counter
 	mux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
@@ -345,7 +354,13 @@ func (s *Server) handleOn(mux *http.ServeMux, pattern string, h http.HandlerFunc
 		if code == "" {
 			code = strconv.Itoa(rec.status)
 		}
-		s.deps.Metrics.Requests.WithLabelValues(pattern, code).Inc()
+		// The route's counter of each code, looked up once: a flood's
+		// answers hash no labels.
+		c, ok := byCode.Load(code)
+		if !ok {
+			c, _ = byCode.LoadOrStore(code, s.deps.Metrics.Requests.WithLabelValues(pattern, code))
+		}
+		c.(prometheus.Counter).Inc()
 	}))
 }
 

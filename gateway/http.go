@@ -48,10 +48,50 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "1")
 	}
+	if f, ok := fixedErrors[code]; ok && f.message == message {
+		h := w.Header()
+		h["Content-Type"], h["Content-Length"] = contentTypeJSON, f.length
+		w.WriteHeader(status)
+		_, _ = w.Write(f.body)
+		return
+	}
 	var body client.ErrorBody
 	body.Error.Code, body.Error.Message = client.Code(code), message
 	writeJSON(w, status, body)
 }
+
+// fixedError is an error answer encoded once, as writeJSON encodes it.
+type fixedError struct {
+	message string
+	body    []byte
+	length  []string // Content-Length
+}
+
+// fixedErrors are the refusals a flood gets (by code, with their one
+// message), encoded once: writeError answers them without encoding.
+var fixedErrors = func() map[string]fixedError {
+	m := map[string]fixedError{}
+	for _, e := range [][2]string{
+		{"SOLD_OUT", msgSoldOut}, {"NOT_ON_SALE", msgNotOnSale}, {"ALREADY_PURCHASED", msgAlreadyPurchased},
+	} {
+		var body client.ErrorBody
+		body.Error.Code, body.Error.Message = client.Code(e[0]), e[1]
+		b, err := json.Marshal(body)
+		if err != nil {
+			panic(err)
+		}
+		b = append(b, '\n')
+		m[e[0]] = fixedError{message: e[1], body: b, length: []string{strconv.Itoa(len(b))}}
+	}
+	return m
+}()
+
+// The messages of the refusals a flood gets.
+const (
+	msgSoldOut          = "not enough stock"
+	msgNotOnSale        = "activity item is not on sale"
+	msgAlreadyPurchased = "user already holds a live order for this activity item"
+)
 
 // api guards the order API with service tokens when API_TOKENS is set.
 func (s *Server) api(h http.HandlerFunc) http.HandlerFunc {

@@ -92,20 +92,35 @@ func (s *Server) admit(w http.ResponseWriter, p *pending) bool {
 // 503 when Redis or the order queue failed. The context it returns names
 // the order for the later steps.
 func (s *Server) reserve(ctx context.Context, w http.ResponseWriter, p *pending) (context.Context, bool) {
-	p.at = s.deps.NowFunc()
-	p.fingerprint = p.req.fingerprint()
+	start := time.Now()
 	// With the queue known to be down, reserving would only be undone: the
 	// script answers a retry from its record and reserves nothing else.
 	p.queueDown = s.kafkaCB.Open()
 	o := stock.Order{ActivityID: p.req.ActivityID, ItemID: p.req.ItemID, UserID: p.req.UserID, Quantity: p.req.Quantity,
-		RequestID: p.req.RequestID, Fingerprint: p.fingerprint, OrderNo: newOrderNo(p.req.ActivityID, p.req.ItemID, p.at),
-		EventFunc: func(it stock.Item, orderNo string) []byte { return p.event(it, orderNo).Marshal() }, ReplayOnly: p.queueDown}
+		RequestID: p.req.RequestID, ReplayOnly: p.queueDown}
+	// A flood's refusal, from the bucket's verdict: no script, nothing of
+	// the order built. Through the Redis breaker, which counts the check;
+	// a check that fails refuses nothing (the script then decides), and
+	// one bounded by the Redis client's timeouts needs no context of its own.
+	var refused bool
+	_ = s.redisCB.Do(func() error {
+		var err error
+		p.Attempt, refused, err = s.reserver.Refuse(context.WithoutCancel(ctx), &o)
+		return err
+	})
+	if refused {
+		s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
+		return ctx, true
+	}
+	p.at = s.deps.NowFunc()
+	p.fingerprint = p.req.fingerprint()
+	o.Fingerprint, o.OrderNo = p.fingerprint, newOrderNo(p.req.ActivityID, p.req.ItemID, p.at)
+	o.EventFunc = func(it stock.Item, orderNo string) []byte { return p.event(it, orderNo).Marshal() }
 	// The trace is kept with the reservation (when sampled, i.e. exported)
 	// so `orderpipe locate` and the release can find it from the requestId.
 	if span := trace.SpanFromContext(ctx); p.recording && span.SpanContext().IsSampled() {
 		o.TraceParent = telemetry.TraceParent(ctx)
 	}
-	start := time.Now()
 	// Not cancelled by a client hanging up: a reserve that ran must be known.
 	run := func() (stock.ReserveResult, error) {
 		err := s.inRedis(context.WithoutCancel(ctx), func(ctx context.Context) error {
@@ -205,7 +220,7 @@ func (s *Server) answer(ctx context.Context, w http.ResponseWriter, p *pending) 
 func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, p *pending) {
 	if p.FromVerdict {
 		// No script ran: the item's verdict refused a new requestId.
-		s.deps.Metrics.VerdictRefusals.WithLabelValues(string(p.Outcome)).Inc()
+		s.verdictRefusals[p.Outcome].Inc()
 		if p.recording {
 			trace.SpanFromContext(ctx).SetAttributes(telemetry.AttrFromVerdict.Bool(true))
 		}
@@ -230,13 +245,13 @@ func (s *Server) refuse(ctx context.Context, w http.ResponseWriter, p *pending) 
 			writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "stock service unavailable, nothing was reserved; retry with the same requestId")
 			return
 		}
-		writeError(w, http.StatusNotFound, "NOT_ON_SALE", "activity item is not on sale")
+		writeError(w, http.StatusNotFound, "NOT_ON_SALE", msgNotOnSale)
 	case stock.OverCap:
 		writeError(w, http.StatusBadRequest, "INVALID_REQUEST", "quantity exceeds the activity's per-user limit of "+strconv.FormatInt(res.Remaining, 10))
 	case stock.SoldOut:
-		writeError(w, http.StatusConflict, "SOLD_OUT", "not enough stock")
+		writeError(w, http.StatusConflict, "SOLD_OUT", msgSoldOut)
 	case stock.AlreadyPurchased:
-		writeError(w, http.StatusConflict, "ALREADY_PURCHASED", "user already holds a live order for this activity item")
+		writeError(w, http.StatusConflict, "ALREADY_PURCHASED", msgAlreadyPurchased)
 	default:
 		s.deps.Log.ErrorContext(ctx, "reserve script answered unknown outcome", "outcome", res.Outcome)
 		writeError(w, http.StatusInternalServerError, "INTERNAL", "internal error")

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"orderpipe/pkg/event"
@@ -76,6 +77,10 @@ func (r *bodyRequestID) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &r.v)
 }
 
+// bodyBufs hold order bodies while they are decoded (nothing decoded
+// keeps a reference to them).
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
 // parseOrderRequest decodes and validates an order request. It is pure, so
 // the fuzzer can drive it: every failure is a 4xx apiError, never a panic.
 func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiError) {
@@ -86,9 +91,18 @@ func parseOrderRequest(contentType string, body io.Reader) (orderRequest, *apiEr
 // Idempotency-Key header gave key ("" : none): the key is the requestId,
 // which the body may then leave out, but not contradict.
 func parseKeyedOrderRequest(contentType string, body io.Reader, key string) (orderRequest, *apiError) {
-	var b orderBody
-	if apiErr := decodeJSON(contentType, body, MaxBodyBytes, &b); apiErr != nil {
+	bp := bodyBufs.Get().(*[]byte)
+	defer bodyBufs.Put(bp)
+	raw, apiErr := readJSON(contentType, body, MaxBodyBytes, (*bp)[:0])
+	if apiErr != nil {
 		return orderRequest{}, apiErr
+	}
+	*bp = raw[:0]
+	b, ok := fastOrderBody(raw)
+	if !ok {
+		if apiErr := decodeRawJSON(raw, &b); apiErr != nil {
+			return orderRequest{}, apiErr
+		}
 	}
 	var rid string
 	switch {
@@ -182,6 +196,43 @@ func tooLarge(limit int) *apiError {
 // of their struct's names and none twice. Every failure is a 4xx naming
 // what is wrong.
 func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError {
+	raw, apiErr := readJSON(contentType, body, limit, nil)
+	if apiErr != nil {
+		return apiErr
+	}
+	return decodeRawJSON(raw, v)
+}
+
+// readJSON reads a body of at most limit bytes declared as JSON in UTF-8
+// and holding only UTF-8, appending it to buf.
+func readJSON(contentType string, body io.Reader, limit int, buf []byte) ([]byte, *apiError) {
+	if apiErr := jsonContentType(contentType); apiErr != nil {
+		return nil, apiErr
+	}
+	raw, err := readAtMost(body, limit+1, buf)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || len(raw) > limit {
+		return nil, tooLarge(limit)
+	}
+	if err != nil {
+		// A body sent too slowly (the server's read deadline) or cut short:
+		// what the client sent is not all of it, whatever the socket says.
+		return nil, invalid("the body could not be read in full (sent too slowly, or shorter than its Content-Length)")
+	}
+	// encoding/json would read a byte that is not UTF-8 as U+FFFD: refused
+	// instead, so no text is changed behind its sender's back.
+	if !utf8.Valid(raw) {
+		return nil, invalid("body is not valid UTF-8")
+	}
+	return raw, nil
+}
+
+// jsonContentType refuses a Content-Type other than application/json, or
+// one that declares a charset other than UTF-8.
+func jsonContentType(contentType string) *apiError {
+	if contentType == "application/json" { // as nearly every client sends it
+		return nil
+	}
 	mt, params, err := mime.ParseMediaType(contentType)
 	if err != nil || mt != "application/json" {
 		return &apiError{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
@@ -193,21 +244,30 @@ func decodeJSON(contentType string, body io.Reader, limit int, v any) *apiError 
 		return &apiError{Status: http.StatusUnsupportedMediaType, Code: "UNSUPPORTED_MEDIA_TYPE",
 			Message: "Content-Type must be application/json in UTF-8 (charset " + strconv.Quote(cs) + ")"}
 	}
-	raw, err := io.ReadAll(io.LimitReader(body, int64(limit)+1))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) || len(raw) > limit {
-		return tooLarge(limit)
+	return nil
+}
+
+// readAtMost appends r's bytes to buf until EOF or n of them.
+func readAtMost(r io.Reader, n int, buf []byte) ([]byte, error) {
+	start := len(buf)
+	for len(buf)-start < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := r.Read(buf[len(buf):min(cap(buf), start+n)])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
 	}
-	if err != nil {
-		// A body sent too slowly (the server's read deadline) or cut short:
-		// what the client sent is not all of it, whatever the socket says.
-		return invalid("the body could not be read in full (sent too slowly, or shorter than its Content-Length)")
-	}
-	// encoding/json would read a byte that is not UTF-8 as U+FFFD: refused
-	// instead, so no text is changed behind its sender's back.
-	if !utf8.Valid(raw) {
-		return invalid("body is not valid UTF-8")
-	}
+	return buf, nil
+}
+
+// decodeRawJSON decodes raw as decodeJSON does.
+func decodeRawJSON(raw []byte, v any) *apiError {
 	end, apiErr := checkKeys(raw, shapeOf(v))
 	if apiErr != nil {
 		return apiErr

@@ -29,6 +29,10 @@ func FuzzParseOrderRequest(f *testing.F) {
 		`{"requestId":"r-1","\u0075serId":42,"activityId":1,"itemId":10086,"quantity":1}`,
 		`{"requestId":"r-1","userId":42,"\u0075serId":42,"activityId":1,"itemId":10086,"quantity":1}`,
 		`{"requeſtId":"r-1","userId":42,"activityId":1,"itemId":10086,"quantity":1}`,
+		` { "quantity" : 2 ,"itemId":7,"activityId":1, "userId":123456789012345678,"requestId":"a.b_c:d-E"}` + "\n",
+		`{"requestId":"r-1","userId":42,"activityId":1,"itemId":10086,"quantity":1e0}`,
+		`{"requestId":"r-1","userId":042,"activityId":1,"itemId":10086,"quantity":1}`,
+		`{"requestId":"r-1","userId":1234567890123456789,"activityId":1,"itemId":10086,"quantity":1}`,
 		"{\"user\xffId\":1,\"user\xffId\":1}", ` null `, `{"quantity":{"a":1,"a":2}}`,
 	}
 	for _, s := range seeds {
@@ -39,6 +43,14 @@ func FuzzParseOrderRequest(f *testing.F) {
 	f.Add("", []byte(seeds[0]))
 	orderNames := keyNames{"requestId": nil, "userId": nil, "activityId": nil, "itemId": nil, "quantity": nil}
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		// The plain shape's one-pass reading takes nothing the full
+		// decoding would refuse or read otherwise.
+		if fast, ok := fastOrderBody(body); ok {
+			var full orderBody
+			if apiErr := decodeRawJSON(body, &full); apiErr != nil || full != fast || !utf8.Valid(body) {
+				t.Fatalf("%q: the plain reading took %+v, the full decoding %+v, %v", body, fast, full, apiErr)
+			}
+		}
 		req, apiErr := parseOrderRequest(contentType, bytes.NewReader(body))
 		problem, isObject := firstKeyProblem(body, orderNames)
 		if apiErr == nil {

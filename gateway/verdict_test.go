@@ -246,3 +246,49 @@ func TestNotYetOpenFloodIsRefusedFromVerdict(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestVerdictRefusesNothingWithRedisDown: a verdict filters, it never
+// decides. With Redis cut, a fresh buyer of a sold-out item is not refused
+// from the verdict (its requestId cannot be checked): the answer is 503,
+// nothing reserved; the failed checks count toward the Redis breaker,
+// which opens; once Redis is back the verdict refuses again.
+func TestVerdictRefusesNothingWithRedisDown(t *testing.T) {
+	t.Parallel()
+	r := testenv.MustRedis(t)
+	proxy := testenv.MustProxy(t, testenv.RedisAddr())
+	st := stock.New(testenv.RedisClient(t, proxy.Addr, 300*time.Millisecond), r.Prefix)
+	it := stock.Item{ActivityID: 47, ItemID: 1}
+	if _, err := st.Preheat(context.Background(), stock.Sale{Item: it, Stock: 0, StartsAt: time.Now().Add(-time.Hour),
+		EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
+		t.Fatal(err)
+	}
+	g := mustReplica(t, st, time.Second)
+	if code, errCode, _ := g.post(t, it, "learn", 1); code != http.StatusConflict || errCode != "SOLD_OUT" {
+		t.Fatalf("first refusal: %d %s, want 409 SOLD_OUT", code, errCode)
+	}
+	if code, errCode, _ := g.post(t, it, "from-verdict", 2); code != http.StatusConflict || g.fromVerdict("SOLD_OUT") != 1 {
+		t.Fatalf("second refusal: %d %s, %v from the verdict; want 409 from it", code, errCode, g.fromVerdict("SOLD_OUT"))
+	}
+	proxy.Down()
+	for i := range 8 {
+		if code, errCode, _ := g.post(t, it, fmt.Sprintf("cut-%d", i), int64(10+i)); code != http.StatusServiceUnavailable {
+			t.Fatalf("fresh buyer %d with Redis cut: %d %s, want 503", i, code, errCode)
+		}
+	}
+	if g.fromVerdict("SOLD_OUT") != 1 {
+		t.Errorf("%v refusals from the verdict, want still 1", g.fromVerdict("SOLD_OUT"))
+	}
+	if !g.s.redisCB.Open() {
+		t.Errorf("the Redis breaker is %s after 8 failed requests, want open", g.s.redisCB.State())
+	}
+	proxy.Up(t)
+	testenv.WaitFor(t, 10*time.Second, "a refusal from the verdict again", func() bool {
+		g.step(100 * time.Millisecond) // the breaker's clock is real; the verdict's is this one
+		code, _, _ := g.post(t, it, fmt.Sprintf("back-%d", time.Now().UnixNano()), 99)
+		return code == http.StatusConflict
+	})
+	left, err := r.Client.Get(context.Background(), stocktest.KeysOf(stocktest.On(r.Client, r.Prefix), it).Stock).Int64()
+	if err != nil || left != 0 {
+		t.Errorf("stock %d (%v), want 0: nothing reserved", left, err)
+	}
+}

@@ -70,6 +70,11 @@ type Order struct {
 	EventFunc   func(it Item, orderNo string) []byte
 	TraceParent string // see Reservation.TraceParent
 	ReplayOnly  bool   // see Reservation.ReplayOnly
+	// asked: Refuse consulted the bucket's verdict for this order already,
+	// so Reserve does not; renew is the verdict it picked this order to
+	// renew, if any.
+	asked bool
+	renew *verdict
 }
 
 // Attempt is the script's answer with what the attempt was made as: the
@@ -95,15 +100,19 @@ func (r *Reserver) Reserve(ctx context.Context, o Order) (Attempt, error) {
 		return Attempt{}, err
 	}
 	it := base.ForUser(o.UserID, n)
-	a, refused, renew := r.refuseFromVerdict(ctx, o, it)
-	if refused {
-		return a, nil
+	renew := o.renew
+	if !o.asked {
+		var a Attempt
+		var refused bool
+		if a, refused, renew = r.refuseFromVerdict(ctx, o, it); refused {
+			return a, nil
+		}
 	}
 	if renew != nil {
 		// Picked to renew the verdict; a new one replaces it, if any.
 		defer renew.renewing.Store(false)
 	}
-	a, err = r.reserveIn(ctx, o, it, n)
+	a, err := r.reserveIn(ctx, o, it, n)
 	if err == nil && a.Outcome == WrongBuckets && ValidBuckets(int(a.Remaining)) {
 		// The sale was armed between the read of its count and the
 		// script: nothing was reserved; route by the count it answered,
@@ -113,6 +122,23 @@ func (r *Reserver) Reserve(ctx context.Context, o Order) (Attempt, error) {
 		a, err = r.reserveIn(ctx, o, base.ForUser(o.UserID, n), n)
 	}
 	return a, err
+}
+
+// Refuse answers o from its bucket's verdict, when the verdict refuses it
+// and Redis does not know its requestId (verdict.go), with no script run:
+// the cheap answer to a flood. err is the check's failure, which refuses
+// nothing. ok false: Reserve decides, without consulting the verdict again.
+func (r *Reserver) Refuse(ctx context.Context, o *Order) (a Attempt, ok bool, err error) {
+	n, known := r.counts.Load(Item{ActivityID: o.ActivityID, ItemID: o.ItemID})
+	if !known {
+		return Attempt{}, false, nil
+	}
+	it := Item{ActivityID: o.ActivityID, ItemID: o.ItemID}.ForUser(o.UserID, n.(int))
+	a, refused, renew, err := r.verdictAnswer(ctx, *o, it)
+	if !refused {
+		o.asked, o.renew = true, renew
+	}
+	return a, refused, err
 }
 
 // reserveIn runs the script for o in bucket it, routed by n buckets.

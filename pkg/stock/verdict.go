@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"orderpipe/pkg/stock/internal/layout"
 )
 
 // A sold-out flood: nearly every request is refused, and each refusal used
@@ -56,6 +58,7 @@ type verdict struct {
 	until     time.Time // monotonic; refused only before it
 	renewAt   time.Time // from then on, one request asks the script again
 	renewing  atomic.Bool
+	keys      layout.Keys // the bucket's
 }
 
 // verdictFor is the verdict that refuses quantity q in it now, if any;
@@ -97,7 +100,7 @@ func (r *Reserver) learn(it Item, res ReserveResult, sentAt time.Time) {
 		outcome = SoldOut
 	}
 	r.verdicts.Store(it, &verdict{outcome: outcome, remaining: max(res.Remaining, 0), until: sentAt.Add(life),
-		renewAt: sentAt.Add(life * 3 / 4)})
+		renewAt: sentAt.Add(life * 3 / 4), keys: r.store.keys(it)})
 }
 
 // Forget drops the verdicts of an activity's items: a preheat made through
@@ -116,20 +119,25 @@ func (r *Reserver) Forget(activityID int64) {
 // is one and Redis does not know the requestId; ok is false when the
 // script has to decide.
 func (r *Reserver) refuseFromVerdict(ctx context.Context, o Order, it Item) (a Attempt, ok bool, renew *verdict) {
+	a, ok, renew, _ = r.verdictAnswer(ctx, o, it)
+	return a, ok, renew
+}
+
+// verdictAnswer is refuseFromVerdict with the check's failure, if any.
+func (r *Reserver) verdictAnswer(ctx context.Context, o Order, it Item) (a Attempt, ok bool, renew *verdict, err error) {
 	if r.ttl <= 0 || o.ReplayOnly {
-		return Attempt{}, false, nil
+		return Attempt{}, false, nil, nil
 	}
 	v, renewing := r.verdictFor(it, o.Quantity, r.now())
 	if v == nil || renewing {
 		if renewing {
-			return Attempt{}, false, v
+			return Attempt{}, false, v, nil
 		}
-		return Attempt{}, false, nil
+		return Attempt{}, false, nil, nil
 	}
-	keys := r.store.keys(it)
-	known, ended, err := r.known.ask(ctx, keys.Req(o.RequestID), keys.Sale, it)
+	known, ended, err := r.known.ask(ctx, v.keys.Req(o.RequestID), v.keys.Sale, it)
 	if err != nil || known {
-		return Attempt{}, false, nil
+		return Attempt{}, false, nil, err
 	}
 	res := ReserveResult{Outcome: v.outcome, Remaining: v.remaining, OutsideWindow: v.outcome == NotOnSale}
 	if ended {
@@ -137,17 +145,18 @@ func (r *Reserver) refuseFromVerdict(ctx context.Context, o Order, it Item) (a A
 		// then on every answer is NOT_ON_SALE (an ended sale stays ended).
 		res = ReserveResult{Outcome: NotOnSale, OutsideWindow: true}
 	}
-	return Attempt{ReserveResult: res, Item: it, FromVerdict: true}, true, nil
+	return Attempt{ReserveResult: res, Item: it, FromVerdict: true}, true, nil, nil
 }
 
 // knownAsks coalesces the dedup-record checks of concurrent refusals: the
 // checks of one bucket that wait together become one EXISTS, and those of
 // several buckets one pipeline. One pipeline is in flight at a time; the
-// checks that arrive meanwhile go in the next.
+// checks that arrive meanwhile go in the next, and wait on one channel.
 type knownAsks struct {
 	rdb     redis.UniversalClient
 	mu      sync.Mutex
 	queue   []*knownAsk
+	done    chan struct{} // closed once the queue's pipeline has answered
 	sending bool
 	lastAt  time.Time // when the last pipeline went out
 }
@@ -165,16 +174,20 @@ type knownAsk struct {
 	known     bool
 	ended     bool
 	err       error
-	done      chan struct{}
 }
 
 // ask says whether key (a dedup record of bucket it) exists — when several
 // checks of it went out together, whether any of theirs does — and whether
 // the kill switch has ended the bucket's sale (its sale hash's 'ended'
-// tombstone, end.lua), in the same round trip.
+// tombstone, end.lua), in the same round trip. The pipeline is bounded by
+// the Redis client's timeouts; ctx ends the wait sooner.
 func (k *knownAsks) ask(ctx context.Context, key, sale string, it Item) (known, ended bool, err error) {
-	c := &knownAsk{key: key, sale: sale, group: it, done: make(chan struct{})}
+	c := &knownAsk{key: key, sale: sale, group: it}
 	k.mu.Lock()
+	if k.done == nil {
+		k.done = make(chan struct{})
+	}
+	done := k.done
 	k.queue = append(k.queue, c)
 	if !k.sending {
 		k.sending = true
@@ -182,7 +195,7 @@ func (k *knownAsks) ask(ctx context.Context, key, sale string, it Item) (known, 
 	}
 	k.mu.Unlock()
 	select {
-	case <-c.done:
+	case <-done:
 		return c.known, c.ended, c.err
 	case <-ctx.Done():
 		// The check is read only: abandoning it changes nothing.
@@ -194,29 +207,30 @@ func (k *knownAsks) ask(ctx context.Context, key, sale string, it Item) (known, 
 func (k *knownAsks) send() {
 	for {
 		k.mu.Lock()
-		batch := k.queue
-		k.queue = nil
-		if len(batch) == 0 {
+		if len(k.queue) == 0 {
 			k.sending = false
 			k.mu.Unlock()
 			return
 		}
 		wait := knownGap - time.Since(k.lastAt)
-		k.mu.Unlock()
 		if wait > 0 {
+			// The checks that arrive meanwhile join this pipeline.
+			k.mu.Unlock()
 			time.Sleep(wait)
 			k.mu.Lock()
-			batch = append(batch, k.queue...)
-			k.queue = nil
-			k.mu.Unlock()
 		}
+		batch, done := k.queue, k.done
+		k.queue, k.done = nil, nil
+		k.mu.Unlock()
 		k.lastAt = time.Now()
 		k.exec(batch)
+		close(done)
 	}
 }
 
 // exec sends one EXISTS and one HEXISTS of the sale's tombstone per bucket
-// of batch, in one pipeline bounded by the client's timeouts.
+// of batch, in one pipeline bounded by the client's timeouts, and sets
+// each check's answer.
 func (k *knownAsks) exec(batch []*knownAsk) {
 	groups := map[Item][]*knownAsk{}
 	for _, c := range batch {
@@ -246,7 +260,6 @@ func (k *knownAsks) exec(batch []*knownAsk) {
 		}
 		for _, c := range cs {
 			c.known, c.ended, c.err = n > 0, ended, cerr
-			close(c.done)
 		}
 	}
 }
