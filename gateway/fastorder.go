@@ -70,16 +70,7 @@ type plainScan struct {
 	i    int
 }
 
-func (s *plainScan) space() {
-	for s.i < len(s.data) {
-		switch s.data[s.i] {
-		case ' ', '\t', '\r', '\n':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+func (s *plainScan) space() { s.i = skipSpace(s.data, s.i) }
 
 // byte takes c.
 func (s *plainScan) byte(c byte) bool {

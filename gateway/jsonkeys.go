@@ -116,15 +116,20 @@ func checkKeys(data []byte, sh *shape) (int, *apiError) {
 	return s.i, nil
 }
 
-func (s *keyScan) space() {
-	for s.i < len(s.data) {
-		switch s.data[s.i] {
+func (s *keyScan) space() { s.i = skipSpace(s.data, s.i) }
+
+// skipSpace is the index of the first byte from i on that is not JSON
+// white space.
+func skipSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
 		case ' ', '\t', '\n', '\r':
-			s.i++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
 // value scans the value at s.i, after white space, and reports whether it

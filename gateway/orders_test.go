@@ -102,9 +102,7 @@ func (p cuttingProducer) WriteMessages(context.Context, ...kafka.Message) error 
 // told 503, never learns of.
 func TestUnknownOutcomeIsReleasedOnceRedisAnswers(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	proxy := testenv.MustProxy(t, testenv.RedisAddr())
-	st := stock.New(testenv.RedisClient(t, proxy.Addr, 300*time.Millisecond), r.Prefix)
+	r, proxy, st := redisBehindProxy(t)
 	it := stock.Item{ActivityID: 1, ItemID: 1}
 	ctx := context.Background()
 	preheatTen(t, st, it)
@@ -136,6 +134,15 @@ func TestUnknownOutcomeIsReleasedOnceRedisAnswers(t *testing.T) {
 	if w.Code != http.StatusAccepted {
 		t.Errorf("retry after the release: %d %s, want 202", w.Code, w.Body)
 	}
+}
+
+// redisBehindProxy is a store on the tests' Redis reached through a proxy
+// the test can cut, its calls bounded by 300 ms.
+func redisBehindProxy(t *testing.T) (testenv.Redis, *testenv.Proxy, *stock.Store) {
+	t.Helper()
+	r := testenv.MustRedis(t)
+	proxy := testenv.MustProxy(t, testenv.RedisAddr())
+	return r, proxy, stock.New(testenv.RedisClient(t, proxy.Addr, 300*time.Millisecond), r.Prefix)
 }
 
 type okProducer struct{}

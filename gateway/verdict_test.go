@@ -254,9 +254,7 @@ func TestNotYetOpenFloodIsRefusedFromVerdict(t *testing.T) {
 // which opens; once Redis is back the verdict refuses again.
 func TestVerdictRefusesNothingWithRedisDown(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	proxy := testenv.MustProxy(t, testenv.RedisAddr())
-	st := stock.New(testenv.RedisClient(t, proxy.Addr, 300*time.Millisecond), r.Prefix)
+	r, proxy, st := redisBehindProxy(t)
 	it := stock.Item{ActivityID: 47, ItemID: 1}
 	if _, err := st.Preheat(context.Background(), stock.Sale{Item: it, Stock: 0, StartsAt: time.Now().Add(-time.Hour),
 		EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
