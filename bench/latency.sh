@@ -21,6 +21,8 @@
 #                                                 and mutex profile and a 2 s execution trace of the floor pipeline
 #                                                 and of orderpipe all ($OUT/latency-<run>-<rate>.{floor,all}.*),
 #                                                 each trace's requests split by what they waited in (bench/tracesplit)
+#   PIPE_BIN=/tmp/old/orderpipe-dev bench/latency.sh   another build's orderpipe all (and its migrate) against
+#                                                 this build's floor and load tool: a bisect across commits
 #   GOGC=400 bench/latency.sh                     any variable of docs/config.md (and Go's GOGC,
 #                                                 GOMEMLIMIT) passes through to orderpipe all
 # Exit status: 0 every run's invariants held, 1 one failed, 2 could not run.
@@ -28,6 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BIN=${BIN:-bin/orderpipe-dev}
+PIPE_BIN=${PIPE_BIN:-$BIN}
 RATES=${RATES:-1000 2000 4000}
 SECONDS_EACH=${SECONDS_EACH:-15}
 C=${C:-200}
@@ -52,7 +55,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$BIN" migrate >"$log" 2>&1 || { echo "latency: migrate failed; see $log" >&2; exit 2; }
+"$PIPE_BIN" migrate >"$log" 2>&1 || { echo "latency: migrate failed; see $log" >&2; exit 2; }
 http_port=$(free_port)
 kafka_port=$(free_port)
 pprof_port=$(free_port)
@@ -60,7 +63,7 @@ floor_port=$(free_port)
 export HTTP_ADDR="127.0.0.1:$http_port" KAFKA_EMBEDDED_PORT="$kafka_port"
 [ -n "$PROFILE" ] && export PPROF_ADDR="127.0.0.1:$pprof_port"
 floor_pprof_port=$(free_port)
-"$BIN" all >>"$log" 2>&1 &
+"$PIPE_BIN" all >>"$log" 2>&1 &
 pid=$!
 # The floor gets none of orderpipe all's settings.
 case "$FLOOR" in
@@ -196,6 +199,6 @@ if [ -n "$PROFILE" ]; then
       go tool pprof -top -nodecount 8 "$p.$who.$kind.pprof" 2>/dev/null | sed -n '/flat%/,$p' || true
     done
   done
-  echo "profiles at $PROFILE req/s: go tool pprof -top $BIN $p.all.cpu.pprof (and .floor., .block., .mutex.); go tool trace $p.all.trace"
+  echo "profiles at $PROFILE req/s: go tool pprof -top $PIPE_BIN $p.all.cpu.pprof (and .floor., .block., .mutex.); go tool trace $p.all.trace"
 fi
 exit "$status"

@@ -225,8 +225,14 @@ func waitReady(ctx context.Context, api *client.Client, within time.Duration) er
 func createSale(ctx context.Context, api *client.Client, cfg Config, items []int64) error {
 	a := client.ActivityUpsert{Name: fmt.Sprintf("bench %d", cfg.ActivityID), StartsAt: time.Now().Add(-time.Minute).UTC(),
 		EndsAt: time.Now().Add(time.Hour).UTC(), PerUserLimit: cfg.Quantity}
+	// One bucket is sent as none, the default a storefront leaves out (and
+	// a gateway older than bucketed stock takes).
+	buckets := cfg.Buckets
+	if buckets == 1 {
+		buckets = 0
+	}
 	for _, id := range items {
-		a.Items = append(a.Items, client.ItemUpsert{ItemID: id, Stock: cfg.Stock, Buckets: cfg.Buckets})
+		a.Items = append(a.Items, client.ItemUpsert{ItemID: id, Stock: cfg.Stock, Buckets: buckets})
 	}
 	// Both calls are idempotent: a 503 (the order store past its timeout
 	// on a busy machine) is retried a few times.
