@@ -483,7 +483,7 @@ func testMigrateWaitsForPostgresToRecover(t *testing.T, _ engine) {
 // later, and checks the command waited (one warning) and then created the
 // three topics with the partitions asked for.
 func testTopicsWaitsForAStartingBroker(t *testing.T, _ engine) {
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t) // the broker listens there 1.5 s later
 	_, portText, _ := net.SplitHostPort(addr)
 	port, err := strconv.Atoi(portText)
 	if err != nil {
