@@ -112,11 +112,16 @@ test: deps services promtool pushgateway kubectl-validate ## unit and integratio
 	@KUBECTL_VALIDATE=$$(deploy/k8s/kubectl-validate.sh) deploy/local/test-redis.sh $(GO) test -tags dev -race -vet=$(VET_ALL) -count=1 -p 2 -parallel $(TEST_PARALLEL) -skip '$(E2E_SLOW)' -timeout 15m ./...; \
 	rc=$$?; t=$$(( $$(date +%s) - $(MAKE_START) )); echo "make test: $$((t / 60)) min $$((t % 60)) s wall"; exit $$rc
 
-# The slow tier: the suite's slow cases one after another (they build one
-# production binary and share it). TEST_KAFKA_TLS=1 (.ci/run sets it) makes the SASL_SSL
-# test fail rather than skip when Java or the Kafka jars are missing.
+# The slow tier: first the slow cases that need the machine to themselves,
+# one after another (the quiet log, make run, the loading Redis, the
+# SASL_SSL broker), then the ones marked shares all together, up to
+# E2E_PARALLEL at once (mostly waiting: an endpoint down for 2 minutes,
+# commands waiting out dead stores); all share one production binary,
+# built once. TEST_KAFKA_TLS=1 (.ci/run sets it) makes the SASL_SSL test
+# fail rather than skip when Java or the Kafka jars are missing.
+E2E_PARALLEL ?= 16
 e2e: deps services ## the slow end-to-end tests make test skips: the production binary, make run and Ctrl-C, Kafka over SASL_SSL, a quiet healthy log (prints its wall time)
-	@deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -run '$(E2E_SLOW)' -timeout 25m .; \
+	@deploy/local/test-redis.sh $(GO) test -tags dev -race -count=1 -parallel $(E2E_PARALLEL) -run '$(E2E_SLOW)' -timeout 25m .; \
 	rc=$$?; t=$$(( $$(date +%s) - $(MAKE_START) )); echo "make e2e: $$((t / 60)) min $$((t % 60)) s wall"; exit $$rc
 
 # The real-engine tier: the end-to-end tests (root package, gateway, worker)

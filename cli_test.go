@@ -184,6 +184,7 @@ func TestEveryCommandRuns(t *testing.T) {
 // 0, whatever the configuration: every dependency points at a closed port,
 // and a bad setting would stop any command that read the configuration.
 func testHelpTouchesNothing(t *testing.T, _ engine) {
+	t.Parallel()
 	env := append(deadEnds(t), "WORKER_BATCH_SIZE=not-a-number", "ADMIN_TOKEN_FILE=/nonexistent/admin_token")
 	for _, c := range commands {
 		t.Run(c.name, func(t *testing.T) {
@@ -224,6 +225,7 @@ func testHelpTouchesNothing(t *testing.T, _ engine) {
 // or an unknown command is named, the usage follows on stderr, exit 2 —
 // before anything is touched.
 func testBadCommandLinesExit2(t *testing.T, _ engine) {
+	t.Parallel()
 	env := deadEnds(t)
 	for _, c := range commands {
 		if c.name == "help" {
@@ -338,6 +340,7 @@ func TestBadSettingsStopBeforeAnything(t *testing.T) {
 // scheduled job: its stderr is its log) writes to stderr is a JSON record,
 // go-redis's own lines included (its default is plain text).
 func testLogLinesAreJSON(t *testing.T, _ engine) {
+	t.Parallel()
 	env := append(deadEnds(t), "DATABASE_URL="+testenv.MustDatabase(t).URL) // Redis is the one down
 	res := runBinary(t, env, "reconciler", "--once")
 	if res.code != 2 || res.stderr == "" {
@@ -353,6 +356,7 @@ func testLogLinesAreJSON(t *testing.T, _ engine) {
 // testVersion: `orderpipe version` (and --version) print what the build
 // stamped and the Go version, touching nothing.
 func testVersion(t *testing.T, _ engine) {
+	t.Parallel()
 	env := append(deadEnds(t), "WORKER_BATCH_SIZE=not-a-number")
 	for _, arg := range []string{"version", "--version"} {
 		res := runBinary(t, env, arg)
@@ -366,6 +370,7 @@ func testVersion(t *testing.T, _ engine) {
 // testBuildInfoMetric: a running process (here a closer, on the test
 // Postgres and Redis) exports orderpipe_build_info with the build's labels.
 func testBuildInfoMetric(t *testing.T, _ engine) {
+	t.Parallel()
 	db := testenv.MustDatabase(t)
 	metricsAddr := freeAddr(t)
 	cmd := exec.Command(mustBinary(t), "closer")
@@ -421,6 +426,7 @@ func grepLines(s, sub string) string {
 // `kafka` say what to do, before touching anything (every dependency is a
 // closed port: touching one would fail with another message).
 func testProductionBuildHasNoEmbeddedBroker(t *testing.T, _ engine) {
+	t.Parallel()
 	env := deadEnds(t)
 	env = env[:len(env):len(env)]
 	for i, kv := range env {
@@ -448,6 +454,7 @@ func testProductionBuildHasNoEmbeddedBroker(t *testing.T, _ engine) {
 // suite's clock steps) is refused by the production build before anything
 // is touched, rather than ignored.
 func testProductionBuildHasNoSteppedClock(t *testing.T, _ engine) {
+	t.Parallel()
 	env := append(deadEnds(t), "DEV_CLOCK_OFFSET_FILE="+filepath.Join(t.TempDir(), "clock"))
 	res := runBinary(t, env, "gateway")
 	if res.code != 1 || !strings.Contains(res.stderr, "a stepped clock (DEV_CLOCK_OFFSET_FILE) exists only in development builds") {

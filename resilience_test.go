@@ -405,6 +405,7 @@ func testHungRedisAnswers503InTime(t *testing.T, e engine) {
 // Redis refuse connections (a restart or failover under way) waits for them
 // instead of exiting, serves once they are back, and stops cleanly.
 func testStartRidesOutUnreachableStores(t *testing.T, _ engine) {
+	t.Parallel()
 	db := testenv.MustDatabase(t)
 	rd := testenv.MustRedis(t)
 	pgURL, err := url.Parse(db.URL)
@@ -441,6 +442,7 @@ func testStartWaitsForRedisToLoad(t *testing.T, _ engine) {
 // server is a replica cut from its primary (it answers MASTERDOWN while a
 // failover is under way) waits, and serves once the replica is promoted.
 func testStartWaitsForRedisFailover(t *testing.T, _ engine) {
+	t.Parallel()
 	db := testenv.MustDatabase(t)
 	rs := testenv.MustCutReplica(t)
 	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=failover:")
@@ -453,6 +455,7 @@ func testStartWaitsForRedisFailover(t *testing.T, _ engine) {
 // still in recovery (every connection refused with SQLSTATE 57P03, as while
 // a restarted server replays its WAL) waits for it instead of exiting.
 func testStartWaitsForPostgresToRecover(t *testing.T, _ engine) {
+	t.Parallel()
 	rd := testenv.MustRedis(t)
 	pg := testenv.MustPostgresStandby(t)
 	c := startCloser(t, "DATABASE_URL="+pg.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+rd.Prefix)
@@ -466,6 +469,7 @@ func testStartWaitsForPostgresToRecover(t *testing.T, _ engine) {
 // PostgreSQL is still in recovery waits for it, then creates and migrates
 // the database, instead of failing at once on 57P03.
 func testMigrateWaitsForPostgresToRecover(t *testing.T, _ engine) {
+	t.Parallel()
 	pg := testenv.MustPostgresStandby(t)
 	url := strings.Replace(pg.URL, "/postgres?", "/orderpipe_migrate?", 1)
 	if url == pg.URL {
@@ -483,7 +487,8 @@ func testMigrateWaitsForPostgresToRecover(t *testing.T, _ engine) {
 // later, and checks the command waited (one warning) and then created the
 // three topics with the partitions asked for.
 func testTopicsWaitsForAStartingBroker(t *testing.T, _ engine) {
-	addr := freeAddr(t)
+	t.Parallel()
+	addr := testenv.FreeAddr(t) // the broker listens there 1.5 s later
 	_, portText, _ := net.SplitHostPort(addr)
 	port, err := strconv.Atoi(portText)
 	if err != nil {

@@ -58,9 +58,14 @@ func assertNoSecret(t *testing.T, what, out string) {
 // testSecretsNeverShown runs the production binary with known secrets,
 // every command, failing and running, and greps all it wrote.
 func testSecretsNeverShown(t *testing.T, _ engine) {
+	t.Parallel()
 	closed := freeAddr(t)
-	dead := []string{"KAFKA_BROKERS=" + closed, "HTTP_ADDR=" + freeAddr(t), "METRICS_ADDR=" + freeAddr(t),
-		"REDIS_KEY_PREFIX=secrettest:"}
+	// Each command its own listen addresses: the failing commands run at
+	// once, and two listening on one address would fail for that instead.
+	dead := func(t *testing.T) []string {
+		return []string{"KAFKA_BROKERS=" + closed, "HTTP_ADDR=" + freeAddr(t), "METRICS_ADDR=" + freeAddr(t),
+			"REDIS_KEY_PREFIX=secrettest:"}
+	}
 	pw := secrets["DATABASE_URL password"]
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -77,32 +82,35 @@ func testSecretsNeverShown(t *testing.T, _ engine) {
 			env  []string
 			args []string
 		}{
-			{"Env", secretEnv(closed, dead...), []string{"env"}},
-			{"Migrate", secretEnv(closed, dead...), []string{"migrate"}},
-			{"RedisAddrAndPassword", append(dead, "REDIS_ADDR="+closed, "REDIS_PASSWORD="+secrets["REDIS_PASSWORD"],
+			{"Env", secretEnv(closed, dead(t)...), []string{"env"}},
+			{"Migrate", secretEnv(closed, dead(t)...), []string{"migrate"}},
+			{"RedisAddrAndPassword", append(dead(t), "REDIS_ADDR="+closed, "REDIS_PASSWORD="+secrets["REDIS_PASSWORD"],
 				"DATABASE_URL=postgres://postgres:"+pw+"@"+closed+"/x"), []string{"closer"}},
-			{"RedisPasswordTwice", secretEnv(closed, append(dead, "REDIS_PASSWORD="+secrets["REDIS_PASSWORD"])...), []string{"gateway"}},
-			{"RedisURLBadPort", append(dead, "REDIS_URL=rediss://app:"+secrets["REDIS_URL password"]+"@127.0.0.1:notaport"), []string{"reconciler", "--once"}},
-			{"RedisPasswordFromFile", append(dead, "REDIS_ADDR="+closed, "REDIS_PASSWORD_FILE="+write("redis_password", secrets["REDIS_PASSWORD"]),
+			{"RedisPasswordTwice", secretEnv(closed, append(dead(t), "REDIS_PASSWORD="+secrets["REDIS_PASSWORD"])...), []string{"gateway"}},
+			{"RedisURLBadPort", append(dead(t), "REDIS_URL=rediss://app:"+secrets["REDIS_URL password"]+"@127.0.0.1:notaport"), []string{"reconciler", "--once"}},
+			{"RedisPasswordFromFile", append(dead(t), "REDIS_ADDR="+closed, "REDIS_PASSWORD_FILE="+write("redis_password", secrets["REDIS_PASSWORD"]),
 				"DATABASE_URL=postgres://postgres:"+pw+"@"+closed+"/x"), []string{"gateway"}},
-			{"KafkaBadMechanism", secretEnv(closed, append(dead, "KAFKA_SASL_MECHANISM=GSSAPI")...), []string{"topics"}},
-			{"KafkaPasswordFromFile", append(dead, "KAFKA_SASL_MECHANISM=PLAIN", "KAFKA_SASL_USERNAME=app",
+			{"KafkaBadMechanism", secretEnv(closed, append(dead(t), "KAFKA_SASL_MECHANISM=GSSAPI")...), []string{"topics"}},
+			{"KafkaPasswordFromFile", append(dead(t), "KAFKA_SASL_MECHANISM=PLAIN", "KAFKA_SASL_USERNAME=app",
 				"KAFKA_SASL_PASSWORD_FILE="+write("kafka_password", secrets["KAFKA_SASL_PASSWORD"])), []string{"topics"}},
-			{"MigrateBadPort", append(dead, "DATABASE_URL=postgres://postgres:"+pw+"@127.0.0.1:notaport/x"), []string{"migrate"}},
-			{"MigrateBadSSLMode", append(dead, "DATABASE_URL=postgres://postgres:"+pw+"@"+closed+"/x?sslmode=bogus"), []string{"migrate"}},
-			{"MigrateKeywordValue", append(dead, "DATABASE_URL=host=127.0.0.1 port="+strings.Split(closed, ":")[1]+" user=postgres password="+pw+" dbname=x sslmode=disable"), []string{"migrate"}},
-			{"MigrateFromFiles", append(dead, "DATABASE_URL_FILE="+write("database_url", "postgres://postgres:"+pw+"@"+closed+"/x"),
+			{"MigrateBadPort", append(dead(t), "DATABASE_URL=postgres://postgres:"+pw+"@127.0.0.1:notaport/x"), []string{"migrate"}},
+			{"MigrateBadSSLMode", append(dead(t), "DATABASE_URL=postgres://postgres:"+pw+"@"+closed+"/x?sslmode=bogus"), []string{"migrate"}},
+			{"MigrateKeywordValue", append(dead(t), "DATABASE_URL=host=127.0.0.1 port="+strings.Split(closed, ":")[1]+" user=postgres password="+pw+" dbname=x sslmode=disable"), []string{"migrate"}},
+			{"MigrateFromFiles", append(dead(t), "DATABASE_URL_FILE="+write("database_url", "postgres://postgres:"+pw+"@"+closed+"/x"),
 				"ADMIN_TOKEN_FILE="+write("admin_token", secrets["ADMIN_TOKEN"])), []string{"migrate"}},
-			{"All", secretEnv(closed, dead...), []string{"all"}},
-			{"Gateway", secretEnv(closed, dead...), []string{"gateway"}},
-			{"Worker", secretEnv(closed, dead...), []string{"worker"}},
-			{"Closer", secretEnv(closed, dead...), []string{"closer"}},
-			{"Reconciler", secretEnv(closed, dead...), []string{"reconciler", "--once"}},
-			{"Locate", secretEnv(closed, dead...), []string{"locate", "r-1"}},
-			{"Topics", secretEnv(closed, dead...), []string{"topics"}},
-			{"BenchPurge", secretEnv(closed, dead...), []string{"bench", "--purge-keys"}},
+			{"All", secretEnv(closed, dead(t)...), []string{"all"}},
+			{"Gateway", secretEnv(closed, dead(t)...), []string{"gateway"}},
+			{"Worker", secretEnv(closed, dead(t)...), []string{"worker"}},
+			{"Closer", secretEnv(closed, dead(t)...), []string{"closer"}},
+			{"Reconciler", secretEnv(closed, dead(t)...), []string{"reconciler", "--once"}},
+			{"Locate", secretEnv(closed, dead(t)...), []string{"locate", "r-1"}},
+			{"Topics", secretEnv(closed, dead(t)...), []string{"topics"}},
+			{"BenchPurge", secretEnv(closed, dead(t)...), []string{"bench", "--purge-keys"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
+				// Most wait out the startup wait on a dead dependency
+				// (30 s, an idle retry loop): they wait together.
+				t.Parallel()
 				res := runBinary(t, tc.env, tc.args...)
 				assertNoSecret(t, "orderpipe "+strings.Join(tc.args, " "), res.String())
 				if tc.name == "Env" {

@@ -29,7 +29,9 @@ import (
 //
 // A case calls t.Parallel() itself when it can share the machine (its
 // database, Redis prefix, topics and broker are its own); the serial ones
-// run first, alone (docs/testing.md).
+// run first, alone (docs/testing.md). A slow case calls it only when it
+// is marked shares: it then runs beside the other shared slow cases, after
+// the slow cases that run alone.
 
 // engine is the Kafka-protocol broker a case's pipelines run on.
 type engine struct {
@@ -65,9 +67,21 @@ type e2eCase struct {
 	run  func(t *testing.T, e engine)
 	// slow: it builds or runs the production binary, runs make run, starts
 	// a JVM, or holds a pipeline for minutes — make e2e runs it, make test
-	// does not. Slow cases never call t.Parallel(): they run one after
-	// another and share the one production binary mustBinary builds.
+	// does not. A slow case runs alone, one after another, unless it is
+	// marked shares.
 	slow bool
+	// shares: a slow case that can share the machine with the other slow
+	// cases so marked. It mostly waits (a store or an endpoint held down)
+	// or runs the production binary for moments, on what is its own (a
+	// database of the pool, a Redis prefix or server, a PostgreSQL, ports,
+	// a broker), and no deadline it holds is tight enough for a busy
+	// machine to miss. Its body calls t.Parallel() (make e2e runs the
+	// shared ones together, -parallel E2E_PARALLEL, after the ones that run
+	// alone); the production binary they run is built once, under binMu
+	// (mustBinary). A slow case that is CPU-heavy or times something — a
+	// burst held to a quiet log, make run, a JVM, a Redis that loads for 2 s
+	// — is not marked, does not call t.Parallel(), and has the machine.
+	shares bool
 	// kfakeOnly: a cluster would only repeat the kfake run — the case
 	// reaches no broker of the engine's (none, a closed address, or one it
 	// starts itself), or the broker is not what it holds still for minutes.
@@ -179,34 +193,36 @@ var suite = []e2eCase{
 
 	// The slow cases (make e2e). Only the healthy pipeline's log is also
 	// held on the cluster: a real cluster's clients may warn where kfake's
-	// do not.
+	// do not. The quiet log (a burst on two cores), make run and Ctrl-C,
+	// the Redis that loads for 2 s and the SASL_SSL broker (a JVM) run
+	// alone; the others share.
 	// cli_test.go
-	{name: "HelpTouchesNothing", run: testHelpTouchesNothing, slow: true, kfakeOnly: true},
-	{name: "BadCommandLinesExit2", run: testBadCommandLinesExit2, slow: true, kfakeOnly: true},
-	{name: "LogLinesAreJSON", run: testLogLinesAreJSON, slow: true, kfakeOnly: true},
-	{name: "Version", run: testVersion, slow: true, kfakeOnly: true},
-	{name: "BuildInfoMetric", run: testBuildInfoMetric, slow: true, kfakeOnly: true},
-	{name: "ProductionBuildHasNoEmbeddedBroker", run: testProductionBuildHasNoEmbeddedBroker, slow: true, kfakeOnly: true},
-	{name: "ProductionBuildHasNoSteppedClock", run: testProductionBuildHasNoSteppedClock, slow: true, kfakeOnly: true},
+	{name: "HelpTouchesNothing", run: testHelpTouchesNothing, slow: true, shares: true, kfakeOnly: true},
+	{name: "BadCommandLinesExit2", run: testBadCommandLinesExit2, slow: true, shares: true, kfakeOnly: true},
+	{name: "LogLinesAreJSON", run: testLogLinesAreJSON, slow: true, shares: true, kfakeOnly: true},
+	{name: "Version", run: testVersion, slow: true, shares: true, kfakeOnly: true},
+	{name: "BuildInfoMetric", run: testBuildInfoMetric, slow: true, shares: true, kfakeOnly: true},
+	{name: "ProductionBuildHasNoEmbeddedBroker", run: testProductionBuildHasNoEmbeddedBroker, slow: true, shares: true, kfakeOnly: true},
+	{name: "ProductionBuildHasNoSteppedClock", run: testProductionBuildHasNoSteppedClock, slow: true, shares: true, kfakeOnly: true},
 	// quiet_e2e_test.go
 	{name: "HealthyPipelineLogsNoWarnings", run: testHealthyPipelineLogsNoWarnings, slow: true},
 	// readme_test.go
 	{name: "MakeRunCtrlCEndsClean", run: testMakeRunCtrlCEndsClean, slow: true, kfakeOnly: true},
 	// resilience_test.go
-	{name: "StartRidesOutUnreachableStores", run: testStartRidesOutUnreachableStores, slow: true, kfakeOnly: true},
+	{name: "StartRidesOutUnreachableStores", run: testStartRidesOutUnreachableStores, slow: true, shares: true, kfakeOnly: true},
 	{name: "StartWaitsForRedisToLoad", run: testStartWaitsForRedisToLoad, slow: true, kfakeOnly: true},
-	{name: "StartWaitsForRedisFailover", run: testStartWaitsForRedisFailover, slow: true, kfakeOnly: true},
-	{name: "StartWaitsForPostgresToRecover", run: testStartWaitsForPostgresToRecover, slow: true, kfakeOnly: true},
-	{name: "MigrateWaitsForPostgresToRecover", run: testMigrateWaitsForPostgresToRecover, slow: true, kfakeOnly: true},
-	{name: "TopicsWaitsForAStartingBroker", run: testTopicsWaitsForAStartingBroker, slow: true, kfakeOnly: true},
+	{name: "StartWaitsForRedisFailover", run: testStartWaitsForRedisFailover, slow: true, shares: true, kfakeOnly: true},
+	{name: "StartWaitsForPostgresToRecover", run: testStartWaitsForPostgresToRecover, slow: true, shares: true, kfakeOnly: true},
+	{name: "MigrateWaitsForPostgresToRecover", run: testMigrateWaitsForPostgresToRecover, slow: true, shares: true, kfakeOnly: true},
+	{name: "TopicsWaitsForAStartingBroker", run: testTopicsWaitsForAStartingBroker, slow: true, shares: true, kfakeOnly: true},
 	// secrets_test.go
-	{name: "SecretsNeverShown", run: testSecretsNeverShown, slow: true, kfakeOnly: true},
+	{name: "SecretsNeverShown", run: testSecretsNeverShown, slow: true, shares: true, kfakeOnly: true},
 	// tls_test.go
-	{name: "BinaryReachesRedisOverTLS", run: testBinaryReachesRedisOverTLS, slow: true, kfakeOnly: true},
-	{name: "BinaryReachesPostgresOverTLS", run: testBinaryReachesPostgresOverTLS, slow: true, kfakeOnly: true},
+	{name: "BinaryReachesRedisOverTLS", run: testBinaryReachesRedisOverTLS, slow: true, shares: true, kfakeOnly: true},
+	{name: "BinaryReachesPostgresOverTLS", run: testBinaryReachesPostgresOverTLS, slow: true, shares: true, kfakeOnly: true},
 	{name: "KafkaOverSASLSSL", run: testKafkaOverSASLSSL, slow: true, kfakeOnly: true},
 	// webhook_e2e_test.go
-	{name: "WebhookEndpointDownForMinutes", run: testWebhookEndpointDownForMinutes, slow: true, kfakeOnly: true},
+	{name: "WebhookEndpointDownForMinutes", run: testWebhookEndpointDownForMinutes, slow: true, shares: true, kfakeOnly: true},
 }
 
 func TestEndToEnd(t *testing.T) {
@@ -236,11 +252,13 @@ func runSuite(t *testing.T, e engine, pick func(e2eCase) bool) {
 }
 
 // TestSuiteHasEveryCase: a body written for the suite but not registered
-// would never run, and a slow case calling t.Parallel() would run beside
-// the others. So every function of this package's tests shaped
-// func(*testing.T, engine) is the run of exactly one case, named after
-// it; no slow case calls t.Parallel(); and no top-level test starts a
-// pipeline (it would run on one engine only).
+// would never run; a slow case that needs the machine to itself but calls
+// t.Parallel() would run beside the others, and one marked shares that
+// does not call it would run alone, unseen. So every function of this
+// package's tests shaped func(*testing.T, engine) is the run of exactly
+// one case, named after it; a slow case calls t.Parallel() if and only if
+// it is marked shares, and only a slow case is; and no top-level test
+// starts a pipeline (it would run on one engine only).
 func TestSuiteHasEveryCase(t *testing.T) {
 	t.Parallel()
 	registered := map[string]e2eCase{}
@@ -252,6 +270,9 @@ func TestSuiteHasEveryCase(t *testing.T) {
 		}
 		if fn != "test"+c.name {
 			t.Errorf("case %q runs %s: name the body test%s, so -run 'TestEndToEnd/^%s$' finds it", c.name, fn, c.name, c.name)
+		}
+		if c.shares && !c.slow {
+			t.Errorf("case %q is marked shares but is not slow: shares is for the slow cases (a fast case calls t.Parallel() when it can share the machine)", c.name)
 		}
 		registered[fn] = c
 	}
@@ -285,8 +306,11 @@ func TestSuiteHasEveryCase(t *testing.T) {
 			switch {
 			case !ok:
 				t.Errorf("%s (%s) is a case body that no case of suite runs", name, f)
-			case c.slow && calls(fn.Body, "Parallel"):
-				t.Errorf("%s (%s) is a slow case but calls t.Parallel()", name, f)
+			case c.slow && !c.shares && calls(fn.Body, "Parallel"):
+				t.Errorf("%s (%s) is a slow case that runs alone but calls t.Parallel(): it would run beside the others; "+
+					"mark it shares if nothing it holds needs the machine to itself", name, f)
+			case c.slow && c.shares && !calls(fn.Body, "Parallel"):
+				t.Errorf("%s (%s) is a slow case marked shares but does not call t.Parallel(): it runs alone", name, f)
 			}
 		}
 	}

@@ -29,6 +29,7 @@ import (
 // redis-server that requires mutual TLS, and fail without the client
 // certificate.
 func testBinaryReachesRedisOverTLS(t *testing.T, _ engine) {
+	t.Parallel()
 	certs := testenv.MustTLS(t, "orderpipe")
 	const alicePassword = "alice-Pw-0c3b"
 	srv := testenv.MustRedisTLS(t, certs, "--requirepass", "default-Pw-5e2a", "--user", "alice", "on", ">"+alicePassword, "~*", "&*", "+@all")
@@ -68,6 +69,7 @@ func testBinaryReachesRedisOverTLS(t *testing.T, _ engine) {
 // over TLS too, then the reconciler runs on it); verify-full refuses another
 // CA and a host the certificate does not name, which verify-ca accepts.
 func testBinaryReachesPostgresOverTLS(t *testing.T, _ engine) {
+	t.Parallel()
 	certs := testenv.MustTLS(t, "orderpipe")
 	const pw = "pgTls-Pw-8f1d"
 	pg := testenv.MustPostgresTLS(t, certs, pw)

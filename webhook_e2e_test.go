@@ -257,6 +257,7 @@ const webhookDownFor = 2 * time.Minute
 // order, every signature verifying (the one invariant checker, I7 on the
 // endpoint).
 func testWebhookEndpointDownForMinutes(t *testing.T, e engine) {
+	t.Parallel()
 	var down atomic.Bool
 	var refused atomic.Int64
 	var mu sync.Mutex

@@ -33,10 +33,12 @@ type Proxy struct {
 // new connections cost the server behind it.
 func (p *Proxy) Dials() int64 { return p.dials.Load() }
 
-// MustProxy starts a proxy to target on a free local port, closed at cleanup.
+// MustProxy starts a proxy to target on a free local port, closed at
+// cleanup. The port is below the kernel's ephemeral range (FreeAddr): Up
+// listens on it again after Down.
 func MustProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", FreeAddr(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -163,19 +165,15 @@ type RedisServer struct {
 }
 
 // MustRedisServer starts a private redis-server with an append-only file,
-// so a restart keeps its data; stopped at cleanup. Skips if redis-server is
-// not installed.
+// so a restart keeps its data, on a port below the kernel's ephemeral range
+// (a restart listens on it again); stopped at cleanup. Skips if
+// redis-server is not installed.
 func MustRedisServer(tb testing.TB, extra ...string) *RedisServer {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Skip("redis-server not installed")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := mustFreePort(tb, 0)
 	s := &RedisServer{Addr: "127.0.0.1:" + strconv.Itoa(port), dir: tb.TempDir(), port: port, extra: extra}
 	s.Start(tb)
 	tb.Cleanup(s.Stop)

@@ -107,6 +107,15 @@ func mustRedisProcess(tb testing.TB, dir string, port int, args ...string) {
 	})
 }
 
+// FreeAddr is a 127.0.0.1 address that was free a moment ago, on a port
+// below the kernel's ephemeral range (mustFreePort): for a server the test
+// starts there later, which no client socket of the machine may take in
+// the meantime.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	return "127.0.0.1:" + strconv.Itoa(mustFreePort(tb, 0))
+}
+
 // mustFreePort finds a port on 127.0.0.1 that is free, and with plus > 0
 // also port+plus: from a random spot of 15000–30000, under
 // the kernel's ephemeral range, so no client socket takes it meanwhile.
