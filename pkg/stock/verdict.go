@@ -194,6 +194,10 @@ func (k *knownAsks) ask(ctx context.Context, key, sale string, it Item) (known, 
 		go k.send()
 	}
 	k.mu.Unlock()
+	if ctx.Done() == nil { // a context that never ends: a plain wait
+		<-done
+		return c.known, c.ended, c.err
+	}
 	select {
 	case <-done:
 		return c.known, c.ended, c.err
