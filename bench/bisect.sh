@@ -94,6 +94,8 @@ EOF
   wait "$pid" 2>/dev/null || true
   trap - EXIT
   psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+  # The sale's keys (an old build knows no key prefix; every key of it names the activity).
+  redis-cli -p "${REDIS_PORT:-6379}" --scan --pattern "*a$activity:*" | xargs -r -n 500 redis-cli -p "${REDIS_PORT:-6379}" del >/dev/null || true
   "$VEGETA" report -type=json <"$OUT/bisect/$tag.bin" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)

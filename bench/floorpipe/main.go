@@ -105,12 +105,15 @@ func (s *server) order(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"code":"INVALID_REQUEST"}}`, http.StatusBadRequest)
 		return
 	}
-	tag := fmt.Sprintf("%s{a%d:i%d}", s.prefix, req.ActivityID, req.ItemID)
+	// The prefix leads every key, as in the pipeline's layout, so a run's
+	// purge (REDIS_KEY_PREFIX*) takes them too.
+	tag := fmt.Sprintf("{a%d:i%d}", req.ActivityID, req.ItemID)
 	orderNo := fmt.Sprintf("%d-%d-%s", req.ActivityID, req.ItemID, req.RequestID)
 	ev, _ := json.Marshal(event{orderRequest: req, OrderNo: orderNo, ReservedAt: time.Now().UTC()})
 	user := strconv.FormatInt(req.UserID, 10)
 	res, err := reserve.Run(r.Context(), s.rdb,
-		[]string{"stock:" + tag, "limit:" + tag + ":" + user, "req:" + tag + ":" + req.RequestID, "resv:" + tag, "markers:" + tag},
+		[]string{s.prefix + "stock:" + tag, s.prefix + "limit:" + tag + ":" + user, s.prefix + "req:" + tag + ":" + req.RequestID,
+			s.prefix + "resv:" + tag, s.prefix + "markers:" + tag},
 		req.RequestID, string(body), orderNo, req.Quantity, ev, user, s.stock).Slice()
 	if err != nil {
 		http.Error(w, `{"error":{"code":"UNAVAILABLE"}}`, http.StatusServiceUnavailable)
@@ -158,7 +161,7 @@ func consume(ctx context.Context, reader *kafka.Reader, pool *pgxpool.Pool, rdb 
 			b.Queue(`INSERT INTO floor_orders (order_no, request_id, user_id, activity_id, item_id, quantity, created_at)
 				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
 				e.OrderNo, e.RequestID, e.UserID, e.ActivityID, e.ItemID, e.Quantity, e.ReservedAt)
-			journal := fmt.Sprintf("resv:%s{a%d:i%d}", prefix, e.ActivityID, e.ItemID)
+			journal := fmt.Sprintf("%sresv:{a%d:i%d}", prefix, e.ActivityID, e.ItemID)
 			acks[journal] = append(acks[journal], e.RequestID)
 		}
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() }); err != nil {
