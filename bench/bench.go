@@ -231,22 +231,14 @@ func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 func CheckArgs(args []string) error {
 	var cfg Config
 	fs, _ := flagSet(Env{}, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
+	return setting.ParseFlagsOnly(fs, args)
 }
 
 // Usage writes the usage of `orderpipe bench`, every flag with its default.
 func Usage(w io.Writer) {
 	var cfg Config
 	fs, _ := flagSet(Env{}, &cfg)
-	fs.SetOutput(w)
-	fmt.Fprint(w, usage)
-	fs.PrintDefaults()
+	setting.WriteUsage(w, usage, fs)
 }
 
 // Main is `orderpipe bench`: it parses args, runs, writes the report to

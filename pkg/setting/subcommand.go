@@ -70,3 +70,23 @@ func ParseArgs[A any](command, usage string, args []string, parse func([]string)
 	}
 	return a, nil
 }
+
+// ParseFlagsOnly parses args with fs for a command that takes flags and no
+// operands: an operand is an error naming it.
+func ParseFlagsOnly(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// WriteUsage writes a command's usage text to w, then every flag of fs
+// with its default.
+func WriteUsage(w io.Writer, usage string, fs *flag.FlagSet) {
+	fs.SetOutput(w)
+	fmt.Fprint(w, usage)
+	fs.PrintDefaults()
+}

@@ -67,23 +67,13 @@ func flagSet(o *options) *flag.FlagSet {
 // CheckArgs checks the arguments without touching anything.
 func CheckArgs(args []string) error {
 	var o options
-	fs := flagSet(&o)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
+	return setting.ParseFlagsOnly(flagSet(&o), args)
 }
 
 // Usage writes the usage with every flag and its default.
 func Usage(w io.Writer) {
 	var o options
-	fs := flagSet(&o)
-	fs.SetOutput(w)
-	fmt.Fprint(w, usage)
-	fs.PrintDefaults()
+	setting.WriteUsage(w, usage, flagSet(&o))
 }
 
 // Main is `orderpipe events`: the settings read (KAFKA_BROKERS,
