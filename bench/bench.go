@@ -262,14 +262,8 @@ func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 	fs, m := flagSet(env, &cfg)
 	fs.Usage = func() { Usage(stderr) }
 	jsonOut, purge := m.jsonOut, m.purge
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			Usage(stdout)
-			return ExitOK
-		}
-		fmt.Fprintf(stderr, "bench: %v\n", err)
-		Usage(stderr)
-		return ExitError
+	if err := setting.ParseFlags("bench", fs, args, Usage, stdout, stderr); err != nil {
+		return setting.Exit(err) // ExitOK after the usage, else ExitError
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))

@@ -71,6 +71,24 @@ func ParseArgs[A any](command, usage string, args []string, parse func([]string)
 	return a, nil
 }
 
+// ParseFlags parses args with fs for a command whose usage writes itself,
+// as ParseArgs does: -h or --help writes the usage to stdout and asks for
+// exit 0; a bad flag prints the error and the usage to stderr and asks for
+// exit 2. Either way the error is an ExitCode.
+func ParseFlags(command string, fs *flag.FlagSet, args []string, usage func(io.Writer), stdout, stderr io.Writer) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout)
+		return ExitCode(0)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		usage(stderr)
+		return ExitCode(2)
+	}
+	return nil
+}
+
 // ParseFlagsOnly parses args with fs for a command that takes flags and no
 // operands: an operand is an error naming it.
 func ParseFlagsOnly(fs *flag.FlagSet, args []string) error {
