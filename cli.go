@@ -246,11 +246,5 @@ func preflight(args []string, stdout io.Writer) (done bool, err error) {
 func noArgs(args []string) error {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
+	return setting.ParseFlagsOnly(fs, args)
 }

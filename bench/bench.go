@@ -231,22 +231,14 @@ func flagSet(env Env, cfg *Config) (*flag.FlagSet, modes) {
 func CheckArgs(args []string) error {
 	var cfg Config
 	fs, _ := flagSet(Env{}, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
+	return setting.ParseFlagsOnly(fs, args)
 }
 
 // Usage writes the usage of `orderpipe bench`, every flag with its default.
 func Usage(w io.Writer) {
 	var cfg Config
 	fs, _ := flagSet(Env{}, &cfg)
-	fs.SetOutput(w)
-	fmt.Fprint(w, usage)
-	fs.PrintDefaults()
+	setting.WriteUsage(w, usage, fs)
 }
 
 // Main is `orderpipe bench`: it parses args, runs, writes the report to
@@ -270,14 +262,8 @@ func run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) 
 	fs, m := flagSet(env, &cfg)
 	fs.Usage = func() { Usage(stderr) }
 	jsonOut, purge := m.jsonOut, m.purge
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			Usage(stdout)
-			return ExitOK
-		}
-		fmt.Fprintf(stderr, "bench: %v\n", err)
-		Usage(stderr)
-		return ExitError
+	if err := setting.ParseFlags("bench", fs, args, Usage, stdout, stderr); err != nil {
+		return setting.Exit(err) // ExitOK after the usage, else ExitError
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))

@@ -45,13 +45,8 @@ func parseArgs(args []string) (mainArgs, error) {
 	fs.BoolVar(&a.once, "once", false, "one pass, then exit")
 	fs.BoolVar(&a.fix, "fix", false, "repair Redis from Postgres")
 	fs.BoolVar(&a.json, "json", false, "JSON output")
-	if err := fs.Parse(args); err != nil {
-		return a, err
-	}
-	if fs.NArg() > 0 {
-		return a, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return a, nil
+	err := setting.ParseFlagsOnly(fs, args)
+	return a, err
 }
 
 // Main is `orderpipe reconciler`: it returns the exit code and writes its

@@ -9,6 +9,7 @@ import (
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
+	"orderpipe/pkg/tick"
 )
 
 // The mover keeps a bucketed item's stock from being stranded: users are
@@ -61,22 +62,19 @@ type MoveResult struct {
 
 // Run passes every Interval until ctx ends.
 func (m *Mover) Run(ctx context.Context) error {
-	t := time.NewTicker(m.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		res, err := m.RunOnce(ctx)
-		switch {
-		case ctx.Err() != nil:
-		case err != nil:
-			m.log.Warn("mover pass failed", "err", err)
-		case res.Moved > 0:
-			m.log.Info("moved stock between buckets", "units", res.Moved, "items", res.Items)
-		}
+	tick.Every(ctx, m.cfg.Interval, func() { m.pass(ctx) })
+	return nil
+}
+
+// pass is RunOnce, logged: a failure, or the units it moved.
+func (m *Mover) pass(ctx context.Context) {
+	res, err := m.RunOnce(ctx)
+	switch {
+	case ctx.Err() != nil:
+	case err != nil:
+		m.log.Warn("mover pass failed", "err", err)
+	case res.Moved > 0:
+		m.log.Info("moved stock between buckets", "units", res.Moved, "items", res.Items)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/tick"
 )
 
 // The redrive closes the gap between the reserve script and the produce: a
@@ -167,37 +168,35 @@ type RedriveResult struct {
 // Run scans every Interval until ctx ends; only the replica holding the lock
 // does the pass.
 func (r *Redriver) Run(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		var res RedriveResult
-		err := r.deps.Locker.Do(ctx, RedriveLockName, r.cfg.LockTTL, func(ctx context.Context, _ *lock.Lock) error {
-			var err error
-			res, err = r.runOnce(ctx)
-			return err
-		}, lock.WithMaxAttempts(1))
-		switch {
-		case ctx.Err() != nil:
-		case errors.Is(err, lock.ErrNotAcquired):
-			r.deps.Metrics.RedrivePasses.WithLabelValues("skipped").Inc()
-		case err != nil:
-			r.deps.Metrics.RedrivePasses.WithLabelValues("error").Inc()
-			r.deps.Log.Warn("redrive pass failed", "err", err)
-		default:
-			r.deps.Metrics.RedrivePasses.WithLabelValues("ok").Inc()
-		}
-		switch {
-		case errors.Is(err, lock.ErrNotAcquired), ctx.Err() != nil:
-		case err != nil:
-		case res.Republished+res.Acked > 0:
-			r.deps.Log.Info("redrive pass", "republished", res.Republished, "acked", res.Acked,
-				"rejected_waiting", res.Rejected, "behind_the_group", res.Behind, "entries", res.Entries)
-		}
+	tick.Every(ctx, r.cfg.Interval, func() { r.pass(ctx) })
+	return nil
+}
+
+// pass is runOnce under the lock, counted and logged; a replica that does
+// not get the lock skips it.
+func (r *Redriver) pass(ctx context.Context) {
+	var res RedriveResult
+	err := r.deps.Locker.Do(ctx, RedriveLockName, r.cfg.LockTTL, func(ctx context.Context, _ *lock.Lock) error {
+		var err error
+		res, err = r.runOnce(ctx)
+		return err
+	}, lock.WithMaxAttempts(1))
+	switch {
+	case ctx.Err() != nil:
+	case errors.Is(err, lock.ErrNotAcquired):
+		r.deps.Metrics.RedrivePasses.WithLabelValues("skipped").Inc()
+	case err != nil:
+		r.deps.Metrics.RedrivePasses.WithLabelValues("error").Inc()
+		r.deps.Log.Warn("redrive pass failed", "err", err)
+	default:
+		r.deps.Metrics.RedrivePasses.WithLabelValues("ok").Inc()
+	}
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired), ctx.Err() != nil:
+	case err != nil:
+	case res.Republished+res.Acked > 0:
+		r.deps.Log.Info("redrive pass", "republished", res.Republished, "acked", res.Acked,
+			"rejected_waiting", res.Rejected, "behind_the_group", res.Behind, "entries", res.Entries)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"orderpipe/pkg/outbox"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
+	"orderpipe/pkg/tick"
 )
 
 // Config is the worker's configuration.
@@ -585,27 +586,24 @@ func deadLetter(m kafka.Message, cause error) kafka.Message {
 	return kafka.Message{Key: key, Value: value, Headers: headers}
 }
 
+// sweepLoop sweeps every SweepInterval until ctx ends.
 func (w *Worker) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(w.cfg.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		// All reasons, with per-row backoff; the release script's guard makes a
-		// race with the closer's own sweep harmless.
-		res, err := w.applier.SweepDue(ctx, ctx, "", outbox.Backoff{Base: w.cfg.SweepAfter, Max: time.Minute}, 200)
-		w.deps.Metrics.CompensationsApplied.Add(float64(res.Applied))
-		w.deps.Metrics.CompensationsFailed.Add(float64(res.Failed))
-		if err != nil && !errors.Is(err, context.Canceled) {
-			w.deps.Log.Warn("sweeping compensations", "err", err)
-		}
-		if n, oldest, err := w.deps.Orders.CompensationBacklog(ctx); err == nil {
-			w.deps.Metrics.CompensationsPending.Set(float64(n))
-			w.deps.Metrics.CompensationsOldest.Set(oldest.Seconds())
-		}
+	tick.Every(ctx, w.cfg.SweepInterval, func() { w.sweep(ctx) })
+}
+
+// sweep applies the compensations due and sets the backlog gauges.
+func (w *Worker) sweep(ctx context.Context) {
+	// All reasons, with per-row backoff; the release script's guard makes a
+	// race with the closer's own sweep harmless.
+	res, err := w.applier.SweepDue(ctx, ctx, "", outbox.Backoff{Base: w.cfg.SweepAfter, Max: time.Minute}, 200)
+	w.deps.Metrics.CompensationsApplied.Add(float64(res.Applied))
+	w.deps.Metrics.CompensationsFailed.Add(float64(res.Failed))
+	if err != nil && !errors.Is(err, context.Canceled) {
+		w.deps.Log.Warn("sweeping compensations", "err", err)
+	}
+	if n, oldest, err := w.deps.Orders.CompensationBacklog(ctx); err == nil {
+		w.deps.Metrics.CompensationsPending.Set(float64(n))
+		w.deps.Metrics.CompensationsOldest.Set(oldest.Seconds())
 	}
 }
 

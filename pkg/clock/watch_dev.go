@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"orderpipe/pkg/tick"
 )
 
 // Watch steps the clock to the duration written in path ("-90s", "+3h";
@@ -23,28 +25,23 @@ func Watch(ctx context.Context, path string, every time.Duration, step func(from
 		return err
 	}
 	offset.Store(int64(off))
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			next, err := read(path)
-			prev := Offset()
-			if err != nil {
-				step(prev, prev, err)
-				continue
-			}
-			if next != prev {
-				offset.Store(int64(next))
-				step(prev, next, nil)
-			}
-		}
-	}()
+	go tick.Every(ctx, every, func() { reread(path, step) })
 	return nil
+}
+
+// reread steps the clock to the offset now in path, if it changed; a
+// malformed file is reported and keeps the previous offset.
+func reread(path string, step func(from, to time.Duration, err error)) {
+	next, err := read(path)
+	prev := Offset()
+	if err != nil {
+		step(prev, prev, err)
+		return
+	}
+	if next != prev {
+		offset.Store(int64(next))
+		step(prev, next, nil)
+	}
 }
 
 func read(path string) (time.Duration, error) {

@@ -558,13 +558,7 @@ func (s *Store) CountPendingCompensations(ctx context.Context) (int64, error) {
 // and gives the age of the oldest (database clock; 0 when none is pending):
 // one waiting long means Redis has refused its release for that long.
 func (s *Store) CompensationBacklog(ctx context.Context) (n int64, oldest time.Duration, err error) {
-	var secs float64
-	err = s.pool.QueryRow(ctx, `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
-		FROM redis_compensations WHERE applied_at IS NULL`).Scan(&n, &secs)
-	if err != nil {
-		return 0, 0, fmt.Errorf("counting pending compensations: %w", err)
-	}
-	return n, time.Duration(max(secs, 0) * float64(time.Second)), nil
+	return s.backlog(ctx, "redis_compensations WHERE applied_at IS NULL", "pending compensations")
 }
 
 // markAppliedSQL marks a pending compensation applied, found by its key

@@ -191,13 +191,7 @@ func (s *Store) PruneEvents(ctx context.Context, olderThan time.Duration, limit 
 // the oldest (database clock; 0 when none): one waiting long means the relay
 // has not published for that long.
 func (s *Store) EventBacklog(ctx context.Context) (n int64, oldest time.Duration, err error) {
-	var secs float64
-	err = s.pool.QueryRow(ctx, `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
-		FROM order_events WHERE published_at IS NULL`).Scan(&n, &secs)
-	if err != nil {
-		return 0, 0, fmt.Errorf("counting unpublished status events: %w", err)
-	}
-	return n, time.Duration(max(secs, 0) * float64(time.Second)), nil
+	return s.backlog(ctx, "order_events WHERE published_at IS NULL", "unpublished status events")
 }
 
 // EventsOf lists an order's status events still kept (published ones are

@@ -202,6 +202,25 @@ func queryAll[T any](ctx context.Context, q querier, what, sql string, args ...a
 	return out, nil
 }
 
+// backlog counts the pending rows of an outbox, pending (its table and the
+// WHERE that picks them), and gives the age of the oldest by created_at
+// (database clock; 0 when none). what names the rows in an error.
+func (s *Store) backlog(ctx context.Context, pending, what string) (n int64, oldest time.Duration, err error) {
+	var secs float64
+	err = s.pool.QueryRow(ctx, `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
+		FROM `+pending).Scan(&n, &secs)
+	if err != nil {
+		return 0, 0, fmt.Errorf("counting %s: %w", what, err)
+	}
+	return n, ageOf(secs), nil
+}
+
+// ageOf is the age the database gave in seconds as a duration, never
+// negative.
+func ageOf(secs float64) time.Duration {
+	return time.Duration(max(secs, 0) * float64(time.Second))
+}
+
 func processedAmong(ctx context.Context, q querier, requestIDs []string, createdOnly bool) (map[string]Processed, error) {
 	out := make(map[string]Processed, len(requestIDs))
 	if len(requestIDs) == 0 {

@@ -196,7 +196,7 @@ func (s *Store) WebhookBacklogs(ctx context.Context, endpoints []string) ([]Webh
 	out := make([]WebhookBacklog, len(rows))
 	for i, r := range rows {
 		out[i] = WebhookBacklog{Endpoint: r.Endpoint, Pending: r.Pending, Failed: r.Failed,
-			Oldest: time.Duration(max(r.Secs, 0) * float64(time.Second))}
+			Oldest: ageOf(r.Secs)}
 	}
 	return out, nil
 }

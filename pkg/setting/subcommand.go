@@ -70,3 +70,41 @@ func ParseArgs[A any](command, usage string, args []string, parse func([]string)
 	}
 	return a, nil
 }
+
+// ParseFlags parses args with fs for a command whose usage writes itself,
+// as ParseArgs does: -h or --help writes the usage to stdout and asks for
+// exit 0; a bad flag prints the error and the usage to stderr and asks for
+// exit 2. Either way the error is an ExitCode.
+func ParseFlags(command string, fs *flag.FlagSet, args []string, usage func(io.Writer), stdout, stderr io.Writer) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		usage(stdout)
+		return ExitCode(0)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
+		usage(stderr)
+		return ExitCode(2)
+	}
+	return nil
+}
+
+// ParseFlagsOnly parses args with fs for a command that takes flags and no
+// operands: an operand is an error naming it.
+func ParseFlagsOnly(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// WriteUsage writes a command's usage text to w, then every flag of fs
+// with its default.
+func WriteUsage(w io.Writer, usage string, fs *flag.FlagSet) {
+	fs.SetOutput(w)
+	fmt.Fprint(w, usage)
+	fs.PrintDefaults()
+}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"orderpipe/pkg/tick"
 )
 
 // Retention bounds what the embedded broker keeps, so a long `make run`
@@ -132,16 +134,9 @@ func (g guard) cut(p *kfake.PartitionInfo, perPart int64) (to int64, held bool) 
 
 // retain runs Trim every Interval until ctx ends.
 func (k *Kafka) retain(ctx context.Context, onErr func(error)) {
-	t := time.NewTicker(k.retention.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := k.Trim(); err != nil && onErr != nil {
-				onErr(err)
-			}
+	tick.Every(ctx, k.retention.Interval, func() {
+		if _, err := k.Trim(); err != nil && onErr != nil {
+			onErr(err)
 		}
-	}
+	})
 }

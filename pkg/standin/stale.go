@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"orderpipe/pkg/tick"
 )
 
 // Stale members.
@@ -228,19 +230,12 @@ func (k *Kafka) leave(ctx context.Context, group string, members []string) ([]st
 
 // reapStaleMembers runs ReapStaleMembers every interval until ctx ends.
 func (k *Kafka) reapStaleMembers(ctx context.Context, every time.Duration, report func([]string, error)) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			reaped, err := k.ReapStaleMembers(ctx)
-			if report != nil && (len(reaped) > 0 || err != nil) {
-				report(reaped, err)
-			}
+	tick.Every(ctx, every, func() {
+		reaped, err := k.ReapStaleMembers(ctx)
+		if report != nil && (len(reaped) > 0 || err != nil) {
+			report(reaped, err)
 		}
-	}
+	})
 }
 
 // roundTrip sends req on conn and reads its response.

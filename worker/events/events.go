@@ -8,7 +8,6 @@ package events
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -67,23 +66,13 @@ func flagSet(o *options) *flag.FlagSet {
 // CheckArgs checks the arguments without touching anything.
 func CheckArgs(args []string) error {
 	var o options
-	fs := flagSet(&o)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
+	return setting.ParseFlagsOnly(flagSet(&o), args)
 }
 
 // Usage writes the usage with every flag and its default.
 func Usage(w io.Writer) {
 	var o options
-	fs := flagSet(&o)
-	fs.SetOutput(w)
-	fmt.Fprint(w, usage)
-	fs.PrintDefaults()
+	setting.WriteUsage(w, usage, flagSet(&o))
 }
 
 // Main is `orderpipe events`: the settings read (KAFKA_BROKERS,
@@ -102,14 +91,8 @@ func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io
 func Run(ctx context.Context, env Env, args []string, stdout, stderr io.Writer) int {
 	var o options
 	fs := flagSet(&o)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			Usage(stdout)
-			return ExitOK
-		}
-		fmt.Fprintf(stderr, "orderpipe events: %v\n", err)
-		Usage(stderr)
-		return ExitFailure
+	if err := setting.ParseFlags("orderpipe events", fs, args, Usage, stdout, stderr); err != nil {
+		return setting.Exit(err) // ExitOK after the usage, else ExitFailure
 	}
 	if len(env.Brokers) == 0 {
 		fmt.Fprintln(stderr, "orderpipe events: KAFKA_BROKERS is empty: set it to the cluster (or the embedded broker's 127.0.0.1:KAFKA_EMBEDDED_PORT)")
