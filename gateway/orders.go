@@ -99,16 +99,12 @@ func (s *Server) reserve(ctx context.Context, w http.ResponseWriter, p *pending)
 	o := stock.Order{ActivityID: p.req.ActivityID, ItemID: p.req.ItemID, UserID: p.req.UserID, Quantity: p.req.Quantity,
 		RequestID: p.req.RequestID, ReplayOnly: p.queueDown}
 	// A flood's refusal, from the bucket's verdict: no script, nothing of
-	// the order built. Through the Redis breaker, which counts the check;
-	// a check that fails refuses nothing (the script then decides), and
-	// one bounded by the Redis client's timeouts needs no context of its own.
+	// the order built. Its Redis check goes through the Redis breaker (an
+	// open one refuses nothing: the script path answers 503); a check that
+	// fails refuses nothing (the script then decides), and one bounded by
+	// the Redis client's timeouts needs no context of its own.
 	var refused bool
-	_ = s.redisCB.Do(func() error {
-		var err error
-		p.Attempt, refused, err = s.reserver.Refuse(context.WithoutCancel(ctx), &o)
-		return err
-	})
-	if refused {
+	if p.Attempt, refused, _ = s.reserver.Refuse(context.WithoutCancel(ctx), &o, s.redisCB.Do); refused {
 		s.deps.Metrics.ReserveSeconds.Observe(time.Since(start).Seconds())
 		return ctx, true
 	}

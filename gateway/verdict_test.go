@@ -290,3 +290,27 @@ func TestVerdictRefusesNothingWithRedisDown(t *testing.T) {
 		t.Errorf("stock %d (%v), want 0: nothing reserved", left, err)
 	}
 }
+
+// TestBreakerCountsOnlyRedisCalls: a request with no verdict to consult
+// makes no call through the Redis breaker, so with Redis cut the failed
+// reserves alone are counted, and five of them in a row open it (no
+// success of a call that never reached Redis in between).
+func TestBreakerCountsOnlyRedisCalls(t *testing.T) {
+	t.Parallel()
+	_, proxy, st := redisBehindProxy(t)
+	it := stock.Item{ActivityID: 48, ItemID: 1}
+	preheatTen(t, st, it)
+	g := mustReplica(t, st, time.Second)
+	if code, errCode, _ := g.post(t, it, "first", 1); code != http.StatusAccepted {
+		t.Fatalf("first order: %d %s, want 202", code, errCode)
+	}
+	proxy.Down()
+	for i := range 5 {
+		if code, errCode, _ := g.post(t, it, fmt.Sprintf("cut-%d", i), int64(10+i)); code != http.StatusServiceUnavailable {
+			t.Fatalf("order %d with Redis cut: %d %s, want 503", i, code, errCode)
+		}
+	}
+	if !g.s.redisCB.Open() {
+		t.Errorf("the Redis breaker is %s after 5 failed reserves in a row, want open", g.s.redisCB.State())
+	}
+}

@@ -126,15 +126,18 @@ func (r *Reserver) Reserve(ctx context.Context, o Order) (Attempt, error) {
 
 // Refuse answers o from its bucket's verdict, when the verdict refuses it
 // and Redis does not know its requestId (verdict.go), with no script run:
-// the cheap answer to a flood. err is the check's failure, which refuses
-// nothing. ok false: Reserve decides, without consulting the verdict again.
-func (r *Reserver) Refuse(ctx context.Context, o *Order) (a Attempt, ok bool, err error) {
+// the cheap answer to a flood. guard wraps the one Redis round trip it
+// makes, if any (the gateway's breaker: a request with no verdict to
+// consult makes none, and counts for nothing). err is the check's
+// failure, which refuses nothing. ok false: Reserve decides, without
+// consulting the verdict again.
+func (r *Reserver) Refuse(ctx context.Context, o *Order, guard func(func() error) error) (a Attempt, ok bool, err error) {
 	n, known := r.counts.Load(Item{ActivityID: o.ActivityID, ItemID: o.ItemID})
 	if !known {
 		return Attempt{}, false, nil
 	}
 	it := Item{ActivityID: o.ActivityID, ItemID: o.ItemID}.ForUser(o.UserID, n.(int))
-	a, refused, renew, err := r.verdictAnswer(ctx, *o, it)
+	a, refused, renew, err := r.verdictAnswer(ctx, *o, it, guard)
 	if !refused {
 		o.asked, o.renew = true, renew
 	}

@@ -119,12 +119,13 @@ func (r *Reserver) Forget(activityID int64) {
 // is one and Redis does not know the requestId; ok is false when the
 // script has to decide.
 func (r *Reserver) refuseFromVerdict(ctx context.Context, o Order, it Item) (a Attempt, ok bool, renew *verdict) {
-	a, ok, renew, _ = r.verdictAnswer(ctx, o, it)
+	a, ok, renew, _ = r.verdictAnswer(ctx, o, it, nil)
 	return a, ok, renew
 }
 
-// verdictAnswer is refuseFromVerdict with the check's failure, if any.
-func (r *Reserver) verdictAnswer(ctx context.Context, o Order, it Item) (a Attempt, ok bool, renew *verdict, err error) {
+// verdictAnswer is refuseFromVerdict with the check's failure, if any, its
+// round trip run through guard (nil: none).
+func (r *Reserver) verdictAnswer(ctx context.Context, o Order, it Item, guard func(func() error) error) (a Attempt, ok bool, renew *verdict, err error) {
 	if r.ttl <= 0 || o.ReplayOnly {
 		return Attempt{}, false, nil, nil
 	}
@@ -135,7 +136,17 @@ func (r *Reserver) verdictAnswer(ctx context.Context, o Order, it Item) (a Attem
 		}
 		return Attempt{}, false, nil, nil
 	}
-	known, ended, err := r.known.ask(ctx, v.keys.Req(o.RequestID), v.keys.Sale, it)
+	var known, ended bool
+	ask := func() error {
+		var err error
+		known, ended, err = r.known.ask(ctx, v.keys.Req(o.RequestID), v.keys.Sale, it)
+		return err
+	}
+	if guard == nil {
+		err = ask()
+	} else {
+		err = guard(ask)
+	}
 	if err != nil || known {
 		return Attempt{}, false, nil, err
 	}
