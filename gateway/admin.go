@@ -68,14 +68,8 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
 	}
-	raw, apiErr := limitedBody(w, r, maxAdminBody)
-	if apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
-		return
-	}
 	var body activityBody
-	if apiErr := decodeJSON(r.Header.Get("Content-Type"), raw, maxAdminBody, &body); apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+	if !decodeBody(w, r, maxAdminBody, &body) {
 		return
 	}
 	a, apiErr := validActivity(id, body)

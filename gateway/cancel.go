@@ -31,14 +31,8 @@ type cancelRequest struct {
 // and an unknown order or another user's 404 ORDER_NOT_FOUND. With an
 // Idempotency-Key the key's first answer is given again (idemkey.go).
 func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) {
-	body, apiErr := limitedBody(w, r, MaxBodyBytes)
-	if apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
-		return
-	}
 	var req cancelRequest
-	if apiErr := decodeJSON(r.Header.Get("Content-Type"), body, MaxBodyBytes, &req); apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+	if !decodeBody(w, r, MaxBodyBytes, &req) {
 		return
 	}
 	if req.UserID <= 0 {
