@@ -65,22 +65,17 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, orderNo string, 
 			return
 		}
 	}
-	switch {
-	case err == nil:
-		if comp != nil {
-			s.giveBack(r.Context(), *comp)
-		}
-		writeJSON(w, http.StatusOK, client.Cancelled{OrderNo: orderNo, Status: order.StatusClosed, Reason: order.ReasonCancelled})
-	case errors.Is(err, order.ErrOrderPaid):
-		writeError(w, http.StatusConflict, "ORDER_PAID", "order is paid; it can no longer be cancelled")
-	case errors.Is(err, order.ErrOrderClosed):
-		writeError(w, http.StatusConflict, "ORDER_CLOSED", "order was closed unpaid by the payment timeout; its stock was released")
-	case errors.Is(err, order.ErrOrderRejected):
-		writeError(w, http.StatusConflict, "ORDER_REJECTED", "the order request was rejected; there is no order to cancel")
-	default:
-		s.deps.Log.ErrorContext(r.Context(), "cancelling order", "order_no", orderNo, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+	if err != nil {
+		s.writeChangeError(w, r, err, "cancelling order", orderNo,
+			conflict{err: order.ErrOrderPaid, Code: "ORDER_PAID", Message: "order is paid; it can no longer be cancelled"},
+			conflict{err: order.ErrOrderClosed, Code: "ORDER_CLOSED", Message: "order was closed unpaid by the payment timeout; its stock was released"},
+			conflict{err: order.ErrOrderRejected, Code: "ORDER_REJECTED", Message: "the order request was rejected; there is no order to cancel"})
+		return
 	}
+	if comp != nil {
+		s.giveBack(r.Context(), *comp)
+	}
+	writeJSON(w, http.StatusOK, client.Cancelled{OrderNo: orderNo, Status: order.StatusClosed, Reason: order.ReasonCancelled})
 }
 
 // giveBack applies a cancel's compensation (release script, then the row
