@@ -190,6 +190,16 @@ func viewOfActivity(a order.Activity) client.Activity {
 	return v
 }
 
+// forActivity serves a route of one activity: h is given the activity
+// {activityId} names, unless activityFromPath answered why there is none.
+func (s *Server) forActivity(h func(http.ResponseWriter, *http.Request, order.Activity)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a, ok := s.activityFromPath(w, r); ok {
+			h(w, r, a)
+		}
+	}
+}
+
 // activityFromPath reads the activity {activityId} names from Postgres, or
 // answers why not (400 bad id, 404 ACTIVITY_NOT_FOUND, 503 UNAVAILABLE).
 func (s *Server) activityFromPath(w http.ResponseWriter, r *http.Request) (order.Activity, bool) {
@@ -227,17 +237,14 @@ func (s *Server) activityFromPath(w http.ResponseWriter, r *http.Request) (order
 // Stopped after step 3, an item Postgres calls preheated has no sale in
 // Redis: its orders are answered 503 (lostsale.go) until a new preheat, or
 // `orderpipe reconciler --once --fix`, writes it.
-func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.activityFromPath(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) preheat(w http.ResponseWriter, r *http.Request, a order.Activity) {
 	// An ended sale is refused before anything changes, the layout too.
 	if !a.EndsAt.Add(stock.StockGrace).After(clock.Now()) {
 		writeError(w, http.StatusConflict, "SALE_ENDED", "the activity has ended")
 		return
 	}
-	if a, ok = s.beginPreheat(w, r, a.ID); !ok {
+	a, ok := s.beginPreheat(w, r, a.ID)
+	if !ok {
 		return
 	}
 	v := viewOfActivity(a)

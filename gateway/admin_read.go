@@ -21,11 +21,7 @@ import (
 // The two stores are read one after the other, not atomically: under load
 // stock - redisStock may differ from inFlight by the orders moving meanwhile.
 // The reconciler is the exact check (it reads under the item's row lock).
-func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.activityFromPath(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) getActivity(w http.ResponseWriter, r *http.Request, a order.Activity) {
 	v, err := s.statusOf(r.Context(), a)
 	if err != nil {
 		s.deps.Log.Error("reading activity sales", "activity_id", a.ID, "err", err)
