@@ -177,9 +177,13 @@ func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, id int64)
 	writeJSON(w, http.StatusOK, viewOfActivity(a))
 }
 
+// infoOf is what every answer about activity a begins with.
+func infoOf(a order.Activity) client.ActivityInfo {
+	return client.ActivityInfo{ActivityID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit}
+}
+
 func viewOfActivity(a order.Activity) client.Activity {
-	v := client.Activity{ActivityID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
-		Items: []client.ActivityItem{}}
+	v := client.Activity{ActivityInfo: infoOf(a), Items: []client.ActivityItem{}}
 	for _, it := range a.Items {
 		iv := client.ActivityItem{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock}
 		if it.Buckets > 1 {

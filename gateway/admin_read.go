@@ -70,8 +70,7 @@ func (s *Server) statusOf(ctx context.Context, a order.Activity) (client.Activit
 	if err != nil {
 		return client.ActivityStatus{}, err
 	}
-	v := client.ActivityStatus{ActivityID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
-		Redis: "ok", Items: make([]client.ItemStatus, 0, len(a.Items))}
+	v := client.ActivityStatus{ActivityInfo: infoOf(a), Redis: "ok", Items: make([]client.ItemStatus, 0, len(a.Items))}
 	if !redisOK {
 		v.Redis = "unavailable"
 	}
