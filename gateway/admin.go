@@ -68,14 +68,8 @@ func (s *Server) putActivity(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
 		return
 	}
-	raw, apiErr := limitedBody(w, r, maxAdminBody)
-	if apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
-		return
-	}
 	var body activityBody
-	if apiErr := decodeJSON(r.Header.Get("Content-Type"), raw, maxAdminBody, &body); apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+	if !decodeBody(w, r, maxAdminBody, &body) {
 		return
 	}
 	a, apiErr := validActivity(id, body)
@@ -183,9 +177,13 @@ func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, id int64)
 	writeJSON(w, http.StatusOK, viewOfActivity(a))
 }
 
+// infoOf is what every answer about activity a begins with.
+func infoOf(a order.Activity) client.ActivityInfo {
+	return client.ActivityInfo{ActivityID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit}
+}
+
 func viewOfActivity(a order.Activity) client.Activity {
-	v := client.Activity{ActivityID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
-		Items: []client.ActivityItem{}}
+	v := client.Activity{ActivityInfo: infoOf(a), Items: []client.ActivityItem{}}
 	for _, it := range a.Items {
 		iv := client.ActivityItem{ItemID: it.ItemID, InitialStock: it.InitialStock, Stock: it.Stock}
 		if it.Buckets > 1 {
@@ -194,6 +192,16 @@ func viewOfActivity(a order.Activity) client.Activity {
 		v.Items = append(v.Items, iv)
 	}
 	return v
+}
+
+// forActivity serves a route of one activity: h is given the activity
+// {activityId} names, unless activityFromPath answered why there is none.
+func (s *Server) forActivity(h func(http.ResponseWriter, *http.Request, order.Activity)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if a, ok := s.activityFromPath(w, r); ok {
+			h(w, r, a)
+		}
+	}
 }
 
 // activityFromPath reads the activity {activityId} names from Postgres, or
@@ -233,17 +241,14 @@ func (s *Server) activityFromPath(w http.ResponseWriter, r *http.Request) (order
 // Stopped after step 3, an item Postgres calls preheated has no sale in
 // Redis: its orders are answered 503 (lostsale.go) until a new preheat, or
 // `orderpipe reconciler --once --fix`, writes it.
-func (s *Server) preheat(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.activityFromPath(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) preheat(w http.ResponseWriter, r *http.Request, a order.Activity) {
 	// An ended sale is refused before anything changes, the layout too.
 	if !a.EndsAt.Add(stock.StockGrace).After(clock.Now()) {
 		writeError(w, http.StatusConflict, "SALE_ENDED", "the activity has ended")
 		return
 	}
-	if a, ok = s.beginPreheat(w, r, a.ID); !ok {
+	a, ok := s.beginPreheat(w, r, a.ID)
+	if !ok {
 		return
 	}
 	v := viewOfActivity(a)

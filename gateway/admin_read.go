@@ -21,11 +21,7 @@ import (
 // The two stores are read one after the other, not atomically: under load
 // stock - redisStock may differ from inFlight by the orders moving meanwhile.
 // The reconciler is the exact check (it reads under the item's row lock).
-func (s *Server) getActivity(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.activityFromPath(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) getActivity(w http.ResponseWriter, r *http.Request, a order.Activity) {
 	v, err := s.statusOf(r.Context(), a)
 	if err != nil {
 		s.deps.Log.Error("reading activity sales", "activity_id", a.ID, "err", err)
@@ -74,8 +70,7 @@ func (s *Server) statusOf(ctx context.Context, a order.Activity) (client.Activit
 	if err != nil {
 		return client.ActivityStatus{}, err
 	}
-	v := client.ActivityStatus{ActivityID: a.ID, Name: a.Name, StartsAt: a.StartsAt, EndsAt: a.EndsAt, PerUserLimit: a.PerUserLimit,
-		Redis: "ok", Items: make([]client.ItemStatus, 0, len(a.Items))}
+	v := client.ActivityStatus{ActivityInfo: infoOf(a), Redis: "ok", Items: make([]client.ItemStatus, 0, len(a.Items))}
 	if !redisOK {
 		v.Redis = "unavailable"
 	}

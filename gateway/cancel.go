@@ -31,14 +31,8 @@ type cancelRequest struct {
 // and an unknown order or another user's 404 ORDER_NOT_FOUND. With an
 // Idempotency-Key the key's first answer is given again (idemkey.go).
 func (s *Server) cancelOrder(w http.ResponseWriter, r *http.Request) {
-	body, apiErr := limitedBody(w, r, MaxBodyBytes)
-	if apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
-		return
-	}
 	var req cancelRequest
-	if apiErr := decodeJSON(r.Header.Get("Content-Type"), body, MaxBodyBytes, &req); apiErr != nil {
-		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+	if !decodeBody(w, r, MaxBodyBytes, &req) {
 		return
 	}
 	if req.UserID <= 0 {
@@ -71,22 +65,17 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, orderNo string, 
 			return
 		}
 	}
-	switch {
-	case err == nil:
-		if comp != nil {
-			s.giveBack(r.Context(), *comp)
-		}
-		writeJSON(w, http.StatusOK, client.Cancelled{OrderNo: orderNo, Status: order.StatusClosed, Reason: order.ReasonCancelled})
-	case errors.Is(err, order.ErrOrderPaid):
-		writeError(w, http.StatusConflict, "ORDER_PAID", "order is paid; it can no longer be cancelled")
-	case errors.Is(err, order.ErrOrderClosed):
-		writeError(w, http.StatusConflict, "ORDER_CLOSED", "order was closed unpaid by the payment timeout; its stock was released")
-	case errors.Is(err, order.ErrOrderRejected):
-		writeError(w, http.StatusConflict, "ORDER_REJECTED", "the order request was rejected; there is no order to cancel")
-	default:
-		s.deps.Log.ErrorContext(r.Context(), "cancelling order", "order_no", orderNo, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+	if err != nil {
+		s.writeChangeError(w, r, err, "cancelling order", orderNo,
+			conflict{err: order.ErrOrderPaid, Code: "ORDER_PAID", Message: "order is paid; it can no longer be cancelled"},
+			conflict{err: order.ErrOrderClosed, Code: "ORDER_CLOSED", Message: "order was closed unpaid by the payment timeout; its stock was released"},
+			conflict{err: order.ErrOrderRejected, Code: "ORDER_REJECTED", Message: "the order request was rejected; there is no order to cancel"})
+		return
 	}
+	if comp != nil {
+		s.giveBack(r.Context(), *comp)
+	}
+	writeJSON(w, http.StatusOK, client.Cancelled{OrderNo: orderNo, Status: order.StatusClosed, Reason: order.ReasonCancelled})
 }
 
 // giveBack applies a cancel's compensation (release script, then the row

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"orderpipe/pkg/clock"
+	"orderpipe/pkg/order"
 	"orderpipe/pkg/stock"
 )
 
@@ -24,11 +25,7 @@ import (
 // preheat after it arms the ended window. Every step only
 // moves the end earlier: a repeat, or a retry after a failure, finishes the
 // job and answers the first end.
-func (s *Server) endSale(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.activityFromPath(w, r)
-	if !ok {
-		return
-	}
+func (s *Server) endSale(w http.ResponseWriter, r *http.Request, a order.Activity) {
 	ctx := r.Context()
 	caller := []any{"activity_id", a.ID, "remote_addr", r.RemoteAddr, "forwarded_for", r.Header.Get("X-Forwarded-For"),
 		"user_agent", r.UserAgent()}

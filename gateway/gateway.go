@@ -280,9 +280,9 @@ func (s *Server) routes() {
 	if s.cfg.AdminToken != "" {
 		s.handleOn(s.adminMux, "PUT /admin/v1/activities/{activityId}", s.admin(s.putActivity))
 		s.handleOn(s.adminMux, "GET /admin/v1/activities", s.admin(s.listActivities))
-		s.handleOn(s.adminMux, "GET /admin/v1/activities/{activityId}", s.admin(s.getActivity))
-		s.handleOn(s.adminMux, "POST /admin/v1/activities/{activityId}/preheat", s.admin(s.preheat))
-		s.handleOn(s.adminMux, "POST /admin/v1/activities/{activityId}/end", s.admin(s.endSale))
+		s.handleOn(s.adminMux, "GET /admin/v1/activities/{activityId}", s.admin(s.forActivity(s.getActivity)))
+		s.handleOn(s.adminMux, "POST /admin/v1/activities/{activityId}/preheat", s.admin(s.forActivity(s.preheat)))
+		s.handleOn(s.adminMux, "POST /admin/v1/activities/{activityId}/end", s.admin(s.forActivity(s.endSale)))
 	}
 	s.handle("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

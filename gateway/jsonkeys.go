@@ -192,21 +192,8 @@ func (s *keyScan) object(sh *shape, depth int) bool {
 			return false
 		}
 		s.i++
-		if !s.value(val, depth) {
-			return false
-		}
-		s.space()
-		if s.i >= len(s.data) {
-			return false
-		}
-		switch s.data[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return true
-		default:
-			return false
+		if done, ok := s.member(val, depth, '}'); done || !ok {
+			return ok
 		}
 	}
 }
@@ -270,23 +257,32 @@ func (s *keyScan) array(sh *shape, depth int) bool {
 		return true
 	}
 	for {
-		if !s.value(elem, depth) {
-			return false
-		}
-		s.space()
-		if s.i >= len(s.data) {
-			return false
-		}
-		switch s.data[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return true
-		default:
-			return false
+		if done, ok := s.member(elem, depth, ']'); done || !ok {
+			return ok
 		}
 	}
+}
+
+// member scans an object's or an array's value at s.i and what follows
+// it: a comma, or end, the container's closing byte (done). ok is false
+// for anything else, or a value that is not valid JSON.
+func (s *keyScan) member(sh *shape, depth int, end byte) (done, ok bool) {
+	if !s.value(sh, depth) {
+		return false, false
+	}
+	s.space()
+	if s.i >= len(s.data) {
+		return false, false
+	}
+	switch s.data[s.i] {
+	case ',':
+		s.i++
+		return false, true
+	case end:
+		s.i++
+		return true, true
+	}
+	return false, false
 }
 
 // str scans the string at s.i and returns what is between its quotes, and

@@ -22,9 +22,7 @@ func documentedMethods(t *testing.T) map[string][]string {
 	var doc struct {
 		Paths map[string]map[string]json.RawMessage `json:"paths"`
 	}
-	if err := json.Unmarshal(openAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
+	mustDocument(t, &doc)
 	fill := strings.NewReplacer("{orderNo}", "1-10086-mx1ir84j7901087d0b53", "{activityId}", "1")
 	out := map[string][]string{}
 	for path, ops := range doc.Paths {

@@ -20,11 +20,17 @@ import (
 
 func mustContract(t *testing.T) *testenv.APIContract {
 	t.Helper()
-	c, err := testenv.NewAPIContract(OpenAPI())
+	return must(t, testenv.NewAPIContract, OpenAPI())
+}
+
+// must is f(arg), failing the test at once on f's error.
+func must[A, T any](tb testing.TB, f func(A) (T, error), arg A) T {
+	tb.Helper()
+	v, err := f(arg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	return c
+	return v
 }
 
 // TestOpenAPIServed: GET /openapi.json serves the embedded document, and
@@ -196,11 +202,17 @@ func TestOpenAPIContractRejectsWrongExchanges(t *testing.T) {
 	}
 }
 
-// TestOpenAPIListsEveryErrorCode: every error code the gateway's code can
-// answer is in the document's ErrorCode catalogue, and the catalogue has no
-// code the gateway never answers.
-func TestOpenAPIListsEveryErrorCode(t *testing.T) {
-	t.Parallel()
+// mustDocument decodes the embedded document into doc.
+func mustDocument(t *testing.T, doc any) {
+	t.Helper()
+	if err := json.Unmarshal(openAPI, doc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustErrorCodes is the document's ErrorCode catalogue.
+func mustErrorCodes(t *testing.T) []string {
+	t.Helper()
 	var doc struct {
 		Components struct {
 			Schemas struct {
@@ -210,15 +222,21 @@ func TestOpenAPIListsEveryErrorCode(t *testing.T) {
 			} `json:"schemas"`
 		} `json:"components"`
 	}
-	if err := json.Unmarshal(openAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
-	documented := doc.Components.Schemas.ErrorCode.Enum
+	mustDocument(t, &doc)
+	return doc.Components.Schemas.ErrorCode.Enum
+}
+
+// TestOpenAPIListsEveryErrorCode: every error code the gateway's code can
+// answer is in the document's ErrorCode catalogue, and the catalogue has no
+// code the gateway never answers.
+func TestOpenAPIListsEveryErrorCode(t *testing.T) {
+	t.Parallel()
+	documented := mustErrorCodes(t)
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// writeError(w, status, "CODE", ...) and apiError{..., Code: "CODE"}.
+	// writeError(w, status, "CODE", ...), and apiError{..., Code: "CODE"} or conflict{..., Code: "CODE"}.
 	re := regexp.MustCompile(`(?:writeError\(w, [^,]+, |Code: +)"([A-Z_]+)"`)
 	used := map[string]bool{}
 	for _, f := range files {
@@ -240,22 +258,13 @@ func TestOpenAPIListsEveryErrorCode(t *testing.T) {
 		}
 	}
 	for _, code := range documented {
-		if !used[code] && !strings.Contains(string(mustRead(t, "http.go")), code) {
+		if !used[code] && !strings.Contains(string(must(t, os.ReadFile, "http.go")), code) {
 			t.Errorf("openapi.json lists error code %s, which the gateway never answers", code)
 		}
 	}
 	if len(used) < 15 {
 		t.Errorf("found only %d error codes in the source: the pattern no longer matches the code", len(used))
 	}
-}
-
-func mustRead(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // TestOpenAPIExamplesMatchTheirSchemas: every example in the document is an
@@ -301,9 +310,7 @@ func TestOpenAPIExamplesMatchTheirSchemas(t *testing.T) {
 			Responses  map[string]response `json:"responses"`
 		} `json:"components"`
 	}
-	if err := json.Unmarshal(openAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
+	mustDocument(t, &doc)
 	ref := func(r string) string { return r[strings.LastIndexByte(r, '/')+1:] }
 	checked := 0
 	for path, ops := range doc.Paths {
@@ -314,12 +321,12 @@ func TestOpenAPIExamplesMatchTheirSchemas(t *testing.T) {
 				if p.Ref != "" {
 					p = doc.Components.Parameters[ref(p.Ref)]
 				}
-				url = strings.ReplaceAll(url, "{"+p.Name+"}", strings.Trim(string(mustJSON(t, p.Example)), `"`))
+				url = strings.ReplaceAll(url, "{"+p.Name+"}", strings.Trim(string(must(t, json.Marshal, p.Example)), `"`))
 			}
 			var reqBody []byte
 			if op.RequestBody != nil {
 				for _, ex := range op.RequestBody.Content["application/json"].Examples {
-					reqBody = mustJSON(t, ex.Value)
+					reqBody = must(t, json.Marshal, ex.Value)
 				}
 				if reqBody == nil {
 					t.Errorf("%s %s: the request body has no example", method, path)
@@ -348,15 +355,15 @@ func TestOpenAPIExamplesMatchTheirSchemas(t *testing.T) {
 								if h.Ref != "" {
 									h = doc.Components.Headers[ref(h.Ref)]
 								}
-								rec.Header().Set(name, strings.Trim(string(mustJSON(t, h.Example)), `"`))
+								rec.Header().Set(name, strings.Trim(string(must(t, json.Marshal, h.Example)), `"`))
 							}
 							var body []byte
 							if s, ok := ex.Value.(string); ok && ct != "application/json" {
 								body = []byte(s)
 							} else {
-								body = mustJSON(t, ex.Value)
+								body = must(t, json.Marshal, ex.Value)
 							}
-							rec.WriteHeader(mustAtoi(t, status))
+							rec.WriteHeader(must(t, strconv.Atoi, status))
 							rec.Write(body)
 							if err := c.Check(req, reqBody, rec.Result(), body); err != nil {
 								t.Error(err)
@@ -371,24 +378,6 @@ func TestOpenAPIExamplesMatchTheirSchemas(t *testing.T) {
 	if checked < 30 {
 		t.Errorf("checked only %d examples", checked)
 	}
-}
-
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func mustAtoi(t *testing.T, s string) int {
-	t.Helper()
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // TestOpenAPIRefusalsStated: each rule an operation lists in x-refusals (the
@@ -408,22 +397,14 @@ func TestOpenAPIRefusalsStated(t *testing.T) {
 			} `json:"x-refusals"`
 			Responses map[string]json.RawMessage `json:"responses"`
 		} `json:"paths"`
-		Components struct {
-			Schemas struct {
-				ErrorCode struct {
-					Enum []string `json:"enum"`
-				} `json:"ErrorCode"`
-			} `json:"schemas"`
-		} `json:"components"`
 	}
-	if err := json.Unmarshal(openAPI, &doc); err != nil {
-		t.Fatal(err)
-	}
+	mustDocument(t, &doc)
+	codes := mustErrorCodes(t)
 	var src strings.Builder
 	files, _ := filepath.Glob("*.go")
 	for _, f := range files {
 		if !strings.HasSuffix(f, "_test.go") {
-			src.Write(mustRead(t, f))
+			src.Write(must(t, os.ReadFile, f))
 		}
 	}
 	rules := 0
@@ -431,7 +412,7 @@ func TestOpenAPIRefusalsStated(t *testing.T) {
 		for method, op := range ops {
 			for _, r := range op.Refusals {
 				name := strings.ToUpper(method) + " " + path
-				if !slices.Contains(doc.Components.Schemas.ErrorCode.Enum, r.Code) {
+				if !slices.Contains(codes, r.Code) {
 					t.Errorf("%s: x-refusals has %s, not in the ErrorCode catalogue", name, r.Code)
 				}
 				if _, ok := op.Responses[strconv.Itoa(r.Status)]; !ok {

@@ -37,17 +37,33 @@ func (s *Server) pay(w http.ResponseWriter, r *http.Request, orderNo string, ite
 			return
 		}
 	}
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, client.Paid{OrderNo: orderNo, Status: order.StatusPaid})
-	case errors.Is(err, order.ErrOrderClosed):
-		writeError(w, http.StatusConflict, "ORDER_CLOSED", "order was closed unpaid; its stock was released")
-	case errors.Is(err, order.ErrOrderRejected):
-		writeError(w, http.StatusConflict, "ORDER_REJECTED", "the order request was rejected; there is no order to pay")
-	default:
-		s.deps.Log.ErrorContext(r.Context(), "paying order", "order_no", orderNo, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
+	if err != nil {
+		s.writeChangeError(w, r, err, "paying order", orderNo,
+			conflict{err: order.ErrOrderClosed, Code: "ORDER_CLOSED", Message: "order was closed unpaid; its stock was released"},
+			conflict{err: order.ErrOrderRejected, Code: "ORDER_REJECTED", Message: "the order request was rejected; there is no order to pay"})
+		return
 	}
+	writeJSON(w, http.StatusOK, client.Paid{OrderNo: orderNo, Status: order.StatusPaid})
+}
+
+// conflict is the 409 a pay or a cancel is answered when the order store
+// refuses it with err.
+type conflict struct {
+	err           error
+	Code, Message string
+}
+
+// writeChangeError answers err, a pay's or a cancel's: the first of
+// conflicts it is, or else 503 (the store failed), logged as doing.
+func (s *Server) writeChangeError(w http.ResponseWriter, r *http.Request, err error, doing, orderNo string, conflicts ...conflict) {
+	for _, c := range conflicts {
+		if errors.Is(err, c.err) {
+			writeError(w, http.StatusConflict, c.Code, c.Message)
+			return
+		}
+	}
+	s.deps.Log.ErrorContext(r.Context(), doing, "order_no", orderNo, "err", err)
+	writeError(w, http.StatusServiceUnavailable, "UNAVAILABLE", "order store unavailable")
 }
 
 // whenNotPersisted answers a pay or cancel of an order Postgres does not

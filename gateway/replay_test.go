@@ -63,6 +63,34 @@ func stallProduceOf(k testenv.Kafka, lands bool) (stalled, resume chan struct{})
 	return stalled, resume
 }
 
+// storm is where a retry storm blows: one item of 10 units on sale (one
+// per user), the reserve scripts of requestID counted, a topic of its own.
+type storm struct {
+	r       testenv.Redis
+	st      *stock.Store
+	counter *stocktest.ReserveCalls
+	it      stock.Item
+	k       testenv.Kafka
+	topic   string
+}
+
+func mustStorm(tb testing.TB, requestID string, user int64) storm {
+	tb.Helper()
+	ctx := context.Background()
+	r := testenv.MustRedis(tb)
+	e := storm{r: r, st: stock.New(r.Client, r.Prefix), it: stock.Item{ActivityID: 1, ItemID: 1}}
+	e.counter = stocktest.CountReserves(tb, stocktest.On(r.Client, r.Prefix), requestID, stock.Fingerprint(user, 1, 1, 1))
+	if _, err := e.st.Preheat(ctx, stock.Sale{Item: e.it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
+		EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
+		tb.Fatal(err)
+	}
+	e.k, e.topic = testenv.MustKafka(tb), testenv.UniqueName("orders")
+	if err := event.EnsureTopics(ctx, e.k.Brokers, 1, 0, e.topic); err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
 type orderAnswer struct {
 	status int
 	code   string
@@ -83,26 +111,14 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 	for _, lands := range []bool{true, false} {
 		t.Run(map[bool]string{true: "FirstAttemptLands", false: "FirstAttemptGivenBack"}[lands], func(t *testing.T) {
 			ctx := context.Background()
-			r := testenv.MustRedis(t)
 			const requestID, user = "stormed", 7
-			st := stock.New(r.Client, r.Prefix)
-			counter := stocktest.CountReserves(t, stocktest.On(r.Client, r.Prefix), requestID, stock.Fingerprint(user, 1, 1, 1))
-			it := stock.Item{ActivityID: 1, ItemID: 1}
-			if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
-				EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
-				t.Fatal(err)
-			}
-			k := testenv.MustKafka(t)
-			topic := testenv.UniqueName("orders")
-			if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic); err != nil {
-				t.Fatal(err)
-			}
+			e := mustStorm(t, requestID, user)
 			// One attempt per produce, so a held one that fails fails.
-			writer := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic, WriteTimeout: 20 * time.Second, MaxAttempts: 1})
+			writer := event.NewWriter(event.WriterConfig{Brokers: e.k.Brokers, Topic: e.topic, WriteTimeout: 20 * time.Second, MaxAttempts: 1})
 			defer writer.Close()
 			// Long enough that no retry gives up while the test holds the produce.
-			s := New(Config{ReplayWait: 20 * time.Second, ProduceTimeout: 20 * time.Second, Topic: topic},
-				Deps{Stock: st, Producer: writer, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+			s := New(Config{ReplayWait: 20 * time.Second, ProduceTimeout: 20 * time.Second, Topic: e.topic},
+				Deps{Stock: e.st, Producer: writer, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
 			srv := httptest.NewServer(s.Handler())
 			defer srv.Close()
 			post := func(ctx context.Context) orderAnswer {
@@ -120,7 +136,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 				return a
 			}
 
-			stalled, resume := stallProduce(t, k, lands)
+			stalled, resume := stallProduce(t, e.k, lands)
 			var once sync.Once
 			release := func() { once.Do(func() { close(resume) }) }
 			defer release() // a failed test lets the held produce go
@@ -135,7 +151,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 			go func() { leaderAnswer <- post(leaderCtx) }()
 			var firstNo, leaderNo string
 			testenv.WaitFor(t, 10*time.Second, "the lone retry to poll", func() bool {
-				order, calls := counter.Snapshot()
+				order, calls := e.counter.Snapshot()
 				if len(order) < 2 {
 					return false
 				}
@@ -149,12 +165,12 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 				go func() { answers <- post(ctx) }()
 			}
 			testenv.WaitFor(t, 10*time.Second, "every retry's reserve", func() bool {
-				order, _ := counter.Snapshot()
+				order, _ := e.counter.Snapshot()
 				return len(order) == n+2
 			})
 			// pollers are the storm's retries that called more than once.
 			pollers := func() []string {
-				order, calls := counter.Snapshot()
+				order, calls := e.counter.Snapshot()
 				var p []string
 				for _, no := range order[2:] {
 					if calls[no] > 1 {
@@ -163,10 +179,10 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 				}
 				return p
 			}
-			_, calls := counter.Snapshot()
+			_, calls := e.counter.Snapshot()
 			since := calls[leaderNo]
 			testenv.WaitFor(t, 10*time.Second, "the leader to poll twice more", func() bool {
-				_, calls := counter.Snapshot()
+				_, calls := e.counter.Snapshot()
 				return calls[leaderNo] >= since+2
 			})
 			if p := pollers(); len(p) != 0 {
@@ -181,7 +197,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 			}
 			testenv.WaitFor(t, 10*time.Second, "another retry to lead", func() bool { return len(pollers()) > 0 })
 			testenv.WaitFor(t, 10*time.Second, "the new leader to poll twice more", func() bool {
-				_, calls := counter.Snapshot()
+				_, calls := e.counter.Snapshot()
 				for _, no := range pollers() {
 					if no, _, _ := strings.Cut(no, "×"); calls[no] >= 3 {
 						return true
@@ -227,7 +243,7 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 					t.Fatalf("retries answered %v, want one 202 and %d replays of its orderNo", got, n-1)
 				}
 			}
-			if left, ok := stocktest.Stock(t, stocktest.On(r.Client, r.Prefix), it); !ok || left != 9 {
+			if left, ok := stocktest.Stock(t, stocktest.On(e.r.Client, e.r.Prefix), e.it); !ok || left != 9 {
 				t.Fatalf("redis stock %d (key present %t), want 9: one unit reserved", left, ok)
 			}
 		})
@@ -243,29 +259,16 @@ func TestRetryStormSharesOneWait(t *testing.T) {
 //	go test -tags dev -run '^$' -bench RetryStorm -benchtime 3x ./gateway/
 func BenchmarkRetryStorm(b *testing.B) {
 	const retries, hold = 50, time.Second
-	ctx := context.Background()
 	var calls, replayed float64
 	for i := range b.N {
 		requestID, user := fmt.Sprintf("storm-%d", i), int64(7+i)
-		r := testenv.MustRedis(b)
-		st := stock.New(r.Client, r.Prefix)
-		counter := stocktest.CountReserves(b, stocktest.On(r.Client, r.Prefix), requestID, stock.Fingerprint(user, 1, 1, 1))
-		it := stock.Item{ActivityID: 1, ItemID: 1}
-		if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: time.Now().Add(-time.Hour),
-			EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
-			b.Fatal(err)
-		}
-		k := testenv.MustKafka(b)
-		if k.Cluster == nil {
+		e := mustStorm(b, requestID, user)
+		if e.k.Cluster == nil {
 			b.Skip("needs the in-process broker to stall its produce requests")
 		}
-		topic := testenv.UniqueName("orders")
-		if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic); err != nil {
-			b.Fatal(err)
-		}
-		writer := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic, WriteTimeout: 20 * time.Second})
-		s := New(Config{ReplayWait: 20 * time.Second, ProduceTimeout: 20 * time.Second, Topic: topic},
-			Deps{Stock: st, Producer: writer, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
+		writer := event.NewWriter(event.WriterConfig{Brokers: e.k.Brokers, Topic: e.topic, WriteTimeout: 20 * time.Second})
+		s := New(Config{ReplayWait: 20 * time.Second, ProduceTimeout: 20 * time.Second, Topic: e.topic},
+			Deps{Stock: e.st, Producer: writer, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.DiscardHandler)})
 		srv := httptest.NewServer(s.Handler())
 		body := fmt.Sprintf(`{"requestId":%q,"userId":%d,"activityId":1,"itemId":1,"quantity":1}`, requestID, user)
 		post := func() int {
@@ -281,7 +284,7 @@ func BenchmarkRetryStorm(b *testing.B) {
 			}
 			return 0
 		}
-		stalled, resume := stallProduceFor(b, k)
+		stalled, resume := stallProduceFor(b, e.k)
 		first := make(chan int, 1)
 		go func() { first <- post() }()
 		<-stalled
@@ -301,7 +304,7 @@ func BenchmarkRetryStorm(b *testing.B) {
 		close(resume)
 		<-first
 		wg.Wait()
-		order, got := counter.Snapshot()
+		order, got := e.counter.Snapshot()
 		for _, no := range order[1:] {
 			calls += float64(got[no])
 		}

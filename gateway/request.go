@@ -187,6 +187,20 @@ func limitedBody(w http.ResponseWriter, r *http.Request, limit int) (io.Reader, 
 	return http.MaxBytesReader(w, r.Body, int64(limit)+1), nil
 }
 
+// decodeBody decodes r's body, a JSON object of at most limit bytes, into
+// v (decodeJSON); a body refused is answered here.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int, v any) bool {
+	body, apiErr := limitedBody(w, r, limit)
+	if apiErr == nil {
+		apiErr = decodeJSON(r.Header.Get("Content-Type"), body, limit, v)
+	}
+	if apiErr != nil {
+		writeError(w, apiErr.Status, apiErr.Code, apiErr.Message)
+		return false
+	}
+	return true
+}
+
 func tooLarge(limit int) *apiError {
 	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "PAYLOAD_TOO_LARGE", Message: "body exceeds " + strconv.Itoa(limit) + " bytes"}
 }

@@ -106,36 +106,29 @@ func firstKeyProblem(body []byte, names keyNames) (problem string, isObject bool
 
 // walkObject reads an object's members and its '}'; names nil is any.
 func walkObject(dec *json.Decoder, names keyNames) (string, error) {
-	problem := ""
 	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", err
-		}
+	return walkMembers(dec, func(tok json.Token) (string, error) {
 		key := tok.(string)
 		sub, known := names[key]
+		problem := ""
 		switch {
-		case problem != "" || names == nil:
+		case names == nil:
 		case !known:
 			problem = fmt.Sprintf("unknown field %q", key)
 		case seen[key]:
 			problem = fmt.Sprintf("duplicate field %q", key)
 		}
 		seen[key] = true
-		if tok, err = dec.Token(); err != nil {
-			return "", err
-		}
-		p, err := walkValue(dec, tok, sub)
+		tok, err := dec.Token()
 		if err != nil {
 			return "", err
 		}
+		p, err := walkValue(dec, tok, sub)
 		if problem == "" {
 			problem = p
 		}
-	}
-	_, err := dec.Token()
-	return problem, err
+		return problem, err
+	})
 }
 
 // walkValue reads the rest of the value whose first token is tok; elems,
@@ -145,29 +138,36 @@ func walkValue(dec *json.Decoder, tok json.Token, elems keyNames) (string, error
 	case json.Delim('{'):
 		return walkObject(dec, nil)
 	case json.Delim('['):
-		problem := ""
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return "", err
-			}
-			var p string
+		return walkMembers(dec, func(tok json.Token) (string, error) {
 			if tok == json.Delim('{') && elems != nil {
-				p, err = walkObject(dec, elems)
-			} else {
-				p, err = walkValue(dec, tok, nil)
+				return walkObject(dec, elems)
 			}
-			if err != nil {
-				return "", err
-			}
-			if problem == "" {
-				problem = p
-			}
-		}
-		_, err := dec.Token()
-		return problem, err
+			return walkValue(dec, tok, nil)
+		})
 	}
 	return "", nil
+}
+
+// walkMembers reads an object's or an array's members, each by member
+// given its first token, and the closing delimiter; the problem is the
+// first member's that has one.
+func walkMembers(dec *json.Decoder, member func(tok json.Token) (string, error)) (string, error) {
+	problem := ""
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		p, err := member(tok)
+		if err != nil {
+			return "", err
+		}
+		if problem == "" {
+			problem = p
+		}
+	}
+	_, err := dec.Token()
+	return problem, err
 }
 
 // FuzzKeyScanAgreesWithEncodingJSON: the key check's scan takes exactly the

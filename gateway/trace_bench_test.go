@@ -25,6 +25,27 @@ type nopProducer struct{}
 
 func (nopProducer) WriteMessages(context.Context, ...kafka.Message) error { return nil }
 
+// tracingCase is one way tracing is set up for a benchmark: raw leaves the
+// tracing middleware out.
+type tracingCase struct {
+	name string
+	tp   trace.TracerProvider
+	raw  bool
+}
+
+// tracingCases are the tracing set-ups both benchmarks compare, the
+// tracer provider before them given back at the end of b.
+func tracingCases(b *testing.B) []tracingCase {
+	prev := otel.GetTracerProvider()
+	b.Cleanup(func() { otel.SetTracerProvider(prev) })
+	telemetry.SetPropagator()
+	return []tracingCase{
+		{"Untraced", noop.NewTracerProvider(), true},
+		{"Off", noop.NewTracerProvider(), false},
+		{"SDKNeverSample", telemetry.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())), false},
+	}
+}
+
 // BenchmarkCreateOrderTracing measures POST /v1/orders through the whole
 // handler (real Redis, a producer that returns at once): Untraced is the
 // baseline without any tracing code in front; Off is tracing off (no
@@ -40,19 +61,8 @@ func BenchmarkCreateOrderTracing(b *testing.B) {
 		EndsAt: time.Now().Add(time.Hour), Cap: 1}); err != nil {
 		b.Fatal(err)
 	}
-	telemetry.SetPropagator()
-	prev := otel.GetTracerProvider()
-	b.Cleanup(func() { otel.SetTracerProvider(prev) })
-	cases := []struct {
-		name string
-		tp   trace.TracerProvider
-		raw  bool
-	}{
-		{"Untraced", noop.NewTracerProvider(), true},
-		{"Off", noop.NewTracerProvider(), false},
-		{"SDKNeverSample", telemetry.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())), false},
-		{"SampledOn", telemetry.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample())), false},
-	}
+	cases := append(tracingCases(b),
+		tracingCase{"SampledOn", telemetry.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample())), false})
 	var seq atomic.Int64
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -88,18 +98,7 @@ func BenchmarkCreateOrderTracing(b *testing.B) {
 // per request around a handler that does nothing, to set against the CPU a
 // whole POST /v1/orders takes (BenchmarkCreateOrderTracing).
 func BenchmarkTracingMiddleware(b *testing.B) {
-	prev := otel.GetTracerProvider()
-	b.Cleanup(func() { otel.SetTracerProvider(prev) })
-	telemetry.SetPropagator()
-	for _, c := range []struct {
-		name string
-		tp   trace.TracerProvider
-		raw  bool
-	}{
-		{"Untraced", noop.NewTracerProvider(), true},
-		{"Off", noop.NewTracerProvider(), false},
-		{"SDKNeverSample", telemetry.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())), false},
-	} {
+	for _, c := range tracingCases(b) {
 		b.Run(c.name, func(b *testing.B) {
 			otel.SetTracerProvider(c.tp)
 			mux := http.NewServeMux()

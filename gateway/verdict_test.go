@@ -39,6 +39,14 @@ func mustReplica(t *testing.T, st *stock.Store, ttl time.Duration) *replica {
 	return g
 }
 
+// mustCountedStock is a stock store on a key prefix of its own, with the
+// scripts it runs counted.
+func mustCountedStock(tb testing.TB) (*stock.Store, *stocktest.ScriptCalls) {
+	tb.Helper()
+	r := testenv.MustRedis(tb)
+	return stock.New(r.Client, r.Prefix), stocktest.CountScripts(stocktest.On(r.Client, r.Prefix))
+}
+
 func (g *replica) step(d time.Duration) { g.mu.Lock(); g.now = g.now.Add(d); g.mu.Unlock() }
 
 // post sends an order of one unit and returns the status, the error code and the orderNo.
@@ -71,9 +79,7 @@ func (g *replica) fromVerdict(code string) float64 {
 // once the verdict's life (VERDICT_TTL) has passed, without any message.
 func TestSoldOutFloodRunsNoScript(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	st := stock.New(r.Client, r.Prefix)
-	scripts := stocktest.CountScripts(stocktest.On(r.Client, r.Prefix))
+	st, scripts := mustCountedStock(t)
 	it := stock.Item{ActivityID: 46, ItemID: 1}
 	ctx := context.Background()
 	if _, err := st.Preheat(ctx, stock.Sale{Item: it, Stock: 2, StartsAt: time.Now().Add(-time.Hour),
@@ -205,9 +211,7 @@ func TestKillSwitchActsAtOnceBesideVerdicts(t *testing.T) {
 // its window opens.
 func TestNotYetOpenFloodIsRefusedFromVerdict(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	st := stock.New(r.Client, r.Prefix)
-	scripts := stocktest.CountScripts(stocktest.On(r.Client, r.Prefix))
+	st, scripts := mustCountedStock(t)
 	it := stock.Item{ActivityID: 46, ItemID: 3}
 	// The verdict's life is capped by the time left before the start only
 	// when that is shorter than VERDICT_TTL (1 s here), so the sale opens

@@ -31,14 +31,20 @@ type ItemUpsert struct {
 	Buckets int `json:"buckets,omitempty"`
 }
 
+// ActivityInfo is an activity's own fields, its items aside, as every
+// answer about it begins.
+type ActivityInfo struct {
+	ActivityID   int64     `json:"activityId"`
+	Name         string    `json:"name"`
+	StartsAt     time.Time `json:"startsAt"`
+	EndsAt       time.Time `json:"endsAt"`
+	PerUserLimit int       `json:"perUserLimit"`
+}
+
 // Activity is an activity as PUT, preheat and end answer it.
 type Activity struct {
-	ActivityID   int64          `json:"activityId"`
-	Name         string         `json:"name"`
-	StartsAt     time.Time      `json:"startsAt"`
-	EndsAt       time.Time      `json:"endsAt"`
-	PerUserLimit int            `json:"perUserLimit"`
-	Items        []ActivityItem `json:"items"`
+	ActivityInfo
+	Items []ActivityItem `json:"items"`
 }
 
 // ActivityItem is one item's stock in Postgres.
@@ -54,13 +60,9 @@ type ActivityItem struct {
 
 // ActivityStatus is an activity as GET shows it, with Redis beside Postgres.
 type ActivityStatus struct {
-	ActivityID   int64        `json:"activityId"`
-	Name         string       `json:"name"`
-	StartsAt     time.Time    `json:"startsAt"`
-	EndsAt       time.Time    `json:"endsAt"`
-	PerUserLimit int          `json:"perUserLimit"`
-	Redis        string       `json:"redis"` // "ok" or "unavailable"
-	Items        []ItemStatus `json:"items"`
+	ActivityInfo
+	Redis string       `json:"redis"` // "ok" or "unavailable"
+	Items []ItemStatus `json:"items"`
 }
 
 // ItemStatus is one item of an ActivityStatus.
