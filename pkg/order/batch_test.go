@@ -202,3 +202,38 @@ func BenchmarkDecideBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(size*b.N)/b.Elapsed().Seconds(), "orders/s")
 }
+
+// TestProcessedSince: every decided request of the item, created or
+// rejected, comes back with what its dedup record is rebuilt from (ids,
+// quantity, reservation time); another item's do not.
+func TestProcessedSince(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mustStore(t)
+	at := time.Now().UTC().Truncate(time.Microsecond)   // Postgres keeps microseconds
+	created, rejected := req("a", 1, 2), req("b", 1, 1) // b: a second live order of user 1
+	created.ReservedAt, rejected.ReservedAt = at, at.Add(time.Second)
+	if ds, err := s.DecideBatch(ctx, []order.Request{created, rejected}); err != nil || ds[0].Outcome != order.Created || ds[1].Outcome != order.Rejected {
+		t.Fatalf("decisions: %+v %v", ds, err)
+	}
+	got, err := s.ProcessedSince(ctx, 1, 10, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]order.Request{}
+	for _, r := range got {
+		byID[r.RequestID] = r
+	}
+	if len(got) != 2 || len(byID) != 2 {
+		t.Fatalf("processed: %+v, want a and b once each", got)
+	}
+	for _, w := range []order.Request{created, rejected} {
+		if g := byID[w.RequestID]; g.OrderNo != w.OrderNo || g.UserID != w.UserID || g.ActivityID != w.ActivityID ||
+			g.ItemID != w.ItemID || g.Quantity != w.Quantity || !g.ReservedAt.Equal(w.ReservedAt) {
+			t.Errorf("processed %s: %+v, want %+v", w.RequestID, g, w)
+		}
+	}
+	if others, err := s.ProcessedSince(ctx, 1, 11, time.Hour); err != nil || len(others) != 0 {
+		t.Errorf("another item's: %+v %v, want none", others, err)
+	}
+}
