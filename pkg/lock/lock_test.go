@@ -13,6 +13,13 @@ import (
 	"orderpipe/pkg/testenv"
 )
 
+// mustLocker is a Locker whose keys carry the test's own prefix.
+func mustLocker(tb testing.TB) (testenv.Redis, *lock.Locker) {
+	tb.Helper()
+	r := testenv.MustRedis(tb)
+	return r, lock.New(r.Client, r.Prefix)
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -24,8 +31,7 @@ func isClosed(ch <-chan struct{}) bool {
 
 func TestExpiredHolderCannotTouchNewHolder(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	lk := lock.New(r.Client, r.Prefix)
+	r, lk := mustLocker(t)
 	ctx := t.Context()
 	key := r.Prefix + "lock:job"
 
@@ -73,8 +79,7 @@ func TestExpiredHolderCannotTouchNewHolder(t *testing.T) {
 func TestWatchdog(t *testing.T) {
 	t.Parallel()
 	const ttl = 300 * time.Millisecond
-	r := testenv.MustRedis(t)
-	lk := lock.New(r.Client, r.Prefix)
+	r, lk := mustLocker(t)
 
 	t.Run("KeepsLockThroughLongTask", func(t *testing.T) {
 		ctx := t.Context()
@@ -124,8 +129,7 @@ func TestWatchdog(t *testing.T) {
 
 func TestDoCancelsFnWhenLockIsLost(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	lk := lock.New(r.Client, r.Prefix)
+	r, lk := mustLocker(t)
 	ctx := t.Context()
 	key := r.Prefix + "lock:stolen"
 
@@ -154,8 +158,7 @@ func TestDoCancelsFnWhenLockIsLost(t *testing.T) {
 
 func TestFencesStrictlyIncrease(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	lk := lock.New(r.Client, r.Prefix)
+	_, lk := mustLocker(t)
 	ctx := t.Context()
 	var prev int64
 	for i := range 10 {
@@ -176,8 +179,7 @@ func TestFencesStrictlyIncrease(t *testing.T) {
 func TestDoOneHolderAtATime(t *testing.T) {
 	t.Parallel()
 	const contenders = 20
-	r := testenv.MustRedis(t)
-	lk := lock.New(r.Client, r.Prefix)
+	_, lk := mustLocker(t)
 	ctx := t.Context()
 
 	var (
@@ -226,8 +228,7 @@ func TestDoOneHolderAtATime(t *testing.T) {
 
 func TestAcquireFailsFastWhenHeld(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	lk := lock.New(r.Client, r.Prefix)
+	r, lk := mustLocker(t)
 	ctx := t.Context()
 	holder, err := lk.TryAcquire(ctx, "busy", time.Minute)
 	if err != nil {
@@ -280,8 +281,7 @@ func TestAcquireFailsFastWhenHeld(t *testing.T) {
 func TestRaiseFence(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := testenv.MustRedis(t)
-	lk := lock.New(r.Client, r.Prefix)
+	_, lk := mustLocker(t)
 	raised, err := lk.RaiseFence(ctx, "raise", 7)
 	if err != nil || !raised {
 		t.Fatalf("empty counter: raised %v, %v", raised, err)

@@ -20,9 +20,7 @@ func TestDecideBatchLikeOneByOne(t *testing.T) {
 	s := mustStore(t)
 	// Leave 5 units: the batch below asks for 2+2+3+1+1 from distinct users,
 	// a second order of user 1, a copy of a request and a foreign reuse.
-	if _, err := s.Pool().Exec(ctx, `UPDATE item_stock SET stock = 5, initial_stock = 5`); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s, `UPDATE item_stock SET stock = 5, initial_stock = 5`)
 	foreign := req("a", 9, 1)
 	foreign.OrderNo, foreign.ItemID = "1-11-other", 11
 	batch := []order.Request{req("a", 1, 2), req("b", 2, 2), req("c", 3, 3), req("d", 1, 1), req("a", 1, 2), req("e", 4, 1), foreign}
@@ -113,9 +111,7 @@ func TestDecideBatchOneUserTwoRequests(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := mustStore(t)
-			if _, err := s.Pool().Exec(ctx, `UPDATE item_stock SET stock = $1, initial_stock = $1`, tc.stock); err != nil {
-				t.Fatal(err)
-			}
+			mustExec(t, s, `UPDATE item_stock SET stock = $1, initial_stock = $1`, tc.stock)
 			ds, err := s.DecideBatch(ctx, []order.Request{req("r1", 1, 2), req("r2", 1, 1)})
 			if err != nil {
 				t.Fatal(err)
@@ -190,9 +186,7 @@ func TestForeignReservationIsReadable(t *testing.T) {
 func BenchmarkDecideBatch(b *testing.B) {
 	ctx := context.Background()
 	s := mustStore(b)
-	if _, err := s.Pool().Exec(ctx, `UPDATE item_stock SET stock = 1000000000, initial_stock = 1000000000`); err != nil {
-		b.Fatal(err)
-	}
+	mustExec(b, s, `UPDATE item_stock SET stock = 1000000000, initial_stock = 1000000000`)
 	const size = 500
 	b.ReportAllocs()
 	n := 0
@@ -207,4 +201,39 @@ func BenchmarkDecideBatch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(size*b.N)/b.Elapsed().Seconds(), "orders/s")
+}
+
+// TestProcessedSince: every decided request of the item, created or
+// rejected, comes back with what its dedup record is rebuilt from (ids,
+// quantity, reservation time); another item's do not.
+func TestProcessedSince(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := mustStore(t)
+	at := time.Now().UTC().Truncate(time.Microsecond)   // Postgres keeps microseconds
+	created, rejected := req("a", 1, 2), req("b", 1, 1) // b: a second live order of user 1
+	created.ReservedAt, rejected.ReservedAt = at, at.Add(time.Second)
+	if ds, err := s.DecideBatch(ctx, []order.Request{created, rejected}); err != nil || ds[0].Outcome != order.Created || ds[1].Outcome != order.Rejected {
+		t.Fatalf("decisions: %+v %v", ds, err)
+	}
+	got, err := s.ProcessedSince(ctx, 1, 10, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[string]order.Request{}
+	for _, r := range got {
+		byID[r.RequestID] = r
+	}
+	if len(got) != 2 || len(byID) != 2 {
+		t.Fatalf("processed: %+v, want a and b once each", got)
+	}
+	for _, w := range []order.Request{created, rejected} {
+		if g := byID[w.RequestID]; g.OrderNo != w.OrderNo || g.UserID != w.UserID || g.ActivityID != w.ActivityID ||
+			g.ItemID != w.ItemID || g.Quantity != w.Quantity || !g.ReservedAt.Equal(w.ReservedAt) {
+			t.Errorf("processed %s: %+v, want %+v", w.RequestID, g, w)
+		}
+	}
+	if others, err := s.ProcessedSince(ctx, 1, 11, time.Hour); err != nil || len(others) != 0 {
+		t.Errorf("another item's: %+v %v, want none", others, err)
+	}
 }

@@ -94,8 +94,8 @@ func (s *Store) cancelRow(ctx context.Context, orderNo string, userID int64) (Or
 	if err != nil {
 		return Order{}, nil, fmt.Errorf("cancelling order %s: %w", orderNo, err)
 	}
-	closed := []closedOrder{{RequestID: o.RequestID, OrderNo: orderNo, ActivityID: o.ActivityID, ItemID: o.ItemID, UserID: o.UserID,
-		Quantity: o.Quantity, Version: version}}
+	closed := []statusChange{{OrderNo: orderNo, RequestID: o.RequestID, UserID: o.UserID, ActivityID: o.ActivityID, ItemID: o.ItemID,
+		Quantity: o.Quantity, Status: StatusClosed, Reason: ReasonCancelled, Version: version, TraceParent: traceParentOf(ctx)}}
 	if err := restoreStock(ctx, tx, closed); err != nil {
 		return Order{}, nil, err
 	}
@@ -108,7 +108,7 @@ func (s *Store) cancelRow(ctx context.Context, orderNo string, userID int64) (Or
 		// back, and an UNPAID order with it would break I5. Refuse.
 		return Order{}, nil, fmt.Errorf("cancelling order %s: its reservation was already given back", orderNo)
 	}
-	if err := writeEvents(ctx, tx, closedEvents(closed, ReasonCancelled, traceParentOf(ctx))); err != nil {
+	if err := writeEvents(ctx, tx, closed); err != nil {
 		return Order{}, nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {

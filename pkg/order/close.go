@@ -10,17 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// closedOrder is an order a close batch moved from UNPAID to CLOSED.
-type closedOrder struct {
-	RequestID  string
-	OrderNo    string
-	ActivityID int64
-	ItemID     int64
-	UserID     int64
-	Quantity   int
-	Version    int // of its CLOSED event
-}
-
 // CloseExpired closes up to limit UNPAID orders reserved before now -
 // olderThan (by the database clock) in one transaction. An order's creation
 // is its reserved_at, the instant the gateway stamped and its payBy counts
@@ -54,7 +43,7 @@ func (s *Store) CloseExpired(ctx context.Context, olderThan time.Duration, limit
 	if err != nil {
 		return nil, err
 	}
-	if err := writeEvents(ctx, tx, closedEvents(closed, ReasonPaymentTimeout, "")); err != nil {
+	if err := writeEvents(ctx, tx, closed); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -63,10 +52,11 @@ func (s *Store) CloseExpired(ctx context.Context, olderThan time.Duration, limit
 	return comps, nil
 }
 
-// closeDue locks the oldest due orders other transactions are not holding and
-// closes them.
-func closeDue(ctx context.Context, tx pgx.Tx, olderThan time.Duration, limit int) ([]closedOrder, error) {
-	return queryAll[closedOrder](ctx, tx, "closing expired orders", closeDueSQL, olderThan, limit, ReasonPaymentTimeout)
+// closeDue locks the oldest due orders other transactions are not holding,
+// closes them and returns their changes to CLOSED. Their TraceParent is "":
+// each CLOSED event continues its order's trace (that of its first event kept).
+func closeDue(ctx context.Context, tx pgx.Tx, olderThan time.Duration, limit int) ([]statusChange, error) {
+	return collect(ctx, tx, pgx.RowToStructByNameLax[statusChange], "closing expired orders", closeDueSQL, olderThan, limit, ReasonPaymentTimeout)
 }
 
 // closeDueSQL takes the due orders by the closer's partial index and closes
@@ -82,11 +72,12 @@ const closeDueSQL = `
 		UPDATE orders o SET status = 'CLOSED', closed_at = now(), close_reason = $3, event_version = o.event_version + 1
 		FROM due
 		WHERE o.order_no = due.order_no AND (o.status = 'UNPAID') IS TRUE
-		RETURNING o.request_id, o.order_no, o.activity_id, o.item_id, o.user_id, o.quantity, o.event_version`
+		RETURNING o.request_id, o.order_no, o.activity_id, o.item_id, o.user_id, o.quantity, o.status, o.close_reason AS reason,
+			o.event_version AS version`
 
 // restoreStock gives the closed units back, one update per item, in item
 // order so concurrent closers lock item rows in the same order (no deadlock).
-func restoreStock(ctx context.Context, tx pgx.Tx, closed []closedOrder) error {
+func restoreStock(ctx context.Context, tx pgx.Tx, closed []statusChange) error {
 	type key struct{ activityID, itemID int64 }
 	qty := map[key]int64{}
 	for _, c := range closed {
@@ -113,21 +104,10 @@ func restoreStock(ctx context.Context, tx pgx.Tx, closed []closedOrder) error {
 	return nil
 }
 
-// closedEvents are the CLOSED events of closed orders; traceParent "" lets
-// each continue its order's trace (that of its first event kept).
-func closedEvents(closed []closedOrder, reason, traceParent string) []statusChange {
-	evs := make([]statusChange, len(closed))
-	for i, c := range closed {
-		evs[i] = statusChange{OrderNo: c.OrderNo, RequestID: c.RequestID, UserID: c.UserID, ActivityID: c.ActivityID, ItemID: c.ItemID,
-			Quantity: c.Quantity, Status: StatusClosed, Reason: reason, Version: c.Version, TraceParent: traceParent}
-	}
-	return evs
-}
-
 // outboxClosed writes one compensation (of reason why) per closed order. An
 // order that already has one (UNIQUE order_no) was already given back in
 // Redis, so nothing more is owed for it.
-func outboxClosed(ctx context.Context, tx pgx.Tx, closed []closedOrder, why string) ([]Compensation, error) {
+func outboxClosed(ctx context.Context, tx pgx.Tx, closed []statusChange, why string) ([]Compensation, error) {
 	var (
 		rids, onos    = make([]string, len(closed)), make([]string, len(closed))
 		acts, items   = make([]int64, len(closed)), make([]int64, len(closed))

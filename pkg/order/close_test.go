@@ -43,10 +43,26 @@ func mustOrder(tb testing.TB, s *order.Store, user int64, qty int) string {
 
 func age(tb testing.TB, s *order.Store, by time.Duration, orderNos ...string) {
 	tb.Helper()
-	if _, err := s.Pool().Exec(context.Background(), `UPDATE orders SET created_at = created_at - $2::interval, reserved_at = reserved_at - $2::interval
-		WHERE order_no = ANY($1)`, orderNos, by); err != nil {
+	mustExec(tb, s, `UPDATE orders SET created_at = created_at - $2::interval, reserved_at = reserved_at - $2::interval
+		WHERE order_no = ANY($1)`, orderNos, by)
+}
+
+// mustExec runs sql on the store's database: rows a test sets up by hand.
+func mustExec(tb testing.TB, s *order.Store, sql string, args ...any) {
+	tb.Helper()
+	if _, err := s.Pool().Exec(context.Background(), sql, args...); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// mustPaidOrder persists an order of user for item 1:10 and pays it.
+func mustPaidOrder(tb testing.TB, s *order.Store, user int64, qty int) string {
+	tb.Helper()
+	no := mustOrder(tb, s, user, qty)
+	if _, err := s.Pay(context.Background(), no); err != nil {
+		tb.Fatal(err)
+	}
+	return no
 }
 
 func stockOf(tb testing.TB, s *order.Store) order.ItemStock {
@@ -169,9 +185,7 @@ func TestDueCompensationsBackOff(t *testing.T) {
 		}
 		return len(cs) == 1 && cs[0].ID == id
 	}
-	if _, err := s.Pool().Exec(ctx, `UPDATE redis_compensations SET created_at = now() - interval '10 seconds' WHERE id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
+	mustExec(t, s, `UPDATE redis_compensations SET created_at = now() - interval '10 seconds' WHERE id = $1`, id)
 	if !due(time.Second, time.Minute) {
 		t.Error("fresh failure-free row 10s old is not due with base 1s")
 	}
@@ -251,10 +265,7 @@ func TestPaidOrderIsLive(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
-	no := mustOrder(t, s, 1, 1)
-	if _, err := s.Pay(ctx, no); err != nil {
-		t.Fatal(err)
-	}
+	mustPaidOrder(t, s, 1, 1)
 	ds, err := s.DecideBatch(ctx, []order.Request{{RequestID: "second", OrderNo: "1-10-second", UserID: 1, ActivityID: 1, ItemID: 10,
 		Quantity: 1, ReservedAt: time.Now(), Held: true}})
 	if err != nil {

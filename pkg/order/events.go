@@ -179,10 +179,17 @@ func (s *Store) RelayEvents(ctx context.Context, limit int, publish func(context
 // (database clock) and returns how many it deleted. Unpublished rows are
 // never pruned.
 func (s *Store) PruneEvents(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM order_events WHERE id IN (
-		SELECT id FROM order_events WHERE published_at < now() - $1::interval ORDER BY published_at LIMIT $2)`, olderThan, limit)
+	return s.prune(ctx, "order_events", "published_at", "published status events", olderThan, limit)
+}
+
+// prune deletes up to limit rows of table whose done column (a time, NULL
+// while the row's work is not done) is more than olderThan ago, oldest
+// first, and returns how many it deleted; what names the rows in an error.
+func (s *Store) prune(ctx context.Context, table, done, what string, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+table+` WHERE id IN (
+		SELECT id FROM `+table+` WHERE `+done+` < now() - $1::interval ORDER BY `+done+` LIMIT $2)`, olderThan, limit)
 	if err != nil {
-		return 0, fmt.Errorf("pruning published status events: %w", err)
+		return 0, fmt.Errorf("pruning %s: %w", what, err)
 	}
 	return tag.RowsAffected(), nil
 }

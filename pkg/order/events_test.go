@@ -137,10 +137,7 @@ func TestRelayEventsOneVersionOfAnOrderAtATime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
-	no := mustOrder(t, s, 1, 1)
-	if _, err := s.Pay(ctx, no); err != nil {
-		t.Fatal(err)
-	}
+	mustPaidOrder(t, s, 1, 1)
 	take := func(ids func([]order.StatusEvent) []int64, perr error) []string {
 		var got []string
 		if _, err := s.RelayEvents(ctx, 10, func(_ context.Context, evs []order.StatusEvent) ([]int64, error) {
@@ -283,23 +280,17 @@ func TestRelayReadCostsTheLimitNotTheBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := s.Pool().Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// A drained outbox, analyzed: the planner believes nothing is unpublished.
-	exec(`INSERT INTO order_events (order_no, version, status, payload, published_at)
+	mustExec(t, s, `INSERT INTO order_events (order_no, version, status, payload, published_at)
 		SELECT 'p' || g, 1, 'UNPAID', '{}', now() FROM generate_series(1, 3000) g`)
-	exec(`ANALYZE order_events`)
+	mustExec(t, s, `ANALYZE order_events`)
 	// Then a backlog: an order with two versions, 300 second versions of
 	// published orders, 2000 new orders.
-	exec(`INSERT INTO order_events (order_no, version, status, payload) VALUES ('q', 1, 'UNPAID', '{}')`)
-	exec(`INSERT INTO order_events (order_no, version, status, payload)
+	mustExec(t, s, `INSERT INTO order_events (order_no, version, status, payload) VALUES ('q', 1, 'UNPAID', '{}')`)
+	mustExec(t, s, `INSERT INTO order_events (order_no, version, status, payload)
 		SELECT 'p' || g, 2, 'PAID', '{}' FROM generate_series(1, 300) g`)
-	exec(`INSERT INTO order_events (order_no, version, status, payload) VALUES ('q', 2, 'PAID', '{}')`)
-	exec(`INSERT INTO order_events (order_no, version, status, payload)
+	mustExec(t, s, `INSERT INTO order_events (order_no, version, status, payload) VALUES ('q', 2, 'PAID', '{}')`)
+	mustExec(t, s, `INSERT INTO order_events (order_no, version, status, payload)
 		SELECT 'n' || g, 1, 'UNPAID', '{}' FROM generate_series(1, 2000) g`)
 	const limit = 500
 
@@ -361,23 +352,17 @@ func TestStatementsByKeyFindTheirRowByTheKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := mustStore(t)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := s.Pool().Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Analyzed while every order is paid and every compensation applied.
-	exec(`INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, status, reserved_at, created_at, paid_at)
+	mustExec(t, s, `INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, status, reserved_at, created_at, paid_at)
 		SELECT 'p' || g, 'rp' || g, g, 1, 10, 1, 'PAID', now(), now() - interval '2 hours', now() FROM generate_series(1, 20000) g`)
-	exec(`INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason, applied_at)
+	mustExec(t, s, `INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason, applied_at)
 		SELECT 'rp' || g, 'p' || g, 1, 10, g, 1, 'X', now() FROM generate_series(1, 20000) g`)
-	exec(`ANALYZE orders`)
-	exec(`ANALYZE redis_compensations`)
+	mustExec(t, s, `ANALYZE orders`)
+	mustExec(t, s, `ANALYZE redis_compensations`)
 	// Then a flood: unpaid orders, pending compensations.
-	exec(`INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, reserved_at, created_at)
+	mustExec(t, s, `INSERT INTO orders (order_no, request_id, user_id, activity_id, item_id, quantity, reserved_at, created_at)
 		SELECT 'n' || g, 'rn' || g, 100000 + g, 1, 10, 1, now() - interval '2 hours', now() - interval '2 hours' FROM generate_series(1, 5000) g`)
-	exec(`INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason)
+	mustExec(t, s, `INSERT INTO redis_compensations (request_id, order_no, activity_id, item_id, user_id, quantity, reason)
 		SELECT 'rn' || g, 'n' || g, 1, 10, 100000 + g, 1, 'X' FROM generate_series(1, 5000) g`)
 
 	for _, c := range []struct {

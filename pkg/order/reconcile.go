@@ -191,11 +191,17 @@ type querier interface {
 // queryAll runs sql on q (the pool or a transaction) and collects its rows
 // into Ts by column position; what names the query in errors.
 func queryAll[T any](ctx context.Context, q querier, what, sql string, args ...any) ([]T, error) {
+	return collect(ctx, q, pgx.RowToStructByPos[T], what, sql, args...)
+}
+
+// collect is queryAll with the conversion of a row given: by name, for a
+// type whose fields the query fills only some of.
+func collect[T any](ctx context.Context, q querier, to pgx.RowToFunc[T], what, sql string, args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[T])
+	out, err := pgx.CollectRows(rows, to)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

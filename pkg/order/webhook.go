@@ -271,12 +271,7 @@ func (s *Store) ReplayWebhooks(ctx context.Context, events []WebhookEvent, endpo
 // olderThan ago and returns how many it deleted. Pending and failed ones
 // are never pruned.
 func (s *Store) PruneWebhooks(ctx context.Context, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM webhook_deliveries WHERE id IN (
-		SELECT id FROM webhook_deliveries WHERE delivered_at < now() - $1::interval ORDER BY delivered_at LIMIT $2)`, olderThan, limit)
-	if err != nil {
-		return 0, fmt.Errorf("pruning delivered webhooks: %w", err)
-	}
-	return tag.RowsAffected(), nil
+	return s.prune(ctx, "webhook_deliveries", "delivered_at", "delivered webhooks", olderThan, limit)
 }
 
 // WebhookDeliveriesOf lists an order's deliveries still kept, by endpoint

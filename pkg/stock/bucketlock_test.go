@@ -9,7 +9,6 @@ import (
 
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/stock"
-	"orderpipe/pkg/testenv"
 )
 
 // TestStaleBucketHolderRefused: a holder of the bucket lock whose lock
@@ -21,18 +20,7 @@ func TestStaleBucketHolderRefused(t *testing.T) {
 	t.Parallel()
 	_, s, it := nineOverThree(t, 5, 6)
 	ctx := context.Background()
-	stocks := func() string {
-		t.Helper()
-		got, err := s.BucketStocks(ctx, it, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := []int64{}
-		for _, n := range got {
-			out = append(out, *n)
-		}
-		return fmt.Sprint(out)
-	}
+	stocks := func() string { t.Helper(); return mustBucketStocks(t, s, it, 3) }
 
 	// The old holder takes, then stalls past its lock's life.
 	tr := stock.Transfer{ID: "x1", From: 0, To: 2, Units: 2}
@@ -94,14 +82,10 @@ func TestStaleBucketHolderRefused(t *testing.T) {
 // not refused for ever.
 func TestBucketLockCounterLost(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	s := stock.New(r.Client, r.Prefix)
+	r, s := mustStore(t)
 	ctx := context.Background()
 	it := stock.Item{ActivityID: 5, ItemID: 7}
-	now := time.Now()
-	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 6, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1, Buckets: 2}); err != nil {
-		t.Fatal(err)
-	}
+	mustPreheat(t, s, openSale(it, 6, 1, 2))
 	var first int64
 	for range 3 {
 		if err := s.WithBuckets(ctx, it, 2, time.Second, func(_ context.Context, fence int64) error { first = fence; return nil }); err != nil {

@@ -75,18 +75,7 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 	t.Parallel()
 	r, s, it := nineOverThree(t, 3, 4)
 	ctx := context.Background()
-	stocks := func() string {
-		t.Helper()
-		got, err := s.BucketStocks(ctx, it, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := []int64{}
-		for _, n := range got {
-			out = append(out, *n)
-		}
-		return fmt.Sprint(out)
-	}
+	stocks := func() string { t.Helper(); return mustBucketStocks(t, s, it, 3) }
 	// Each step as a mover takes it: under the item's bucket lock.
 	held := func(fn func(fence int64) error) {
 		t.Helper()
@@ -145,18 +134,28 @@ func TestMoveFinishesAfterACrash(t *testing.T) {
 	}
 }
 
+// mustBucketStocks is the stock of each of the item's n buckets, printed
+// as [b0 b1 ...] so a test compares it with one string.
+func mustBucketStocks(tb testing.TB, s *stock.Store, it stock.Item, n int) string {
+	tb.Helper()
+	got, err := s.BucketStocks(context.Background(), it, n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := []int64{}
+	for _, n := range got {
+		out = append(out, *n)
+	}
+	return fmt.Sprint(out)
+}
+
 // nineOverThree is a store of the test's own and item activity:item on
 // sale for the hour, 9 units over 3 buckets, one per user.
 func nineOverThree(t *testing.T, activity, item int64) (testenv.Redis, *stock.Store, stock.Item) {
 	t.Helper()
-	r := testenv.MustRedis(t)
-	s := stock.New(r.Client, r.Prefix)
+	r, s := mustStore(t)
 	it := stock.Item{ActivityID: activity, ItemID: item}
-	now := time.Now()
-	if _, err := s.Preheat(context.Background(), stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour),
-		Cap: 1, Buckets: 3}); err != nil {
-		t.Fatal(err)
-	}
+	mustPreheat(t, s, openSale(it, 9, 1, 3))
 	return r, s, it
 }
 
@@ -166,12 +165,10 @@ func nineOverThree(t *testing.T, activity, item int64) (testenv.Redis, *stock.St
 // sale with the count. A repeated Load keeps the running stock.
 func TestLoadSellsNothingUntilArm(t *testing.T) {
 	t.Parallel()
-	r := testenv.MustRedis(t)
-	s := stock.New(r.Client, r.Prefix)
+	_, s := mustStore(t)
 	ctx := context.Background()
 	it := stock.Item{ActivityID: 5, ItemID: 6}
-	now := time.Now()
-	sale := stock.Sale{Item: it, Stock: 9, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1, Buckets: 3}
+	sale := openSale(it, 9, 1, 3)
 	reserve := func(user int64) stock.Outcome {
 		t.Helper()
 		rid := fmt.Sprintf("r-%d", user)

@@ -30,10 +30,7 @@ func TestCorruptJournalEntryIsItsRequests(t *testing.T) {
 				t.Errorf("ack: %d %v; want the entry dropped", n, err)
 			}
 			stocktest.SetJournalEntry(t, f.sr, f.item, "r", entry)
-			rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
-			if out, err := f.s.Release(ctx, stock.Compensation, rel); err != nil || out != stock.Released {
-				t.Fatalf("release: %s %v", out, err)
-			}
+			f.mustRelease(t, "release", stock.Compensation, f.release("r", "o1", 1), stock.Released)
 			if f.stock(t) != 5 || f.r.Client.HLen(ctx, f.keys.Journal).Val() != 0 {
 				t.Errorf("stock %d, journal %d entries; want 5 and none", f.stock(t), f.r.Client.HLen(ctx, f.keys.Journal).Val())
 			}

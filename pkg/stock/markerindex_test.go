@@ -48,26 +48,17 @@ func TestMarkerIndexFollowsTheMarkers(t *testing.T) {
 	}
 	want("after four reserves", 1, 2, 3, 4)
 
-	rel := func(rid, ono string, user int64, owner string) stock.Release {
-		return stock.Release{Item: f.item, Ref: stock.Ref{RequestID: rid, OrderNo: ono}, UserID: user, Quantity: 1, LimitOwner: owner}
-	}
-	if out, err := f.s.Release(ctx, stock.Unproduced, rel("ra", "oa", 1, "")); err != nil || out != stock.Released {
-		t.Fatalf("abort: %s %v", out, err)
-	}
+	f.mustRelease(t, "abort", stock.Unproduced, f.release("ra", "oa", 1), stock.Released)
 	want("after an abort", 2, 3, 4)
-	if out, err := f.s.Release(ctx, stock.Compensation, rel("rb", "ob", 2, "")); err != nil || out != stock.Released {
-		t.Fatalf("compensate: %s %v", out, err)
-	}
+	f.mustRelease(t, "compensate", stock.Compensation, f.release("rb", "ob", 2), stock.Released)
 	want("after a compensation", 3, 4)
 	// The marker is handed to the user's live order: it stays, so does the member.
-	if out, err := f.s.Release(ctx, stock.Compensation, rel("rc", "oc", 3, "r-live")); err != nil || out != stock.Released {
-		t.Fatalf("compensate with an owner: %s %v", out, err)
-	}
+	handed := f.release("rc", "oc", 3)
+	handed.LimitOwner = "r-live"
+	f.mustRelease(t, "compensate with an owner", stock.Compensation, handed, stock.Released)
 	want("after a hand-over", 3, 4)
 	// A release of a reservation that no longer holds the marker leaves both.
-	if out, err := f.s.Release(ctx, stock.Compensation, rel("r-old", "o-old", 4, "")); err != nil || out != stock.Released {
-		t.Fatalf("compensate of a stale reservation: %s %v", out, err)
-	}
+	f.mustRelease(t, "compensate of a stale reservation", stock.Compensation, f.release("r-old", "o-old", 4), stock.Released)
 	want("after a release of another request", 3, 4)
 }
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"orderpipe/pkg/stock"
-	"orderpipe/pkg/testenv"
 )
 
 // TestReads: what redrive, the reconciler, locate and the bench audit read
@@ -112,8 +111,7 @@ func TestJournalPages(t *testing.T) {
 func TestSaleWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := testenv.MustRedis(t)
-	s := stock.New(r.Client, r.Prefix)
+	_, s := mustStore(t)
 	it := stock.Item{ActivityID: 4, ItemID: 2}
 	starts, ends := time.UnixMilli(1_800_000_000_123).UTC(), time.UnixMilli(1_800_003_600_456).UTC()
 	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 5, StartsAt: starts.Add(789 * time.Microsecond), EndsAt: ends, Cap: 1}); err != nil {

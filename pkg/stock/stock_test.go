@@ -22,15 +22,31 @@ type fixture struct {
 	keys stocktest.Keys
 }
 
+// mustStore is a store whose key prefix is the test's own.
+func mustStore(tb testing.TB) (testenv.Redis, *stock.Store) {
+	tb.Helper()
+	r := testenv.MustRedis(tb)
+	return r, stock.New(r.Client, r.Prefix)
+}
+
+// openSale is a sale of it that opened a minute ago and lasts the hour.
+func openSale(it stock.Item, units int64, cap, buckets int) stock.Sale {
+	now := time.Now()
+	return stock.Sale{Item: it, Stock: units, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: cap, Buckets: buckets}
+}
+
+func mustPreheat(tb testing.TB, s *stock.Store, sale stock.Sale) {
+	tb.Helper()
+	if _, err := s.Preheat(context.Background(), sale); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 func mustFixture(t *testing.T, units int64, cap int) fixture {
 	t.Helper()
-	r := testenv.MustRedis(t)
-	s := stock.New(r.Client, r.Prefix)
+	r, s := mustStore(t)
 	it := stock.Item{ActivityID: 1, ItemID: 2}
-	now := time.Now()
-	if _, err := s.Preheat(context.Background(), stock.Sale{Item: it, Stock: units, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: cap}); err != nil {
-		t.Fatal(err)
-	}
+	mustPreheat(t, s, openSale(it, units, cap, 0))
 	sr := stocktest.On(r.Client, r.Prefix)
 	return fixture{s: s, r: r, sr: sr, item: it, keys: stocktest.KeysOf(sr, it)}
 }
@@ -50,6 +66,19 @@ func (f fixture) markPublished(t *testing.T, rid, orderNo string) {
 	t.Helper()
 	if n, err := f.s.MarkPublished(context.Background(), f.item, []stock.Ref{{RequestID: rid, OrderNo: orderNo}}); err != nil || n != 1 {
 		t.Fatalf("marking %s published: %d %v", orderNo, n, err)
+	}
+}
+
+// release is the release of user's one-unit reservation rid (orderNo) of the item.
+func (f fixture) release(rid, orderNo string, user int64) stock.Release {
+	return stock.Release{Item: f.item, Ref: stock.Ref{RequestID: rid, OrderNo: orderNo}, UserID: user, Quantity: 1}
+}
+
+// mustRelease releases rel for cause; the test stops unless it answers want.
+func (f fixture) mustRelease(t *testing.T, step string, cause stock.Cause, rel stock.Release, want stock.ReleaseOutcome) {
+	t.Helper()
+	if out, err := f.s.Release(context.Background(), cause, rel); err != nil || out != want {
+		t.Fatalf("%s: %s %v, want %s", step, out, err, want)
 	}
 }
 
@@ -147,10 +176,8 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 	t.Run("Unclaimed", func(t *testing.T) {
 		f := mustFixture(t, 5, 1)
 		f.reserve(t, "r", "o1", 1, 1, "fp")
-		rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
-		if out, err := f.s.Release(ctx, stock.Unproduced, rel); err != nil || out != stock.Released {
-			t.Fatalf("abort: %s %v", out, err)
-		}
+		rel := f.release("r", "o1", 1)
+		f.mustRelease(t, "abort", stock.Unproduced, rel, stock.Released)
 		if f.stock(t) != 5 || f.r.Client.Exists(ctx, f.keys.Limit(1), f.keys.Req("r"), f.keys.Order("o1")).Val() != 0 ||
 			f.r.Client.HLen(ctx, f.keys.Journal).Val() != 0 {
 			t.Fatal("abort left the reservation behind")
@@ -182,10 +209,7 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 		if err != nil || claims[0] != stock.ClaimOK || claims[1] != stock.ClaimUnknown {
 			t.Fatalf("claim: %v %v", claims, err)
 		}
-		out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1})
-		if err != nil || out != stock.Claimed {
-			t.Fatalf("abort of a claimed reservation: %s %v", out, err)
-		}
+		f.mustRelease(t, "abort of a claimed reservation", stock.Unproduced, f.release("r", "o1", 1), stock.Claimed)
 		if f.stock(t) != 4 || f.r.Client.Exists(ctx, f.keys.Limit(1)).Val() != 1 {
 			t.Error("abort released a claimed reservation")
 		}
@@ -197,16 +221,12 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 	t.Run("ClaimedThenCompensated", func(t *testing.T) {
 		f := mustFixture(t, 5, 1)
 		f.reserve(t, "r", "o1", 1, 1, "fp")
-		rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
+		rel := f.release("r", "o1", 1)
 		if claims, err := f.s.Claim(ctx, f.item, []stock.Ref{rel.Ref}); err != nil || claims[0] != stock.ClaimOK {
 			t.Fatalf("claim: %v %v", claims, err)
 		}
-		if out, err := f.s.Release(ctx, stock.Compensation, rel); err != nil || out != stock.Released {
-			t.Fatalf("compensation: %s %v", out, err)
-		}
-		if out, err := f.s.Release(ctx, stock.Unproduced, rel); err != nil || out != stock.Claimed {
-			t.Fatalf("abort after the compensation: %s %v, want %s", out, err, stock.Claimed)
-		}
+		f.mustRelease(t, "compensation", stock.Compensation, rel, stock.Released)
+		f.mustRelease(t, "abort after the compensation", stock.Unproduced, rel, stock.Claimed)
 		if f.stock(t) != 5 {
 			t.Errorf("stock %d, want 5 (given back once)", f.stock(t))
 		}
@@ -232,19 +252,13 @@ func TestLateReserveAfterAbortChangesNothing(t *testing.T) {
 	}
 	// Released, then the same call runs again.
 	f.reserve(t, "r", "o1", 1, 1, "fp")
-	rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "o1"}, UserID: 1, Quantity: 1}
-	if out, err := f.s.Release(ctx, stock.Unproduced, rel); err != nil || out != stock.Released {
-		t.Fatalf("abort: %s %v", out, err)
-	}
+	f.mustRelease(t, "abort", stock.Unproduced, f.release("r", "o1", 1), stock.Released)
 	if res := f.reserve(t, "r", "o1", 1, 1, "fp"); res.Outcome != stock.ReleasedBefore {
 		t.Fatalf("late copy of an aborted reserve: %+v, want ABORTED", res)
 	}
 	nothingHeld("late copy after a release")
 	// The abort ran first and found nothing; the reserve arrives after it.
-	rel.OrderNo = "o2"
-	if out, err := f.s.Release(ctx, stock.Unproduced, rel); err != nil || out != stock.NotReserved {
-		t.Fatalf("abort of a reserve that has not run: %s %v", out, err)
-	}
+	f.mustRelease(t, "abort of a reserve that has not run", stock.Unproduced, f.release("r", "o2", 1), stock.NotReserved)
 	if res := f.reserve(t, "r", "o2", 1, 1, "fp"); res.Outcome != stock.ReleasedBefore {
 		t.Fatalf("reserve after its abort: %+v, want ABORTED", res)
 	}
@@ -267,7 +281,7 @@ func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
 	if n, err := f.s.Ack(ctx, f.item, []stock.Ref{{RequestID: "a", OrderNo: "oa"}}); err != nil || n != 1 {
 		t.Errorf("ack dropped %d (%v)", n, err)
 	}
-	rel := stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "b", OrderNo: "ob"}, UserID: 2, Quantity: 1}
+	rel := f.release("b", "ob", 2)
 	for i, want := range []stock.ReleaseOutcome{stock.Released, stock.AlreadyReleased, stock.AlreadyReleased} {
 		if out, err := f.s.Release(ctx, stock.Compensation, rel); err != nil || out != want {
 			t.Errorf("compensate #%d: %s %v", i, out, err)
@@ -282,7 +296,9 @@ func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
 	}
 	// The marker is handed over, not freed, when a limit owner is given.
 	f.reserve(t, "c", "oc", 3, 1, "fp")
-	if _, err := f.s.Release(ctx, stock.Compensation, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "c", OrderNo: "oc"}, UserID: 3, Quantity: 1, LimitOwner: "live"}); err != nil {
+	handed := f.release("c", "oc", 3)
+	handed.LimitOwner = "live"
+	if _, err := f.s.Release(ctx, stock.Compensation, handed); err != nil {
 		t.Fatal(err)
 	}
 	if v := f.r.Client.Get(ctx, f.keys.Limit(3)).Val(); v != "live" {
@@ -296,7 +312,7 @@ func TestPreheatDoesNotOverwriteRunningStock(t *testing.T) {
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "a", "oa", 1, 1, "fp")
 	now := time.Now()
-	loaded, err := f.s.Preheat(ctx, stock.Sale{Item: f.item, Stock: 5, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1})
+	loaded, err := f.s.Preheat(ctx, openSale(f.item, 5, 1, 0))
 	if err != nil || loaded || f.stock(t) != 4 {
 		t.Errorf("second preheat: loaded=%v err=%v stock=%d", loaded, err, f.stock(t))
 	}
@@ -314,16 +330,10 @@ func TestEveryAbortedReservationStaysReleased(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
-	abort := func(orderNo string) {
-		t.Helper()
-		if out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: orderNo}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
-			t.Fatalf("abort %s: %s %v", orderNo, out, err)
-		}
-	}
 	f.reserve(t, "r", "A", 1, 1, "fp")
-	abort("A")
+	f.mustRelease(t, "abort A", stock.Unproduced, f.release("r", "A", 1), stock.Released)
 	f.reserve(t, "r", "A2", 1, 1, "fp")
-	abort("A2")
+	f.mustRelease(t, "abort A2", stock.Unproduced, f.release("r", "A2", 1), stock.Released)
 	f.reserve(t, "r", "B", 1, 1, "fp")
 	claims, err := f.s.Claim(ctx, f.item, []stock.Ref{{RequestID: "r", OrderNo: "A"}, {RequestID: "r", OrderNo: "A2"}, {RequestID: "r", OrderNo: "B"}})
 	if err != nil {
@@ -350,10 +360,10 @@ func TestCompensationKeepsTheDedupRecord(t *testing.T) {
 	f := mustFixture(t, 5, 1)
 	f.reserve(t, "kept", "ok", 1, 1, "fp")
 	f.reserve(t, "gone", "og", 2, 1, "fp")
-	if _, err := f.s.Release(ctx, stock.Compensation, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "kept", OrderNo: "ok"}, UserID: 1, Quantity: 1}); err != nil {
+	if _, err := f.s.Release(ctx, stock.Compensation, f.release("kept", "ok", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "gone", OrderNo: "og"}, UserID: 2, Quantity: 1}); err != nil {
+	if _, err := f.s.Release(ctx, stock.Unproduced, f.release("gone", "og", 2)); err != nil {
 		t.Fatal(err)
 	}
 	if f.r.Client.Exists(ctx, f.keys.Req("kept"), f.keys.Order("ok")).Val() != 2 {
@@ -401,10 +411,7 @@ func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := mustFixture(t, 5, 1)
-	out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "never", OrderNo: "o-never"}, UserID: 1, Quantity: 1})
-	if err != nil || out != stock.NotReserved {
-		t.Fatalf("abort of a reserve that never ran: %s %v", out, err)
-	}
+	f.mustRelease(t, "abort of a reserve that never ran", stock.Unproduced, f.release("never", "o-never", 1), stock.NotReserved)
 	// Nothing given back; only the fate key remembers the orderNo, so that
 	// its reserve, should it still arrive, takes nothing.
 	if fate := f.r.Client.Get(ctx, f.keys.Fate("o-never")).Val(); f.stock(t) != 5 || fate != "released:o-never" ||
@@ -413,9 +420,7 @@ func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
 	}
 	// A reserve that did run (its reply lost) is given back.
 	f.reserve(t, "ran", "o-ran", 1, 1, "fp")
-	if out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "ran", OrderNo: "o-ran"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
-		t.Fatalf("abort of a reserve that ran: %s %v", out, err)
-	}
+	f.mustRelease(t, "abort of a reserve that ran", stock.Unproduced, f.release("ran", "o-ran", 1), stock.Released)
 	if f.stock(t) != 5 {
 		t.Errorf("stock %d, want 5", f.stock(t))
 	}
@@ -448,7 +453,7 @@ func TestAbortKeepsAShownReservation(t *testing.T) {
 	f := mustFixture(t, 5, 1)
 	abort := func(rid, no string, user int64) stock.ReleaseOutcome {
 		t.Helper()
-		out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: rid, OrderNo: no}, UserID: user, Quantity: 1})
+		out, err := f.s.Release(ctx, stock.Unproduced, f.release(rid, no, user))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -546,10 +551,7 @@ func TestReplayShowsOnlyADurableOrderNo(t *testing.T) {
 		if f.stock(t) != before {
 			t.Fatalf("a waiting retry took stock: %d, was %d", f.stock(t), before)
 		}
-		out, err := f.s.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "ab", OrderNo: "o-ab"}, UserID: 4, Quantity: 1})
-		if err != nil || out != stock.Released {
-			t.Fatalf("abort after a retry that showed nothing: %s %v, want %s", out, err, stock.Released)
-		}
+		f.mustRelease(t, "abort after a retry that showed nothing", stock.Unproduced, f.release("ab", "o-ab", 4), stock.Released)
 		if r := f.reserve(t, "ab", "o-ab-3", 4, 1, "fp"); r.Outcome != stock.Reserved || r.OrderNo != "o-ab-3" {
 			t.Fatalf("retry after the abort: %+v, want a new reservation", r)
 		}

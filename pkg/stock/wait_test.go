@@ -71,10 +71,7 @@ func TestClaimWaitsForReplicas(t *testing.T) {
 	s, fresh := store(), store()
 	ctx := context.Background()
 	it := stock.Item{ActivityID: 1, ItemID: 3}
-	now := time.Now()
-	if _, err := s.Preheat(ctx, stock.Sale{Item: it, Stock: 10, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
-		t.Fatal(err)
-	}
+	mustPreheat(t, s, openSale(it, 10, 1, 0))
 	res, err := s.Reserve(ctx, stock.Reservation{Item: it, RequestID: "r1", OrderNo: "o1", UserID: 1, Quantity: 1,
 		Fingerprint: stock.Fingerprint(1, 1, 3, 1), Event: []byte(`{"orderNo":"o1","quantity":1}`)})
 	if err != nil || res.Outcome != stock.Reserved || res.Unreplicated {
@@ -165,9 +162,6 @@ func onSaleWaiting(t *testing.T, addr string, itemID int64) (*stock.Store, stock
 		t.Fatal(err)
 	}
 	it := stock.Item{ActivityID: 1, ItemID: itemID}
-	now := time.Now()
-	if _, err := s.Preheat(context.Background(), stock.Sale{Item: it, Stock: 10, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
-		t.Fatal(err)
-	}
+	mustPreheat(t, s, openSale(it, 10, 1, 0))
 	return s, it
 }

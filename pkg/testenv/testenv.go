@@ -136,6 +136,21 @@ func WaitFor(tb testing.TB, within time.Duration, what string, cond func() bool)
 	}
 }
 
+// MustConfigError fails tb unless err is what a configuration's check (what)
+// should answer: nil when want is "", else an error that says want; and
+// never one that shows secret, since such errors reach logs.
+func MustConfigError(tb testing.TB, what string, err error, want, secret string) {
+	tb.Helper()
+	switch {
+	case want == "" && err != nil:
+		tb.Fatalf("%s: %v", what, err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		tb.Fatalf("%s: %v, want an error with %q", what, err, want)
+	case err != nil && strings.Contains(err.Error(), secret):
+		tb.Errorf("the error shows the password: %v", err)
+	}
+}
+
 // SilentServer is the address of a TCP server that accepts connections,
 // reads what is sent and never answers (a peer that hangs); closed at
 // cleanup.

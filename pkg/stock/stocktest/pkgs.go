@@ -98,7 +98,7 @@ type ReserveCalls struct {
 func CountReserves(tb TB, r Redis, requestID, fingerprint string) *ReserveCalls {
 	tb.Helper()
 	c := &ReserveCalls{requestID: requestID, fingerprint: fingerprint, calls: map[string]int{}}
-	r.Client.AddHook(c)
+	r.Client.AddHook(seeHook(c.see))
 	return c
 }
 
@@ -130,22 +130,6 @@ func (c *ReserveCalls) see(cmd redis.Cmder) {
 	c.calls[orderNo]++
 }
 
-// DialHook, ProcessHook and ProcessPipelineHook make it a redis.Hook.
-func (c *ReserveCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *ReserveCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.see(cmd); return next(ctx, cmd) }
-}
-
-func (c *ReserveCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			c.see(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // ScriptCalls counts every script call (EVALSHA, EVAL) a store's client
 // sends: a test proves with it that a path ran no script.
 type ScriptCalls struct{ n atomic.Int64 }
@@ -153,7 +137,7 @@ type ScriptCalls struct{ n atomic.Int64 }
 // CountScripts counts, from now on, the script calls sent on r's client.
 func CountScripts(r Redis) *ScriptCalls {
 	c := &ScriptCalls{}
-	r.Client.AddHook(c)
+	r.Client.AddHook(seeHook(c.see))
 	return c
 }
 
@@ -166,17 +150,20 @@ func (c *ScriptCalls) see(cmd redis.Cmder) {
 	}
 }
 
-// DialHook, ProcessHook and ProcessPipelineHook make it a redis.Hook.
-func (c *ScriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+// seeHook is a redis.Hook that shows every command a client sends, alone
+// or in a pipeline, to the func before sending it on.
+type seeHook func(redis.Cmder)
 
-func (c *ScriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.see(cmd); return next(ctx, cmd) }
+func (h seeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h seeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h(cmd); return next(ctx, cmd) }
 }
 
-func (c *ScriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h seeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			c.see(cmd)
+			h(cmd)
 		}
 		return next(ctx, cmds)
 	}
