@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"orderpipe/gateway/client"
 	"orderpipe/pkg/event"
@@ -47,7 +44,7 @@ func testReplayWhileProducingIsNeverLost(t *testing.T, e engine) {
 			}
 			it := stock.Item{ActivityID: 3, ItemID: 1}
 			p.mustSale(t, 3, 1, map[int64]int64{1: 5})
-			stalled, resume := mustStallProduce(t, p, tc.lands)
+			stalled, resume := p.Kafka.StallProduce(tc.lands)
 
 			body := orderBody{RequestID: "retried", UserID: 7, ActivityID: 3, ItemID: 1, Quantity: 1}
 			first := make(chan apiResponse, 1)
@@ -128,7 +125,7 @@ func testReplayAfterRedisLossShowsNothingLost(t *testing.T, e engine) {
 		t.Skip("needs the in-process broker to stall its produce requests")
 	}
 	p.mustSale(t, 5, 1, map[int64]int64{1: 5})
-	stalled, resume := mustStallProduce(t, p, true)
+	stalled, resume := p.Kafka.StallProduce(true)
 	body := orderBody{RequestID: "lost-redis", UserID: 8, ActivityID: 5, ItemID: 1, Quantity: 1}
 	first := make(chan apiResponse, 1)
 	go func() { first <- p.order(t, body) }()
@@ -161,33 +158,6 @@ func testReplayAfterRedisLossShowsNothingLost(t *testing.T, e engine) {
 	if _, err := p.orderOf(t, a.Str("orderNo")); err != nil {
 		t.Errorf("GET %s: %v", a.Str("orderNo"), err)
 	}
-}
-
-// mustStallProduce makes every produce request stall until resume is
-// closed; stalled is closed when the first one arrives. A stalled request
-// then lands if lands, or fails (the broker answers an error) if not; later
-// ones are served normally.
-func mustStallProduce(t *testing.T, p *pipeline, lands bool) (stalled, resume chan struct{}) {
-	t.Helper()
-	stalled, resume = make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	c := p.Kafka.Cluster
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		select {
-		case <-resume:
-			c.DropControl()
-			return nil, nil, false
-		default:
-		}
-		c.KeepControl()
-		once.Do(func() { close(stalled) })
-		c.SleepControl(func() { <-resume })
-		if lands {
-			return nil, nil, false
-		}
-		return nil, errors.New("broker was paused"), true
-	})
-	return stalled, resume
 }
 
 // testRequestIDReusedForAnotherItem: the same requestId for another item is
