@@ -43,7 +43,15 @@ type spans struct{ rec *tracetest.SpanRecorder }
 func mustRecordSpans(tb testing.TB) spans {
 	tb.Helper()
 	rec := tracetest.NewSpanRecorder()
-	tp := telemetry.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	mustInstallTracing(tb, telemetry.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	return spans{rec: rec}
+}
+
+// mustInstallTracing makes tp the global tracer provider, with the W3C
+// propagator, until the test ends; then tp is shut down and the previous
+// provider and propagator are back.
+func mustInstallTracing(tb testing.TB, tp *sdktrace.TracerProvider) {
+	tb.Helper()
 	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
 	otel.SetTracerProvider(tp)
 	telemetry.SetPropagator()
@@ -52,7 +60,6 @@ func mustRecordSpans(tb testing.TB) spans {
 		otel.SetTracerProvider(prevTP)
 		otel.SetTextMapPropagator(prevProp)
 	})
-	return spans{rec: rec}
 }
 
 // where lists the ended spans that match.
