@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -411,4 +412,25 @@ func (p *pipeline) startWorker(tb testing.TB) {
 			tb.Errorf("worker: %v", err)
 		}
 	})
+}
+
+// mustPostgresProxy is a proxy in front of the test Postgres server, for a
+// test that cuts the pipeline off it.
+func mustPostgresProxy(tb testing.TB) *testenv.Proxy {
+	tb.Helper()
+	dbURL, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return testenv.MustProxy(tb, dbURL.Host)
+}
+
+// viaPostgresProxy points c's database at proxy. The breaker opens for a
+// moment only, so the pipeline tries Postgres again soon after the proxy
+// is back up.
+func viaPostgresProxy(c *config, proxy *testenv.Proxy) {
+	u, _ := url.Parse(c.Database.URL)
+	u.Host = proxy.Addr
+	c.Database.URL = u.String()
+	c.BreakerOpenFor = 200 * time.Millisecond
 }

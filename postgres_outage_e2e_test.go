@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -28,16 +27,9 @@ const lagSeries = "orderpipe_worker_consumer_lag_messages"
 // UNPAID order, the lag is 0 and the invariants hold.
 func testPostgresOutageKeepsTakingOrders(t *testing.T, e engine) {
 	t.Parallel()
-	dbURL, err := url.Parse(testenv.DatabaseURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.MustProxy(t, dbURL.Host)
+	proxy := mustPostgresProxy(t)
 	p := mustPipeline(t, e, both, func(c *config) {
-		u, _ := url.Parse(c.Database.URL)
-		u.Host = proxy.Addr
-		c.Database.URL = u.String()
-		c.BreakerOpenFor = 200 * time.Millisecond
+		viaPostgresProxy(c, proxy)
 		c.Worker.LagInterval = 100 * time.Millisecond
 		c.Worker.RedriveAfter = time.Hour // the lag counts the gateway's events only
 	})

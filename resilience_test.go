@@ -240,14 +240,8 @@ func kafkaBehindProxy(tb testing.TB) *testenv.Proxy {
 func testWorkerWaitsForPostgres(t *testing.T, e engine) {
 	// Serial: every order must be taken in time while Postgres is cut;
 	// beside other pipelines on two cores some time out.
-	dbURL, _ := url.Parse(testenv.DatabaseURL())
-	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, e, both, func(c *config) {
-		u, _ := url.Parse(c.Database.URL)
-		u.Host = proxy.Addr
-		c.Database.URL = u.String()
-		c.BreakerOpenFor = 200 * time.Millisecond
-	})
+	proxy := mustPostgresProxy(t)
+	p := mustPipeline(t, e, both, func(c *config) { viaPostgresProxy(c, proxy) })
 	it := stock.Item{ActivityID: 3, ItemID: 1}
 	p.mustSale(t, 3, 1, map[int64]int64{1: 100})
 	proxy.Down()
