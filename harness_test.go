@@ -399,6 +399,18 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	}
 }
 
+// assertSettled waits until the pipeline has drained the item, holds it to
+// the invariants and wants units left of it in Postgres (why: what took the
+// rest).
+func (p *pipeline) assertSettled(tb testing.TB, it stock.Item, units int64, why string) {
+	tb.Helper()
+	p.waitDrained(tb, it)
+	p.assertInvariants(tb, it)
+	if s := p.dbStock(tb, it); s.Stock != units {
+		tb.Errorf("db stock %d after %s, want %d", s.Stock, why, units)
+	}
+}
+
 // startWorker runs one more worker (like a separate worker process) on the
 // pipeline's configuration, stopped at cleanup.
 func (p *pipeline) startWorker(tb testing.TB) {

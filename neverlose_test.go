@@ -104,11 +104,7 @@ func testReplayWhileProducingIsNeverLost(t *testing.T, e engine) {
 					t.Errorf("a later retry: %d %v, want 200 %s", again.Status, again.Body, orderNo)
 				}
 			}
-			p.waitDrained(t, it)
-			p.assertInvariants(t, it)
-			if s := p.dbStock(t, it); s.Stock != 4 {
-				t.Errorf("db stock %d, want 4 (one order)", s.Stock)
-			}
+			p.assertSettled(t, it, 4, "one order")
 		})
 	}
 }
