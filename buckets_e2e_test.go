@@ -255,10 +255,7 @@ func testBucketsReusedRequestIDAcrossUsers(t *testing.T, e engine) {
 	const B = 4
 	it := p.mustBucketedSale(t, 63, 1, 40, B, 1)
 	u1, u2 := usersIn(1, B, 1, 1)[0], usersIn(2, B, 1, 1)[0]
-	first := p.order(t, orderBody{RequestID: "reused", UserID: u1, ActivityID: 63, ItemID: 1, Quantity: 1})
-	if first.Status != http.StatusAccepted {
-		t.Fatalf("first: %d %v", first.Status, first.Body)
-	}
+	first := p.mustAccept(t, orderBody{RequestID: "reused", UserID: u1, ActivityID: 63, ItemID: 1, Quantity: 1})
 	p.waitStatus(t, first.Str("orderNo"), order.StatusUnpaid)
 	second := p.order(t, orderBody{RequestID: "reused", UserID: u2, ActivityID: 63, ItemID: 1, Quantity: 1})
 	if second.Status != http.StatusAccepted || second.Str("orderNo") == first.Str("orderNo") {
@@ -406,10 +403,7 @@ func testBucketsCloserReleasesIntoBucket(t *testing.T, e engine) {
 	const B = 4
 	it := p.mustBucketedSale(t, 66, 1, 20, B, 2)
 	u := usersIn(3, B, 1, 1)[0]
-	r := p.order(t, orderBody{RequestID: "cl-1", UserID: u, ActivityID: 66, ItemID: 1, Quantity: 2})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: "cl-1", UserID: u, ActivityID: 66, ItemID: 1, Quantity: 2})
 	if got := p.bucketStocks(t, it, B); got[3] != 3 {
 		t.Fatalf("bucket 3 at %d after the order, want 3", got[3])
 	}

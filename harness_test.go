@@ -269,6 +269,17 @@ func (p *pipeline) order(tb testing.TB, b orderBody) apiResponse {
 	return r
 }
 
+// mustAccept is order for an order the test needs taken: anything but a
+// 202 ends the test.
+func (p *pipeline) mustAccept(tb testing.TB, b orderBody) apiResponse {
+	tb.Helper()
+	r := p.order(tb, b)
+	if r.Status != http.StatusAccepted {
+		tb.Fatalf("order %s: %d %v, want 202", b.RequestID, r.Status, r.Body)
+	}
+	return r
+}
+
 // place is POST /v1/orders through the typed client, for tests whose
 // subject is not HTTP itself; like order, it records an accepted orderNo.
 func (p *pipeline) place(tb testing.TB, b orderBody) (client.Placed, error) {

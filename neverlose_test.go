@@ -168,18 +168,12 @@ func testRequestIDReusedForAnotherItem(t *testing.T, e engine) {
 	p := mustPipelineLogging(t, e, both, nil, &logs)
 	first, second := stock.Item{ActivityID: 4, ItemID: 1}, stock.Item{ActivityID: 4, ItemID: 2}
 	p.mustSale(t, 4, 1, map[int64]int64{1: 5, 2: 5})
-	a := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 1})
-	if a.Status != http.StatusAccepted {
-		t.Fatalf("first use: %d %v", a.Status, a.Body)
-	}
+	a := p.mustAccept(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 1})
 	testenv.WaitFor(t, 20*time.Second, "the first order", func() bool {
 		o, err := p.Orders.GetOrder(t.Context(), a.Str("orderNo"))
 		return err == nil && o.Status == order.StatusUnpaid
 	})
-	b := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 2, Quantity: 1})
-	if b.Status != http.StatusAccepted {
-		t.Fatalf("reuse for another item: %d %v", b.Status, b.Body)
-	}
+	b := p.mustAccept(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 2, Quantity: 1})
 	var g client.Order
 	testenv.WaitFor(t, 20*time.Second, "the reused requestId's reservation to be decided", func() bool {
 		var err error
@@ -251,10 +245,7 @@ func testPoisonCopiesOfARealEventChangeNothing(t *testing.T, e engine) {
 			p := mustPipeline(t, e, components{"gateway"}, nil)
 			it := stock.Item{ActivityID: 9, ItemID: 1}
 			p.mustSale(t, 9, 1, map[int64]int64{1: 5})
-			r := p.order(t, orderBody{RequestID: "poisoned", UserID: 21, ActivityID: 9, ItemID: 1, Quantity: 1})
-			if r.Status != http.StatusAccepted {
-				t.Fatalf("order: %d %v", r.Status, r.Body)
-			}
+			r := p.mustAccept(t, orderBody{RequestID: "poisoned", UserID: 21, ActivityID: 9, ItemID: 1, Quantity: 1})
 			orig := mustReadEvent(t, p)
 			cp := orig
 			cp.Value = tc.copy(append([]byte(nil), orig.Value...))

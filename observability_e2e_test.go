@@ -129,10 +129,7 @@ func testTraceFollowsOneRequest(t *testing.T, e engine) {
 	p := mustPipeline(t, e, both, nil)
 	p.mustSale(t, 1, 1, map[int64]int64{10: 5})
 	const rid = "trace-1"
-	r := p.order(t, orderBody{RequestID: rid, UserID: 7, ActivityID: 1, ItemID: 10, Quantity: 1})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: rid, UserID: 7, ActivityID: 1, ItemID: 10, Quantity: 1})
 	orderNo := r.Str("orderNo")
 
 	process := rec.waitOne(t, "the worker's process span", named("process "+p.Cfg.Kafka.Topic, trace.SpanKindConsumer, rid))
@@ -291,10 +288,7 @@ func testMetricsMoveWhenOrdersFlow(t *testing.T, e engine) {
 	// behind Redis's back) and given back.
 	ordertest.SetStock(t, p.DB.Pool, 3, 31, 0)
 	for i, item := range []int64{30, 31} {
-		r := p.order(t, orderBody{RequestID: fmt.Sprintf("m-%d", i), UserID: 9, ActivityID: 3, ItemID: item, Quantity: 1})
-		if r.Status != http.StatusAccepted {
-			t.Fatalf("order: %d %v", r.Status, r.Body)
-		}
+		p.mustAccept(t, orderBody{RequestID: fmt.Sprintf("m-%d", i), UserID: 9, ActivityID: 3, ItemID: item, Quantity: 1})
 	}
 	var after map[string]float64
 	testenv.WaitFor(t, 30*time.Second, "orders created, rejected and closed", func() bool {
@@ -359,10 +353,7 @@ func testLocate(t *testing.T, e engine) {
 		t.Fatalf("closer: %+v %v", res, err)
 	}
 	// Created.
-	r := p.order(t, orderBody{RequestID: "loc-created", UserID: 2, ActivityID: 4, ItemID: 40, Quantity: 2})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: "loc-created", UserID: 2, ActivityID: 4, ItemID: 40, Quantity: 2})
 	wantStatus("loc-created", "UNPAID")
 	// Rejected: Postgres has no stock left that Redis still sells.
 	ordertest.SetStock(t, p.DB.Pool, 4, 41, 0)

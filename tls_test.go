@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -194,10 +193,7 @@ func testKafkaOverSASLSSL(t *testing.T, e engine) {
 			})
 		}
 		// The producer and the worker's consumer group.
-		r := p.order(t, orderBody{RequestID: "tls-1", UserID: 1, ActivityID: 3, ItemID: 4, Quantity: 1})
-		if r.Status != http.StatusAccepted {
-			t.Fatalf("order: %d %v", r.Status, r.Body)
-		}
+		r := p.mustAccept(t, orderBody{RequestID: "tls-1", UserID: 1, ActivityID: 3, ItemID: 4, Quantity: 1})
 		unpaid(r.Str("orderNo"))
 
 		// The redrive's writer: a reservation whose event never reached
