@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
@@ -20,19 +19,12 @@ import (
 // 503 while Postgres is.
 func testAdminReadsActivity(t *testing.T, e engine) {
 	t.Parallel()
-	dbURL, err := url.Parse(testenv.DatabaseURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgProxy := testenv.MustProxy(t, dbURL.Host)
+	pgProxy := mustPostgresProxy(t)
 	redisProxy := testenv.MustProxy(t, testenv.RedisAddr())
 	p := mustPipeline(t, e, components{"gateway", "closer"}, func(c *config) {
-		u, _ := url.Parse(c.Database.URL)
-		u.Host = pgProxy.Addr
-		c.Database.URL = u.String()
+		viaPostgresProxy(c, pgProxy)
 		c.Redis.Addr = redisProxy.Addr
 		c.Redis.Timeout = time.Second
-		c.BreakerOpenFor = 200 * time.Millisecond
 		c.Closer.CloseAfter = 10 * time.Minute // only the order the test ages closes
 		c.Closer.Interval = 100 * time.Millisecond
 		c.Worker.RedriveAfter = time.Hour // the in-flight reservation stays unpublished again

@@ -20,19 +20,9 @@ func testBenchLoadAudit(t *testing.T, e engine) {
 	p := mustPipeline(t, e, components{"gateway", "worker", "relay"}, nil)
 	const requests, units = 500, 200
 	var progress bytes.Buffer
-	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,
-		Redis: redisconn.Config{Addr: testenv.RedisAddr()}, RedisPrefix: p.Redis.Prefix, Concurrency: 50, Requests: requests, Items: 1,
+	rep, _ := mustBenchRun(t, p, bench.Config{Concurrency: 50, Requests: requests, Items: 1,
 		Stock: units, RetryShare: 0.10, RepeatShare: 0.05, Seed: 42, Progress: &progress,
 		KafkaBrokers: p.Cfg.Kafka.Brokers, StatusTopic: p.Cfg.Kafka.StatusTopic, KafkaSecurity: p.Cfg.Kafka.Security})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.WriteText(&out)
-	t.Log(out.String())
-	if !rep.OK {
-		t.Fatalf("audit failed:\n%s", out.String())
-	}
 	au := rep.Audit
 	if !au.StatusChecked || len(au.Violations) != 0 {
 		t.Errorf("I7 checked %v; violations %v", au.StatusChecked, au.Violations)
@@ -91,4 +81,24 @@ func testBenchLoadAudit(t *testing.T, e engine) {
 
 	// The harness agrees with the bench's audit.
 	p.assertInvariants(t, stock.Item{ActivityID: rep.Scenario.ActivityID, ItemID: 1})
+}
+
+// mustBenchRun runs the load tool against p's pipeline (cfg's pipeline and
+// store fields are p's), logs its report and fails the test unless the
+// audit held; it returns the report and its text.
+func mustBenchRun(t *testing.T, p *pipeline, cfg bench.Config) (*bench.Report, string) {
+	t.Helper()
+	cfg.URL, cfg.AdminToken, cfg.DatabaseURL = p.URL, p.Admin, p.DB.URL
+	cfg.Redis, cfg.RedisPrefix = redisconn.Config{Addr: testenv.RedisAddr()}, p.Redis.Prefix
+	rep, err := bench.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.WriteText(&out)
+	t.Log(out.String())
+	if !rep.OK {
+		t.Fatalf("audit failed:\n%s", out.String())
+	}
+	return rep, out.String()
 }

@@ -22,8 +22,9 @@ import (
 // stranded stock, and the reconciler, closer and worker on the buckets.
 
 // mustBucketedSale creates and preheats activity id with one item of units
-// split over buckets; the sale runs from a minute ago for an hour.
-func (p *pipeline) mustBucketedSale(tb testing.TB, id, item, units int64, buckets, perUserLimit int) {
+// split over buckets, and returns the item; the sale runs from a minute ago
+// for an hour.
+func (p *pipeline) mustBucketedSale(tb testing.TB, id, item, units int64, buckets, perUserLimit int) stock.Item {
 	tb.Helper()
 	a := client.ActivityUpsert{Name: fmt.Sprintf("sale %d", id), StartsAt: time.Now().Add(-time.Minute).UTC(),
 		EndsAt: time.Now().Add(time.Hour).UTC(), PerUserLimit: perUserLimit,
@@ -37,6 +38,7 @@ func (p *pipeline) mustBucketedSale(tb testing.TB, id, item, units int64, bucket
 	if err := client.RetryIdempotent(ctx, func() error { _, err := p.api().Preheat(ctx, id); return err }); err != nil {
 		tb.Fatalf("preheating: %v", err)
 	}
+	return stock.Item{ActivityID: id, ItemID: item}
 }
 
 // bucketStocks is each bucket's Redis stock (-1: missing).
@@ -190,8 +192,7 @@ func testBucketsRoutingAndLimit(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	const B = 4
-	it := stock.Item{ActivityID: 62, ItemID: 1}
-	p.mustBucketedSale(t, 62, 1, 1000, B, 1)
+	it := p.mustBucketedSale(t, 62, 1, 1000, B, 1)
 	const users, tries = 40, 5
 	var mu sync.Mutex
 	accepted := map[int64][]string{}
@@ -252,13 +253,9 @@ func testBucketsReusedRequestIDAcrossUsers(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	const B = 4
-	it := stock.Item{ActivityID: 63, ItemID: 1}
-	p.mustBucketedSale(t, 63, 1, 40, B, 1)
+	it := p.mustBucketedSale(t, 63, 1, 40, B, 1)
 	u1, u2 := usersIn(1, B, 1, 1)[0], usersIn(2, B, 1, 1)[0]
-	first := p.order(t, orderBody{RequestID: "reused", UserID: u1, ActivityID: 63, ItemID: 1, Quantity: 1})
-	if first.Status != http.StatusAccepted {
-		t.Fatalf("first: %d %v", first.Status, first.Body)
-	}
+	first := p.mustAccept(t, orderBody{RequestID: "reused", UserID: u1, ActivityID: 63, ItemID: 1, Quantity: 1})
 	p.waitStatus(t, first.Str("orderNo"), order.StatusUnpaid)
 	second := p.order(t, orderBody{RequestID: "reused", UserID: u2, ActivityID: 63, ItemID: 1, Quantity: 1})
 	if second.Status != http.StatusAccepted || second.Str("orderNo") == first.Str("orderNo") {
@@ -289,8 +286,7 @@ func testBucketsMoverRefillsEmptyBucket(t *testing.T, e engine) {
 		c.Gateway.UserRPS = 0 // the same users retry until the mover has refilled their bucket
 	})
 	const B = 2
-	it := stock.Item{ActivityID: 64, ItemID: 1}
-	p.mustBucketedSale(t, 64, 1, 10, B, 1)
+	it := p.mustBucketedSale(t, 64, 1, 10, B, 1)
 	users := usersIn(0, B, 10, 1)
 	sold := 0
 	for _, u := range users {
@@ -322,8 +318,7 @@ func testBucketsReconcilerSumsAndFixes(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) { c.Worker.MoveInterval = time.Hour })
 	const B = 3
-	it := stock.Item{ActivityID: 65, ItemID: 1}
-	p.mustBucketedSale(t, 65, 1, 30, B, 1)
+	it := p.mustBucketedSale(t, 65, 1, 30, B, 1)
 	for u := int64(1); u <= 6; u++ {
 		if r := p.order(t, orderBody{RequestID: fmt.Sprintf("rc-%d", u), UserID: u, ActivityID: 65, ItemID: 1, Quantity: 1}); r.Status != http.StatusAccepted {
 			t.Fatalf("order: %d %v", r.Status, r.Body)
@@ -406,13 +401,9 @@ func testBucketsCloserReleasesIntoBucket(t *testing.T, e engine) {
 		c.Worker.MoveInterval = time.Hour
 	})
 	const B = 4
-	it := stock.Item{ActivityID: 66, ItemID: 1}
-	p.mustBucketedSale(t, 66, 1, 20, B, 2)
+	it := p.mustBucketedSale(t, 66, 1, 20, B, 2)
 	u := usersIn(3, B, 1, 1)[0]
-	r := p.order(t, orderBody{RequestID: "cl-1", UserID: u, ActivityID: 66, ItemID: 1, Quantity: 2})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: "cl-1", UserID: u, ActivityID: 66, ItemID: 1, Quantity: 2})
 	if got := p.bucketStocks(t, it, B); got[3] != 3 {
 		t.Fatalf("bucket 3 at %d after the order, want 3", got[3])
 	}

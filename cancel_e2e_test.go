@@ -117,20 +117,36 @@ func testCancelOrder(t *testing.T, e engine) {
 // it) answers 409 ORDER_PENDING to its buyer and 404 to anyone else.
 func testCancelPendingOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, e, components{"gateway"}, nil)
-	p.mustSale(t, 8, 1, map[int64]int64{80: 3})
-	placed, err := p.place(t, orderBody{RequestID: "pending-c", UserID: 1, ActivityID: 8, ItemID: 80, Quantity: 1})
-	if err != nil || placed.HTTPStatus != http.StatusAccepted {
-		t.Fatalf("order: %d %v", placed.HTTPStatus, err)
-	}
+	p, placed := mustPendingOrder(t, e, 8, 80, "pending-c")
 	api, ctx := p.api(), contractCtx(t, "cancel")
-	var ce *client.Error
-	if _, err := api.Cancel(ctx, placed.OrderNo, 1); !errors.As(err, &ce) || ce.Status != http.StatusConflict || ce.Code != client.CodeOrderPending || ce.RetryAfter == 0 {
+	if _, err := api.Cancel(ctx, placed.OrderNo, 1); !isOrderPending(err) {
 		t.Errorf("cancel of a pending order: %v, want 409 ORDER_PENDING with Retry-After", err)
 	}
+	var ce *client.Error
 	if _, err := api.Cancel(ctx, placed.OrderNo, 2); !errors.As(err, &ce) || ce.Status != http.StatusNotFound {
 		t.Errorf("another user's cancel of a pending order: %v, want 404", err)
 	}
+}
+
+// mustPendingOrder starts a pipeline with a gateway alone, so that no
+// worker persists what it takes, and places one order of user 1 for a unit
+// of a sale of 3: the order stays PENDING.
+func mustPendingOrder(t *testing.T, e engine, activityID, itemID int64, requestID string) (*pipeline, client.Placed) {
+	t.Helper()
+	p := mustPipeline(t, e, components{"gateway"}, nil)
+	p.mustSale(t, activityID, 1, map[int64]int64{itemID: 3})
+	placed, err := p.place(t, orderBody{RequestID: requestID, UserID: 1, ActivityID: activityID, ItemID: itemID, Quantity: 1})
+	if err != nil || placed.HTTPStatus != http.StatusAccepted {
+		t.Fatalf("order: %d %v", placed.HTTPStatus, err)
+	}
+	return p, placed
+}
+
+// isOrderPending says whether err is the answer to a request about an
+// order not yet persisted: 409 ORDER_PENDING with Retry-After.
+func isOrderPending(err error) bool {
+	var ce *client.Error
+	return errors.As(err, &ce) && ce.Status == http.StatusConflict && ce.Code == client.CodeOrderPending && ce.RetryAfter != 0
 }
 
 // testStatusEventsOfARace: many buyers race for a few units; of the orders,

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -372,40 +370,9 @@ func testVersion(t *testing.T, _ engine) {
 func testBuildInfoMetric(t *testing.T, _ engine) {
 	t.Parallel()
 	db := testenv.MustDatabase(t)
-	metricsAddr := freeAddr(t)
-	cmd := exec.Command(mustBinary(t), "closer")
-	cmd.Env = cleanEnv("DATABASE_URL="+db.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+testenv.UniqueName("t")+":",
-		"METRICS_ADDR="+metricsAddr)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		if err := <-exited; err != nil {
-			t.Errorf("closer stopped with %v:\n%s", err, stderr.String())
-		}
-	}()
-	var body string
-	testenv.WaitFor(t, time.Minute, "the closer's /metrics", func() bool {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("closer exited: %v\n%s", err, stderr.String())
-		default:
-		}
-		res, err := http.Get("http://" + metricsAddr + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		body = string(b)
-		return res.StatusCode == http.StatusOK
-	})
+	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+testenv.UniqueName("t")+":")
+	body := c.mustAnswerOK(t, "http://"+c.metrics+"/metrics")
+	c.mustStop(t)
 	want := fmt.Sprintf(`orderpipe_build_info{commit=%q,goversion=%q,version=%q} 1`, builtCommit, runtime.Version(), builtVersion)
 	if !strings.Contains(body, want) {
 		t.Errorf("/metrics lacks %s:\n%s", want, grepLines(body, "build_info"))

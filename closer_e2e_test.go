@@ -164,16 +164,9 @@ func testPayOrder(t *testing.T, e engine) {
 // answers 409 ORDER_PENDING with Retry-After, and is not paid by it.
 func testPayPendingOrder(t *testing.T, e engine) {
 	t.Parallel()
-	p := mustPipeline(t, e, components{"gateway"}, nil)
-	p.mustSale(t, 5, 1, map[int64]int64{50: 3})
-	r, err := p.place(t, orderBody{RequestID: "pending-1", UserID: 1, ActivityID: 5, ItemID: 50, Quantity: 1})
-	if err != nil || r.HTTPStatus != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.HTTPStatus, err)
-	}
+	p, r := mustPendingOrder(t, e, 5, 50, "pending-1")
 	for range 2 {
-		_, err := p.api().Pay(contractCtx(t, "pay"), r.OrderNo)
-		var e *client.Error
-		if !errors.As(err, &e) || e.Status != http.StatusConflict || e.Code != client.CodeOrderPending || e.RetryAfter == 0 {
+		if _, err := p.api().Pay(contractCtx(t, "pay"), r.OrderNo); !isOrderPending(err) {
 			t.Fatalf("pay of a pending order: %v, want 409 ORDER_PENDING with Retry-After", err)
 		}
 	}

@@ -256,11 +256,7 @@ func testDLQListShowReplay(t *testing.T, e engine) {
 		t.Fatalf("replay: %+v", r)
 	}
 	p.waitStatus(t, ev.OrderNo, client.StatusUnpaid) // the replayed event became an order
-	p.waitDrained(t, it)
-	p.assertInvariants(t, it)
-	if s := p.dbStock(t, it); s.Stock != 4 {
-		t.Errorf("db stock %d after one replayed order of 5, want 4", s.Stock)
-	}
+	p.assertSettled(t, it, 4, "one replayed order of 5")
 	// The replay carried the trace context and says what it replays.
 	var replayed dlq.Letter
 	rr := dlq.Reader{Client: &kafka.Client{Addr: kafka.TCP(p.Cfg.Kafka.Brokers...)}, Topic: p.Cfg.Kafka.Topic}
@@ -329,11 +325,7 @@ func testDLQListShowReplay(t *testing.T, e engine) {
 		}
 	}
 	p.waitStatus(t, ev2.OrderNo, client.StatusUnpaid) // the second replayed event too
-	p.waitDrained(t, it)
-	p.assertInvariants(t, it)
-	if s := p.dbStock(t, it); s.Stock != 3 {
-		t.Errorf("db stock %d after two replayed orders of 5, want 3", s.Stock)
-	}
+	p.assertSettled(t, it, 3, "two replayed orders of 5")
 	code, out, _ = dlqRun(t, p.Cfg, "replay", fixed.Position.String(), fixed2.Position.String())
 	if code != 0 || !strings.Contains(out, "ALREADY_REPLAYED") || !strings.Contains(out, "0 replayed, 2 already replayed, 0 still invalid, 0 not found") {
 		t.Errorf("dlq replay (text) of replayed letters: exit %d\n%s", code, out)

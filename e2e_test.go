@@ -40,11 +40,7 @@ func testOrderBecomesUnpaid(t *testing.T, e engine) {
 			if g.Str("requestId") != "r-1" || g.Body["userId"] != float64(42) || g.Body["quantity"] != float64(1) {
 				t.Errorf("order view: %v", g.Body)
 			}
-			p.waitDrained(t, it)
-			p.assertInvariants(t, it)
-			if s := p.dbStock(t, it); s.Stock != 9 {
-				t.Errorf("db stock %d, want 9", s.Stock)
-			}
+			p.assertSettled(t, it, 9, "one order of 10")
 		})
 	}
 }
@@ -53,10 +49,7 @@ func testGetOrderPendingBeforePersistence(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway"}, nil) // no worker: nothing is persisted
 	p.mustSale(t, 1, 2, map[int64]int64{7: 10})
-	r := p.order(t, orderBody{RequestID: "r-p", UserID: 1, ActivityID: 1, ItemID: 7, Quantity: 2})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: "r-p", UserID: 1, ActivityID: 1, ItemID: 7, Quantity: 2})
 	g := p.do(t, "GET", "/v1/orders/"+r.Str("orderNo"), "", nil)
 	if g.Status != http.StatusOK || g.Str("status") != "PENDING" || g.Body["quantity"] != float64(2) || g.Str("requestId") != "r-p" {
 		t.Fatalf("pending order: %d %v", g.Status, g.Body)
@@ -345,10 +338,7 @@ func testIdempotency(t *testing.T, e engine) {
 	it := stock.Item{ActivityID: 4, ItemID: 9}
 	p.mustSale(t, 4, 3, map[int64]int64{9: 50})
 	req := orderBody{RequestID: "same", UserID: 7, ActivityID: 4, ItemID: 9, Quantity: 2}
-	first := p.order(t, req)
-	if first.Status != http.StatusAccepted {
-		t.Fatalf("first: %d %v", first.Status, first.Body)
-	}
+	first := p.mustAccept(t, req)
 	again := p.order(t, req)
 	if again.Status != http.StatusOK || again.Body["replayed"] != true || again.Str("orderNo") != first.Str("orderNo") ||
 		again.Body["remaining"] != first.Body["remaining"] {
@@ -438,10 +428,7 @@ func testProducedEventMatchesSchema(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway"}, nil)
 	p.mustSale(t, 7, 1, map[int64]int64{3: 10})
-	r := p.order(t, orderBody{RequestID: "schema-1", UserID: 11, ActivityID: 7, ItemID: 3, Quantity: 1})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: "schema-1", UserID: 11, ActivityID: 7, ItemID: 3, Quantity: 1})
 	msg := mustReadEvent(t, p)
 	if err := event.Validate(msg.Value); err != nil {
 		t.Fatalf("produced event %s: %v", msg.Value, err)

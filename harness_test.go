@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sync"
@@ -268,6 +269,17 @@ func (p *pipeline) order(tb testing.TB, b orderBody) apiResponse {
 	return r
 }
 
+// mustAccept is order for an order the test needs taken: anything but a
+// 202 ends the test.
+func (p *pipeline) mustAccept(tb testing.TB, b orderBody) apiResponse {
+	tb.Helper()
+	r := p.order(tb, b)
+	if r.Status != http.StatusAccepted {
+		tb.Fatalf("order %s: %d %v, want 202", b.RequestID, r.Status, r.Body)
+	}
+	return r
+}
+
 // place is POST /v1/orders through the typed client, for tests whose
 // subject is not HTTP itself; like order, it records an accepted orderNo.
 func (p *pipeline) place(tb testing.TB, b orderBody) (client.Placed, error) {
@@ -398,6 +410,18 @@ func (p *pipeline) assertInvariants(tb testing.TB, it stock.Item) {
 	}
 }
 
+// assertSettled waits until the pipeline has drained the item, holds it to
+// the invariants and wants units left of it in Postgres (why: what took the
+// rest).
+func (p *pipeline) assertSettled(tb testing.TB, it stock.Item, units int64, why string) {
+	tb.Helper()
+	p.waitDrained(tb, it)
+	p.assertInvariants(tb, it)
+	if s := p.dbStock(tb, it); s.Stock != units {
+		tb.Errorf("db stock %d after %s, want %d", s.Stock, why, units)
+	}
+}
+
 // startWorker runs one more worker (like a separate worker process) on the
 // pipeline's configuration, stopped at cleanup.
 func (p *pipeline) startWorker(tb testing.TB) {
@@ -411,4 +435,25 @@ func (p *pipeline) startWorker(tb testing.TB) {
 			tb.Errorf("worker: %v", err)
 		}
 	})
+}
+
+// mustPostgresProxy is a proxy in front of the test Postgres server, for a
+// test that cuts the pipeline off it.
+func mustPostgresProxy(tb testing.TB) *testenv.Proxy {
+	tb.Helper()
+	dbURL, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return testenv.MustProxy(tb, dbURL.Host)
+}
+
+// viaPostgresProxy points c's database at proxy. The breaker opens for a
+// moment only, so the pipeline tries Postgres again soon after the proxy
+// is back up.
+func viaPostgresProxy(c *config, proxy *testenv.Proxy) {
+	u, _ := url.Parse(c.Database.URL)
+	u.Host = proxy.Addr
+	c.Database.URL = u.String()
+	c.BreakerOpenFor = 200 * time.Millisecond
 }

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"orderpipe/gateway/client"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/order/ordertest"
@@ -142,24 +140,11 @@ func testIdempotencyKeyOnOrders(t *testing.T, e engine) {
 // broker) until the returned release is called.
 func stallProduces(t *testing.T, p *pipeline) (stalled <-chan struct{}, release func()) {
 	t.Helper()
-	c := p.Kafka.Cluster
-	if c == nil {
+	if p.Kafka.Cluster == nil {
 		t.Skip("needs the in-process broker to stall its produce requests")
 	}
-	st, resume := make(chan struct{}), make(chan struct{})
-	var once, closeOnce sync.Once
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		select {
-		case <-resume:
-			c.DropControl()
-			return nil, nil, false
-		default:
-		}
-		c.KeepControl()
-		once.Do(func() { close(st) })
-		c.SleepControl(func() { <-resume })
-		return nil, nil, false
-	})
+	st, resume := p.Kafka.StallProduce(true)
+	var closeOnce sync.Once
 	release = func() { closeOnce.Do(func() { close(resume) }) }
 	t.Cleanup(release)
 	return st, release

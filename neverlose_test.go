@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"orderpipe/gateway/client"
 	"orderpipe/pkg/event"
@@ -47,7 +44,7 @@ func testReplayWhileProducingIsNeverLost(t *testing.T, e engine) {
 			}
 			it := stock.Item{ActivityID: 3, ItemID: 1}
 			p.mustSale(t, 3, 1, map[int64]int64{1: 5})
-			stalled, resume := mustStallProduce(t, p, tc.lands)
+			stalled, resume := p.Kafka.StallProduce(tc.lands)
 
 			body := orderBody{RequestID: "retried", UserID: 7, ActivityID: 3, ItemID: 1, Quantity: 1}
 			first := make(chan apiResponse, 1)
@@ -107,11 +104,7 @@ func testReplayWhileProducingIsNeverLost(t *testing.T, e engine) {
 					t.Errorf("a later retry: %d %v, want 200 %s", again.Status, again.Body, orderNo)
 				}
 			}
-			p.waitDrained(t, it)
-			p.assertInvariants(t, it)
-			if s := p.dbStock(t, it); s.Stock != 4 {
-				t.Errorf("db stock %d, want 4 (one order)", s.Stock)
-			}
+			p.assertSettled(t, it, 4, "one order")
 		})
 	}
 }
@@ -128,7 +121,7 @@ func testReplayAfterRedisLossShowsNothingLost(t *testing.T, e engine) {
 		t.Skip("needs the in-process broker to stall its produce requests")
 	}
 	p.mustSale(t, 5, 1, map[int64]int64{1: 5})
-	stalled, resume := mustStallProduce(t, p, true)
+	stalled, resume := p.Kafka.StallProduce(true)
 	body := orderBody{RequestID: "lost-redis", UserID: 8, ActivityID: 5, ItemID: 1, Quantity: 1}
 	first := make(chan apiResponse, 1)
 	go func() { first <- p.order(t, body) }()
@@ -163,33 +156,6 @@ func testReplayAfterRedisLossShowsNothingLost(t *testing.T, e engine) {
 	}
 }
 
-// mustStallProduce makes every produce request stall until resume is
-// closed; stalled is closed when the first one arrives. A stalled request
-// then lands if lands, or fails (the broker answers an error) if not; later
-// ones are served normally.
-func mustStallProduce(t *testing.T, p *pipeline, lands bool) (stalled, resume chan struct{}) {
-	t.Helper()
-	stalled, resume = make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	c := p.Kafka.Cluster
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		select {
-		case <-resume:
-			c.DropControl()
-			return nil, nil, false
-		default:
-		}
-		c.KeepControl()
-		once.Do(func() { close(stalled) })
-		c.SleepControl(func() { <-resume })
-		if lands {
-			return nil, nil, false
-		}
-		return nil, errors.New("broker was paused"), true
-	})
-	return stalled, resume
-}
-
 // testRequestIDReusedForAnotherItem: the same requestId for another item is
 // a reservation the gateway's one atomic step cannot tell from a new one
 // (another hash tag): it is answered 202, and the worker refuses it. Its
@@ -202,18 +168,12 @@ func testRequestIDReusedForAnotherItem(t *testing.T, e engine) {
 	p := mustPipelineLogging(t, e, both, nil, &logs)
 	first, second := stock.Item{ActivityID: 4, ItemID: 1}, stock.Item{ActivityID: 4, ItemID: 2}
 	p.mustSale(t, 4, 1, map[int64]int64{1: 5, 2: 5})
-	a := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 1})
-	if a.Status != http.StatusAccepted {
-		t.Fatalf("first use: %d %v", a.Status, a.Body)
-	}
+	a := p.mustAccept(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 1})
 	testenv.WaitFor(t, 20*time.Second, "the first order", func() bool {
 		o, err := p.Orders.GetOrder(t.Context(), a.Str("orderNo"))
 		return err == nil && o.Status == order.StatusUnpaid
 	})
-	b := p.order(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 2, Quantity: 1})
-	if b.Status != http.StatusAccepted {
-		t.Fatalf("reuse for another item: %d %v", b.Status, b.Body)
-	}
+	b := p.mustAccept(t, orderBody{RequestID: "reused", UserID: 9, ActivityID: 4, ItemID: 2, Quantity: 1})
 	var g client.Order
 	testenv.WaitFor(t, 20*time.Second, "the reused requestId's reservation to be decided", func() bool {
 		var err error
@@ -285,10 +245,7 @@ func testPoisonCopiesOfARealEventChangeNothing(t *testing.T, e engine) {
 			p := mustPipeline(t, e, components{"gateway"}, nil)
 			it := stock.Item{ActivityID: 9, ItemID: 1}
 			p.mustSale(t, 9, 1, map[int64]int64{1: 5})
-			r := p.order(t, orderBody{RequestID: "poisoned", UserID: 21, ActivityID: 9, ItemID: 1, Quantity: 1})
-			if r.Status != http.StatusAccepted {
-				t.Fatalf("order: %d %v", r.Status, r.Body)
-			}
+			r := p.mustAccept(t, orderBody{RequestID: "poisoned", UserID: 21, ActivityID: 9, ItemID: 1, Quantity: 1})
 			orig := mustReadEvent(t, p)
 			cp := orig
 			cp.Value = tc.copy(append([]byte(nil), orig.Value...))

@@ -43,7 +43,15 @@ type spans struct{ rec *tracetest.SpanRecorder }
 func mustRecordSpans(tb testing.TB) spans {
 	tb.Helper()
 	rec := tracetest.NewSpanRecorder()
-	tp := telemetry.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	mustInstallTracing(tb, telemetry.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	return spans{rec: rec}
+}
+
+// mustInstallTracing makes tp the global tracer provider, with the W3C
+// propagator, until the test ends; then tp is shut down and the previous
+// provider and propagator are back.
+func mustInstallTracing(tb testing.TB, tp *sdktrace.TracerProvider) {
+	tb.Helper()
 	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
 	otel.SetTracerProvider(tp)
 	telemetry.SetPropagator()
@@ -52,7 +60,6 @@ func mustRecordSpans(tb testing.TB) spans {
 		otel.SetTracerProvider(prevTP)
 		otel.SetTextMapPropagator(prevProp)
 	})
-	return spans{rec: rec}
 }
 
 // where lists the ended spans that match.
@@ -122,10 +129,7 @@ func testTraceFollowsOneRequest(t *testing.T, e engine) {
 	p := mustPipeline(t, e, both, nil)
 	p.mustSale(t, 1, 1, map[int64]int64{10: 5})
 	const rid = "trace-1"
-	r := p.order(t, orderBody{RequestID: rid, UserID: 7, ActivityID: 1, ItemID: 10, Quantity: 1})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: rid, UserID: 7, ActivityID: 1, ItemID: 10, Quantity: 1})
 	orderNo := r.Str("orderNo")
 
 	process := rec.waitOne(t, "the worker's process span", named("process "+p.Cfg.Kafka.Topic, trace.SpanKindConsumer, rid))
@@ -284,10 +288,7 @@ func testMetricsMoveWhenOrdersFlow(t *testing.T, e engine) {
 	// behind Redis's back) and given back.
 	ordertest.SetStock(t, p.DB.Pool, 3, 31, 0)
 	for i, item := range []int64{30, 31} {
-		r := p.order(t, orderBody{RequestID: fmt.Sprintf("m-%d", i), UserID: 9, ActivityID: 3, ItemID: item, Quantity: 1})
-		if r.Status != http.StatusAccepted {
-			t.Fatalf("order: %d %v", r.Status, r.Body)
-		}
+		p.mustAccept(t, orderBody{RequestID: fmt.Sprintf("m-%d", i), UserID: 9, ActivityID: 3, ItemID: item, Quantity: 1})
 	}
 	var after map[string]float64
 	testenv.WaitFor(t, 30*time.Second, "orders created, rejected and closed", func() bool {
@@ -352,10 +353,7 @@ func testLocate(t *testing.T, e engine) {
 		t.Fatalf("closer: %+v %v", res, err)
 	}
 	// Created.
-	r := p.order(t, orderBody{RequestID: "loc-created", UserID: 2, ActivityID: 4, ItemID: 40, Quantity: 2})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: "loc-created", UserID: 2, ActivityID: 4, ItemID: 40, Quantity: 2})
 	wantStatus("loc-created", "UNPAID")
 	// Rejected: Postgres has no stock left that Redis still sells.
 	ordertest.SetStock(t, p.DB.Pool, 4, 41, 0)

@@ -9,9 +9,7 @@ import (
 	"testing"
 
 	"orderpipe/bench"
-	"orderpipe/pkg/redisconn"
 	"orderpipe/pkg/stock"
-	"orderpipe/pkg/testenv"
 )
 
 // testBenchOpenLoop runs the load tool's open loop against the real
@@ -21,36 +19,10 @@ import (
 func testBenchOpenLoop(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan net.Addr, 1)
-	floorDone := make(chan error, 1)
-	go func() { floorDone <- bench.ServeFloor(ctx, "127.0.0.1:0", func(a net.Addr) { addrc <- a }) }()
-	var floorURL string
-	select {
-	case a := <-addrc:
-		floorURL = "http://" + a.String()
-	case err := <-floorDone:
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-floorDone; err != nil {
-			t.Errorf("floor server: %v", err)
-		}
-	})
+	floorURL := mustFloor(t, bench.ServeFloor)
 	const requests = 300
-	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,
-		Redis: redisconn.Config{Addr: testenv.RedisAddr()}, RedisPrefix: p.Redis.Prefix, Concurrency: 20, Requests: requests, Items: 1,
+	rep, out := mustBenchRun(t, p, bench.Config{Concurrency: 20, Requests: requests, Items: 1,
 		Stock: requests, Seed: 7, Rate: 400, FloorURL: floorURL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.WriteText(&out)
-	t.Log(out.String())
-	if !rep.OK {
-		t.Fatalf("audit failed:\n%s", out.String())
-	}
 	o := rep.OpenLoop
 	if o == nil || o.Floor == nil {
 		t.Fatalf("no open-loop figures in the report: %+v", o)
@@ -69,8 +41,8 @@ func testBenchOpenLoop(t *testing.T, e engine) {
 			t.Errorf("%s latency %+v is not ordered", name, l)
 		}
 	}
-	if !strings.Contains(out.String(), "gateway / trivial handler: P50") {
-		t.Errorf("the report has no side-by-side ratio line:\n%s", out.String())
+	if !strings.Contains(out, "gateway / trivial handler: P50") {
+		t.Errorf("the report has no side-by-side ratio line:\n%s", out)
 	}
 	p.assertInvariants(t, stock.Item{ActivityID: rep.Scenario.ActivityID, ItemID: 1})
 }
@@ -83,38 +55,12 @@ func testBenchOpenLoop(t *testing.T, e engine) {
 func testBenchSoldOutFlood(t *testing.T, e engine) {
 	t.Parallel()
 	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan net.Addr, 1)
-	floorDone := make(chan error, 1)
-	go func() {
-		floorDone <- bench.ServeFloorStatus(ctx, "127.0.0.1:0", http.StatusConflict, func(a net.Addr) { addrc <- a })
-	}()
-	var floorURL string
-	select {
-	case a := <-addrc:
-		floorURL = "http://" + a.String()
-	case err := <-floorDone:
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-floorDone; err != nil {
-			t.Errorf("floor server: %v", err)
-		}
+	floorURL := mustFloor(t, func(ctx context.Context, addr string, ready func(net.Addr)) error {
+		return bench.ServeFloorStatus(ctx, addr, http.StatusConflict, ready)
 	})
 	const requests = 400
-	rep, err := bench.Run(context.Background(), bench.Config{URL: p.URL, AdminToken: p.Admin, DatabaseURL: p.DB.URL,
-		Redis: redisconn.Config{Addr: testenv.RedisAddr()}, RedisPrefix: p.Redis.Prefix, Concurrency: 20, Requests: requests, Items: 1,
+	rep, out := mustBenchRun(t, p, bench.Config{Concurrency: 20, Requests: requests, Items: 1,
 		Seed: 11, SoldOut: true, FloorURL: floorURL, FloorName: "trivial handler", Procs: []bench.Proc{{Name: "test", PIDs: []int{os.Getpid()}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	rep.WriteText(&out)
-	t.Log(out.String())
-	if !rep.OK {
-		t.Fatalf("audit failed:\n%s", out.String())
-	}
 	if rep.OpenLoop != nil || rep.Floor == nil || rep.Pipeline == nil {
 		t.Fatalf("closed loop with a floor: open loop %v, floor %v, pipeline %v", rep.OpenLoop, rep.Floor, rep.Pipeline)
 	}
@@ -133,7 +79,32 @@ func testBenchSoldOutFlood(t *testing.T, e engine) {
 	if rep.Floor.URL != floorURL || rep.Pipeline.URL != p.URL {
 		t.Errorf("halves at %s and %s, want %s and %s", rep.Floor.URL, rep.Pipeline.URL, floorURL, p.URL)
 	}
-	if !strings.Contains(out.String(), "trivial handler beside the pipeline") || !strings.Contains(out.String(), "test CPU µs/refusal") {
-		t.Errorf("the report does not set the floor beside the pipeline:\n%s", out.String())
+	if !strings.Contains(out, "trivial handler beside the pipeline") || !strings.Contains(out, "test CPU µs/refusal") {
+		t.Errorf("the report does not set the floor beside the pipeline:\n%s", out)
 	}
+}
+
+// mustFloor starts a floor server (serve, on a free local port) until the
+// test ends and returns its URL.
+func mustFloor(t *testing.T, serve func(ctx context.Context, addr string, ready func(net.Addr)) error) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan net.Addr, 1)
+	floorDone := make(chan error, 1)
+	go func() { floorDone <- serve(ctx, "127.0.0.1:0", func(a net.Addr) { addrc <- a }) }()
+	var floorURL string
+	select {
+	case a := <-addrc:
+		floorURL = "http://" + a.String()
+	case err := <-floorDone:
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-floorDone; err != nil {
+			t.Errorf("floor server: %v", err)
+		}
+	})
+	return floorURL
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -146,17 +145,8 @@ func (p *pipeline) assertSells(tb testing.TB, it stock.Item, buckets int, users 
 // orders sell over the same layout.
 func testPreheatMarkCutSellsNothing(t *testing.T, e engine) {
 	t.Parallel()
-	dbURL, err := url.Parse(testenv.DatabaseURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) {
-		u, _ := url.Parse(c.Database.URL)
-		u.Host = proxy.Addr
-		c.Database.URL = u.String()
-		c.BreakerOpenFor = 200 * time.Millisecond
-	})
+	proxy := mustPostgresProxy(t)
+	p := mustPipeline(t, e, components{"gateway", "worker"}, func(c *config) { viaPostgresProxy(c, proxy) })
 	const act, units, buckets = 71, 10, 2
 	it := stock.Item{ActivityID: act, ItemID: 1}
 	if err := p.putSale(t, act, "marked", units, buckets); err != nil {

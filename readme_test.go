@@ -125,11 +125,7 @@ func agreesWithEnv(t *testing.T, file string, rows, printed map[string]string, c
 // with the same default.
 func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
 	t.Parallel()
-	readme := tableRows(t, "README.md", "Configuration")
-	if len(readme) < 5 {
-		t.Fatalf("README's configuration table: only %d rows found", len(readme))
-	}
-	agreesWithEnv(t, "README.md", readme, orderpipeEnv(t), false)
+	tableAgreesWithEnv(t, "README.md", "Configuration", 5, false)
 }
 
 // TestConfigDocAgreesWithOrderpipeEnv holds docs/config.md to its claim:
@@ -137,11 +133,19 @@ func TestReadmeAgreesWithOrderpipeEnv(t *testing.T) {
 // default, plus the development build's own and OTEL_*.
 func TestConfigDocAgreesWithOrderpipeEnv(t *testing.T) {
 	t.Parallel()
-	doc := tableRows(t, "docs/config.md", "")
-	if len(doc) < 10 {
-		t.Fatalf("docs/config.md's table: only %d rows found", len(doc))
+	tableAgreesWithEnv(t, "docs/config.md", "", 10, true)
+}
+
+// tableAgreesWithEnv reads the settings table of file (under section, if
+// named), which must have at least atLeast rows, and holds it to what
+// `orderpipe env` prints (agreesWithEnv).
+func tableAgreesWithEnv(t *testing.T, file, section string, atLeast int, complete bool) {
+	t.Helper()
+	rows := tableRows(t, file, section)
+	if len(rows) < atLeast {
+		t.Fatalf("%s: only %d rows found in its settings table (section %q), want at least %d", file, len(rows), section, atLeast)
 	}
-	agreesWithEnv(t, "docs/config.md", doc, orderpipeEnv(t), true)
+	agreesWithEnv(t, file, rows, orderpipeEnv(t), complete)
 }
 
 // testMakeRunCtrlCEndsClean runs the README's first command as a user at a

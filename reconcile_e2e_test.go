@@ -147,10 +147,7 @@ func testReconcilerCountsCloserCompensations(t *testing.T, e engine) {
 	p := mustPipeline(t, e, components{"gateway", "worker"}, nil)
 	it := stock.Item{ActivityID: 4, ItemID: 1}
 	p.mustSale(t, 4, 5, map[int64]int64{1: 10})
-	r := p.order(t, orderBody{RequestID: "c-1", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 3})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("order: %d %v", r.Status, r.Body)
-	}
+	r := p.mustAccept(t, orderBody{RequestID: "c-1", UserID: 9, ActivityID: 4, ItemID: 1, Quantity: 3})
 	p.waitStatus(t, r.Str("orderNo"), order.StatusUnpaid)
 	p.waitDrained(t, it)
 	crashed := closer.New(closer.Config{CloseAfter: time.Nanosecond}, closer.Deps{Orders: p.Orders, Stock: p.Stock, Log: testLog(),

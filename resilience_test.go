@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
@@ -153,10 +154,7 @@ func testKafkaDownOpensBreaker(t *testing.T, e engine) {
 	p.mustSale(t, 2, 1, map[int64]int64{1: 10})
 	// Accepted while the broker is up, and replayed once (so its event is durable).
 	accepted := orderBody{RequestID: "before-down", UserID: 500, ActivityID: 2, ItemID: 1, Quantity: 1}
-	first := p.order(t, accepted)
-	if first.Status != http.StatusAccepted {
-		t.Fatalf("order before the broker went away: %d %v", first.Status, first.Body)
-	}
+	first := p.mustAccept(t, accepted)
 	if r := p.order(t, accepted); r.Status != http.StatusOK || r.Str("orderNo") != first.Str("orderNo") {
 		t.Fatalf("retry with the broker up: %d %v, want 200 replayed %s", r.Status, r.Body, first.Str("orderNo"))
 	}
@@ -240,14 +238,8 @@ func kafkaBehindProxy(tb testing.TB) *testenv.Proxy {
 func testWorkerWaitsForPostgres(t *testing.T, e engine) {
 	// Serial: every order must be taken in time while Postgres is cut;
 	// beside other pipelines on two cores some time out.
-	dbURL, _ := url.Parse(testenv.DatabaseURL())
-	proxy := testenv.MustProxy(t, dbURL.Host)
-	p := mustPipeline(t, e, both, func(c *config) {
-		u, _ := url.Parse(c.Database.URL)
-		u.Host = proxy.Addr
-		c.Database.URL = u.String()
-		c.BreakerOpenFor = 200 * time.Millisecond
-	})
+	proxy := mustPostgresProxy(t)
+	p := mustPipeline(t, e, both, func(c *config) { viaPostgresProxy(c, proxy) })
 	it := stock.Item{ActivityID: 3, ItemID: 1}
 	p.mustSale(t, 3, 1, map[int64]int64{1: 100})
 	proxy.Down()
@@ -421,9 +413,8 @@ func testStartRidesOutUnreachableStores(t *testing.T, _ engine) {
 	c := startCloser(t, "DATABASE_URL="+pgURL.String(), "REDIS_ADDR="+redisProxy.Addr, "REDIS_KEY_PREFIX="+rd.Prefix)
 	c.mustStayUp(t, 1500*time.Millisecond, "while Postgres and Redis were unreachable")
 	pgProxy.Up(t)
-	c.mustStayUp(t, 1500*time.Millisecond, "while Redis was unreachable")
-	redisProxy.Up(t)
-	c.mustServeAndStop(t, "postgres not ready at start: retrying", "redis not ready at start: retrying")
+	c.mustWaitThrough(t, "while Redis was unreachable", func() { redisProxy.Up(t) },
+		"postgres not ready at start: retrying", "redis not ready at start: retrying")
 }
 
 // testStartWaitsForRedisToLoad: a closer started while a restarted Redis is
@@ -446,9 +437,8 @@ func testStartWaitsForRedisFailover(t *testing.T, _ engine) {
 	db := testenv.MustDatabase(t)
 	rs := testenv.MustCutReplica(t)
 	c := startCloser(t, "DATABASE_URL="+db.URL, "REDIS_ADDR="+rs.Addr, "REDIS_KEY_PREFIX=failover:")
-	c.mustStayUp(t, 1500*time.Millisecond, "while its Redis was a replica cut from its primary")
-	rs.Promote(t)
-	c.mustServeAndStop(t, "redis not ready at start: retrying", "MASTERDOWN")
+	c.mustWaitThrough(t, "while its Redis was a replica cut from its primary", func() { rs.Promote(t) },
+		"redis not ready at start: retrying", "MASTERDOWN")
 }
 
 // testStartWaitsForPostgresToRecover: a closer started while PostgreSQL is
@@ -459,9 +449,8 @@ func testStartWaitsForPostgresToRecover(t *testing.T, _ engine) {
 	rd := testenv.MustRedis(t)
 	pg := testenv.MustPostgresStandby(t)
 	c := startCloser(t, "DATABASE_URL="+pg.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+rd.Prefix)
-	c.mustStayUp(t, 1500*time.Millisecond, "while Postgres was in recovery")
-	pg.Promote(t)
-	c.mustServeAndStop(t, "postgres not ready at start: retrying", "57P03")
+	c.mustWaitThrough(t, "while Postgres was in recovery", func() { pg.Promote(t) },
+		"postgres not ready at start: retrying", "57P03")
 }
 
 // testMigrateWaitsForPostgresToRecover: `orderpipe migrate` (and make run's
@@ -585,6 +574,16 @@ func (p *binaryProcess) mustHaveLogged(t *testing.T, logged ...string) {
 	}
 }
 
+// mustWaitThrough wants the closer to stay up (1.5 s) while a store keeps
+// it waiting, then calls heal and wants it to serve and stop
+// (mustServeAndStop).
+func (c *binaryProcess) mustWaitThrough(t *testing.T, while string, heal func(), logged ...string) {
+	t.Helper()
+	c.mustStayUp(t, 1500*time.Millisecond, while)
+	heal()
+	c.mustServeAndStop(t, logged...)
+}
+
 // mustServeAndStop waits (20 s at most) for the closer's /healthz to answer
 // 200, stops it with SIGTERM, and checks it exited cleanly and logged each
 // of logged.
@@ -609,9 +608,39 @@ func (c *binaryProcess) mustServeAndStop(t *testing.T, logged ...string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	c.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck
-	if err := <-c.done; err != nil {
-		t.Errorf("closer after SIGTERM: %v\n%s", err, c.out.String())
-	}
+	c.mustStop(t)
 	c.mustHaveLogged(t, logged...)
+}
+
+// mustAnswerOK waits (a minute at most) for url to answer 200 while the
+// process runs, and returns the answer's body.
+func (p *binaryProcess) mustAnswerOK(t *testing.T, url string) string {
+	t.Helper()
+	var body string
+	testenv.WaitFor(t, time.Minute, p.name+"'s "+url, func() bool {
+		select {
+		case err := <-p.done:
+			t.Fatalf("%s exited: %v\n%s", p.name, err, p.out.String())
+		default:
+		}
+		res, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		body = string(b)
+		return res.StatusCode == http.StatusOK
+	})
+	return body
+}
+
+// mustStop stops the process with SIGTERM and fails the test unless it
+// exits cleanly.
+func (p *binaryProcess) mustStop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it has exited already if this fails; done says how
+	if err := <-p.done; err != nil {
+		t.Errorf("%s after SIGTERM: %v\n%s", p.name, err, p.out.String())
+	}
 }

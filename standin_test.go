@@ -113,32 +113,30 @@ func TestStandinsReplaceOnlyMissingServices(t *testing.T) {
 		}
 		defer srv.Close()
 		// Postgres: the address answers, so it is used as is.
-		cfg := withServers(srv.Addr, "postgres://postgres@"+srv.Addr+"/orderpipe")
-		before := cfg
-		stop, err := startStandins(ctx, log, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
-		if cfg.Redis.Addr != before.Redis.Addr || cfg.Database.URL != before.Database.URL {
-			t.Errorf("a stand-in replaced an answering server: %+v, was %+v", cfg, before)
-		}
+		mustKeepServers(t, log, withServers(srv.Addr, "postgres://postgres@"+srv.Addr+"/orderpipe"), "an answering")
 	})
 
 	t.Run("SetButSilent", func(t *testing.T) {
 		cfg := withServers(freeAddr(t), "postgres://postgres@"+freeAddr(t)+"/orderpipe")
 		t.Setenv("REDIS_ADDR", cfg.Redis.Addr)
 		t.Setenv("DATABASE_URL", cfg.Database.URL)
-		before := cfg
-		stop, err := startStandins(ctx, log, &cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stop()
-		if cfg.Redis.Addr != before.Redis.Addr || cfg.Database.URL != before.Database.URL {
-			t.Errorf("a stand-in replaced a configured server: %+v, was %+v", cfg, before)
-		}
+		mustKeepServers(t, log, cfg, "a configured")
 	})
+}
+
+// mustKeepServers starts the stand-ins for cfg and fails the test if one
+// replaced either of its servers (what names which kind they are).
+func mustKeepServers(t *testing.T, log *slog.Logger, cfg config, what string) {
+	t.Helper()
+	before := cfg
+	stop, err := startStandins(context.Background(), log, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if cfg.Redis.Addr != before.Redis.Addr || cfg.Database.URL != before.Database.URL {
+		t.Errorf("a stand-in replaced %s server: %+v, was %+v", what, cfg, before)
+	}
 }
 
 // TestStandinEnv: a command run beside `make run` reads the stand-ins'

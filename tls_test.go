@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -163,43 +158,17 @@ func testKafkaOverSASLSSL(t *testing.T, e engine) {
 	t.Run("GatewayReadiness", func(t *testing.T) {
 		db := testenv.MustDatabase(t)
 		httpAddr := freeAddr(t)
-		cmd := exec.Command(mustBinary(t), "gateway")
-		cmd.Env = cleanEnv(append(kafkaEnv("SCRAM-SHA-256", scram), "DATABASE_URL="+db.URL, "REDIS_ADDR="+testenv.RedisAddr(),
+		g := startBinary(t, "gateway", append(kafkaEnv("SCRAM-SHA-256", scram), "DATABASE_URL="+db.URL, "REDIS_ADDR="+testenv.RedisAddr(),
 			"REDIS_KEY_PREFIX="+testenv.UniqueName("t")+":", "HTTP_ADDR="+httpAddr)...)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		var body string
-		testenv.WaitFor(t, time.Minute, "the gateway's /readyz", func() bool {
-			select {
-			case err := <-exited:
-				t.Fatalf("gateway exited: %v\n%s", err, out.String())
-			default:
-			}
-			res, err := http.Get("http://" + httpAddr + "/readyz")
-			if err != nil {
-				return false
-			}
-			defer res.Body.Close()
-			b, _ := io.ReadAll(res.Body)
-			body = string(b)
-			return res.StatusCode == http.StatusOK
-		})
-		if !strings.Contains(body, `"kafka":"ok"`) {
+		if body := g.mustAnswerOK(t, "http://"+httpAddr+"/readyz"); !strings.Contains(body, `"kafka":"ok"`) {
 			t.Errorf("/readyz: %s", body)
 		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		if err := <-exited; err != nil {
-			t.Errorf("gateway stopped with %v", err)
+		g.mustStop(t)
+		out := g.out.String()
+		if !strings.Contains(out, `"kafka_security":"SASL_SSL (SCRAM-SHA-256)"`) {
+			t.Errorf("the start line does not say how Kafka is reached:\n%s", out)
 		}
-		if !strings.Contains(out.String(), `"kafka_security":"SASL_SSL (SCRAM-SHA-256)"`) {
-			t.Errorf("the start line does not say how Kafka is reached:\n%s", out.String())
-		}
-		assertNoKafkaPassword(t, out.String(), plain, scram)
+		assertNoKafkaPassword(t, out, plain, scram)
 	})
 
 	t.Run("Pipeline", func(t *testing.T) {
@@ -224,10 +193,7 @@ func testKafkaOverSASLSSL(t *testing.T, e engine) {
 			})
 		}
 		// The producer and the worker's consumer group.
-		r := p.order(t, orderBody{RequestID: "tls-1", UserID: 1, ActivityID: 3, ItemID: 4, Quantity: 1})
-		if r.Status != http.StatusAccepted {
-			t.Fatalf("order: %d %v", r.Status, r.Body)
-		}
+		r := p.mustAccept(t, orderBody{RequestID: "tls-1", UserID: 1, ActivityID: 3, ItemID: 4, Quantity: 1})
 		unpaid(r.Str("orderNo"))
 
 		// The redrive's writer: a reservation whose event never reached

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -38,16 +37,8 @@ func mustSpanStore(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tp := telemetry.NewTracerProvider(sdktrace.WithSyncer(exp),
-		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("orderpipe-all"))))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	telemetry.SetPropagator()
-	tb.Cleanup(func() {
-		_ = tp.Shutdown(context.Background())
-		otel.SetTracerProvider(prevTP)
-		otel.SetTextMapPropagator(prevProp)
-	})
+	mustInstallTracing(tb, telemetry.NewTracerProvider(sdktrace.WithSyncer(exp),
+		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("orderpipe-all")))))
 	return dir
 }
 
@@ -64,10 +55,7 @@ func testLocatePrintsSpanTree(t *testing.T, e engine) {
 	// Other orders beside it may share its worker batch, whose span links
 	// every one of them: none of theirs is in its tree.
 	for i, id := range []string{rid, "tree-2", "tree-3"} {
-		r := p.order(t, orderBody{RequestID: id, UserID: int64(i + 1), ActivityID: 6, ItemID: 60, Quantity: 1})
-		if r.Status != http.StatusAccepted {
-			t.Fatalf("order: %d %v", r.Status, r.Body)
-		}
+		p.mustAccept(t, orderBody{RequestID: id, UserID: int64(i + 1), ActivityID: 6, ItemID: 60, Quantity: 1})
 	}
 	testenv.WaitFor(t, 20*time.Second, "the orders UNPAID and their journal entries acked", func() bool {
 		return mustLocate(t, p, rid).Status == "UNPAID" && mustLocate(t, p, "tree-3").Status == "UNPAID" &&

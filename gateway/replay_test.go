@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,8 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"orderpipe/gateway/client"
 	"orderpipe/pkg/event"
@@ -32,35 +29,13 @@ func stallProduce(t *testing.T, k testenv.Kafka, lands bool) (stalled, resume ch
 	if k.Cluster == nil {
 		t.Skip("needs the in-process broker to stall its produce requests")
 	}
-	return stallProduceOf(k, lands)
+	return k.StallProduce(lands)
 }
 
 // stallProduceFor is stallProduce for a benchmark: the held produces land.
 func stallProduceFor(b *testing.B, k testenv.Kafka) (stalled, resume chan struct{}) {
 	b.Helper()
-	return stallProduceOf(k, true)
-}
-
-func stallProduceOf(k testenv.Kafka, lands bool) (stalled, resume chan struct{}) {
-	stalled, resume = make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	c := k.Cluster
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		select {
-		case <-resume:
-			c.DropControl()
-			return nil, nil, false
-		default:
-		}
-		c.KeepControl()
-		once.Do(func() { close(stalled) })
-		c.SleepControl(func() { <-resume })
-		if lands {
-			return nil, nil, false
-		}
-		return nil, errors.New("broker was paused"), true
-	})
-	return stalled, resume
+	return k.StallProduce(true)
 }
 
 // storm is where a retry storm blows: one item of 10 units on sale (one
