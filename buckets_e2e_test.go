@@ -44,18 +44,7 @@ func (p *pipeline) mustBucketedSale(tb testing.TB, id, item, units int64, bucket
 // bucketStocks is each bucket's Redis stock (-1: missing).
 func (p *pipeline) bucketStocks(tb testing.TB, it stock.Item, buckets int) []int64 {
 	tb.Helper()
-	got, err := p.Stock.BucketStocks(context.Background(), it, buckets)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := make([]int64, len(got))
-	for b, n := range got {
-		out[b] = -1
-		if n != nil {
-			out[b] = *n
-		}
-	}
-	return out
+	return stocktest.BucketStocks(tb, p.StockRedis, it, buckets)
 }
 
 func sum(ns []int64) int64 {

@@ -58,8 +58,6 @@ REAL_KAFKA=${KAFKA_BROKERS:-}
 fresh_run cpu
 export REDIS_ADDR="$REDIS_HOST:$REDIS_PORT"
 unset PPROF_ADDR
-mkdir -p "$OUT"
-log="$OUT/cpu-$run.log"
 tmp=$(mktemp -d)
 pids=()
 cleanup() {

@@ -26,25 +26,11 @@ PG=${PG:-postgres://postgres@127.0.0.1:5432}
 . bench/lib.sh
 
 fresh_run flood
-unset KAFKA_BROKERS # the embedded broker, as make run
-mkdir -p "$OUT"
-log="$OUT/flood-$run.log"
 pid="" floor_pid=""
-cleanup() {
-  for p in $pid $floor_pid; do
-    kill "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  drop_run flood
-}
-trap cleanup EXIT
+trap 'stop_run flood $pid $floor_pid' EXIT
 
-"$BIN" migrate >"$log" 2>&1 || { echo "flood: migrate failed; see $log" >&2; exit 2; }
-http_port=$(free_port)
+start_all flood "$BIN" "$log"
 floor_port=$(free_port)
-export HTTP_ADDR="127.0.0.1:$http_port" KAFKA_EMBEDDED_PORT="$(free_port)"
-"$BIN" all >>"$log" 2>&1 &
-pid=$!
 env -u GOGC -u GOMEMLIMIT "$BIN" bench --serve-floor "127.0.0.1:$floor_port" --floor-status 409 >"$log.floor" 2>&1 &
 floor_pid=$!
 wait_port "$http_port" "$pid" || { echo "flood: orderpipe all exited or did not listen; see $log" >&2; exit 2; }

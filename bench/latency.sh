@@ -41,30 +41,15 @@ FLOOR=${FLOOR:-pipeline}   # pipeline: bench/floorpipe; trivial: the trivial han
 
 . bench/lib.sh
 
-fresh_run lat
-unset KAFKA_BROKERS # the embedded broker, as make run
-mkdir -p "$OUT"
-log="$OUT/latency-$run.log"
+fresh_run lat latency
 pid="" floor_pid="" load_pid=""
-cleanup() {
-  for p in $load_pid $pid $floor_pid; do
-    kill "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  drop_run latency
-}
-trap cleanup EXIT
+trap 'stop_run latency $load_pid $pid $floor_pid' EXIT
 
-"$PIPE_BIN" migrate >"$log" 2>&1 || { echo "latency: migrate failed; see $log" >&2; exit 2; }
-http_port=$(free_port)
-kafka_port=$(free_port)
 pprof_port=$(free_port)
-floor_port=$(free_port)
-export HTTP_ADDR="127.0.0.1:$http_port" KAFKA_EMBEDDED_PORT="$kafka_port"
 [ -n "$PROFILE" ] && export PPROF_ADDR="127.0.0.1:$pprof_port"
+start_all latency "$PIPE_BIN" "$log"
+floor_port=$(free_port)
 floor_pprof_port=$(free_port)
-"$PIPE_BIN" all >>"$log" 2>&1 &
-pid=$!
 # The floor gets none of orderpipe all's settings.
 case "$FLOOR" in
   trivial)

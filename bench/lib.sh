@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Shared by bench/run.sh, bench/cpu.sh, bench/rss.sh, bench/latency.sh and bench/flood.sh (sourced, not run): free ports and
-# per-process CPU readings, and the pids of each part.
+# per-process CPU readings, the pids of each part, and a run's start and stop.
 
 # free_port prints a port below the kernel's ephemeral range that nothing
 # listens on, so no client socket or test listening on port 0 takes it
@@ -134,19 +134,54 @@ waits_summary() {
     }' "$1" "$2"
 }
 
-# fresh_run NAME: a run id ($run), a database ($db) and Redis key prefix of
-# its own, exported with ADMIN_TOKEN for every orderpipe process the script
-# starts; drop_run NAME deletes what the run wrote (its keys, its database).
+# fresh_run NAME [LOG]: a run id ($run), a database ($db) and Redis key
+# prefix of its own, exported with ADMIN_TOKEN for every orderpipe process
+# the script starts, and its log, $log: $OUT/LOG-<run>.log (LOG defaults to
+# NAME); drop_run NAME deletes what the run wrote (its keys, its database).
 fresh_run() {
   run="$(date +%s)$$"
   db="orderpipe_$1_$run"
   export DATABASE_URL="$PG/$db?sslmode=disable"
   export REDIS_KEY_PREFIX="$1$run:"
   export ADMIN_TOKEN="$1-$run"
+  mkdir -p "$OUT"
+  log="$OUT/${2:-$1}-$run.log"
 }
 drop_run() {
   "$BIN" bench --purge-keys >/dev/null 2>&1 || true
   psql "$PG/postgres" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || echo "$1: database $db left behind" >&2
+}
+
+# stop_pids PID...: ends each process (SIGTERM) and waits for it.
+stop_pids() {
+  local p
+  for p in "$@"; do kill "$p" 2>/dev/null || true; done
+  for p in "$@"; do wait "$p" 2>/dev/null || true; done
+}
+
+# stop_run NAME PID...: a script's exit trap, as
+#   trap 'stop_run NAME $pid $other_pid' EXIT
+# (single quotes: the pids as they are at exit; one not started yet is
+# empty and left out): stops the processes, then drops the run (drop_run).
+stop_run() {
+  local name=$1
+  shift
+  stop_pids "$@"
+  drop_run "$name"
+}
+
+# start_all NAME BIN LOG: migrates the run's database (LOG), then starts
+# `BIN all` in the background with the embedded broker, as make run does,
+# on free ports: sets pid, http_port and kafka_port, exports HTTP_ADDR and
+# KAFKA_EMBEDDED_PORT, and unsets KAFKA_BROKERS. A failed migration exits 2.
+start_all() {
+  unset KAFKA_BROKERS
+  "$2" migrate >"$3" 2>&1 || { echo "$1: migrate failed; see $3" >&2; exit 2; }
+  http_port=$(free_port)
+  kafka_port=$(free_port)
+  export HTTP_ADDR="127.0.0.1:$http_port" KAFKA_EMBEDDED_PORT="$kafka_port"
+  "$2" all >>"$3" 2>&1 &
+  pid=$!
 }
 
 # machine_ticks: one line "busy idle steal" (clock ticks since boot, every

@@ -82,39 +82,48 @@ func TestLatencyOf(t *testing.T) {
 	}
 }
 
-// MustServeFloor starts the trivial handler on a free port and returns its
-// base URL; it stops with the test.
-func MustServeFloor(tb testing.TB) string {
+// MustServeFloor starts the trivial handler answering every order with
+// status (ServeFloorStatus) on a free port and returns its base URL; it
+// stops with the test.
+func MustServeFloor(tb testing.TB, status int) string {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrc := make(chan net.Addr, 1)
 	errc := make(chan error, 1)
-	go func() { errc <- ServeFloor(ctx, "127.0.0.1:0", func(a net.Addr) { addrc <- a }) }()
+	go func() { errc <- ServeFloorStatus(ctx, "127.0.0.1:0", status, func(a net.Addr) { addrc <- a }) }()
 	var addr net.Addr
 	select {
 	case addr = <-addrc:
 	case err := <-errc:
-		tb.Fatalf("ServeFloor: %v", err)
+		tb.Fatalf("ServeFloorStatus: %v", err)
 	}
 	tb.Cleanup(func() {
 		cancel()
 		if err := <-errc; err != nil {
-			tb.Errorf("ServeFloor after shutdown: %v", err)
+			tb.Errorf("ServeFloorStatus after shutdown: %v", err)
 		}
 	})
 	return "http://" + addr.String()
 }
 
-func TestFloorServer(t *testing.T) {
-	t.Parallel()
-	base := MustServeFloor(t)
+// mustPostOrder posts one order to base and returns the answer, its body
+// read.
+func mustPostOrder(tb testing.TB, base string) (*http.Response, []byte) {
+	tb.Helper()
 	res, err := http.Post(base+"/v1/orders", "application/json",
 		strings.NewReader(`{"requestId":"r1","userId":1,"activityId":1,"itemId":1,"quantity":1}`))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	raw, _ := io.ReadAll(res.Body)
 	res.Body.Close()
+	return res, raw
+}
+
+func TestFloorServer(t *testing.T) {
+	t.Parallel()
+	base := MustServeFloor(t, http.StatusAccepted)
+	res, raw := mustPostOrder(t, base)
 	a, err := client.ReadPlaced(res.StatusCode, "", raw)
 	if err != nil || res.Header.Get("Content-Type") != "application/json" || a.HTTPStatus != http.StatusAccepted {
 		t.Errorf("POST /v1/orders: %d %q %s, want a JSON 202 with an orderNo", res.StatusCode, res.Header.Get("Content-Type"), raw)
@@ -137,7 +146,7 @@ func TestDriveOpen(t *testing.T) {
 	work := plan(Config{Concurrency: 4, Requests: 300, Items: 1, Quantity: 1, ActivityID: 1, Seed: 1}, []int64{1})
 	cfg := Config{Concurrency: 8, Rate: 3000, Timeout: 5 * time.Second}
 	t.Run("EveryRequestAnswered", func(t *testing.T) {
-		base := MustServeFloor(t)
+		base := MustServeFloor(t, http.StatusAccepted)
 		answers, st, err := driveOpen(context.Background(), nil, base, cfg, work, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -200,32 +209,7 @@ func TestDriveOpen(t *testing.T) {
 // the client reads as SOLD_OUT; any other status than 202 or 409 is refused.
 func TestFloorServerRefuses(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithCancel(context.Background())
-	addrc := make(chan net.Addr, 1)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- ServeFloorStatus(ctx, "127.0.0.1:0", http.StatusConflict, func(a net.Addr) { addrc <- a })
-	}()
-	var base string
-	select {
-	case a := <-addrc:
-		base = "http://" + a.String()
-	case err := <-errc:
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("ServeFloorStatus after shutdown: %v", err)
-		}
-	}()
-	res, err := http.Post(base+"/v1/orders", "application/json",
-		strings.NewReader(`{"requestId":"r1","userId":1,"activityId":1,"itemId":1,"quantity":1}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
+	res, raw := mustPostOrder(t, MustServeFloor(t, http.StatusConflict))
 	a := answerOf(res.StatusCode, raw, time.Millisecond)
 	if a.status != http.StatusConflict || a.code != "SOLD_OUT" || !refused(a) {
 		t.Errorf("POST /v1/orders: %d %s (code %q), want a 409 SOLD_OUT refusal", res.StatusCode, raw, a.code)

@@ -26,27 +26,11 @@ PG=${PG:-postgres://postgres@127.0.0.1:5432}
 . bench/lib.sh
 
 fresh_run rss
-unset KAFKA_BROKERS # the embedded broker, as make run
-mkdir -p "$OUT"
-log="$OUT/rss-$run.log"
 csv="$OUT/rss-$run.csv"
 pid="" sampler=""
-cleanup() {
-  [ -n "$sampler" ] && kill "$sampler" 2>/dev/null || true
-  if [ -n "$pid" ]; then
-    kill "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
-  drop_run rss
-}
-trap cleanup EXIT
+trap 'stop_run rss $sampler $pid' EXIT
 
-"$BIN" migrate >"$log" 2>&1 || { echo "rss: migrate failed; see $log" >&2; exit 2; }
-http_port=$(free_port)
-kafka_port=$(free_port)
-export HTTP_ADDR="127.0.0.1:$http_port" KAFKA_EMBEDDED_PORT="$kafka_port"
-"$BIN" all >>"$log" 2>&1 &
-pid=$!
+start_all rss "$BIN" "$log"
 wait_port "$http_port" "$pid" || { echo "rss: orderpipe all exited or did not listen; see $log" >&2; exit 2; }
 
 start=$(date +%s.%N)

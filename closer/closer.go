@@ -18,6 +18,7 @@ import (
 
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/outbox"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 )
@@ -45,21 +46,11 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.CloseAfter <= 0 {
-		c.CloseAfter = order.CloseAfterVar.Duration()
-	}
-	if c.Interval <= 0 {
-		c.Interval = intervalVar.Duration()
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = 500
-	}
-	if c.RetryBase <= 0 {
-		c.RetryBase = time.Second
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = time.Minute
-	}
+	setting.DefaultTo(&c.CloseAfter, order.CloseAfterVar.Duration())
+	setting.DefaultTo(&c.Interval, intervalVar.Duration())
+	setting.DefaultTo(&c.BatchSize, 500)
+	setting.DefaultTo(&c.RetryBase, time.Second)
+	setting.DefaultTo(&c.RetryMax, time.Minute)
 }
 
 // Deps are the closer's collaborators.

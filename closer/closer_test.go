@@ -126,6 +126,16 @@ func mustOrders(tb testing.TB, e env, n int) []placed {
 	return all
 }
 
+// mustExpired is a sale with n orders (mustOrders) created an hour ago:
+// each is past its payBy and the closer's to close.
+func mustExpired(tb testing.TB, n int) (env, []placed) {
+	tb.Helper()
+	e := mustEnv(tb)
+	ps := mustOrders(tb, e, n)
+	mustAge(tb, e, ps...)
+	return e, ps
+}
+
 // mustAge makes orders look created an hour ago.
 func mustAge(tb testing.TB, e env, ps ...placed) {
 	tb.Helper()
@@ -191,6 +201,51 @@ func statusesOf(snap order.ActivitySnapshot) map[string]string {
 func redisStock(tb testing.TB, e env, it stock.Item) int64 {
 	tb.Helper()
 	return stocktest.MustStock(tb, e.StockRedis, it)
+}
+
+// redisStocks is each item's stock in Redis.
+func redisStocks(tb testing.TB, e env) map[stock.Item]int64 {
+	tb.Helper()
+	out := map[stock.Item]int64{}
+	for _, it := range items {
+		out[it] = redisStock(tb, e, it)
+	}
+	return out
+}
+
+// fullStocks is each item's stock with every unit back.
+func fullStocks() map[stock.Item]int64 {
+	out := map[stock.Item]int64{}
+	for _, it := range items {
+		out[it] = initialStock
+	}
+	return out
+}
+
+// assertRedisStocks checks each item's stock in Redis against want; when
+// says at what point of the test.
+func assertRedisStocks(tb testing.TB, e env, want map[stock.Item]int64, when string) {
+	tb.Helper()
+	for _, it := range items {
+		if rs := redisStock(tb, e, it); rs != want[it] {
+			tb.Errorf("redis stock of %s %s = %d, want %d", it, when, rs, want[it])
+		}
+	}
+}
+
+// assertDBStocksFull checks that Postgres holds every unit of each item,
+// as once every order is closed (whether or not Redis has its units back).
+func assertDBStocksFull(tb testing.TB, e env, when string) {
+	tb.Helper()
+	for _, it := range items {
+		s, err := e.Orders.ItemStockOf(context.Background(), it.ActivityID, it.ItemID)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if s.Stock != initialStock {
+			tb.Errorf("db stock of %s %s = %d, want %d", it, when, s.Stock, initialStock)
+		}
+	}
 }
 
 // assertSettled checks, with nothing in flight, I1 and I6 in Postgres, one
@@ -369,9 +424,7 @@ func TestPayCloseRace(t *testing.T) {
 // stock restored once in Postgres and in Redis.
 func TestConcurrentClosers(t *testing.T) {
 	t.Parallel()
-	e := mustEnv(t)
-	ps := mustOrders(t, e, 1000)
-	mustAge(t, e, ps...)
+	e, ps := mustExpired(t, 1000)
 	ctx := context.Background()
 
 	type replica struct {
@@ -438,14 +491,8 @@ func TestConcurrentClosers(t *testing.T) {
 	if unclosed != 0 {
 		t.Errorf("%d orders not CLOSED", unclosed)
 	}
-	for _, it := range items {
-		if s, _ := e.Orders.ItemStockOf(ctx, it.ActivityID, it.ItemID); s.Stock != initialStock {
-			t.Errorf("db stock of %s = %d, want %d", it, s.Stock, initialStock)
-		}
-		if rs := redisStock(t, e, it); rs != initialStock {
-			t.Errorf("redis stock of %s = %d, want %d", it, rs, initialStock)
-		}
-	}
+	assertDBStocksFull(t, e, "after the closes")
+	assertRedisStocks(t, e, fullStocks(), "after the closes")
 	assertSettled(t, e, ps)
 }
 
@@ -453,14 +500,9 @@ func TestConcurrentClosers(t *testing.T) {
 // pending compensations; the next pass applies each exactly once.
 func TestCrashAfterCommit(t *testing.T) {
 	t.Parallel()
-	e := mustEnv(t)
-	ps := mustOrders(t, e, 12)
-	mustAge(t, e, ps...)
+	e, ps := mustExpired(t, 12)
 	ctx := context.Background()
-	redisBefore := map[stock.Item]int64{}
-	for _, it := range items {
-		redisBefore[it] = redisStock(t, e, it)
-	}
+	redisBefore := redisStocks(t, e)
 
 	crashing := newCloser(e, e.Stock, func(context.Context, []order.Compensation) error { return errors.New("injected crash") })
 	res, err := crashing.RunOnce(ctx)
@@ -474,14 +516,8 @@ func TestCrashAfterCommit(t *testing.T) {
 	if err != nil || pending != int64(len(ps)) {
 		t.Fatalf("pending compensations after the crash: %d %v, want %d", pending, err, len(ps))
 	}
-	for _, it := range items {
-		if rs := redisStock(t, e, it); rs != redisBefore[it] {
-			t.Errorf("redis stock of %s moved before any compensation was applied: %d → %d", it, redisBefore[it], rs)
-		}
-		if s, _ := e.Orders.ItemStockOf(ctx, it.ActivityID, it.ItemID); s.Stock != initialStock {
-			t.Errorf("db stock of %s = %d after the commit, want %d", it, s.Stock, initialStock)
-		}
-	}
+	assertRedisStocks(t, e, redisBefore, "before any compensation was applied")
+	assertDBStocksFull(t, e, "after the commit")
 
 	next := newCloser(e, e.Stock, nil)
 	mustSettle(t, next)
@@ -490,11 +526,7 @@ func TestCrashAfterCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, it := range items {
-		if rs := redisStock(t, e, it); rs != initialStock {
-			t.Errorf("redis stock of %s = %d, want %d (restored exactly once)", it, rs, initialStock)
-		}
-	}
+	assertRedisStocks(t, e, fullStocks(), "after more passes (restored exactly once)")
 	assertSettled(t, e, ps)
 
 	// The users may buy again.
@@ -512,14 +544,9 @@ func TestCrashAfterCommit(t *testing.T) {
 // applied, once, by a later pass after Redis is back.
 func TestRedisDown(t *testing.T) {
 	t.Parallel()
-	e := mustEnv(t)
-	ps := mustOrders(t, e, 12)
-	mustAge(t, e, ps...)
+	e, ps := mustExpired(t, 12)
 	ctx := context.Background()
-	redisBefore := map[stock.Item]int64{}
-	for _, it := range items {
-		redisBefore[it] = redisStock(t, e, it)
-	}
+	redisBefore := redisStocks(t, e)
 
 	dead := testenv.RedisClient(t, "127.0.0.1:1", 200*time.Millisecond)
 	down := newCloser(e, stock.New(dead, e.Redis.Prefix), nil)
@@ -550,19 +577,11 @@ func TestRedisDown(t *testing.T) {
 		}
 		return res.Failed == 1
 	})
-	for _, it := range items {
-		if rs := redisStock(t, e, it); rs != redisBefore[it] {
-			t.Errorf("redis stock of %s moved while redis was unreachable: %d → %d", it, redisBefore[it], rs)
-		}
-	}
+	assertRedisStocks(t, e, redisBefore, "while redis was unreachable")
 
 	up := newCloser(e, e.Stock, nil)
 	mustSettle(t, up)
-	for _, it := range items {
-		if rs := redisStock(t, e, it); rs != initialStock {
-			t.Errorf("redis stock of %s = %d, want %d", it, rs, initialStock)
-		}
-	}
+	assertRedisStocks(t, e, fullStocks(), "once redis is back")
 	assertSettled(t, e, ps)
 }
 

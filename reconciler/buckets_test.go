@@ -58,19 +58,8 @@ func mustBucketEnv(tb testing.TB, units int64, buckets int) *bucketEnv {
 // stocks is each bucket's Redis stock and the units taken and not given.
 func (e *bucketEnv) stocks(tb testing.TB) (string, int64) {
 	tb.Helper()
-	ctx := context.Background()
-	got, err := e.st.BucketStocks(ctx, e.it, e.B)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := make([]int64, len(got))
-	for b, n := range got {
-		out[b] = -1
-		if n != nil {
-			out[b] = *n
-		}
-	}
-	ts, err := e.st.Transfers(ctx, e.it, e.B)
+	out := stocktest.BucketStocks(tb, e.sr, e.it, e.B)
+	ts, err := e.st.Transfers(context.Background(), e.it, e.B)
 	if err != nil {
 		tb.Fatal(err)
 	}

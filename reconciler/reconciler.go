@@ -27,6 +27,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 )
@@ -55,21 +56,11 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Interval <= 0 {
-		c.Interval = intervalVar.Duration()
-	}
-	if c.LockTTL <= 0 {
-		c.LockTTL = 30 * time.Second
-	}
-	if c.LockWait <= 0 {
-		c.LockWait = c.LockTTL + 5*time.Second
-	}
-	if c.RowLockTimeout <= 0 {
-		c.RowLockTimeout = 5 * time.Second
-	}
-	if c.Attempts <= 0 {
-		c.Attempts = 3
-	}
+	setting.DefaultTo(&c.Interval, intervalVar.Duration())
+	setting.DefaultTo(&c.LockTTL, 30*time.Second)
+	setting.DefaultTo(&c.LockWait, c.LockTTL+5*time.Second)
+	setting.DefaultTo(&c.RowLockTimeout, 5*time.Second)
+	setting.DefaultTo(&c.Attempts, 3)
 }
 
 // Deps are the reconciler's collaborators.

@@ -75,15 +75,12 @@ func TestForeignEventsChangeNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := mustFixture(t, 10)
-			ctx := context.Background()
 			var real kafka.Message
 			if tc.reserved {
 				real = f.reserve(t, "real", 3)
 			}
 			for _, b := range tc.batches(real) {
-				if err := f.w.ProcessBatch(ctx, b); err != nil {
-					t.Fatal(err)
-				}
+				f.mustProcess(t, b...)
 			}
 			if len(f.dlq.msgs) != tc.dead {
 				t.Errorf("%d dead letters, want %d", len(f.dlq.msgs), tc.dead)
@@ -120,12 +117,7 @@ func TestForeignEventsChangeNothing(t *testing.T) {
 			if n := len(ordertest.Compensations(t, f.db.Pool)); n != 0 {
 				t.Errorf("%d compensations, want none", n)
 			}
-			if got := f.redisStock(t); got != stockLeft {
-				t.Errorf("redis stock %d, want %d", got, stockLeft)
-			}
-			if got := f.dbStock(t); got != stockLeft {
-				t.Errorf("db stock %d, want %d", got, stockLeft)
-			}
+			f.assertStocks(t, stockLeft)
 			if got := stocktest.MarkerOwner(t, f.sr, f.item, 9); got != "" {
 				t.Errorf("user 9 holds a marker of %q", got)
 			}
@@ -141,9 +133,7 @@ func TestSignedEventWithoutJournalEntryIsTheOrder(t *testing.T) {
 	f := mustFixture(t, 10)
 	ev := event.OrderRequested{RequestID: "lost", OrderNo: "1-2-lost", UserID: 5, ActivityID: 1, ItemID: 2, Quantity: 1,
 		ReservedAt: time.Now().UTC()}
-	if err := f.w.ProcessBatch(context.Background(), []kafka.Message{event.Message(context.Background(), ev)}); err != nil {
-		t.Fatal(err)
-	}
+	f.mustProcess(t, event.Message(context.Background(), ev))
 	if n := f.countOrders(t, func(o order.SnapshotOrder) bool {
 		return o.RequestID == "lost" && o.OrderNo == "1-2-lost" && o.UserID == 5 && o.Status == order.StatusUnpaid
 	}); n != 1 {

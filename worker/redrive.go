@@ -16,6 +16,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/lock"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/tick"
@@ -56,21 +57,11 @@ type RedriveConfig struct {
 }
 
 func (c *RedriveConfig) defaults() {
-	if c.After <= 0 {
-		c.After = redriveAfterVar.Duration()
-	}
-	if c.Interval <= 0 {
-		c.Interval = redriveIntervalVar.Duration()
-	}
-	if c.EndedWithin <= 0 {
-		c.EndedWithin = 24 * time.Hour
-	}
-	if c.LockTTL <= 0 {
-		c.LockTTL = 15 * time.Second
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = 5 * time.Minute
-	}
+	setting.DefaultTo(&c.After, redriveAfterVar.Duration())
+	setting.DefaultTo(&c.Interval, redriveIntervalVar.Duration())
+	setting.DefaultTo(&c.EndedWithin, 24*time.Hour)
+	setting.DefaultTo(&c.LockTTL, 15*time.Second)
+	setting.DefaultTo(&c.MaxBackoff, 5*time.Minute)
 	if c.Topic == "" {
 		c.Topic = event.Topic
 	}

@@ -20,6 +20,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/outbox"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/tick"
@@ -62,24 +63,12 @@ func (c *Config) defaults() {
 	if c.GroupID == "" {
 		c.GroupID = groupVar.Default
 	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = batchSizeVar.Int()
-	}
-	if c.BatchWait <= 0 {
-		c.BatchWait = batchWaitVar.Duration()
-	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = 2 * time.Second
-	}
-	if c.SweepAfter <= 0 {
-		c.SweepAfter = 5 * time.Second
-	}
-	if c.LagInterval <= 0 {
-		c.LagInterval = lagIntervalVar.Duration()
-	}
-	if c.CloseAfter <= 0 {
-		c.CloseAfter = order.CloseAfterVar.Duration()
-	}
+	setting.DefaultTo(&c.BatchSize, batchSizeVar.Int())
+	setting.DefaultTo(&c.BatchWait, batchWaitVar.Duration())
+	setting.DefaultTo(&c.SweepInterval, 2*time.Second)
+	setting.DefaultTo(&c.SweepAfter, 5*time.Second)
+	setting.DefaultTo(&c.LagInterval, lagIntervalVar.Duration())
+	setting.DefaultTo(&c.CloseAfter, order.CloseAfterVar.Duration())
 }
 
 // batchTimeout bounds one attempt at a batch (Redis claims, the Postgres

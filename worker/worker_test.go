@@ -55,9 +55,71 @@ func mustFixture(t *testing.T, initial int64) *fixture {
 	if _, err := f.stock.Preheat(ctx, stock.Sale{Item: f.item, Stock: initial, StartsAt: now.Add(-time.Minute), EndsAt: now.Add(time.Hour), Cap: 1}); err != nil {
 		t.Fatal(err)
 	}
-	f.w = New(Config{}, Deps{Orders: f.orders, Stock: f.stock, DLQ: f.dlq, Metrics: telemetry.NewMetrics(),
-		Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	f.w = f.newWorker(Config{}, f.dlq)
 	return f
+}
+
+// newWorker is a worker on the fixture's stores that dead-letters to dlq.
+func (f *fixture) newWorker(cfg Config, dlq Producer) *Worker {
+	return New(cfg, Deps{Orders: f.orders, Stock: f.stock, DLQ: dlq, Metrics: telemetry.NewMetrics(),
+		Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+}
+
+// kafkaWorker is a worker, in a group of its own, on a real order topic
+// and a real DLQ topic.
+type kafkaWorker struct {
+	*Worker
+	brokers         []string
+	topic, dlqTopic string
+}
+
+// mustKafkaWorker names the topics and builds the worker; the caller
+// creates the topics, whose limits differ between tests. The DLQ writer is
+// closed at cleanup.
+func (f *fixture) mustKafkaWorker(t *testing.T) kafkaWorker {
+	t.Helper()
+	k := testenv.MustKafka(t)
+	topic := testenv.UniqueName("orders.")
+	dlqTopic := topic + ".dlq"
+	dlq := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: dlqTopic})
+	t.Cleanup(func() { dlq.Close() })
+	w := f.newWorker(Config{Brokers: k.Brokers, Topic: topic, DLQTopic: dlqTopic, GroupID: testenv.UniqueName("g")}, dlq)
+	return kafkaWorker{Worker: w, brokers: k.Brokers, topic: topic, dlqTopic: dlqTopic}
+}
+
+// start runs the worker until stop, which fails t if Run returned an
+// error; a test that ends before stop still ends the run at cleanup.
+func (kw kafkaWorker) start(t *testing.T) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- kw.Run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// mustDeadLetters reads the first n messages of the DLQ topic, waiting 10 s
+// at most.
+func (kw kafkaWorker) mustDeadLetters(t *testing.T, n int) []kafka.Message {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: kw.brokers, Topic: kw.dlqTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make([]kafka.Message, n)
+	for i := range out {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("reading dlq: %v", err)
+		}
+		out[i] = m
+	}
+	return out
 }
 
 // reserve runs the reserve script for a user and returns the event message.
@@ -74,6 +136,14 @@ func (f *fixture) reserve(t *testing.T, rid string, user int64) kafka.Message {
 	return msg
 }
 
+// mustProcess has the fixture's worker process one batch.
+func (f *fixture) mustProcess(t *testing.T, batch ...kafka.Message) {
+	t.Helper()
+	if err := f.w.ProcessBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // snapshot is the sale's rows in Postgres.
 func (f *fixture) snapshot(t *testing.T) order.ActivitySnapshot {
 	t.Helper()
@@ -87,13 +157,7 @@ func (f *fixture) snapshot(t *testing.T) order.ActivitySnapshot {
 // countOrders counts the sale's orders that match.
 func (f *fixture) countOrders(t *testing.T, match func(order.SnapshotOrder) bool) int64 {
 	t.Helper()
-	var n int64
-	for _, o := range f.snapshot(t).Orders {
-		if match(o) {
-			n++
-		}
-	}
-	return n
+	return count(f.snapshot(t).Orders, match)
 }
 
 // decision is the request's processed_requests row (zero when none).
@@ -110,21 +174,20 @@ func (f *fixture) decision(t *testing.T, requestID string) order.Decided {
 // countDecisions counts the sale's processed_requests rows that match.
 func (f *fixture) countDecisions(t *testing.T, match func(order.Decided) bool) int64 {
 	t.Helper()
-	var n int64
-	for _, d := range f.snapshot(t).Decisions {
-		if match(d) {
-			n++
-		}
-	}
-	return n
+	return count(f.snapshot(t).Decisions, match)
 }
 
 // countCompensations counts the compensation outbox's rows that match.
 func (f *fixture) countCompensations(t *testing.T, match func(ordertest.CompensationRow) bool) int64 {
 	t.Helper()
+	return count(ordertest.Compensations(t, f.db.Pool), match)
+}
+
+// count counts the rows that match.
+func count[T any](rows []T, match func(T) bool) int64 {
 	var n int64
-	for _, c := range ordertest.Compensations(t, f.db.Pool) {
-		if match(c) {
+	for _, r := range rows {
+		if match(r) {
 			n++
 		}
 	}
@@ -146,26 +209,30 @@ func (f *fixture) redisStock(t *testing.T) int64 {
 	return stocktest.MustStock(t, f.sr, f.item)
 }
 
+// assertStocks checks that Redis and Postgres both hold want units of the
+// item, as they must once nothing is in flight (I5).
+func (f *fixture) assertStocks(t *testing.T, want int64) {
+	t.Helper()
+	if got := f.redisStock(t); got != want {
+		t.Errorf("redis stock %d, want %d", got, want)
+	}
+	if got := f.dbStock(t); got != want {
+		t.Errorf("db stock %d, want %d", got, want)
+	}
+}
+
 func TestRedeliveryMakesOneOrder(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
-	ctx := context.Background()
 	a, b := f.reserve(t, "a", 1), f.reserve(t, "b", 2)
 	// The same message twice in one batch, then the whole batch again.
 	for _, batch := range [][]kafka.Message{{a, a, b}, {a, a, b}} {
-		if err := f.w.ProcessBatch(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
+		f.mustProcess(t, batch...)
 	}
 	if n := int64(ordertest.CountOrders(t, f.db.Pool)); n != 2 {
 		t.Errorf("%d orders, want 2", n)
 	}
-	if n := f.dbStock(t); n != 8 {
-		t.Errorf("db stock %d, want 8", n)
-	}
-	if got := f.redisStock(t); got != 8 {
-		t.Errorf("redis stock %d, want 8", got)
-	}
+	f.assertStocks(t, 8)
 	if n := int64(len(stocktest.Journal(t, f.sr, f.item))); n != 0 {
 		t.Errorf("%d journal entries left after commit", n)
 	}
@@ -182,9 +249,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 		t.Fatalf("redis stock after two reserves %d", got)
 	}
 	for range 3 { // redelivered: still one compensation
-		if err := f.w.ProcessBatch(ctx, []kafka.Message{a, b}); err != nil {
-			t.Fatal(err)
-		}
+		f.mustProcess(t, a, b)
 	}
 	d := f.decision(t, "b")
 	if d.RequestID == "" {
@@ -219,26 +284,16 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
-	ctx := context.Background()
 	first := f.reserve(t, "first", 1)
-	if err := f.w.ProcessBatch(ctx, []kafka.Message{first}); err != nil {
-		t.Fatal(err)
-	}
+	f.mustProcess(t, first)
 	// Redis lost the user's marker (a failover); the same user reserves again.
 	stocktest.DropMarker(t, f.sr, f.item, 1)
 	second := f.reserve(t, "second", 1)
-	if err := f.w.ProcessBatch(ctx, []kafka.Message{second}); err != nil {
-		t.Fatal(err)
-	}
+	f.mustProcess(t, second)
 	if reason := f.decision(t, "second").Reason; reason != order.ReasonDuplicateLiveOrder {
 		t.Errorf("second: reason %q", reason)
 	}
-	if n := f.dbStock(t); n != 9 {
-		t.Errorf("db stock %d, want 9", n)
-	}
-	if got := f.redisStock(t); got != 9 {
-		t.Errorf("redis stock %d, want 9", got)
-	}
+	f.assertStocks(t, 9)
 	if owner := stocktest.MarkerOwner(t, f.sr, f.item, 1); owner != "first" {
 		t.Errorf("marker owner %q, want the live order's request", owner)
 	}
@@ -247,50 +302,30 @@ func TestDuplicateLiveOrderKeepsMarkerWithHolder(t *testing.T) {
 func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
-	k := testenv.MustKafka(t)
-	topic := testenv.UniqueName("orders.")
-	dlqTopic := topic + ".dlq"
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, topic, dlqTopic); err != nil {
+	w := f.mustKafkaWorker(t)
+	ctx := context.Background()
+	if err := event.EnsureTopics(ctx, w.brokers, 1, 0, w.topic, w.dlqTopic); err != nil {
 		t.Fatal(err)
 	}
-	dlq := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: dlqTopic})
-	defer dlq.Close()
-	w := New(Config{Brokers: k.Brokers, Topic: topic, DLQTopic: dlqTopic, GroupID: testenv.UniqueName("g")},
-		Deps{Orders: f.orders, Stock: f.stock, DLQ: dlq, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 
 	// A schema-invalid message that still names a held reservation: it is
 	// dead-lettered, and the reservation is decided from its journal entry.
 	bad := f.reserve(t, "bad", 3)
 	bad.Value = []byte(`{"requestId":"bad","orderNo":"1-2-bad","userId":3,"activityId":1,"itemId":2,"quantity":"1","reservedAt":"2026-01-01T00:00:00Z"}`)
 	good := f.reserve(t, "good", 4)
-	prod := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: topic})
+	prod := event.NewWriter(event.WriterConfig{Brokers: w.brokers, Topic: w.topic})
 	defer prod.Close()
 	garbage := kafka.Message{Key: []byte("1:2"), Value: []byte("\x00not json")}
 	if err := prod.WriteMessages(ctx, garbage, bad, good); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	stop := w.start(t)
 
-	deadline := time.Now().Add(20 * time.Second)
-	for f.countOrders(t, func(o order.SnapshotOrder) bool { return o.RequestID == "good" || o.RequestID == "bad" }) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the message after the garbage was not processed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: dlqTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
-	defer r.Close()
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer rcancel()
+	testenv.WaitFor(t, 20*time.Second, "the message after the garbage", func() bool {
+		return f.countOrders(t, func(o order.SnapshotOrder) bool { return o.RequestID == "good" || o.RequestID == "bad" }) == 2
+	})
 	var errs []string
-	for range 2 {
-		m, err := r.ReadMessage(rctx)
-		if err != nil {
-			t.Fatalf("reading dlq: %v", err)
-		}
+	for _, m := range w.mustDeadLetters(t, 2) {
 		if e := event.Header(m, event.HeaderError); e == "" {
 			t.Errorf("dead letter %q without error header", m.Value)
 		} else {
@@ -304,16 +339,8 @@ func TestGarbageGoesToDLQAndDoesNotBlock(t *testing.T) {
 		t.Errorf("%d orders, want the good one and the one the bad message pointed to", n)
 	}
 	// 10 - 2 reserved, both units now in Postgres.
-	if got := f.redisStock(t); got != 8 {
-		t.Errorf("redis stock %d, want 8", got)
-	}
-	if n := f.dbStock(t); n != 8 {
-		t.Errorf("db stock %d, want 8", n)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	f.assertStocks(t, 8)
+	stop()
 }
 
 // TestGhostEventIsSkipped: the gateway aborted a reservation after a produce
@@ -327,9 +354,7 @@ func TestGhostEventIsSkipped(t *testing.T) {
 	if out, err := f.stock.Release(ctx, stock.Unproduced, stock.Release{Item: f.item, Ref: stock.Ref{RequestID: "r", OrderNo: "1-2-r"}, UserID: 1, Quantity: 1}); err != nil || out != stock.Released {
 		t.Fatalf("abort: %s %v", out, err)
 	}
-	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost}); err != nil {
-		t.Fatal(err)
-	}
+	f.mustProcess(t, ghost)
 	if n := len(f.snapshot(t).Decisions); n != 0 {
 		t.Fatalf("ghost was processed (%d rows)", n)
 	}
@@ -339,18 +364,11 @@ func TestGhostEventIsSkipped(t *testing.T) {
 		Fingerprint: "fp", Event: retry.Value}); err != nil || res.Outcome != stock.Reserved {
 		t.Fatalf("retry: %+v %v", res, err)
 	}
-	if err := f.w.ProcessBatch(ctx, []kafka.Message{ghost, retry}); err != nil {
-		t.Fatal(err)
-	}
+	f.mustProcess(t, ghost, retry)
 	if n := f.countOrders(t, func(o order.SnapshotOrder) bool { return o.OrderNo == "1-2-r-retry" }); n != 1 {
 		t.Errorf("retry made %d orders", n)
 	}
-	if got := f.redisStock(t); got != 9 {
-		t.Errorf("redis stock %d, want 9", got)
-	}
-	if n := f.dbStock(t); n != 9 {
-		t.Errorf("db stock %d, want 9", n)
-	}
+	f.assertStocks(t, 9)
 }
 
 // TestSweepAppliesCompensationsLeftByACrash: a worker that died between its
@@ -379,8 +397,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	if got := f.redisStock(t); got != 8 {
 		t.Fatalf("redis stock %d before the sweep, want 8", got)
 	}
-	w := New(Config{SweepInterval: 20 * time.Millisecond, SweepAfter: time.Millisecond},
-		Deps{Orders: f.orders, Stock: f.stock, DLQ: f.dlq, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	w := f.newWorker(Config{SweepInterval: 20 * time.Millisecond, SweepAfter: time.Millisecond}, f.dlq)
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); w.sweepLoop(sctx) }()
@@ -406,15 +423,12 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 func TestCorruptCopyIsDecidedByTheJournal(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
-	ctx := context.Background()
 	orig := f.reserve(t, "victim", 3)
 	f.reserve(t, "bystander", 4)
 	corrupt := kafka.Message{Key: []byte("1:2"), Value: []byte(`{"requestId":"victim","orderNo":"1-2-victim","userId":4,` +
 		`"activityId":1,"itemId":2,"quantity":500,"reservedAt":"2026-01-01T00:00:00Z"}`)}
 	for _, batch := range [][]kafka.Message{{corrupt}, {orig}, {corrupt, orig}} {
-		if err := f.w.ProcessBatch(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
+		f.mustProcess(t, batch...)
 	}
 	if len(f.dlq.msgs) != 2 {
 		t.Fatalf("%d dead letters, want 2 (the corrupt copy, twice)", len(f.dlq.msgs))
@@ -464,9 +478,7 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			cp := kafka.Message{Key: []byte("1:2"), Value: []byte(value)}
-			if err := f.w.ProcessBatch(ctx, []kafka.Message{cp}); err != nil {
-				t.Fatal(err)
-			}
+			f.mustProcess(t, cp)
 			if got := f.redisStock(t); got != 9 {
 				t.Errorf("redis stock %d, want 9 (the live order keeps its unit)", got)
 			}
@@ -491,13 +503,10 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 func TestInvalidJournalEntryIsReleased(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
-	ctx := context.Background()
 	msg := f.reserve(t, "broken", 5)
 	stocktest.SetJournalEntry(t, f.sr, f.item, "broken",
 		`{"requestId":"broken","orderNo":"1-2-broken","userId":5,"activityId":1,"itemId":2,"quantity":1}`)
-	if err := f.w.ProcessBatch(ctx, []kafka.Message{msg}); err != nil {
-		t.Fatal(err)
-	}
+	f.mustProcess(t, msg)
 	if got := f.redisStock(t); got != 10 {
 		t.Errorf("redis stock %d, want 10 (the unit back)", got)
 	}
@@ -515,60 +524,42 @@ func TestInvalidJournalEntryIsReleased(t *testing.T) {
 func TestOversizedPoisonDoesNotBlock(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
-	k := testenv.MustKafka(t)
-	topic := testenv.UniqueName("orders.")
-	dlqTopic := topic + ".dlq"
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	w := f.mustKafkaWorker(t)
+	ctx := context.Background()
 	// The order topic takes large messages (a misconfigured producer
 	// elsewhere); the DLQ topic keeps the broker's default limit.
-	res, err := (&kafka.Client{Addr: kafka.TCP(k.Brokers...), Timeout: 10 * time.Second}).CreateTopics(ctx, &kafka.CreateTopicsRequest{
-		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: 1, ReplicationFactor: -1,
+	res, err := (&kafka.Client{Addr: kafka.TCP(w.brokers...), Timeout: 10 * time.Second}).CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: w.topic, NumPartitions: 1, ReplicationFactor: -1,
 			ConfigEntries: []kafka.ConfigEntry{{ConfigName: "max.message.bytes", ConfigValue: fmt.Sprint(8 << 20)}}}}})
-	if err != nil || res.Errors[topic] != nil {
-		t.Fatalf("creating %s: %v %v", topic, err, res)
+	if err != nil || res.Errors[w.topic] != nil {
+		t.Fatalf("creating %s: %v %v", w.topic, err, res)
 	}
-	if err := event.EnsureTopics(ctx, k.Brokers, 1, 0, dlqTopic); err != nil {
+	if err := event.EnsureTopics(ctx, w.brokers, 1, 0, w.dlqTopic); err != nil {
 		t.Fatal(err)
 	}
-	dlq := event.NewWriter(event.WriterConfig{Brokers: k.Brokers, Topic: dlqTopic})
-	defer dlq.Close()
-	w := New(Config{Brokers: k.Brokers, Topic: topic, DLQTopic: dlqTopic, GroupID: testenv.UniqueName("g")},
-		Deps{Orders: f.orders, Stock: f.stock, DLQ: dlq, Metrics: telemetry.NewMetrics(), Log: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 
 	const poisonSize = 3 << 20
 	poison := kafka.Message{Key: []byte("1:2"), Value: bytes.Repeat([]byte("x"), poisonSize),
 		Headers: []kafka.Header{{Key: "junk", Value: bytes.Repeat([]byte("h"), 64<<10)}}}
 	good := f.reserve(t, "after-poison", 4)
-	prod := &kafka.Writer{Addr: kafka.TCP(k.Brokers...), Topic: topic, BatchBytes: 8 << 20, BatchTimeout: time.Millisecond,
+	prod := &kafka.Writer{Addr: kafka.TCP(w.brokers...), Topic: w.topic, BatchBytes: 8 << 20, BatchTimeout: time.Millisecond,
 		RequiredAcks: kafka.RequireAll}
 	defer prod.Close()
 	if err := prod.WriteMessages(ctx, poison, good); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	stop := w.start(t)
 	testenv.WaitFor(t, 30*time.Second, "the order behind the poison message", func() bool {
 		return f.countOrders(t, func(o order.SnapshotOrder) bool { return o.RequestID == "after-poison" }) == 1
 	})
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: dlqTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
-	defer r.Close()
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	defer rcancel()
-	m, err := r.ReadMessage(rctx)
-	if err != nil {
-		t.Fatalf("reading dlq: %v", err)
-	}
+	m := w.mustDeadLetters(t, 1)[0]
 	if len(m.Value) != MaxDeadLetterValue || event.Header(m, event.HeaderTruncated) != "true" ||
 		event.Header(m, event.HeaderOriginalSize) != fmt.Sprint(poisonSize) || event.Header(m, event.HeaderSourceOffset) != "0" ||
 		event.Header(m, event.HeaderSourcePartition) != "0" || event.Header(m, event.HeaderError) == "" ||
 		event.Header(m, event.HeaderHeadersDropped) != "1" || event.Header(m, "junk") != "" {
 		t.Errorf("dead letter: %d bytes, headers %v", len(m.Value), headerNames(m))
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 }
 
 func headerNames(m kafka.Message) map[string]int {
@@ -587,14 +578,11 @@ func headerNames(m kafka.Message) map[string]int {
 func TestCopyMovedToAnotherItemChangesNothing(t *testing.T) {
 	t.Parallel()
 	f := mustFixture(t, 10)
-	ctx := context.Background()
 	orig := f.reserve(t, "moved", 6)
 	moved := kafka.Message{Key: []byte("1:3"), Value: []byte(`{"requestId":"moved","orderNo":"1-2-moved","userId":7,` +
 		`"activityId":1,"itemId":3,"quantity":1,"reservedAt":"2026-01-01T00:00:00Z"}`)}
 	for _, batch := range [][]kafka.Message{{moved}, {orig}} {
-		if err := f.w.ProcessBatch(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
+		f.mustProcess(t, batch...)
 	}
 	if n := f.countOrders(t, func(o order.SnapshotOrder) bool {
 		return o.RequestID == "moved" && o.ItemID == 2 && o.UserID == 6 && o.Status == order.StatusUnpaid

@@ -45,11 +45,7 @@ func TestChaos(t *testing.T) {
 
 	ctx := context.Background()
 	start := time.Now()
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := mustStart(t, ctx, cfg)
 	var lines []string
 	for i, sc := range Scenarios() {
 		if only != nil && !only[sc.Name] || sc.RealOnly && cfg.KafkaNodes == 0 {
@@ -66,10 +62,7 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
-	broker := "kfake broker"
-	if cfg.KafkaNodes > 0 {
-		broker = fmt.Sprintf("real Kafka, %d brokers", cfg.KafkaNodes)
-	}
+	broker := brokerName(cfg)
 	fmt.Printf("\nchaos summary (%s, %d cores, seed %d, %s load per scenario, %s in all; logs %s):\n",
 		broker, runtime.NumCPU(), s.cfg.Seed, s.cfg.LoadFor, time.Since(start).Round(time.Second), s.Dir)
 	for _, l := range lines {
@@ -83,40 +76,16 @@ func chaosConfig(t *testing.T) Config {
 	t.Helper()
 	cfg := Config{Bin: os.Getenv("CHAOS_BIN"), RedisServer: os.Getenv("CHAOS_REDIS_SERVER"),
 		OutDir: os.Getenv("CHAOS_OUT"), Keep: os.Getenv("CHAOS_KEEP") != "", Log: os.Stdout}
-	if v := os.Getenv("CHAOS_SEED"); v != "" {
-		seed, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("CHAOS_SEED: %v", err)
+	fromEnv(t, "CHAOS_SEED", &cfg.Seed, func(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) })
+	fromEnv(t, "CHAOS_REDIS_REPL_LAG", &cfg.RedisReplLag, time.ParseDuration)
+	fromEnv(t, "CHAOS_LOAD", &cfg.LoadFor, time.ParseDuration)
+	fromEnv(t, "CHAOS_BUCKETS", &cfg.Buckets, func(v string) (int, error) {
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 64 {
+			return n, nil
 		}
-		cfg.Seed = seed
-	}
-	if v := os.Getenv("CHAOS_REDIS_REPL_LAG"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("CHAOS_REDIS_REPL_LAG: %v", err)
-		}
-		cfg.RedisReplLag = d
-	}
-	if v := os.Getenv("CHAOS_LOAD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("CHAOS_LOAD: %v", err)
-		}
-		cfg.LoadFor = d
-	}
-	if v := os.Getenv("CHAOS_BUCKETS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 64 {
-			t.Fatalf("CHAOS_BUCKETS: want 1-64, got %q", v)
-		}
-		cfg.Buckets = n
-	}
-	if v := os.Getenv("CHAOS_KAFKA_NODES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			t.Fatalf("CHAOS_KAFKA_NODES: %v", err)
-		}
-		cfg.KafkaNodes = n
+		return 0, fmt.Errorf("want 1-64, got %q", v)
+	})
+	if fromEnv(t, "CHAOS_KAFKA_NODES", &cfg.KafkaNodes, strconv.Atoi) {
 		cfg.KafkaScript = os.Getenv("CHAOS_KAFKA_SCRIPT")
 		if cfg.KafkaScript == "" {
 			// go test runs in the package's folder.
@@ -137,6 +106,41 @@ func chaosConfig(t *testing.T) Config {
 		}
 	}
 	return cfg
+}
+
+// mustStart starts the suite (closed at cleanup).
+func mustStart(t *testing.T, ctx context.Context, cfg Config) *Suite {
+	t.Helper()
+	s, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// brokerName names the run's broker in a summary.
+func brokerName(cfg Config) string {
+	if cfg.KafkaNodes > 0 {
+		return fmt.Sprintf("real Kafka, %d brokers", cfg.KafkaNodes)
+	}
+	return "kfake broker"
+}
+
+// fromEnv sets *dst to the variable name parsed, and says whether it was
+// set; a value parse refuses fails t.
+func fromEnv[T any](t *testing.T, name string, dst *T, parse func(string) (T, error)) bool {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return false
+	}
+	x, err := parse(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	*dst = x
+	return true
 }
 
 // TestNemesis runs the storefront load with a seeded random nemesis on two
@@ -163,31 +167,18 @@ func TestNemesis(t *testing.T) {
 	// The gateways wait for the replica as production must; 0 shows what
 	// a failover costs without it.
 	cfg.RedisWaitReplicas = 1
-	if v := os.Getenv("CHAOS_REDIS_WAIT_REPLICAS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 1 {
-			t.Fatalf("CHAOS_REDIS_WAIT_REPLICAS: want 0 or 1 (the suite runs one replica), got %q", v)
+	fromEnv(t, "CHAOS_REDIS_WAIT_REPLICAS", &cfg.RedisWaitReplicas, func(v string) (int, error) {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 && n <= 1 {
+			return n, nil
 		}
-		cfg.RedisWaitReplicas = n
-	}
+		return 0, fmt.Errorf("want 0 or 1 (the suite runs one replica), got %q", v)
+	})
 	nc := NemesisConfig{LoadFor: 12 * time.Second,
 		Timeouts: []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, 1500 * time.Millisecond, 5 * time.Second}}
-	if v := os.Getenv("CHAOS_NEMESIS_LOAD"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("CHAOS_NEMESIS_LOAD: %v", err)
-		}
-		nc.LoadFor = d
-	}
+	fromEnv(t, "CHAOS_NEMESIS_LOAD", &nc.LoadFor, time.ParseDuration)
 	var seeds []uint64
 	var soak time.Duration
-	if v := os.Getenv("CHAOS_SOAK"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("CHAOS_SOAK: %v", err)
-		}
-		soak = d
-	}
+	fromEnv(t, "CHAOS_SOAK", &soak, time.ParseDuration)
 	switch v := os.Getenv("CHAOS_NEMESIS_SEEDS"); {
 	case os.Getenv("CHAOS_SEED") != "":
 		seeds = []uint64{cfg.Seed}
@@ -208,11 +199,7 @@ func TestNemesis(t *testing.T) {
 
 	ctx := context.Background()
 	start := time.Now()
-	s, err := Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := mustStart(t, ctx, cfg)
 	var lines []string
 	var ops, accepted, violations, faults int
 	var lin linResult // every seed's linearizability check, added up
@@ -254,10 +241,7 @@ func TestNemesis(t *testing.T) {
 			}
 		})
 	}
-	broker := "kfake broker"
-	if cfg.KafkaNodes > 0 {
-		broker = fmt.Sprintf("real Kafka, %d brokers", cfg.KafkaNodes)
-	}
+	broker := brokerName(cfg)
 	fmt.Printf("\nnemesis summary (%s, 2 gateways, 2 workers, PRODUCE_TIMEOUT %s, client timeouts %v, %d cores, %s load per seed, %s in all; logs %s):\n",
 		broker, cfg.ProduceTimeout, nc.Timeouts, runtime.NumCPU(), nc.LoadFor, time.Since(start).Round(time.Second), s.Dir)
 	for _, l := range lines {

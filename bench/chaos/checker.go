@@ -125,11 +125,11 @@ func (c *checkResult) tally(rid string, orders map[string]order.SnapshotOrder, l
 		switch o.Kind {
 		case opPay:
 			c.pays[o.answer0()]++
-			c.checkPay(rid, o, orders)
+			c.checkEnd(rid, o, orders)
 			continue
 		case opCancel:
 			c.cancels[o.answer0()]++
-			c.checkCancel(rid, o, orders)
+			c.checkEnd(rid, o, orders)
 			continue
 		case opGet:
 			continue
@@ -223,27 +223,31 @@ func (c *checkResult) checkRefused(rids []string, snap order.ActivitySnapshot) {
 	}
 }
 
-// checkPay: a payment answered PAID is PAID and never closed; ORDER_CLOSED
-// is CLOSED and never paid (I6).
-func (c *checkResult) checkPay(rid string, o Op, orders map[string]order.SnapshotOrder) {
-	po, ok := orders[o.OrderNo]
+// checkEnd judges a pay or a cancel by the end of the order its answer
+// told (I6): a payment answered PAID, or a cancel answered ORDER_PAID, is
+// PAID and never closed; a cancel answered 200 CLOSED, or a payment
+// ORDER_CLOSED, is CLOSED and never paid.
+func (c *checkResult) checkEnd(rid string, o Op, orders map[string]order.SnapshotOrder) {
+	var answer, told string
 	switch {
-	case o.Status == http.StatusOK && (!ok || po.Status != order.StatusPaid || po.Closed):
-		c.violate(rid, "I6: %s: pay of %s was answered PAID, but the order is %q (closed %v)", rid, o.OrderNo, po.Status, po.Closed)
-	case o.Code == "ORDER_CLOSED" && (!ok || po.Status != order.StatusClosed || po.Paid):
-		c.violate(rid, "I6: %s: pay of %s was answered ORDER_CLOSED, but the order is %q (paid %v)", rid, o.OrderNo, po.Status, po.Paid)
+	case o.Kind == opPay && o.Status == http.StatusOK:
+		answer, told = "PAID", order.StatusPaid
+	case o.Kind == opCancel && o.Status == http.StatusOK:
+		answer, told = "200 CLOSED", order.StatusClosed
+	case o.Kind == opPay && o.Code == "ORDER_CLOSED":
+		answer, told = o.Code, order.StatusClosed
+	case o.Kind == opCancel && o.Code == "ORDER_PAID":
+		answer, told = o.Code, order.StatusPaid
+	default:
+		return
 	}
-}
-
-// checkCancel: a cancel answered 200 is CLOSED and never paid; ORDER_PAID
-// is PAID and never closed (I6).
-func (c *checkResult) checkCancel(rid string, o Op, orders map[string]order.SnapshotOrder) {
 	po, ok := orders[o.OrderNo]
-	switch {
-	case o.Status == http.StatusOK && (!ok || po.Status != order.StatusClosed || po.Paid):
-		c.violate(rid, "I6: %s: cancel of %s was answered 200 CLOSED, but the order is %q (paid %v)", rid, o.OrderNo, po.Status, po.Paid)
-	case o.Code == "ORDER_PAID" && (!ok || po.Status != order.StatusPaid || po.Closed):
-		c.violate(rid, "I6: %s: cancel of %s was answered ORDER_PAID, but the order is %q (closed %v)", rid, o.OrderNo, po.Status, po.Closed)
+	other, atOther := "closed", po.Closed
+	if told == order.StatusClosed {
+		other, atOther = "paid", po.Paid
+	}
+	if !ok || po.Status != told || atOther {
+		c.violate(rid, "I6: %s: %s of %s was answered %s, but the order is %q (%s %v)", rid, o.Kind, o.OrderNo, answer, po.Status, other, atOther)
 	}
 }
 

@@ -69,18 +69,6 @@ func preheatFaults(seed uint64, loadFor time.Duration, withPG bool, stores []fau
 // pause: the sale's creation, the wait for the step, the retries.
 const preheatSlack = 3 * time.Second
 
-// storeSettle is how long a store fault keeps its target busy after its
-// time (as storeFaults's settle).
-func storeSettle(f fault) time.Duration {
-	switch f.Kind {
-	case "redis-restart", "redis-failover":
-		return 5 * time.Second
-	case "pg-restart":
-		return 2 * time.Second
-	}
-	return 0
-}
-
 // preheatSales numbers the fresh activities within a run.
 var preheatSales atomic.Int64
 

@@ -192,15 +192,20 @@ func storeFaults(seed uint64, loadFor time.Duration, withPG, kafkaLink bool) []f
 			return fault{Kind: "redis-reset", Target: "redis", For: between(rng, 300*time.Millisecond, 1500*time.Millisecond)}
 		}
 		return fault{Kind: "redis-bandwidth", Target: "redis", For: between(rng, time.Second, 3*time.Second)}
-	}, func(f fault) time.Duration {
-		switch f.Kind {
-		case "redis-restart", "redis-failover":
-			return 5 * time.Second
-		case "pg-restart":
-			return 2 * time.Second
-		}
-		return 0
-	})
+	}, storeSettle)
+}
+
+// storeSettle is how long a store fault keeps its target busy after its
+// time: storeFaults hits the target again no sooner, and a preheat fault
+// keeps clear of it.
+func storeSettle(f fault) time.Duration {
+	switch f.Kind {
+	case "redis-restart", "redis-failover":
+		return 5 * time.Second
+	case "pg-restart":
+		return 2 * time.Second
+	}
+	return 0
 }
 
 // clockSteps are the clock-step menu: an NTP step of a second or two, a

@@ -122,60 +122,64 @@ func (sf *storefront) order(ctx context.Context, c int, b orderBody, rng *rand.R
 			return
 		case r < sf.cfg.GiveUpShare+sf.cfg.LaterShare:
 			// The shopper comes back much later; the client moves on.
-			later := 2*time.Second + time.Duration(rng.Int64N(int64(4*time.Second)))
-			lrng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-			sf.wg.Add(1)
-			go func() {
-				defer sf.wg.Done()
-				time.Sleep(later)
-				sf.order(ctx, c, b, lrng, at)
-			}()
+			sf.after(2*time.Second+time.Duration(rng.Int64N(int64(4*time.Second))), rng, func(rng *rand.Rand) {
+				sf.order(ctx, c, b, rng, at)
+			})
 			return
 		}
-		wait := backoff
-		if o.RetryAfter > 0 {
-			wait = time.Duration(o.RetryAfter) * time.Second
-		}
-		backoff = min(2*backoff, time.Second)
-		time.Sleep(wait)
+		backoff = waitToRetry(o, backoff)
 	}
 }
 
 // accepted follows an order the client was told about: pays it, polls it,
 // replays its request later — each in the background.
 func (sf *storefront) accepted(ctx context.Context, c int, b orderBody, orderNo string, rng *rand.Rand, at *attempts) {
-	follow := func(delay time.Duration, fn func(rng *rand.Rand)) {
-		frng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
-		sf.wg.Add(1)
-		go func() {
-			defer sf.wg.Done()
-			time.Sleep(delay)
-			fn(frng)
-		}()
-	}
 	if rng.Float64() < sf.cfg.PayShare {
 		// Up to 3 s: CLOSE_AFTER is 2 s, so some payments race the closer.
-		follow(time.Duration(rng.Int64N(int64(3*time.Second))), func(rng *rand.Rand) {
+		sf.after(time.Duration(rng.Int64N(int64(3*time.Second))), rng, func(rng *rand.Rand) {
 			sf.followUp(ctx, c, b, opPay, orderNo, rng)
 		})
 	}
 	if rng.Float64() < sf.cfg.PollShare {
-		follow(time.Duration(rng.Int64N(int64(4*time.Second))), func(rng *rand.Rand) {
+		sf.after(time.Duration(rng.Int64N(int64(4*time.Second))), rng, func(rng *rand.Rand) {
 			sf.followUp(ctx, c, b, opGet, orderNo, rng)
 		})
 	}
 	if sf.cfg.CancelShare > 0 && rng.Float64() < sf.cfg.CancelShare {
 		// Within the payments' 3 s: some cancels race a payment, some
 		// the closer.
-		follow(time.Duration(rng.Int64N(int64(3*time.Second))), func(rng *rand.Rand) {
+		sf.after(time.Duration(rng.Int64N(int64(3*time.Second))), rng, func(rng *rand.Rand) {
 			sf.followUp(ctx, c, b, opCancel, orderNo, rng)
 		})
 	}
 	if rng.Float64() < sf.cfg.ReplayShare {
-		follow(time.Duration(rng.Int64N(int64(5*time.Second))), func(rng *rand.Rand) {
+		sf.after(time.Duration(rng.Int64N(int64(5*time.Second))), rng, func(rng *rand.Rand) {
 			sf.order(ctx, c, b, rng, at)
 		})
 	}
+}
+
+// after runs fn in the background after delay, with a generator of its own
+// seeded from rng, which the caller goes on drawing from.
+func (sf *storefront) after(delay time.Duration, rng *rand.Rand, fn func(rng *rand.Rand)) {
+	frng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	sf.wg.Add(1)
+	go func() {
+		defer sf.wg.Done()
+		time.Sleep(delay)
+		fn(frng)
+	}()
+}
+
+// waitToRetry sleeps before the next attempt, for the answer's Retry-After
+// or else backoff, and returns the next backoff (doubled, 1 s at most).
+func waitToRetry(o Op, backoff time.Duration) time.Duration {
+	wait := backoff
+	if o.RetryAfter > 0 {
+		wait = time.Duration(o.RetryAfter) * time.Second
+	}
+	time.Sleep(wait)
+	return min(2*backoff, time.Second)
 }
 
 // followUp is a pay, a cancel or a poll of b's order, retried like an order.
@@ -189,12 +193,7 @@ func (sf *storefront) followUp(ctx context.Context, c int, b orderBody, kind, or
 		if !o.retriable() || closed(sf.stopped) || ctx.Err() != nil || rng.Float64() < sf.cfg.GiveUpShare {
 			return
 		}
-		wait := backoff
-		if o.RetryAfter > 0 {
-			wait = time.Duration(o.RetryAfter) * time.Second
-		}
-		backoff = min(2*backoff, time.Second)
-		time.Sleep(wait)
+		backoff = waitToRetry(o, backoff)
 	}
 }
 

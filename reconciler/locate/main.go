@@ -104,20 +104,15 @@ type exitCode = setting.ExitCode
 
 // Main is `orderpipe locate`. Exit codes: 0 found, 1 unknown, 2 could not run.
 func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
-	return setting.Exit(run(ctx, env, args, stdout, stderr))
+	return setting.MainArgs("orderpipe locate", Usage, args, parseArgs, stdout, stderr, func(a mainArgs) error {
+		return run(ctx, env, a, stdout, stderr)
+	})
 }
 
-func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {
-	a, err := setting.ParseArgs("orderpipe locate", Usage, args, parseArgs, stdout, stderr)
-	if err != nil {
-		return err
-	}
-	// couldNotRun reports err and exits 2: "could not look", never confused
-	// with exit 1, "looked and found nothing".
-	couldNotRun := func(err error) error {
-		fmt.Fprintf(stderr, "orderpipe locate: could not run: %v\n", secret.Scrub(err.Error()))
-		return exitCode(2)
-	}
+func run(ctx context.Context, env setting.Env, a mainArgs, stdout, stderr io.Writer) error {
+	// couldNotRun exits 2: "could not look", never confused with exit 1,
+	// "looked and found nothing".
+	couldNotRun := func(err error) error { return setting.CouldNotRun(stderr, "orderpipe locate", err) }
 	r := &setting.Reader{Env: env}
 	cfg := struct {
 		DatabaseURL, RedisPrefix, TraceStoreDir, TraceQueryURL string
@@ -157,8 +152,7 @@ func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.
 	switch {
 	case rep.Status == StatusUnknown && rep.RedisError != "":
 		// Not "unknown": Redis, where a PENDING reservation lives, was not read.
-		fmt.Fprintf(stderr, "orderpipe locate: could not run: reading redis: %s\n", secret.Scrub(rep.RedisError))
-		return exitCode(2)
+		return couldNotRun(fmt.Errorf("reading redis: %s", rep.RedisError))
 	case rep.Status == StatusUnknown:
 		return exitCode(1)
 	}

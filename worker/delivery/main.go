@@ -12,7 +12,6 @@ import (
 
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/order"
-	"orderpipe/pkg/secret"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/webhook"
 )
@@ -90,18 +89,13 @@ func parseArgs(args []string) (mainArgs, error) {
 // Main is `orderpipe webhooks`. Exit codes: 0 done, 1 refused, 2 could not
 // run.
 func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
-	return setting.Exit(run(ctx, env, args, stdout, stderr))
+	return setting.MainArgs("orderpipe webhooks", CommandUsage, args, parseArgs, stdout, stderr, func(a mainArgs) error {
+		return run(ctx, env, a, stdout, stderr)
+	})
 }
 
-func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {
-	a, err := setting.ParseArgs("orderpipe webhooks", CommandUsage, args, parseArgs, stdout, stderr)
-	if err != nil {
-		return err
-	}
-	cannot := func(err error) error {
-		fmt.Fprintf(stderr, "orderpipe webhooks %s: could not run: %v\n", a.sub, secret.Scrub(err.Error()))
-		return setting.ExitCode(2)
-	}
+func run(ctx context.Context, env setting.Env, a mainArgs, stdout, stderr io.Writer) error {
+	cannot := func(err error) error { return setting.CouldNotRun(stderr, "orderpipe webhooks "+a.sub, err) }
 	r := &setting.Reader{Env: env}
 	dbURL, retryFor := r.String("DATABASE_URL"), readRetryFor(r)
 	if err := r.Err(); err != nil {

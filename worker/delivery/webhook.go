@@ -35,6 +35,7 @@ import (
 	"orderpipe/pkg/clock"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/version"
 	"orderpipe/pkg/webhook"
@@ -78,39 +79,19 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Timeout <= 0 {
-		c.Timeout = timeoutVar.Duration()
-	}
-	if c.RetryFor <= 0 {
-		c.RetryFor = retryForVar.Duration()
-	}
-	if c.BackoffBase <= 0 {
-		c.BackoffBase = time.Second
-	}
-	if c.BackoffMax <= 0 {
-		c.BackoffMax = backoffMaxVar.Duration()
-	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = concurrencyVar.Int()
-	}
-	if c.Interval <= 0 {
-		c.Interval = intervalVar.Duration()
-	}
-	if c.QueueBatch <= 0 {
-		c.QueueBatch = 1000
-	}
-	if c.Retention <= 0 {
-		c.Retention = retentionVar.Duration()
-	}
+	setting.DefaultTo(&c.Timeout, timeoutVar.Duration())
+	setting.DefaultTo(&c.RetryFor, retryForVar.Duration())
+	setting.DefaultTo(&c.BackoffBase, time.Second)
+	setting.DefaultTo(&c.BackoffMax, backoffMaxVar.Duration())
+	setting.DefaultTo(&c.Concurrency, concurrencyVar.Int())
+	setting.DefaultTo(&c.Interval, intervalVar.Duration())
+	setting.DefaultTo(&c.QueueBatch, 1000)
+	setting.DefaultTo(&c.Retention, retentionVar.Duration())
 	if c.Lease <= c.Timeout {
 		c.Lease = c.Timeout + 15*time.Second
 	}
-	if c.GaugeInterval <= 0 {
-		c.GaugeInterval = 5 * time.Second
-	}
-	if c.PruneInterval <= 0 {
-		c.PruneInterval = time.Minute
-	}
+	setting.DefaultTo(&c.GaugeInterval, 5*time.Second)
+	setting.DefaultTo(&c.PruneInterval, time.Minute)
 }
 
 // Deps are the deliverer's collaborators.

@@ -26,6 +26,7 @@ import (
 	"orderpipe/pkg/database"
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/setting"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
@@ -49,45 +50,23 @@ func mustSecret(tb testing.TB) webhook.Secret {
 type env struct {
 	db     testenv.Database
 	orders *order.Store
-	next   atomic.Int64
+	sale   *ordertest.StatusSale
 }
 
 func mustEnv(tb testing.TB) *env {
 	tb.Helper()
 	db := testenv.MustDatabase(tb)
 	e := &env{db: db, orders: order.NewStore(db.Pool)}
-	err := e.orders.UpsertActivity(context.Background(), order.Activity{ID: 1, Name: "sale", StartsAt: time.Now().Add(-time.Hour),
-		EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1, Items: []order.ItemStock{{ItemID: 10, InitialStock: 100000}}})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	e.sale = ordertest.MustStatusSale(tb, e.orders, 100000)
 	return e
 }
 
-// changes makes n orders, pays every second one and cancels every third
-// one of the rest: each order ends with one or two events.
+// changes makes and changes n orders of the sale (StatusSale.Change); it
+// may run on a goroutine of its own, so a failure is only reported.
 func (e *env) changes(tb testing.TB, n int) {
 	tb.Helper()
-	ctx := context.Background()
-	for range n {
-		u := e.next.Add(1)
-		no := fmt.Sprintf("1-10-o%d", u)
-		ds, err := e.orders.DecideBatch(ctx, []order.Request{{RequestID: fmt.Sprintf("r-%d", u), OrderNo: no, UserID: u,
-			ActivityID: 1, ItemID: 10, Quantity: 1, ReservedAt: time.Now(), Held: true}})
-		if err != nil || ds[0].Outcome != order.Created {
-			tb.Errorf("order %s: %v %v", no, ds, err)
-			return
-		}
-		switch {
-		case u%2 == 0:
-			_, err = e.orders.Pay(ctx, no)
-		case u%3 == 0:
-			_, _, err = e.orders.Cancel(ctx, no, u)
-		}
-		if err != nil {
-			tb.Errorf("changing %s: %v", no, err)
-			return
-		}
+	if err := e.sale.Change(context.Background(), n); err != nil {
+		tb.Error(err)
 	}
 }
 
@@ -96,8 +75,8 @@ func (e *env) changes(tb testing.TB, n int) {
 func (e *env) want(tb testing.TB) map[string][]byte {
 	tb.Helper()
 	out := map[string][]byte{}
-	for u := int64(1); u <= e.next.Load(); u++ {
-		evs, err := e.orders.EventsOf(context.Background(), fmt.Sprintf("1-10-o%d", u))
+	for _, no := range e.sale.OrderNos() {
+		evs, err := e.orders.EventsOf(context.Background(), no)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -107,14 +107,12 @@ type exitCode = setting.ExitCode
 
 // Main is `orderpipe dlq`. Exit codes: 0 done, 1 refused, 2 could not run.
 func Main(ctx context.Context, args []string, env setting.Env, stdout, stderr io.Writer) int {
-	return setting.Exit(run(ctx, env, args, stdout, stderr))
+	return setting.MainArgs("orderpipe dlq", Usage, args, parseArgs, stdout, stderr, func(a mainArgs) error {
+		return run(ctx, env, a, stdout, stderr)
+	})
 }
 
-func run(ctx context.Context, env setting.Env, args []string, stdout, stderr io.Writer) error {
-	a, err := setting.ParseArgs("orderpipe dlq", Usage, args, parseArgs, stdout, stderr)
-	if err != nil {
-		return err
-	}
+func run(ctx context.Context, env setting.Env, a mainArgs, stdout, stderr io.Writer) error {
 	c := &session{args: a, stdout: stdout, stderr: stderr}
 	closeAll, err := c.open(ctx, env)
 	if err != nil {
@@ -147,8 +145,7 @@ type session struct {
 
 // cannot reports err as the reason the command could not run (exit 2).
 func (c *session) cannot(err error) error {
-	fmt.Fprintf(c.stderr, "orderpipe dlq %s: could not run: %v\n", c.args.sub, secret.Scrub(err.Error()))
-	return exitCode(2)
+	return setting.CouldNotRun(c.stderr, "orderpipe dlq "+c.args.sub, err)
 }
 
 // open reads the settings and connects; closeAll releases what it opened.

@@ -26,6 +26,7 @@ import (
 
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/telemetry"
 )
 
@@ -50,21 +51,11 @@ func (c *Config) defaults() {
 	if c.Topic == "" {
 		c.Topic = event.StatusTopic
 	}
-	if c.Interval <= 0 {
-		c.Interval = intervalVar.Duration()
-	}
-	if c.MaxBackoff <= 0 {
-		c.MaxBackoff = 5 * time.Second
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = batchSizeVar.Int()
-	}
-	if c.Retention <= 0 {
-		c.Retention = retentionVar.Duration()
-	}
-	if c.PruneInterval <= 0 {
-		c.PruneInterval = time.Minute
-	}
+	setting.DefaultTo(&c.Interval, intervalVar.Duration())
+	setting.DefaultTo(&c.MaxBackoff, 5*time.Second)
+	setting.DefaultTo(&c.BatchSize, batchSizeVar.Int())
+	setting.DefaultTo(&c.Retention, retentionVar.Duration())
+	setting.DefaultTo(&c.PruneInterval, time.Minute)
 }
 
 // Writer sends messages; *kafka.Writer (event.NewWriter: acks=all, hash

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
@@ -20,6 +19,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/invariant"
 	"orderpipe/pkg/order"
+	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/telemetry"
 	"orderpipe/pkg/testenv"
 	"orderpipe/pkg/topic"
@@ -33,18 +33,14 @@ type env struct {
 	kafka  testenv.Kafka
 	topic  string
 	client *kafka.Client
-	next   atomic.Int64
+	sale   *ordertest.StatusSale
 }
 
 func mustEnv(tb testing.TB) *env {
 	tb.Helper()
 	db := testenv.MustDatabase(tb)
 	e := &env{url: db.URL, orders: order.NewStore(db.Pool), kafka: testenv.MustKafka(tb), topic: testenv.UniqueName("orders.status.")}
-	err := e.orders.UpsertActivity(context.Background(), order.Activity{ID: 1, Name: "sale", StartsAt: time.Now().Add(-time.Hour),
-		EndsAt: time.Now().Add(time.Hour), PerUserLimit: 1, Items: []order.ItemStock{{ItemID: 10, InitialStock: 1000}}})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	e.sale = ordertest.MustStatusSale(tb, e.orders, 1000)
 	if err := event.EnsureTopics(context.Background(), e.kafka.Brokers, 4, 1, e.topic); err != nil {
 		tb.Fatal(err)
 	}
@@ -61,28 +57,11 @@ func (e *env) relay(tb testing.TB, m *telemetry.Metrics, beforeMark func(context
 		relay.Deps{Orders: e.orders, Writer: w, Metrics: m, Log: slog.New(slog.NewJSONHandler(io.Discard, nil)), BeforeMarkFunc: beforeMark})
 }
 
-// changes makes n orders, pays every second one and cancels every third
-// one of the rest: each order ends with one or two events.
+// changes makes and changes n orders of the sale (StatusSale.Change).
 func (e *env) changes(tb testing.TB, n int) {
 	tb.Helper()
-	ctx := context.Background()
-	for range n {
-		u := e.next.Add(1)
-		no := fmt.Sprintf("1-10-o%d", u)
-		ds, err := e.orders.DecideBatch(ctx, []order.Request{{RequestID: fmt.Sprintf("r-%d", u), OrderNo: no, UserID: u,
-			ActivityID: 1, ItemID: 10, Quantity: 1, ReservedAt: time.Now(), Held: true}})
-		if err != nil || ds[0].Outcome != order.Created {
-			tb.Fatalf("order %s: %v %v", no, ds, err)
-		}
-		switch {
-		case u%2 == 0:
-			_, err = e.orders.Pay(ctx, no)
-		case u%3 == 0:
-			_, _, err = e.orders.Cancel(ctx, no, u)
-		}
-		if err != nil {
-			tb.Fatal(err)
-		}
+	if err := e.sale.Change(context.Background(), n); err != nil {
+		tb.Fatal(err)
 	}
 }
 
