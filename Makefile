@@ -167,8 +167,8 @@ fuzz-api: build-dev services ## fuzz the HTTP API from gateway/openapi.json (sch
 
 # Then `make run`'s one process beside the floor pipeline (bench/floorpipe:
 # the contract's exchanges and nothing else) at 1000, 2000 and 4000 req/s,
-# and beside a trivial handler in a sold-out flood (a few seconds a run).
-bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), race the Redis strategies, then make run's process against the floor pipeline at constant rates and against a trivial handler in a sold-out flood; see docs/benchmarks.md
+# and beside a trivial handler and the check floor in a sold-out flood (a few seconds a run).
+bench: build-dev ## load-test a fresh local pipeline (c=500, one hot item), race the Redis strategies, then make run's process against the floor pipeline at constant rates and against a trivial handler and the check floor in a sold-out flood; see docs/benchmarks.md
 	./bench/run.sh && ./bench/latency.sh && ./bench/flood.sh
 
 # The scripted scenarios (one fault each), then the nemesis: storefront

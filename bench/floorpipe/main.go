@@ -19,6 +19,10 @@
 // An item's stock key is created on its first order (-stock units), so any
 // activity and item the load tool sends is on sale. Its tables are its own
 // (floor_orders); it shares no key or table with orderpipe.
+//
+// With -refuse it is instead the floor of a sold-out flood's refusal
+// (refuse.go, bench/flood.sh): the one Redis check the contract asks of a
+// refusal, and nothing else.
 package main
 
 import (
@@ -205,6 +209,8 @@ func main() {
 	dbURL := flag.String("db", "postgres://postgres@127.0.0.1:5432/orderpipe?sslmode=disable", "Postgres URL (its floor_orders table is created if missing)")
 	prefix := flag.String("prefix", "floor:", "Redis key prefix")
 	stock := flag.Int64("stock", 1_000_000_000, "an item's stock at its first order")
+	refuse := flag.Bool("refuse", false, "serve the floor of a sold-out flood's refusal instead (refuse.go): one coalesced check of the requestId and the sale's end in Redis, then 409 SOLD_OUT; no Kafka or Postgres")
+	alone := flag.Bool("refuse-alone", false, "with -refuse: each request sends its own check, none coalesced")
 	pprofAddr := flag.String("pprof", "", "serve Go's profiles (CPU, trace, block, mutex) on this address, as PPROF_ADDR does for orderpipe; empty: off")
 	flag.Parse()
 	if *pprofAddr != "" {
@@ -214,7 +220,15 @@ func main() {
 			}
 		}()
 	}
-	if err := run(*addr, *redisAddr, *dbURL, *prefix, *stock); err != nil {
+	var err error
+	if *refuse {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = runRefuse(ctx, *addr, *redisAddr, *prefix, *alone)
+		stop()
+	} else {
+		err = run(*addr, *redisAddr, *dbURL, *prefix, *stock)
+	}
+	if err != nil {
 		log.Printf("floorpipe: %v", err)
 		os.Exit(1)
 	}
@@ -256,8 +270,21 @@ func run(addr, redisAddr, dbURL, prefix string, stock int64) error {
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { errc <- serveUntil(ctx, srv, ln) }()
+	err = <-errc
+	stop() // a failed consumer stops the server too
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// serveUntil serves srv on ln until ctx ends or serving fails.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Printf("floorpipe: listening on %s", ln.Addr())
+	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
@@ -265,8 +292,5 @@ func run(addr, redisAddr, dbURL, prefix string, stock int64) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	srv.Shutdown(sctx) //nolint:errcheck
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
 	return err
 }
