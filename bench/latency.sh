@@ -5,7 +5,10 @@
 # floor at the same rates: by default the minimal pipeline of the contract's
 # exchanges (bench/floorpipe: decode, one EVALSHA, one acked produce to an
 # in-process kfake through memory, 202; a consumer group inserting batches
-# into Postgres), with FLOOR=trivial the trivial handler (`orderpipe bench
+# into Postgres), with FLOOR=contract the same floor doing also the rest of
+# the worker's side of the contract (-contract: the idempotency table, a
+# conditional stock update, the UNPAID status event in an outbox published by
+# a relay), with FLOOR=trivial the trivial handler (`orderpipe bench
 # --serve-floor`). At each
 # rate the load tool sends SECONDS seconds of requests, every one a new user
 # and accepted, first to the floor and then to the gateway, latency
@@ -37,7 +40,7 @@ C=${C:-200}
 OUT=${OUT:-bin/bench}
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 PROFILE=${PROFILE:-}
-FLOOR=${FLOOR:-pipeline}   # pipeline: bench/floorpipe; trivial: the trivial handler
+FLOOR=${FLOOR:-pipeline}   # pipeline: bench/floorpipe; contract: bench/floorpipe -contract; trivial: the trivial handler
 
 . bench/lib.sh
 
@@ -55,14 +58,15 @@ case "$FLOOR" in
   trivial)
     floor_name="trivial handler"
     env -u GOGC -u GOMEMLIMIT "$BIN" bench --serve-floor "127.0.0.1:$floor_port" >"$log.floor" 2>&1 & ;;
-  pipeline)
+  pipeline|contract)
     floor_name="floor pipeline"
     go build -o bin/floorpipe ./bench/floorpipe || { echo "latency: building bench/floorpipe failed" >&2; exit 2; }
     floor_pprof=()
     [ -n "$PROFILE" ] && floor_pprof=(-pprof "127.0.0.1:$floor_pprof_port")
+    if [ "$FLOOR" = contract ]; then floor_name="contract floor" floor_pprof+=(-contract); fi
     env -u GOGC -u GOMEMLIMIT bin/floorpipe -addr "127.0.0.1:$floor_port" -db "$DATABASE_URL" -redis "${REDIS_ADDR:-127.0.0.1:6379}" \
       -prefix "${REDIS_KEY_PREFIX}floor:" "${floor_pprof[@]}" >"$log.floor" 2>&1 & ;;
-  *) echo "latency: FLOOR=$FLOOR: want pipeline or trivial" >&2; exit 2 ;;
+  *) echo "latency: FLOOR=$FLOOR: want pipeline, contract or trivial" >&2; exit 2 ;;
 esac
 floor_pid=$!
 wait_port "$http_port" "$pid" || { echo "latency: orderpipe all exited or did not listen; see $log" >&2; exit 2; }

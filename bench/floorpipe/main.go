@@ -149,7 +149,9 @@ func (s *server) order(w http.ResponseWriter, r *http.Request) {
 
 // consume inserts each fetched batch into Postgres in one transaction,
 // commits the batch's offsets, then acks its journal entries.
-func consume(ctx context.Context, reader *kafka.Reader, pool *pgxpool.Pool, rdb *redis.Client, prefix string) error {
+// With contract (-contract) the transaction is instead the worker's whole
+// side of the contract (contract.go).
+func consume(ctx context.Context, reader *kafka.Reader, pool *pgxpool.Pool, rdb *redis.Client, prefix string, contract bool, stock int64) error {
 	for ctx.Err() == nil {
 		msgs, err := fetchBatch(ctx, reader)
 		if err != nil {
@@ -157,18 +159,27 @@ func consume(ctx context.Context, reader *kafka.Reader, pool *pgxpool.Pool, rdb 
 		}
 		b := &pgx.Batch{}
 		acks := map[string][]string{}
+		var evs []event
 		for _, m := range msgs {
 			var e event
 			if json.Unmarshal(m.Value, &e) != nil {
 				continue
 			}
-			b.Queue(`INSERT INTO floor_orders (order_no, request_id, user_id, activity_id, item_id, quantity, created_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
-				e.OrderNo, e.RequestID, e.UserID, e.ActivityID, e.ItemID, e.Quantity, e.ReservedAt)
+			if contract {
+				evs = append(evs, e)
+			} else {
+				b.Queue(`INSERT INTO floor_orders (order_no, request_id, user_id, activity_id, item_id, quantity, created_at)
+					VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
+					e.OrderNo, e.RequestID, e.UserID, e.ActivityID, e.ItemID, e.Quantity, e.ReservedAt)
+			}
 			journal := fmt.Sprintf("%sresv:{a%d:i%d}", prefix, e.ActivityID, e.ItemID)
 			acks[journal] = append(acks[journal], e.RequestID)
 		}
-		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() }); err != nil {
+		decide := func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() }
+		if contract {
+			decide = func(tx pgx.Tx) error { return decideContract(ctx, tx, evs, stock) }
+		}
+		if err := pgx.BeginFunc(ctx, pool, decide); err != nil {
 			return fmt.Errorf("inserting a batch: %w", err)
 		}
 		if err := reader.CommitMessages(ctx, msgs...); err != nil {
@@ -209,6 +220,7 @@ func main() {
 	dbURL := flag.String("db", "postgres://postgres@127.0.0.1:5432/orderpipe?sslmode=disable", "Postgres URL (its floor_orders table is created if missing)")
 	prefix := flag.String("prefix", "floor:", "Redis key prefix")
 	stock := flag.Int64("stock", 1_000_000_000, "an item's stock at its first order")
+	contract := flag.Bool("contract", false, "the worker does the contract's whole side of an accepted order (contract.go): the idempotency table, a conditional stock update and the UNPAID status event in an outbox, published to Kafka by a relay")
 	refuse := flag.Bool("refuse", false, "serve the floor of a sold-out flood's refusal instead (refuse.go): one coalesced check of the requestId and the sale's end in Redis, then 409 SOLD_OUT; no Kafka or Postgres")
 	alone := flag.Bool("refuse-alone", false, "with -refuse: each request sends its own check, none coalesced")
 	pprofAddr := flag.String("pprof", "", "serve Go's profiles (CPU, trace, block, mutex) on this address, as PPROF_ADDR does for orderpipe; empty: off")
@@ -220,24 +232,25 @@ func main() {
 			}
 		}()
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
 	if *refuse {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err = runRefuse(ctx, *addr, *redisAddr, *prefix, *alone)
-		stop()
 	} else {
-		err = run(*addr, *redisAddr, *dbURL, *prefix, *stock)
+		err = run(ctx, *addr, *redisAddr, *dbURL, *prefix, *stock, *contract)
 	}
+	stop()
 	if err != nil {
 		log.Printf("floorpipe: %v", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, redisAddr, dbURL, prefix string, stock int64) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+// run serves the floor on addr until ctx ends.
+func run(ctx context.Context, addr, redisAddr, dbURL, prefix string, stock int64, contract bool) error {
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	k, err := standin.StartKafka(standin.KafkaOptions{Partitions: 1, Topics: []string{topic}})
+	k, err := standin.StartKafka(standin.KafkaOptions{Partitions: 1, Topics: []string{topic, statusTopic}})
 	if err != nil {
 		return err
 	}
@@ -254,11 +267,22 @@ func run(addr, redisAddr, dbURL, prefix string, stock int64) error {
 		user_id bigint, activity_id bigint, item_id bigint, quantity int, created_at timestamptz)`); err != nil {
 		return fmt.Errorf("creating floor_orders: %w", err)
 	}
+	if contract {
+		if _, err := pool.Exec(ctx, contractSchema); err != nil {
+			return fmt.Errorf("creating the contract tables: %w", err)
+		}
+	}
 	reader := kafka.NewReader(kafka.ReaderConfig{Brokers: k.Brokers, Topic: topic, GroupID: "floorpipe",
 		Dialer: &kafka.Dialer{DialFunc: k.Dial}, MaxWait: 100 * time.Millisecond})
 	defer reader.Close()
-	errc := make(chan error, 2)
-	go func() { errc <- consume(ctx, reader, pool, rdb, prefix) }()
+	errc := make(chan error, 3)
+	go func() { errc <- consume(ctx, reader, pool, rdb, prefix, contract, stock) }()
+	if contract {
+		w := &kafka.Writer{Addr: kafka.TCP(k.Brokers...), Topic: statusTopic, Transport: transport, Balancer: &kafka.Hash{},
+			RequiredAcks: kafka.RequireAll, BatchTimeout: 2 * time.Millisecond, BatchSize: 500}
+		defer w.Close()
+		go func() { errc <- relayStatus(ctx, pool, w, 200*time.Millisecond) }()
+	}
 
 	s := &server{rdb: rdb, kafka: &kafka.Client{Addr: kafka.TCP(k.Brokers...), Transport: transport},
 		stock: strconv.FormatInt(stock, 10), prefix: prefix}
