@@ -61,11 +61,11 @@ case "$FLOOR" in
   pipeline|contract)
     floor_name="floor pipeline"
     go build -o bin/floorpipe ./bench/floorpipe || { echo "latency: building bench/floorpipe failed" >&2; exit 2; }
-    floor_pprof=()
-    [ -n "$PROFILE" ] && floor_pprof=(-pprof "127.0.0.1:$floor_pprof_port")
-    if [ "$FLOOR" = contract ]; then floor_name="contract floor" floor_pprof+=(-contract); fi
+    floor_flags=()
+    [ -n "$PROFILE" ] && floor_flags=(-pprof "127.0.0.1:$floor_pprof_port")
+    if [ "$FLOOR" = contract ]; then floor_name="contract floor" floor_flags+=(-contract); fi
     env -u GOGC -u GOMEMLIMIT bin/floorpipe -addr "127.0.0.1:$floor_port" -db "$DATABASE_URL" -redis "${REDIS_ADDR:-127.0.0.1:6379}" \
-      -prefix "${REDIS_KEY_PREFIX}floor:" "${floor_pprof[@]}" >"$log.floor" 2>&1 & ;;
+      -prefix "${REDIS_KEY_PREFIX}floor:" "${floor_flags[@]}" >"$log.floor" 2>&1 & ;;
   *) echo "latency: FLOOR=$FLOOR: want pipeline, contract or trivial" >&2; exit 2 ;;
 esac
 floor_pid=$!
@@ -102,7 +102,7 @@ for rate in $RATES; do
         wait
       }
       sleep $((SECONDS_EACH / 2 - 3))
-      [ "$FLOOR" = pipeline ] && profiles "127.0.0.1:$floor_pprof_port" floor
+      [ "$FLOOR" != trivial ] && profiles "127.0.0.1:$floor_pprof_port" floor
       sleep $((SECONDS_EACH - 5))
       profiles "$PPROF_ADDR" all
     ) &
