@@ -149,8 +149,10 @@ func tableAgreesWithEnv(t *testing.T, file, section string, atLeast int, complet
 }
 
 // testMakeRunCtrlCEndsClean runs the README's first command as a user at a
-// terminal does and presses Ctrl-C (SIGINT to the whole foreground process
-// group): the pipeline drains and stops, and make reports no failed recipe.
+// terminal does, pastes the README's "Try it" block into another shell
+// (runReadmeTryIt), then presses Ctrl-C (SIGINT to the whole foreground
+// process group): the pipeline drains and stops, and make reports no failed
+// recipe.
 func testMakeRunCtrlCEndsClean(t *testing.T, _ engine) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
@@ -188,6 +190,7 @@ func testMakeRunCtrlCEndsClean(t *testing.T, _ engine) {
 		cmd.Wait()                                      //nolint:errcheck
 		t.Fatalf("make run never became ready:\n%s", out.String())
 	}
+	runReadmeTryIt(t, httpAddr, cmd.Env)
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -203,4 +206,51 @@ func testMakeRunCtrlCEndsClean(t *testing.T, _ engine) {
 	if s := out.String(); strings.Contains(s, "make: ***") || !strings.Contains(s, `"msg":"stopped"`) {
 		t.Errorf("make run after Ctrl-C: want the pipeline's \"stopped\" and no make error:\n%s", s)
 	}
+}
+
+// runReadmeTryIt runs the README's "Try it" block as pasted into bash, with
+// the make run at addr for localhost:8080 and env for what its last line,
+// `bin/orderpipe-dev locate`, reads: every command of it works, and each
+// answer is what the comment above it says — pay answers 200 PAID, or 409
+// ORDER_PENDING while the worker has not persisted the order yet (and
+// cancel then 200 CANCELLED, or ORDER_PENDING again), as the comments allow.
+func runReadmeTryIt(t *testing.T, addr string, env []string) {
+	t.Helper()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## Try it\n")
+	_, block, _ := strings.Cut(section, "```sh\n")
+	block, _, found := strings.Cut(block, "```")
+	if !found || !strings.Contains(block, "localhost:8080") {
+		t.Fatalf("README.md: no Try it block with localhost:8080 found")
+	}
+	cmd := exec.Command("bash", "-c", strings.ReplaceAll(block, "localhost:8080", addr))
+	cmd.Env = env
+	raw, err := cmd.CombinedOutput()
+	out := string(raw)
+	if err != nil {
+		t.Fatalf("README's Try it block: %v (its last command, locate, failed or bash could not run it):\n%s", err, out)
+	}
+	statuses := strings.Join(regexp.MustCompile(`(?m)^\d{3}$`).FindAllString(out, -1), " ")
+	for _, want := range []struct{ statuses, codes string }{
+		{"200 200 202 200 200 200 409", `"status":"PAID"|ORDER_PAID|status        PAID`},
+		{"200 200 202 200 200 409 200", `ORDER_PENDING|"reason":"CANCELLED"|status        CLOSED`},
+		{"200 200 202 200 200 409 409", `ORDER_PENDING|status        `}, // not persisted yet: "wait a moment and repeat"
+	} {
+		if statuses != want.statuses {
+			continue
+		}
+		for _, code := range strings.Split(want.codes, "|") {
+			if !strings.Contains(out, code) {
+				t.Errorf("README's Try it block: statuses %s but no %s in its output:\n%s", statuses, code, out)
+			}
+		}
+		if !strings.Contains(out, `"replayed":true`) || !strings.Contains(out, `"remaining":99`) {
+			t.Errorf("README's Try it block: no replay, or not the first unit sold:\n%s", out)
+		}
+		return
+	}
+	t.Errorf("README's Try it block: statuses %s, want those its comments name:\n%s", statuses, out)
 }
