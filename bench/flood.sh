@@ -82,5 +82,5 @@ for i in $(seq 1 "$RUNS"); do
   measure "$i" "trivial handler" "http://127.0.0.1:$floor_port" floor
   measure "$i" "check floor" "http://127.0.0.1:$check_port" check
 done
-echo "the reports: $OUT/flood-$run-<run>.txt, .json and .html; orderpipe all's log: $log"
+echo "the reports: $OUT/flood-$run-<run>.txt, .json and .html (<run>-check.* against the check floor); orderpipe all's log: $log"
 exit "$status"
