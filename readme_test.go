@@ -149,8 +149,9 @@ func tableAgreesWithEnv(t *testing.T, file, section string, atLeast int, complet
 }
 
 // testMakeRunCtrlCEndsClean runs the README's first command as a user at a
-// terminal does, pastes the README's "Try it" block into another shell
-// (runReadmeTryIt), then presses Ctrl-C (SIGINT to the whole foreground
+// terminal does, pastes the README's "Try it" block and then
+// docs/lifecycle.md's into another shell (runReadmeTryIt,
+// runLifecycleTryIt), then presses Ctrl-C (SIGINT to the whole foreground
 // process group): the pipeline drains and stops, and make reports no failed
 // recipe.
 func testMakeRunCtrlCEndsClean(t *testing.T, _ engine) {
@@ -165,7 +166,9 @@ func testMakeRunCtrlCEndsClean(t *testing.T, _ engine) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "run")
 	cmd.Env = cleanEnv("DATABASE_URL="+db.URL, "REDIS_ADDR="+testenv.RedisAddr(), "REDIS_KEY_PREFIX="+rdb.Prefix,
-		"HTTP_ADDR="+httpAddr, "KAFKA_EMBEDDED_PORT="+kafkaPort, "TRACES=", "TRACE_STORE_DIR=")
+		"HTTP_ADDR="+httpAddr, "KAFKA_EMBEDDED_PORT="+kafkaPort, "TRACES=", "TRACE_STORE_DIR=",
+		// Below the lifecycle block's 5 s, for a margin on a busy machine.
+		"CLOSE_AFTER=3s")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group, as a shell gives a foreground job; the
@@ -191,6 +194,7 @@ func testMakeRunCtrlCEndsClean(t *testing.T, _ engine) {
 		t.Fatalf("make run never became ready:\n%s", out.String())
 	}
 	runReadmeTryIt(t, httpAddr, cmd.Env)
+	runLifecycleTryIt(t, httpAddr, cmd.Env)
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -216,24 +220,7 @@ func testMakeRunCtrlCEndsClean(t *testing.T, _ engine) {
 // cancel then 200 CANCELLED, or ORDER_PENDING again), as the comments allow.
 func runReadmeTryIt(t *testing.T, addr string, env []string) {
 	t.Helper()
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(readme), "\n## Try it\n")
-	_, block, _ := strings.Cut(section, "```sh\n")
-	block, _, found := strings.Cut(block, "```")
-	if !found || !strings.Contains(block, "localhost:8080") {
-		t.Fatalf("README.md: no Try it block with localhost:8080 found")
-	}
-	cmd := exec.Command("bash", "-c", strings.ReplaceAll(block, "localhost:8080", addr))
-	cmd.Env = env
-	raw, err := cmd.CombinedOutput()
-	out := string(raw)
-	if err != nil {
-		t.Fatalf("README's Try it block: %v (its last command, locate, failed or bash could not run it):\n%s", err, out)
-	}
-	statuses := strings.Join(regexp.MustCompile(`(?m)^\d{3}$`).FindAllString(out, -1), " ")
+	statuses, out := runDocBlock(t, "README.md", "\n## Try it\n", addr, env)
 	for _, want := range []struct{ statuses, codes string }{
 		{"200 200 202 200 200 200 409", `"status":"PAID"|ORDER_PAID|status        PAID`},
 		{"200 200 202 200 200 409 200", `ORDER_PENDING|"reason":"CANCELLED"|status        CLOSED`},
@@ -253,4 +240,46 @@ func runReadmeTryIt(t *testing.T, addr string, env []string) {
 		return
 	}
 	t.Errorf("README's Try it block: statuses %s, want those its comments name:\n%s", statuses, out)
+}
+
+// runLifecycleTryIt runs docs/lifecycle.md's Try it block (an unpaid order
+// closed, a paid one kept, the buyer's chance given back) against a make
+// run whose CLOSE_AFTER is at most the block's 5 s.
+func runLifecycleTryIt(t *testing.T, addr string, env []string) {
+	t.Helper()
+	statuses, out := runDocBlock(t, "docs/lifecycle.md", "\n### Try it (`CLOSE_AFTER=5s make run`)\n", addr, env)
+	if statuses != "200 200 200 200 409 200 202" {
+		t.Errorf("docs/lifecycle.md's Try it block: statuses %s, want 200 200 200 200 409 200 202:\n%s", statuses, out)
+	}
+	for _, want := range []string{`"status":"CLOSED","reason":"PAYMENT_TIMEOUT"`, "ORDER_CLOSED", `"status":"PAID","createdAt"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("docs/lifecycle.md's Try it block: no %s in its output:\n%s", want, out)
+		}
+	}
+}
+
+// runDocBlock runs the first sh block after heading in file, as pasted into
+// bash, with addr for localhost:8080, and returns the HTTP statuses it
+// printed (the lines of three digits, space-separated) and its output. The
+// block's last command must succeed.
+func runDocBlock(t *testing.T, file, heading, addr string, env []string) (statuses, out string) {
+	t.Helper()
+	doc, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), heading)
+	_, block, _ := strings.Cut(section, "```sh\n")
+	block, _, found := strings.Cut(block, "```")
+	if !found || !strings.Contains(block, "localhost:8080") {
+		t.Fatalf("%s: no sh block with localhost:8080 under %q", file, strings.TrimSpace(heading))
+	}
+	cmd := exec.Command("bash", "-c", strings.ReplaceAll(block, "localhost:8080", addr))
+	cmd.Env = env
+	raw, err := cmd.CombinedOutput()
+	out = string(raw)
+	if err != nil {
+		t.Fatalf("%s's block under %q: %v (its last command failed, or bash could not run it):\n%s", file, strings.TrimSpace(heading), err, out)
+	}
+	return strings.Join(regexp.MustCompile(`(?m)^\d{3}$`).FindAllString(out, -1), " "), out
 }
