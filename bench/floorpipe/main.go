@@ -286,15 +286,7 @@ func run(ctx context.Context, addr, redisAddr, dbURL, prefix string, stock int64
 
 	s := &server{rdb: rdb, kafka: &kafka.Client{Addr: kafka.TCP(k.Brokers...), Transport: transport},
 		stock: strconv.FormatInt(stock, 10), prefix: prefix}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/orders", s.order)
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { errc <- serveUntil(ctx, srv, ln) }()
+	go func() { errc <- serveOrders(ctx, addr, s.order, &http.Server{ReadHeaderTimeout: 5 * time.Second}) }()
 	err = <-errc
 	stop() // a failed consumer stops the server too
 	if errors.Is(err, context.Canceled) {
@@ -303,12 +295,20 @@ func run(ctx context.Context, addr, redisAddr, dbURL, prefix string, stock int64
 	return err
 }
 
-// serveUntil serves srv on ln until ctx ends or serving fails.
-func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+// serveOrders serves order as POST /v1/orders (and a GET /readyz that
+// answers 200) with srv on addr, until ctx ends or serving fails.
+func serveOrders(ctx context.Context, addr string, order http.HandlerFunc, srv *http.Server) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/orders", order)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	srv.Handler = mux
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Printf("floorpipe: listening on %s", ln.Addr())
-	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -172,13 +171,6 @@ func runRefuse(ctx context.Context, addr, redisAddr, prefix string, alone bool) 
 	defer rdb.Close()
 	f := &refuser{rdb: rdb, prefix: prefix, asks: make(chan *check, 1024), alone: alone}
 	go f.send(ctx)
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/orders", f.order)
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
-	return serveUntil(ctx, srv, ln)
+	return serveOrders(ctx, addr, f.order, &http.Server{ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second})
 }
