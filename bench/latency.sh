@@ -143,7 +143,8 @@ for rate in $RATES; do
   waits_summary "$OUT/latency-$run-$rate.waits0" "$OUT/latency-$run-$rate.waits1" >"$OUT/latency-$run-$rate.waits"
 done
 echo "CPU µs per request in the middle $((SECONDS_EACH > 5 ? SECONDS_EACH - 4 : 1)) s of each half (the machine's busy and steal share; redis and postgres: every such process here, or with SHARED=1 only the run's),"
-echo "then µs per request each part's threads waited for a core (runnable, not running: /proc/PID/task/*/schedstat):"
+echo "then µs per request each part's threads waited for a core (runnable, not running: /proc/PID/task/*/schedstat),"
+echo "then the commands (a script's own calls included) and socket reads Redis processed per request:"
 printf '%-6s  %-34s  %s\n' "req/s" "floor half: machine / floor / redis / postgres / load" "gateway half: machine / all / redis / postgres / load"
 for rate in $RATES; do
   awk -v rate="$rate" '
@@ -151,13 +152,16 @@ for rate in $RATES; do
     $1 == "window" { w[f] = $2; next }
     $1 == "machine" { m[f] = $2 "% (" $3 "%)"; next }
     $1 == "wait" { q[f, $2] = $3; next }
+    $1 == "rediscalls" { rc[f] = $2; rr[f] = $3; next }
     { c[f, $1] = $2 }
     function us(a, h, n) { return (h, n) in a && w[h] > 0 ? sprintf("%.0f", 1e6 * a[h, n] / (rate * w[h])) : "-" }
     END {
       printf "%-6s  %-34s  %s\n", rate, m[1] " / " us(c, 1, "floor") " / " us(c, 1, "redis") " / " us(c, 1, "postgres") " / " us(c, 1, "load"),
         m[2] " / " us(c, 2, "all") " / " us(c, 2, "redis") " / " us(c, 2, "postgres") " / " us(c, 2, "load")
       printf "%-6s  %-34s  %s\n", " wait", "      " us(q, 1, "floor") " / " us(q, 1, "redis") " / " us(q, 1, "postgres") " / " us(q, 1, "load"),
-        "      " us(q, 2, "all") " / " us(q, 2, "redis") " / " us(q, 2, "postgres") " / " us(q, 2, "load") }' \
+        "      " us(q, 2, "all") " / " us(q, 2, "redis") " / " us(q, 2, "postgres") " / " us(q, 2, "load")
+      printf "%-6s  %-34s  %s\n", " redis", "      " per(rc, 1) " commands / " per(rr, 1) " reads", "      " per(rc, 2) " commands / " per(rr, 2) " reads" }
+    function per(a, h) { return h in a && w[h] > 0 ? sprintf("%.1f", a[h] / (rate * w[h])) : "-" }' \
     "$OUT/latency-$run-$rate.cpu-floor" "$OUT/latency-$run-$rate.cpu-gateway" 2>/dev/null || echo "$rate  (no CPU window: the load ended early)"
 done
 echo "the gateway's own waits (its reserve and produce histograms):"

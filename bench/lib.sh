@@ -196,8 +196,11 @@ machine_ticks() {
 # shares and the CPU seconds of each named part, whose pids the function
 # PIDS NAME prints (asked again at each end of the window, so processes
 # started meanwhile count from their start). Writes "window <s>",
-# "machine <busy %> <steal %>" and "<name> <cpu s>" lines to OUT. Run it in
-# the background beside the load.
+# "machine <busy %> <steal %>" and "<name> <cpu s>" lines to OUT, and the
+# commands and socket reads the Redis at REDIS_ADDR processed meanwhile
+# ("rediscalls <commands> <reads>": a script's own calls count as
+# commands, a pipeline as one read or a few). Run it in the background
+# beside the load.
 cpu_window() {
   local file=$1 pattern=$2 secs=$3 out=$4 pids=$5 name m0 m1 w
   shift 5
@@ -208,10 +211,12 @@ cpu_window() {
   done
   sleep 2
   m0=$(machine_ticks)
+  redis_calls >"$out.r0"
   for name in "$@"; do pid_ticks $("$pids" "$name") | sed "s/^/$name /"; done >"$out.0"
   for name in "$@"; do pid_waits $("$pids" "$name") | sed "s/^/$name /"; done >"$out.w0"
   sleep "$w"
   m1=$(machine_ticks)
+  redis_calls >"$out.r1"
   for name in "$@"; do pid_ticks $("$pids" "$name") | sed "s/^/$name /"; done >"$out.1"
   for name in "$@"; do pid_waits $("$pids" "$name") | sed "s/^/$name /"; done >"$out.w1"
   {
@@ -221,6 +226,15 @@ cpu_window() {
     # Seconds each part's threads waited for a core (a process that started
     # meanwhile counts from its start).
     awk 'NR == FNR { b[$1 " " $2] = $3; next } { k = $1 " " $2; t[$1] += $3 - (k in b ? b[k] : 0) } END { for (n in t) printf "wait %s %.3f\n", n, t[n] / 1e9 }' "$out.w0" "$out.w1"
+    paste -d' ' "$out.r0" "$out.r1" | awk 'NF == 4 { printf "rediscalls %d %d\n", $3 - $1, $4 - $2 }'
   } >"$out"
-  rm -f "$out.0" "$out.1" "$out.w0" "$out.w1"
+  rm -f "$out.0" "$out.1" "$out.w0" "$out.w1" "$out.r0" "$out.r1"
+}
+
+# redis_calls: "<commands> <reads>" the Redis at REDIS_ADDR has processed
+# since it started (INFO stats); nothing when it cannot be asked.
+redis_calls() {
+  local addr=${REDIS_ADDR:-127.0.0.1:6379}
+  redis-cli -h "${addr%:*}" -p "${addr##*:}" info stats 2>/dev/null |
+    awk -F: '$1 == "total_commands_processed" { c = $2 + 0 } $1 == "total_reads_processed" { r = $2 + 0 } END { if (c > 0) print c, r }' || true
 }
