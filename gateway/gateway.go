@@ -32,6 +32,7 @@ import (
 	"orderpipe/pkg/event"
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/telemetry"
 )
@@ -78,32 +79,18 @@ func (c *Config) defaults() {
 	if c.Addr == "" {
 		c.Addr = addrVar.Default
 	}
-	if c.ReserveTimeout <= 0 {
-		c.ReserveTimeout = redisconn.TimeoutVar.Duration()
-	}
-	if c.ProduceTimeout <= 0 {
-		c.ProduceTimeout = produceTimeoutVar.Duration()
-	}
-	if c.CloseAfter <= 0 {
-		c.CloseAfter = order.CloseAfterVar.Duration()
-	}
-	if c.ReplayWait <= 0 {
-		c.ReplayWait = replayWaitVar.Duration()
-	}
+	setting.DefaultTo(&c.ReserveTimeout, redisconn.TimeoutVar.Duration())
+	setting.DefaultTo(&c.ProduceTimeout, produceTimeoutVar.Duration())
+	setting.DefaultTo(&c.CloseAfter, order.CloseAfterVar.Duration())
+	setting.DefaultTo(&c.ReplayWait, replayWaitVar.Duration())
 	// Waiting longer than the first attempt's produce can take is pointless.
 	c.ReplayWait = min(c.ReplayWait, c.ProduceTimeout)
 	if c.VerdictTTL == 0 {
 		c.VerdictTTL = verdictTTLVar.Duration()
 	}
-	if c.ShutdownGrace <= 0 {
-		c.ShutdownGrace = 10 * time.Second
-	}
-	if c.UserBurst <= 0 {
-		c.UserBurst = max(1, int(2*c.UserRPS))
-	}
-	if c.GlobalBurst <= 0 {
-		c.GlobalBurst = max(1, int(c.GlobalRPS/10))
-	}
+	setting.DefaultTo(&c.ShutdownGrace, 10*time.Second)
+	setting.DefaultTo(&c.UserBurst, max(1, int(2*c.UserRPS)))
+	setting.DefaultTo(&c.GlobalBurst, max(1, int(c.GlobalRPS/10)))
 	if c.Topic == "" {
 		c.Topic = event.Topic
 	}

@@ -213,9 +213,7 @@ func (f *fixture) redisStock(t *testing.T) int64 {
 // item, as they must once nothing is in flight (I5).
 func (f *fixture) assertStocks(t *testing.T, want int64) {
 	t.Helper()
-	if got := f.redisStock(t); got != want {
-		t.Errorf("redis stock %d, want %d", got, want)
-	}
+	stocktest.WantStock(t, f.sr, f.item, want, "")
 	if got := f.dbStock(t); got != want {
 		t.Errorf("db stock %d, want %d", got, want)
 	}
@@ -262,9 +260,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 		t.Errorf("%d applied compensations for b, want 1", n)
 	}
 	// Redis got exactly b's unit back: 10 - 2 reserved + 1 released.
-	if got := f.redisStock(t); got != 9 {
-		t.Errorf("redis stock %d, want 9", got)
-	}
+	stocktest.WantStock(t, f.sr, f.item, 9, "")
 	if stocktest.MarkerOwner(t, f.sr, f.item, 2) != "" {
 		t.Error("rejected user's limit marker was not freed")
 	}
@@ -273,9 +269,7 @@ func TestDBStockMismatchIsRejectedAndCompensatedOnce(t *testing.T) {
 	if _, err := f.w.applier.Apply(ctx, comps); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.redisStock(t); got != 9 {
-		t.Errorf("redis stock after repeated compensation %d, want 9", got)
-	}
+	stocktest.WantStock(t, f.sr, f.item, 9, "after a repeated compensation")
 	if n := int64(ordertest.CountOrders(t, f.db.Pool)); n != 1 {
 		t.Errorf("%d orders, want 1", n)
 	}
@@ -407,9 +401,7 @@ func TestSweepAppliesCompensationsLeftByACrash(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // more sweeps: none may apply it again
 	stop()
 	<-done
-	if got := f.redisStock(t); got != 9 {
-		t.Errorf("redis stock %d after the sweep, want 9 (b's unit back, once)", got)
-	}
+	stocktest.WantStock(t, f.sr, f.item, 9, "after the sweep: b's unit back, once")
 	if stocktest.MarkerOwner(t, f.sr, f.item, 2) != "" {
 		t.Error("the refused user's limit marker was not freed")
 	}
@@ -445,9 +437,7 @@ func TestCorruptCopyIsDecidedByTheJournal(t *testing.T) {
 	if user, qty := victim[0].UserID, victim[0].Quantity; user != 3 || qty != 1 {
 		t.Errorf("order of user %d, quantity %d; want user 3, quantity 1 (as reserved)", user, qty)
 	}
-	if got := f.redisStock(t); got != 8 {
-		t.Errorf("redis stock %d, want 8 (nothing given back)", got)
-	}
+	stocktest.WantStock(t, f.sr, f.item, 8, "nothing given back")
 	if got := stocktest.MarkerOwner(t, f.sr, f.item, 3); got != "victim" {
 		t.Errorf("user 3's marker is %q, want victim's", got)
 	}
@@ -479,9 +469,7 @@ func TestCopyAfterCommitBeforeAckChangesNothing(t *testing.T) {
 			}
 			cp := kafka.Message{Key: []byte("1:2"), Value: []byte(value)}
 			f.mustProcess(t, cp)
-			if got := f.redisStock(t); got != 9 {
-				t.Errorf("redis stock %d, want 9 (the live order keeps its unit)", got)
-			}
+			stocktest.WantStock(t, f.sr, f.item, 9, "the live order keeps its unit")
 			if got := stocktest.MarkerOwner(t, f.sr, f.item, 1); got != "a" {
 				t.Errorf("user 1's marker is %q, want a's", got)
 			}
@@ -507,9 +495,7 @@ func TestInvalidJournalEntryIsReleased(t *testing.T) {
 	stocktest.SetJournalEntry(t, f.sr, f.item, "broken",
 		`{"requestId":"broken","orderNo":"1-2-broken","userId":5,"activityId":1,"itemId":2,"quantity":1}`)
 	f.mustProcess(t, msg)
-	if got := f.redisStock(t); got != 10 {
-		t.Errorf("redis stock %d, want 10 (the unit back)", got)
-	}
+	stocktest.WantStock(t, f.sr, f.item, 10, "the unit back")
 	if stocktest.MarkerOwner(t, f.sr, f.item, 5) != "" {
 		t.Error("the released reservation's user keeps the marker")
 	}

@@ -46,6 +46,7 @@ import (
 	"orderpipe/pkg/order"
 	"orderpipe/pkg/order/ordertest"
 	"orderpipe/pkg/redisconn"
+	"orderpipe/pkg/setting"
 	"orderpipe/pkg/stock"
 	"orderpipe/pkg/stock/stocktest"
 	"orderpipe/pkg/testenv"
@@ -120,24 +121,12 @@ func (c *Config) defaults() {
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64() % 1_000_000
 	}
-	if c.LoadFor <= 0 {
-		c.LoadFor = 8 * time.Second
-	}
-	if c.Clients <= 0 {
-		c.Clients = 12
-	}
-	if c.Think <= 0 {
-		c.Think = 20 * time.Millisecond
-	}
-	if c.Users <= 0 {
-		c.Users = 2000
-	}
-	if c.Stock <= 0 {
-		c.Stock = 1500
-	}
-	if c.DrainWithin <= 0 {
-		c.DrainWithin = 120 * time.Second
-	}
+	setting.DefaultTo(&c.LoadFor, 8*time.Second)
+	setting.DefaultTo(&c.Clients, 12)
+	setting.DefaultTo(&c.Think, 20*time.Millisecond)
+	setting.DefaultTo(&c.Users, 2000)
+	setting.DefaultTo(&c.Stock, 1500)
+	setting.DefaultTo(&c.DrainWithin, 120*time.Second)
 	if c.Log == nil {
 		c.Log = io.Discard
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
+
+	"orderpipe/pkg/setting"
 )
 
 // Producer is the gateway's producer: a group commit over kafka-go's Client,
@@ -90,18 +92,10 @@ type ProducerConfig struct {
 
 // NewProducer returns a group-committing producer (see Producer).
 func NewProducer(c ProducerConfig) *Producer {
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = 2 * time.Second
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 3
-	}
-	if c.MaxBatchMessages <= 0 {
-		c.MaxBatchMessages = 500
-	}
-	if c.MaxBatchBytes <= 0 {
-		c.MaxBatchBytes = 512 << 10
-	}
+	setting.DefaultTo(&c.WriteTimeout, 2*time.Second)
+	setting.DefaultTo(&c.MaxAttempts, 3)
+	setting.DefaultTo(&c.MaxBatchMessages, 500)
+	setting.DefaultTo(&c.MaxBatchBytes, 512<<10)
 	return &Producer{
 		client:     &kafka.Client{Addr: kafka.TCP(c.Brokers...), Timeout: c.WriteTimeout, Transport: transport(c.Security)},
 		topic:      c.Topic,

@@ -165,9 +165,7 @@ func TestNotOnSale(t *testing.T) {
 	if got := f.r.Client.Get(context.Background(), stocktest.KeysOf(f.sr, later).Stock).Val(); got != "3" {
 		t.Errorf("stock of the later sale %s, want 3", got)
 	}
-	if f.stock(t) != 3 {
-		t.Error("stock changed")
-	}
+	stocktest.WantStock(t, f.sr, f.item, 3, "unchanged")
 }
 
 func TestAbortReleasesUnlessClaimed(t *testing.T) {
@@ -185,9 +183,7 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 		if out, _ := f.s.Release(ctx, stock.Unproduced, rel); out != stock.AlreadyReleased {
 			t.Errorf("second abort: %s", out)
 		}
-		if f.stock(t) != 5 {
-			t.Error("second abort released twice")
-		}
+		stocktest.WantStock(t, f.sr, f.item, 5, "a second abort gives nothing back")
 		// The aborted event arrives late: the worker sees a ghost.
 		claims, err := f.s.Claim(ctx, f.item, []stock.Ref{{RequestID: "r", OrderNo: "o1"}})
 		if err != nil || claims[0] != stock.ClaimReleased {
@@ -227,9 +223,7 @@ func TestAbortReleasesUnlessClaimed(t *testing.T) {
 		}
 		f.mustRelease(t, "compensation", stock.Compensation, rel, stock.Released)
 		f.mustRelease(t, "abort after the compensation", stock.Unproduced, rel, stock.Claimed)
-		if f.stock(t) != 5 {
-			t.Errorf("stock %d, want 5 (given back once)", f.stock(t))
-		}
+		stocktest.WantStock(t, f.sr, f.item, 5, "given back once")
 		if res := f.reserve(t, "r", "o2", 1, 1, "fp"); res.Outcome != stock.Replayed || res.OrderNo != "o1" {
 			t.Errorf("retry after the abort: %+v, want the replay of o1", res)
 		}
@@ -287,9 +281,7 @@ func TestCompensateOnceAndAckMatchesOrderNo(t *testing.T) {
 			t.Errorf("compensate #%d: %s %v", i, out, err)
 		}
 	}
-	if f.stock(t) != 4 {
-		t.Errorf("stock %d, want 4", f.stock(t))
-	}
+	stocktest.WantStock(t, f.sr, f.item, 4, "")
 	// The dedup record survives a compensation: a replay still answers.
 	if res := f.reserve(t, "b", "ob2", 2, 1, "fp"); res.Outcome != stock.Replayed || res.OrderNo != "ob" {
 		t.Errorf("replay after compensation: %+v", res)
@@ -345,9 +337,7 @@ func TestEveryAbortedReservationStaysReleased(t *testing.T) {
 			t.Errorf("claim #%d: %s, want %s", i, claims[i], want[i])
 		}
 	}
-	if f.stock(t) != 4 {
-		t.Errorf("stock %d, want 4 (only B holds a unit)", f.stock(t))
-	}
+	stocktest.WantStock(t, f.sr, f.item, 4, "only B holds a unit")
 }
 
 // TestCompensationKeepsTheDedupRecord: a compensated reservation was shown
@@ -372,9 +362,7 @@ func TestCompensationKeepsTheDedupRecord(t *testing.T) {
 	if f.r.Client.Exists(ctx, f.keys.Req("gone"), f.keys.Order("og")).Val() != 0 {
 		t.Error("an abort left the dedup record")
 	}
-	if f.stock(t) != 5 {
-		t.Errorf("stock %d, want 5", f.stock(t))
-	}
+	stocktest.WantStock(t, f.sr, f.item, 5, "")
 }
 
 func TestRestoreDedupKeepsExistingRecords(t *testing.T) {
@@ -421,9 +409,7 @@ func TestAbortGivesBackOnlyWhatWasReserved(t *testing.T) {
 	// A reserve that did run (its reply lost) is given back.
 	f.reserve(t, "ran", "o-ran", 1, 1, "fp")
 	f.mustRelease(t, "abort of a reserve that ran", stock.Unproduced, f.release("ran", "o-ran", 1), stock.Released)
-	if f.stock(t) != 5 {
-		t.Errorf("stock %d, want 5", f.stock(t))
-	}
+	stocktest.WantStock(t, f.sr, f.item, 5, "")
 }
 
 // TestFingerprintIsStable: dedup records written by earlier releases hold
@@ -484,9 +470,7 @@ func TestAbortKeepsAShownReservation(t *testing.T) {
 	if out := abort("unseen", "o-2", 2); out != stock.Released {
 		t.Errorf("abort of an unseen reservation: %s, want %s", out, stock.Released)
 	}
-	if f.stock(t) != 4 {
-		t.Errorf("stock %d, want 4 (only the shown reservation holds a unit)", f.stock(t))
-	}
+	stocktest.WantStock(t, f.sr, f.item, 4, "only the shown reservation holds a unit")
 }
 
 // TestReplayShowsOnlyADurableOrderNo: a retry (another attempt) is shown the
@@ -555,9 +539,7 @@ func TestReplayShowsOnlyADurableOrderNo(t *testing.T) {
 		if r := f.reserve(t, "ab", "o-ab-3", 4, 1, "fp"); r.Outcome != stock.Reserved || r.OrderNo != "o-ab-3" {
 			t.Fatalf("retry after the abort: %+v, want a new reservation", r)
 		}
-		if f.stock(t) != before {
-			t.Errorf("stock %d, want %d (one reservation)", f.stock(t), before)
-		}
+		stocktest.WantStock(t, f.sr, f.item, before, "one reservation")
 	})
 }
 
@@ -603,7 +585,5 @@ func TestReplayOnlyReservesNothing(t *testing.T) {
 	if r := replayOnly("done", "o-done-2", 1, "fp"); r.Outcome != stock.Replayed || r.OrderNo != "o-done" || r.Remaining != 9 {
 		t.Errorf("replay-only retry of an accepted request: %+v, want a replay of o-done, remaining 9", r)
 	}
-	if f.stock(t) != 8 {
-		t.Errorf("stock %d, want 8 (the two reservations)", f.stock(t))
-	}
+	stocktest.WantStock(t, f.sr, f.item, 8, "the two reservations")
 }

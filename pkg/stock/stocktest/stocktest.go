@@ -73,6 +73,21 @@ func MustStock(tb TB, r Redis, it stock.Item) int64 {
 	return n
 }
 
+// WantStock fails the test, going on, when the item's (bucket's) stock is
+// not want; why says when, or what want stands for ("": nothing to add).
+func WantStock(tb interface {
+	TB
+	Errorf(format string, args ...any)
+}, r Redis, it stock.Item, want int64, why string) {
+	tb.Helper()
+	if got := MustStock(tb, r, it); got != want {
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		tb.Errorf("redis stock %d, want %d%s", got, want, why)
+	}
+}
+
 // SetStock overwrites the item's (bucket's) stock, without expiry.
 func SetStock(tb TB, r Redis, it stock.Item, n int64) {
 	tb.Helper()
