@@ -66,6 +66,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The halves are measured: the drain is timed from the lag, closely.
+	scr.setEvery(drainEvery)
 	acc := accepted(work, load.answers)
 	drainedAt, drainErr := a.waitDrained(ctx, len(acc), load.end, cfg.DrainTimeout, scr, cfg.Progress)
 	audit, err := a.audit(ctx, acc, usersByItem(work))
@@ -112,14 +114,16 @@ func openAuditor(ctx context.Context, cfg Config) (*auditor, func(), error) {
 	return a, closeStores, nil
 }
 
-// startScraper samples the gateway's and worker's metrics every 100 ms until
-// the returned stop, which waits for the last sample so the report reads a
-// series nobody is still writing.
+// startScraper samples the gateway's and worker's metrics once a second
+// (loadEvery; the caller quickens it for the drain) until the returned
+// stop, which waits for the last sample so the report reads a series nobody
+// is still writing.
 func startScraper(ctx context.Context, cfg Config) (*scraper, func()) {
 	scr := newScraper(cfg.URL+"/metrics", cfg.WorkerMetrics)
+	scr.setEvery(loadEvery)
 	scrCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); scr.run(scrCtx, 100*time.Millisecond) }()
+	go func() { defer close(done); scr.run(scrCtx) }()
 	return scr, func() { cancel(); <-done }
 }
 
