@@ -4,7 +4,8 @@
 # the embedded broker) on free ports with a fresh database and its own
 # activity, a sale with stock for every request, then vegeta at a constant
 # RATE for SECONDS, every request a new buyer; prints each build's P50 /
-# P99 / max and how many answers were 202. Only what every version of the
+# P99 / max, how many answers were 202, and the CPU µs per request of
+# orderpipe all and of Redis over the attack (/proc). Only what every version of the
 # contract has is used (the admin API's PUT and preheat, POST /v1/orders),
 # so a build from any commit can be measured; builds run one after
 # another, alternating when REPEAT > 1, so the machine's drift falls on
@@ -88,8 +89,21 @@ for i in range(n):
     print(json.dumps({"method": "POST", "url": url + "/v1/orders", "header": {"Content-Type": ["application/json"]},
                       "body": base64.b64encode(body.encode()).decode()}))
 EOF
+  # CPU over the attack: orderpipe all, and Redis (every redis-server here,
+  # or with SHARED=1 the one on REDIS_PORT).
+  local redis_pids before after
+  redis_pids=$(procs redis | tr '\n' ' ')
+  before=$(mktemp) after=$(mktemp)
+  # shellcheck disable=SC2086
+  { pid_ticks "$pid" | sed 's/^/all /'; pid_ticks $redis_pids | sed 's/^/redis /'; } >"$before"
   "$VEGETA" attack -format=json -lazy -rate="$RATE/s" -duration="${SECONDS_EACH}s" -timeout=10s -max-workers=200 \
     <"$OUT/bisect/$tag.targets" >"$OUT/bisect/$tag.bin"
+  # shellcheck disable=SC2086
+  { pid_ticks "$pid" | sed 's/^/all /'; pid_ticks $redis_pids | sed 's/^/redis /'; } >"$after"
+  local cpu
+  cpu=$(awk -v hz="$(getconf CLK_TCK)" -v n="$n" 'NR == FNR { b[$1 " " $2] = $3; next }
+    { k = $1 " " $2; t[$1] += $3 - (k in b ? b[k] : 0) } END { printf "%.0f %.0f", 1e6 * t["all"] / hz / n, 1e6 * t["redis"] / hz / n }' "$before" "$after")
+  rm -f "$before" "$after"
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   trap - EXIT
@@ -101,13 +115,14 @@ import json, sys
 r = json.load(sys.stdin)
 l = r["latencies"]
 ok = r["status_codes"].get("202", 0)
-print("%.2f %.2f %.2f %d/%d" % (l["50th"] / 1e6, l["99th"] / 1e6, l["max"] / 1e6, ok, r["requests"]))'
+print("%.2f %.2f %.2f %d/%d" % (l["50th"] / 1e6, l["99th"] / 1e6, l["max"] / 1e6, ok, r["requests"]), end=" ")'
+  echo "$cpu"
 }
 
-printf '%-10s %-6s %-30s %s\n' build round "P50 / P99 / max ms" "202s"
+printf '%-10s %-6s %-30s %-14s %s\n' build round "P50 / P99 / max ms" "202s" "CPU µs per request: all / redis"
 for round in $(seq 1 "$REPEAT"); do
   for i in "${!bins[@]}"; do
-    read -r p50 p99 mx ok < <(measure "${bins[$i]}" "${labels[$i]}-$round") || exit 2
-    printf '%-10s %-6s %-30s %s\n' "${labels[$i]}" "$round" "$p50 / $p99 / $mx" "$ok"
+    read -r p50 p99 mx ok cpu_all cpu_redis < <(measure "${bins[$i]}" "${labels[$i]}-$round") || exit 2
+    printf '%-10s %-6s %-30s %-14s %s\n' "${labels[$i]}" "$round" "$p50 / $p99 / $mx" "$ok" "$cpu_all / $cpu_redis"
   done
 done
