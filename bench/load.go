@@ -114,13 +114,16 @@ func openAuditor(ctx context.Context, cfg Config) (*auditor, func(), error) {
 	return a, closeStores, nil
 }
 
-// startScraper samples the gateway's and worker's metrics once a second
-// (loadEvery; the caller quickens it for the drain) until the returned
-// stop, which waits for the last sample so the report reads a series nobody
-// is still writing.
+// startScraper samples the gateway's and worker's metrics every drainEvery,
+// or once a second (loadEvery) while a run that measures its processes'
+// CPU (--proc) sends its load — the caller quickens it for the drain —
+// until the returned stop, which waits for the last sample so the report
+// reads a series nobody is still writing.
 func startScraper(ctx context.Context, cfg Config) (*scraper, func()) {
 	scr := newScraper(cfg.URL+"/metrics", cfg.WorkerMetrics)
-	scr.setEvery(loadEvery)
+	if len(cfg.Procs) > 0 {
+		scr.setEvery(loadEvery)
+	}
 	scrCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); scr.run(scrCtx) }()

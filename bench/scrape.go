@@ -73,10 +73,11 @@ func newScraper(gateway, worker string) *scraper {
 
 // How often the pipeline's /metrics is read. One read costs `orderpipe
 // all` about 2 ms of CPU (the process collector, every series encoded and
-// compressed), so while the load is measured it is read once a second —
-// every 100 ms it added some 20 µs to each order's CPU at 1000 req/s, which
-// no floor pays — and every 100 ms once the load is over, where the drain's
-// end is timed from the lag.
+// compressed), so while the load runs with its processes' CPU measured
+// (--proc) it is read once a second — every 100 ms it added some 20 µs to
+// each order's CPU at 1000 req/s, which no floor pays — and otherwise, and
+// once the load is over, every 100 ms: the lag's return to 0 (after the
+// load, after the last 202) is timed from these reads.
 const (
 	loadEvery  = time.Second
 	drainEvery = 100 * time.Millisecond

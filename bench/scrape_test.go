@@ -45,3 +45,24 @@ func TestScraperSpacing(t *testing.T) {
 		t.Errorf("resident memory %v, want the 1e8 served", last)
 	}
 }
+
+// TestScraperSlowsOnlyWhenCPUIsMeasured: a run that measures its
+// processes' CPU (--proc) reads /metrics once a second while the load runs;
+// any other reads it every drainEvery, so the lag's return to 0 after the
+// last 202 stays timed closely.
+func TestScraperSlowsOnlyWhenCPUIsMeasured(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		procs []Proc
+		want  time.Duration
+	}{{nil, 0}, {[]Proc{{Name: "all", PIDs: []int{1}}}, loadEvery}} {
+		scr, stop := startScraper(context.Background(), Config{URL: srv.URL, Procs: tc.procs})
+		got := time.Duration(scr.every.Load())
+		stop()
+		if got != tc.want {
+			t.Errorf("with %d --proc: at most one read every %s, want %s", len(tc.procs), got, tc.want)
+		}
+	}
+}
